@@ -10,9 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "ChunkDraft",
     "Fact",
+    "FactHit",
     "Message",
     "MessageKind",
     "MessageRole",
+    "UserInfo",
 ]
 
 MessageRole = Literal["system", "user", "assistant", "tool_call", "tool"]
@@ -72,3 +74,21 @@ class Fact(_Model):
     has_embedding: bool = False
     created_at: datetime | None = None
     updated_at: datetime | None = None
+
+
+class UserInfo(_Model):
+    """A row of navi_users."""
+
+    id: Any
+    name: str | None = None
+    created_at: datetime
+
+
+class FactHit(Fact):
+    """A fact found by search_facts, with how it was found."""
+
+    via: Literal["vector", "text", "recent"]
+    distance: float | None = None
+    """Cosine distance to the query (vector hits)."""
+    terms_hit: int = 0
+    """Distinct query terms found in category, key or value (text hits)."""

@@ -1,0 +1,48 @@
+# navi-memory — `make help` lists the targets. Every target works from a fresh clone on a machine
+# with only python3 (>= 3.11) and make: the virtualenv and the PostgreSQL come from pip.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install test lint migrate demo backfill bench bench-large doctor clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade "pip>=25.1"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e . --group dev
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install the package (editable) with the dev group
+
+lint: $(STAMP) ## ruff check and mypy --strict
+	$(BIN)/ruff check src tests alembic benchmarks
+	$(BIN)/mypy --strict src
+
+test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
+	$(BIN)/pytest
+
+migrate: $(STAMP) ## alembic upgrade head (DATABASE_URL, or the embedded default when unset)
+	$(BIN)/alembic upgrade head
+
+demo: migrate ## Bring up the embedded default, migrate, and show what navi-memory does
+	$(BIN)/python -m navi_memory.demo
+
+doctor: $(STAMP) ## Say what the configured database offers and whether it is at head
+	$(BIN)/navi-memory doctor
+
+backfill: $(STAMP) ## Embed every fact and chunk that has no vector yet
+	$(BIN)/navi-memory backfill
+
+bench: $(STAMP) ## Benchmarks at 100k rows (prints figures; see docs/benchmarks.md)
+	$(BIN)/python -m benchmarks.run
+
+bench-large: $(STAMP) ## Opt-in: 1M chunks over 10k users (~10 GB disk, ~15 min)
+	$(BIN)/python -m benchmarks.run --large
+
+clean: ## Remove the virtualenv and caches (not the embedded data directory)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

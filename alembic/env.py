@@ -1,0 +1,75 @@
+"""Alembic environment: async, URL from navi_memory.Settings, or a connection a caller passes.
+
+``alembic upgrade head`` with DATABASE_URL unset migrates the embedded PostgreSQL that
+``open_memory()`` uses. Tests pass ``config.attributes["connection"]`` to migrate their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from logging.config import fileConfig
+
+from alembic import context
+from sqlalchemy import pool
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import async_engine_from_config
+
+from navi_memory.config import Settings
+from navi_memory.db import resolve_database_url
+from navi_memory.models import Base
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+target_metadata = Base.metadata
+
+
+def include_object(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
+    # pg_trgm indexes exist only where the DBA installed pg_trgm: not part of the model.
+    return not (type_ == "index" and name is not None and name.endswith("_trgm"))
+
+
+def do_run_migrations(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        include_object=include_object,
+        transaction_per_migration=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def run_async_migrations(url: str) -> None:
+    engine = async_engine_from_config(
+        {"sqlalchemy.url": url}, prefix="sqlalchemy.", poolclass=pool.NullPool
+    )
+    try:
+        async with engine.connect() as connection:
+            await connection.run_sync(do_run_migrations)
+    finally:
+        await engine.dispose()
+
+
+def run_migrations_offline() -> None:
+    url = config.get_main_option("sqlalchemy.url") or resolve_database_url(Settings())
+    context.configure(url=url, target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        do_run_migrations(connection)
+        return
+    url = config.get_main_option("sqlalchemy.url") or resolve_database_url(Settings())
+    asyncio.run(run_async_migrations(url))
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

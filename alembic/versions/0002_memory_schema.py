@@ -1,0 +1,318 @@
+"""Bring the legacy shape to the navi-memory schema: pgvector columns, merge pointers, raw history.
+
+Keeps every legacy row. Exact duplicate keys that the legacy NULL-distinct unique constraint let
+through (rows with user_id NULL) are merged, newest visible and the rest hidden behind it with
+merged_into, never dropped. Legacy summaries for users that are not in navi_users get a user row.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-12-02
+"""
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0002"
+down_revision: str | Sequence[str] | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+# Constraint names PostgreSQL gave the legacy tables -> the names the naming convention gives.
+_LEGACY_CONSTRAINT_NAMES = [
+    ("navi_users", "navi_users_pkey", "pk_navi_users"),
+    ("memory_facts", "memory_facts_pkey", "pk_memory_facts"),
+    ("memory_facts", "memory_facts_user_id_fkey", "fk_memory_facts_user_id_navi_users"),
+    ("session_memory_state", "session_memory_state_pkey", "pk_session_memory_state"),
+]
+
+
+def _rename_constraint(table: str, old: str, new: str) -> None:
+    op.execute(
+        f"""
+        DO $$ BEGIN
+            IF EXISTS (SELECT 1 FROM pg_constraint
+                       WHERE conname = '{old}' AND conrelid = '{table}'::regclass) THEN
+                ALTER TABLE {table} RENAME CONSTRAINT {old} TO {new};
+            END IF;
+        END $$
+        """
+    )
+
+
+def _stamp_columns_not_null(table: str, *columns: str) -> None:
+    for column in columns:
+        op.execute(f"UPDATE {table} SET {column} = now() WHERE {column} IS NULL")
+        op.execute(
+            f"ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT now(), "
+            f"ALTER COLUMN {column} SET NOT NULL"
+        )
+
+
+def upgrade() -> None:
+    op.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+    for table, old, new in _LEGACY_CONSTRAINT_NAMES:
+        _rename_constraint(table, old, new)
+
+    # --- navi_users -----------------------------------------------------------------------
+    _stamp_columns_not_null("navi_users", "created_at")
+
+    # --- memory_facts ---------------------------------------------------------------------
+    op.execute("ALTER TABLE memory_facts ALTER COLUMN id TYPE bigint")
+    op.execute(
+        "ALTER SEQUENCE IF EXISTS memory_facts_id_seq AS bigint MAXVALUE 9223372036854775807"
+    )
+    op.execute(
+        """
+        ALTER TABLE memory_facts
+            ADD COLUMN IF NOT EXISTS embedding vector(768),
+            ADD COLUMN IF NOT EXISTS source text,
+            ADD COLUMN IF NOT EXISTS confidence integer,
+            ADD COLUMN IF NOT EXISTS expires_at timestamptz,
+            ADD COLUMN IF NOT EXISTS last_verified_at timestamptz,
+            ADD COLUMN IF NOT EXISTS source_context text,
+            ADD COLUMN IF NOT EXISTS merged_into bigint
+        """
+    )
+    _stamp_columns_not_null("memory_facts", "created_at", "updated_at")
+    # Legacy unique constraints go (whatever their name): uniqueness moves to a partial index
+    # over visible rows, which is what lets exact legacy duplicates stay, hidden.
+    op.execute(
+        """
+        DO $$ DECLARE c record; BEGIN
+            FOR c IN SELECT conname FROM pg_constraint
+                     WHERE conrelid = 'memory_facts'::regclass AND contype = 'u' LOOP
+                EXECUTE format('ALTER TABLE memory_facts DROP CONSTRAINT %I', c.conname);
+            END LOOP;
+        END $$
+        """
+    )
+    op.execute(
+        """
+        WITH ranked AS (
+            SELECT id,
+                   first_value(id) OVER (
+                       PARTITION BY user_id, category, key
+                       ORDER BY updated_at DESC, id DESC
+                   ) AS survivor
+            FROM memory_facts
+            WHERE merged_into IS NULL
+        )
+        UPDATE memory_facts AS f
+        SET merged_into = ranked.survivor
+        FROM ranked
+        WHERE f.id = ranked.id AND ranked.id <> ranked.survivor
+        """
+    )
+    op.execute(
+        """
+        ALTER TABLE memory_facts
+            ADD CONSTRAINT fk_memory_facts_merged_into_memory_facts
+            FOREIGN KEY (merged_into) REFERENCES memory_facts (id) ON DELETE CASCADE
+        """
+    )
+    op.execute(
+        "CREATE UNIQUE INDEX uq_memory_facts_user_id_category_key ON memory_facts "
+        "(user_id, category, key) NULLS NOT DISTINCT WHERE merged_into IS NULL"
+    )
+    op.execute(
+        "CREATE INDEX ix_memory_facts_embedding_hnsw ON memory_facts "
+        "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+    )
+    op.execute("CREATE INDEX ix_memory_facts_expires_at ON memory_facts (expires_at)")
+    op.execute("CREATE INDEX ix_memory_facts_source_category ON memory_facts (source, category)")
+    op.execute("CREATE INDEX ix_memory_facts_merged_into ON memory_facts (merged_into)")
+
+    # --- memory_summary -------------------------------------------------------------------
+    op.execute(
+        """
+        INSERT INTO navi_users (id)
+        SELECT DISTINCT user_id FROM memory_summary
+        WHERE user_id IS NOT NULL
+        ON CONFLICT (id) DO NOTHING
+        """
+    )
+    op.execute("ALTER TABLE memory_summary ADD COLUMN id bigserial")
+    op.execute("ALTER TABLE memory_summary ADD CONSTRAINT pk_memory_summary PRIMARY KEY (id)")
+    op.execute("UPDATE memory_summary SET content = '' WHERE content IS NULL")
+    op.execute("ALTER TABLE memory_summary ALTER COLUMN content SET NOT NULL")
+    _stamp_columns_not_null("memory_summary", "updated_at")
+    # The legacy table had no key, so a user could hold several summaries; each is regenerated
+    # from all facts, so the newest is the current one and the older ones are superseded copies.
+    op.execute(
+        """
+        DELETE FROM memory_summary AS older
+        USING memory_summary AS newer
+        WHERE older.user_id IS NOT DISTINCT FROM newer.user_id
+          AND (newer.updated_at, newer.id) > (older.updated_at, older.id)
+        """
+    )
+    op.execute(
+        """
+        ALTER TABLE memory_summary
+            ADD CONSTRAINT fk_memory_summary_user_id_navi_users
+            FOREIGN KEY (user_id) REFERENCES navi_users (id) ON DELETE CASCADE
+        """
+    )
+    op.execute(
+        "CREATE UNIQUE INDEX uq_memory_summary_user_id ON memory_summary (user_id) "
+        "NULLS NOT DISTINCT"
+    )
+
+    # --- sessions and their messages ------------------------------------------------------
+    op.execute(
+        """
+        CREATE TABLE sessions (
+            id text NOT NULL,
+            user_id uuid NOT NULL,
+            title text,
+            last_active timestamptz DEFAULT now() NOT NULL,
+            session_metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+            created_at timestamptz DEFAULT now() NOT NULL,
+            updated_at timestamptz DEFAULT now() NOT NULL,
+            CONSTRAINT pk_sessions PRIMARY KEY (id),
+            CONSTRAINT fk_sessions_user_id_navi_users FOREIGN KEY (user_id)
+                REFERENCES navi_users (id) ON DELETE CASCADE
+        )
+        """
+    )
+    op.execute("CREATE INDEX ix_sessions_user_id_last_active ON sessions (user_id, last_active)")
+    op.execute(
+        """
+        CREATE TABLE session_messages (
+            id bigint GENERATED BY DEFAULT AS IDENTITY,
+            session_id text NOT NULL,
+            seq integer NOT NULL,
+            role text NOT NULL,
+            content text DEFAULT '' NOT NULL,
+            tool_name text,
+            tool_args jsonb,
+            kind text DEFAULT 'message' NOT NULL,
+            is_context boolean DEFAULT true NOT NULL,
+            created_at timestamptz DEFAULT now() NOT NULL,
+            CONSTRAINT pk_session_messages PRIMARY KEY (id),
+            CONSTRAINT uq_session_messages_session_id_seq UNIQUE (session_id, seq),
+            CONSTRAINT fk_session_messages_session_id_sessions FOREIGN KEY (session_id)
+                REFERENCES sessions (id) ON DELETE CASCADE
+        )
+        """
+    )
+
+    # --- raw chunks -----------------------------------------------------------------------
+    op.execute(
+        """
+        CREATE TABLE memory_chunks (
+            id bigint GENERATED BY DEFAULT AS IDENTITY,
+            user_id uuid NOT NULL,
+            session_id text NOT NULL,
+            content text NOT NULL,
+            content_hash text NOT NULL,
+            start_seq integer NOT NULL,
+            end_seq integer NOT NULL,
+            started_at timestamptz NOT NULL,
+            ended_at timestamptz NOT NULL,
+            breadcrumbs text[] DEFAULT '{}'::text[] NOT NULL,
+            embedding vector(768),
+            created_at timestamptz DEFAULT now() NOT NULL,
+            CONSTRAINT pk_memory_chunks PRIMARY KEY (id),
+            CONSTRAINT uq_memory_chunks_user_id_session_id_content_hash
+                UNIQUE (user_id, session_id, content_hash),
+            CONSTRAINT fk_memory_chunks_user_id_navi_users FOREIGN KEY (user_id)
+                REFERENCES navi_users (id) ON DELETE CASCADE
+        )
+        """
+    )
+    op.execute(
+        "CREATE INDEX ix_memory_chunks_user_id_session_id_ended_at "
+        "ON memory_chunks (user_id, session_id, ended_at DESC)"
+    )
+    op.execute(
+        "CREATE INDEX ix_memory_chunks_content_fts ON memory_chunks "
+        "USING gin (to_tsvector('simple'::regconfig, content))"
+    )
+    op.execute("CREATE INDEX ix_memory_chunks_breadcrumbs ON memory_chunks USING gin (breadcrumbs)")
+    op.execute(
+        "CREATE INDEX ix_memory_chunks_embedding_hnsw ON memory_chunks "
+        "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+    )
+
+    # --- sketches (key/value) -------------------------------------------------------------
+    op.execute(
+        """
+        CREATE TABLE kv_store (
+            id bigint GENERATED BY DEFAULT AS IDENTITY,
+            user_id uuid NOT NULL,
+            scope text NOT NULL,
+            session_id text,
+            key text NOT NULL,
+            value text NOT NULL,
+            created_at timestamptz DEFAULT now() NOT NULL,
+            updated_at timestamptz DEFAULT now() NOT NULL,
+            CONSTRAINT pk_kv_store PRIMARY KEY (id),
+            CONSTRAINT uq_kv_store_user_id_scope_session_id_key
+                UNIQUE NULLS NOT DISTINCT (user_id, scope, session_id, key),
+            CONSTRAINT fk_kv_store_user_id_navi_users FOREIGN KEY (user_id)
+                REFERENCES navi_users (id) ON DELETE CASCADE
+        )
+        """
+    )
+
+
+def downgrade() -> None:
+    """Back to the legacy shape. Hidden rows become visible again; vectors are dropped.
+
+    Raw history, sessions and sketches did not exist in the legacy shape and are dropped with
+    their tables.
+    """
+    op.execute("DROP TABLE IF EXISTS kv_store")
+    op.execute("DROP TABLE IF EXISTS memory_chunks")
+    op.execute("DROP TABLE IF EXISTS session_messages")
+    op.execute("DROP TABLE IF EXISTS sessions")
+
+    op.execute("DROP INDEX IF EXISTS uq_memory_summary_user_id")
+    op.execute(
+        "ALTER TABLE memory_summary DROP CONSTRAINT IF EXISTS fk_memory_summary_user_id_navi_users"
+    )
+    op.execute("ALTER TABLE memory_summary DROP COLUMN IF EXISTS id")
+    op.execute("ALTER TABLE memory_summary ALTER COLUMN content DROP NOT NULL")
+    op.execute("ALTER TABLE memory_summary ALTER COLUMN updated_at DROP NOT NULL")
+
+    for index in (
+        "ix_memory_facts_merged_into",
+        "ix_memory_facts_source_category",
+        "ix_memory_facts_expires_at",
+        "ix_memory_facts_embedding_hnsw",
+        "uq_memory_facts_user_id_category_key",
+    ):
+        op.execute(f"DROP INDEX IF EXISTS {index}")
+    op.execute(
+        "ALTER TABLE memory_facts "
+        "DROP CONSTRAINT IF EXISTS fk_memory_facts_merged_into_memory_facts"
+    )
+    op.execute(
+        """
+        ALTER TABLE memory_facts
+            DROP COLUMN IF EXISTS merged_into,
+            DROP COLUMN IF EXISTS source_context,
+            DROP COLUMN IF EXISTS last_verified_at,
+            DROP COLUMN IF EXISTS expires_at,
+            DROP COLUMN IF EXISTS confidence,
+            DROP COLUMN IF EXISTS source,
+            DROP COLUMN IF EXISTS embedding
+        """
+    )
+    # NULL-distinct, as the legacy constraint was: the formerly hidden duplicates (user_id NULL)
+    # fit under it again.
+    op.execute(
+        "ALTER TABLE memory_facts ADD CONSTRAINT memory_facts_user_id_category_key_key "
+        "UNIQUE (user_id, category, key)"
+    )
+    op.execute("ALTER TABLE memory_facts ALTER COLUMN created_at DROP NOT NULL")
+    op.execute("ALTER TABLE memory_facts ALTER COLUMN updated_at DROP NOT NULL")
+    op.execute("ALTER TABLE navi_users ALTER COLUMN created_at DROP NOT NULL")
+
+    for table, old, new in _LEGACY_CONSTRAINT_NAMES:
+        _rename_constraint(table, new, old)
+    # The vector extension stays: other databases objects may use it, and dropping an
+    # extension is the DBA's call.

@@ -1,0 +1,73 @@
+"""The ``navi-memory`` command: doctor and backfill, for operators and ``make``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from sqlalchemy import text
+
+from navi_memory.config import Settings
+from navi_memory.db import redact_url
+from navi_memory.errors import NaviMemoryError
+from navi_memory.memory import Memory, open_memory
+
+__all__ = ["describe", "main"]
+
+
+async def describe(memory: Memory) -> list[str]:
+    """Lines saying what the database is and offers: versions, extensions, tables, revision."""
+    caps = memory.capabilities
+    async with memory.engine.connect() as conn:
+        tables = list(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                        "AND tablename <> 'alembic_version' ORDER BY 1"
+                    )
+                )
+            ).scalars()
+        )
+    where = (
+        f"embedded, data in {memory.settings.navi_memory_data_dir / 'pgdata'}"
+        if memory.settings.database_url is None
+        else redact_url(memory.engine.url)
+    )
+    trgm = f"pg_trgm {caps.pg_trgm_version}" if caps.pg_trgm else "pg_trgm not installed"
+    return [
+        f"database    {where}",
+        f"PostgreSQL  {caps.server_version}",
+        f"pgvector    {caps.vector_version}",
+        f"pg_trgm     {trgm if caps.pg_trgm else trgm + ' (plain ILIKE fallback)'}",
+        f"revision    {caps.revision} (head)",
+        f"tables      {', '.join(tables)}",
+    ]
+
+
+async def _doctor(settings: Settings) -> int:
+    async with open_memory(settings) as memory:
+        for line in await describe(memory):
+            print(line)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="navi-memory", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("doctor", help="check the configured database and print what it offers")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    try:
+        if args.command == "doctor":
+            return asyncio.run(_doctor(settings))
+    except NaviMemoryError as exc:
+        print(f"navi-memory: {exc}", file=sys.stderr)
+        return 2
+    return 1  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The database edge: URL resolution, the async engine, the capability probe, schema checks.
+
+Nothing here runs at import. Driver errors are translated to navi_memory.errors where they enter.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from sqlalchemy import text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from navi_memory.config import Settings
+from navi_memory.constants import MIN_PGVECTOR
+from navi_memory.errors import ConfigError, SchemaError, StorageError
+
+__all__ = [
+    "SCHEMA_HEAD",
+    "TRGM_INDEXES",
+    "Capabilities",
+    "check_capabilities",
+    "create_engine",
+    "create_sessionmaker",
+    "ensure_trgm_indexes",
+    "probe",
+    "redact_url",
+    "resolve_database_url",
+    "to_async_url",
+]
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_HEAD = "0003"
+"""The Alembic head this code expects (a test keeps it equal to alembic/versions' head)."""
+
+TRGM_INDEXES = {f"ix_memory_facts_{column}_trgm": column for column in ("category", "key", "value")}
+"""pg_trgm GIN indexes on memory_facts, made where pg_trgm is installed (as in revision 0003)."""
+
+CONNECTION_ERRORS = (OSError, SQLAlchemyError, TimeoutError)
+
+
+def to_async_url(url: str) -> str:
+    """Any PostgreSQL URL as a SQLAlchemy asyncpg URL."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"DATABASE_URL is not a database URL: {redact_text(url)}") from exc
+    if parsed.get_backend_name() not in {"postgresql", "postgres"}:
+        raise ConfigError(
+            f"DATABASE_URL must be a PostgreSQL URL (postgresql://...), got {redact_url(parsed)}"
+        )
+    return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+
+
+def redact_url(url: str | URL) -> str:
+    """The URL with its password hidden, for messages and logs."""
+    try:
+        # Unquoted, so a socket directory reads as the path a person would type.
+        return unquote(make_url(url).render_as_string(hide_password=True))
+    except ArgumentError:
+        return redact_text(str(url))
+
+
+def redact_text(value: str) -> str:
+    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", value)
+
+
+def resolve_database_url(settings: Settings) -> str:
+    """DATABASE_URL, or the embedded server (started or reattached) when it is unset."""
+    if settings.database_url:
+        return to_async_url(settings.database_url)
+    from navi_memory.embedded import ensure_embedded_server
+
+    return ensure_embedded_server(settings.navi_memory_data_dir)
+
+
+def create_engine(settings: Settings, url: str) -> AsyncEngine:
+    """The async engine, with custom plans forced on every connection.
+
+    Vectors travel in pgvector's text form (the Vector column type renders them): no
+    per-connection codec to register, so connecting works before the extension exists.
+
+    asyncpg prepares statements; after five executions PostgreSQL may switch a per-user query to
+    a generic plan that cannot see the user and scans everyone (bench/README.md: 16/226 ms
+    p50/p95 against 5.6/23 with custom plans). ``force_custom_plan`` keeps plans per user.
+    """
+    return create_async_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_pre_ping=True,
+        connect_args={
+            "timeout": settings.db_connect_timeout_seconds,
+            "server_settings": {
+                "plan_cache_mode": "force_custom_plan",
+                "application_name": "navi-memory",
+            },
+        },
+    )
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the connected server offers, as the probe found it."""
+
+    server_version: str
+    server_version_num: int
+    vector: bool
+    vector_version: str | None
+    vector_available: str | None
+    pg_trgm: bool
+    pg_trgm_version: str | None
+    revision: str | None
+
+    @property
+    def vector_version_tuple(self) -> tuple[int, ...] | None:
+        if self.vector_version is None:
+            return None
+        return tuple(int(part) for part in re.findall(r"\d+", self.vector_version)[:3])
+
+
+async def probe(engine: AsyncEngine) -> Capabilities:
+    """Ask the server its version, which extensions it has, and the schema revision."""
+    try:
+        async with engine.connect() as conn:
+            return await _probe(conn)
+    except CONNECTION_ERRORS as exc:
+        raise StorageError(
+            f"cannot reach PostgreSQL at {redact_url(engine.url)}: {exc.__class__.__name__}: "
+            f"{_first_line(exc)}"
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+async def _probe(conn: AsyncConnection) -> Capabilities:
+    row = (
+        await conn.execute(
+            text(
+                "SELECT current_setting('server_version'), "
+                "current_setting('server_version_num')::int, "
+                "(SELECT extversion FROM pg_extension WHERE extname = 'vector'), "
+                "(SELECT default_version FROM pg_available_extensions WHERE name = 'vector'), "
+                "(SELECT extversion FROM pg_extension WHERE extname = 'pg_trgm'), "
+                "to_regclass('alembic_version') IS NOT NULL"
+            )
+        )
+    ).one()
+    revision = None
+    if row[5]:
+        revision = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+    return Capabilities(
+        server_version=row[0],
+        server_version_num=row[1],
+        vector=row[2] is not None,
+        vector_version=row[2],
+        vector_available=row[3],
+        pg_trgm=row[4] is not None,
+        pg_trgm_version=row[4],
+        revision=revision,
+    )
+
+
+def check_capabilities(caps: Capabilities, url: str | URL) -> None:
+    """Refuse a server without pgvector >= 0.8 or a schema that is not at head."""
+    where = redact_url(url)
+    minimum = ".".join(str(part) for part in MIN_PGVECTOR)
+    if not caps.vector:
+        if caps.vector_available is None:
+            raise SchemaError(
+                f"PostgreSQL at {where} has no pgvector extension available: install pgvector "
+                f">= {minimum} on the server (e.g. the "
+                f"postgresql-{caps.server_version_num // 10000}-pgvector package), "
+                "then run `alembic upgrade head`"
+            )
+        raise SchemaError(
+            f"the vector extension is not created in the database at {where}: "
+            "run `alembic upgrade head` (it creates it)"
+        )
+    version = caps.vector_version_tuple or ()
+    if version < MIN_PGVECTOR:
+        raise SchemaError(
+            f"pgvector {caps.vector_version} at {where} is too old: navi-memory needs >= "
+            f"{minimum} (iterative index scans); upgrade the pgvector package on the server, then "
+            "run ALTER EXTENSION vector UPDATE"
+        )
+    if caps.revision != SCHEMA_HEAD:
+        found = caps.revision or "no schema"
+        raise SchemaError(
+            f"the database at {where} is at revision {found}, this code needs {SCHEMA_HEAD}: "
+            "run `alembic upgrade head`"
+        )
+
+
+async def ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
+    """Create the pg_trgm indexes that are missing, when pg_trgm is installed. Returns created."""
+    created: list[str] = []
+    async with engine.begin() as conn:
+        installed = (
+            await conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"))
+        ).scalar()
+        if not installed:
+            return created
+        present = set(
+            (
+                await conn.execute(
+                    text("SELECT indexname FROM pg_indexes WHERE tablename = 'memory_facts'")
+                )
+            ).scalars()
+        )
+        for name, column in TRGM_INDEXES.items():
+            if name in present:
+                continue
+            await conn.execute(
+                text(
+                    f"CREATE INDEX IF NOT EXISTS {name} ON memory_facts "
+                    f"USING gin ({column} gin_trgm_ops)"
+                )
+            )
+            created.append(name)
+    if created:
+        logger.info("db.trgm_indexes_created", extra={"indexes": created})
+    return created

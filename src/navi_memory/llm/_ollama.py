@@ -1,0 +1,111 @@
+"""What the embedder and the chat model share about reaching Ollama: the client, and its failures.
+
+``ollama`` is imported only when a client is first needed: importing it builds a default client.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Final
+
+import httpx
+import pydantic
+
+from navi_memory.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ollama
+
+__all__ = ["check_host", "describe_failure", "failure_types", "new_async_client", "redact_host"]
+
+_MAX_REASON_CHARS: Final = 300
+"""Server bodies and validation errors can be long; the first lines say what went wrong."""
+
+
+class _NoAuthorization(httpx.Auth):
+    """Drop an Authorization header the ollama client took from ``OLLAMA_API_KEY`` on its own.
+
+    With no key in Settings nothing is sent: the main key must not reach a separate embedding host.
+    """
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers.pop("Authorization", None)
+        yield request
+
+
+def new_async_client(host: str, api_key: str, timeout: float) -> ollama.AsyncClient:
+    """An ``ollama.AsyncClient`` for ``host`` that authenticates with ``api_key`` and nothing else.
+
+    The host is always explicit (the client would otherwise read ``OLLAMA_HOST`` itself), and the
+    key travels as ``Authorization: Bearer <key>``, which is how Ollama Cloud expects it.
+    """
+    import ollama  # deferred on purpose: see the module docstring
+
+    if api_key:
+        return ollama.AsyncClient(
+            host=host, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
+        )
+    return ollama.AsyncClient(host=host, timeout=timeout, auth=_NoAuthorization())
+
+
+def check_host(host: str, setting: str) -> str:
+    """``host`` without a trailing slash; an empty host is a ConfigError naming ``setting``."""
+    host = host.strip().rstrip("/")
+    if not host:
+        raise ConfigError(f"{setting} is empty: set it to the Ollama server's URL")
+    return host
+
+
+def redact_host(host: str) -> str:
+    """``host`` fit for an error message: any user:password part of the URL is dropped."""
+    parts = urllib.parse.urlsplit(host if "//" in host else f"//{host}")
+    if parts.username is None and parts.password is None:
+        return host
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc = f"{netloc}:{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)).removeprefix("//")
+
+
+def failure_types() -> tuple[type[BaseException], ...]:
+    """The exceptions a call through the ollama client raises when the server fails us.
+
+    A function, not a constant, so that ``except failure_types()`` imports ollama only once a
+    call has actually raised.
+    """
+    import ollama  # deferred on purpose: see the module docstring
+
+    return (
+        ollama.ResponseError,  # the server answered an HTTP error status
+        ollama.RequestError,  # the client refused to build the request
+        httpx.HTTPError,  # transport errors, httpx's own timeouts
+        OSError,  # ConnectionError (the client's translation of ConnectError), TimeoutError
+        ValueError,  # a 200 whose body is not JSON, or JSON of the wrong shape (pydantic)
+        TypeError,  # JSON that is not an object at all: the client does cls(**body)
+    )
+
+
+def describe_failure(exc: BaseException, timeout: float) -> str:
+    """One clause saying what went wrong, for "<model> at <host> <clause>"."""
+    import ollama  # deferred on purpose: see the module docstring
+
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return f"did not answer within {timeout:g} s (timeout)"
+    if isinstance(exc, ConnectionError | httpx.ConnectError):
+        return "could not be reached (connection failed: is Ollama running there?)"
+    if isinstance(exc, ollama.ResponseError):
+        return f"answered HTTP {exc.status_code}: {_shorten(str(exc.error))}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"answered something that is not JSON ({exc.msg})"
+    if isinstance(exc, pydantic.ValidationError | TypeError):
+        return f"answered JSON of the wrong shape: {_shorten(str(exc))}"
+    return f"failed: {type(exc).__name__}: {_shorten(str(exc))}"
+
+
+def _shorten(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) <= _MAX_REASON_CHARS:
+        return text
+    return text[: _MAX_REASON_CHARS - 1] + "…"

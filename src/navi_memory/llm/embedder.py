@@ -1,0 +1,180 @@
+"""Turning text into vectors: the ``Embedder`` protocol and its Ollama implementation.
+
+Documents and queries get nomic-embed-text's task prefixes; every failure is an ``EmbeddingError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
+
+from navi_memory.constants import EMBEDDING_DIM
+from navi_memory.errors import ConfigError, EmbeddingError
+from navi_memory.llm._ollama import (
+    check_host,
+    describe_failure,
+    failure_types,
+    new_async_client,
+    redact_host,
+)
+
+if TYPE_CHECKING:
+    import ollama
+
+    from navi_memory.config import Settings
+
+__all__ = ["Embedder", "OllamaEmbedder", "embedding_text_for_fact"]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Something that embeds texts into vectors of ``dim`` floats, for storing and for searching."""
+
+    dim: int
+    """Length of every vector returned; the ``vector`` columns are ``EMBEDDING_DIM`` wide."""
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order, for texts that will be stored (an empty list: ``[]``)."""
+        ...
+
+    async def embed_query(self, text: str) -> list[float]:
+        """The vector of a search query, to compare against stored document vectors."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections; the embedder may be used again afterwards."""
+        ...
+
+
+def embedding_text_for_fact(category: str, key: str, value: str) -> str:
+    """The text embedded for a fact: ``"<category> / <key>: <value>"``.
+
+    For example ``embedding_text_for_fact("preferences", "editor", "neovim")`` gives
+    ``"preferences / editor: neovim"``. The category is kept because it disambiguates short keys
+    ("work / location" against "home / location"); the text is otherwise left exactly as stored,
+    so re-embedding the same fact always yields the same vector. Changing this form means
+    re-embedding every stored fact.
+    """
+    return f"{category} / {key}: {value}"
+
+
+class OllamaEmbedder:
+    """An ``Embedder`` on an Ollama server's ``/api/embed``, through the ``ollama`` client.
+
+    The client is created on first use, so constructing an embedder opens nothing. Texts are
+    sent ``batch_size`` at a time; each call is bounded by ``timeout`` seconds.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        model: str,
+        *,
+        api_key: str = "",
+        document_prefix: str,
+        query_prefix: str,
+        batch_size: int,
+        timeout: float,
+        dim: int = EMBEDDING_DIM,
+    ) -> None:
+        if not model.strip():
+            raise ConfigError("EMBEDDING_MODEL is empty: name an embedding model, e.g. a 768-d one")
+        if batch_size < 1:
+            raise ConfigError(f"EMBEDDING_BATCH_SIZE must be at least 1, got {batch_size}")
+        if not timeout > 0:
+            raise ConfigError(f"EMBEDDING_TIMEOUT_SECONDS must be positive, got {timeout}")
+        if dim < 1:
+            raise ConfigError(f"embedding dimension must be at least 1, got {dim}")
+        self.host = check_host(host, "EMBEDDING_OLLAMA_HOST (or OLLAMA_HOST)")
+        self.model = model
+        self.document_prefix = document_prefix
+        self.query_prefix = query_prefix
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.dim = dim
+        self._api_key = api_key
+        self._client: ollama.AsyncClient | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """The embedder the settings describe: EMBEDDING_OLLAMA_* falling back to OLLAMA_*."""
+        return cls(
+            settings.embedding_host,
+            settings.embedding_model,
+            api_key=settings.embedding_api_key,
+            document_prefix=settings.embedding_document_prefix,
+            query_prefix=settings.embedding_query_prefix,
+            batch_size=settings.embedding_batch_size,
+            timeout=settings.embedding_timeout_seconds,
+        )
+
+    def __repr__(self) -> str:
+        return f"OllamaEmbedder(host={redact_host(self.host)!r}, model={self.model!r})"
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed ``document_prefix + text`` for each text, ``batch_size`` texts per request."""
+        inputs = [self.document_prefix + text for text in texts]
+        vectors: list[list[float]] = []
+        for start in range(0, len(inputs), self.batch_size):
+            vectors.extend(await self._embed_batch(inputs[start : start + self.batch_size]))
+        return vectors
+
+    async def embed_query(self, text: str) -> list[float]:
+        """Embed ``query_prefix + text``."""
+        (vector,) = await self._embed_batch([self.query_prefix + text])
+        return vector
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if one was opened; the next call opens a new one."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()  # type: ignore[no-untyped-call]  # ollama leaves it unannotated
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        if self._client is None:
+            self._client = new_async_client(self.host, self._api_key, self.timeout)
+        try:
+            # The client's timeout is per network operation; this one bounds the whole call.
+            async with asyncio.timeout(self.timeout):
+                response = await self._client.embed(model=self.model, input=batch)
+        except failure_types() as exc:
+            raise self._error(describe_failure(exc, self.timeout)) from exc
+        return self._checked(response.embeddings, len(batch))
+
+    def _checked(self, embeddings: Sequence[Sequence[float]], expected: int) -> list[list[float]]:
+        if len(embeddings) != expected:
+            raise self._error(f"returned {len(embeddings)} embeddings for {expected} inputs")
+        vectors: list[list[float]] = []
+        for index, embedding in enumerate(embeddings):
+            if len(embedding) != self.dim:
+                raise self._error(
+                    f"returned {len(embedding)}-dimensional embeddings, expected {self.dim}: "
+                    f"set EMBEDDING_MODEL to a {self.dim}-dimensional model "
+                    "(such as nomic-embed-text), or re-embed the stored vectors for the new model"
+                )
+            vector = [float(x) for x in embedding]
+            if not all(math.isfinite(x) for x in vector):
+                raise self._error(f"returned a non-finite value (NaN or infinity) in #{index}")
+            if not any(vector):
+                raise self._error(
+                    f"returned an all-zero vector for #{index}, which has no direction"
+                )
+            vectors.append(vector)
+        return vectors
+
+    def _error(self, what: str) -> EmbeddingError:
+        return EmbeddingError(f"embedding model {self.model!r} at {redact_host(self.host)} {what}")

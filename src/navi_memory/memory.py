@@ -1,0 +1,82 @@
+"""open_memory(): the entry point. It connects (or starts the embedded server), checks the schema
+and hands back a Memory that holds every facade; on exit it disposes all it opened."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from navi_memory.config import Settings
+from navi_memory.db import (
+    Capabilities,
+    check_capabilities,
+    create_engine,
+    create_sessionmaker,
+    ensure_trgm_indexes,
+    probe,
+    resolve_database_url,
+)
+from navi_memory.llm import Embedder, OllamaEmbedder
+from navi_memory.store import MemoryStore
+from navi_memory.users import Users
+
+__all__ = ["Memory", "open_memory"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """Everything navi-memory offers, bound to one database."""
+
+    settings: Settings
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    capabilities: Capabilities
+    embedder: Embedder
+    users: Users
+    store: MemoryStore
+
+
+@asynccontextmanager
+async def open_memory(
+    settings: Settings | None = None, *, embedder: Embedder | None = None
+) -> AsyncIterator[Memory]:
+    """Open navi-memory on ``settings.database_url`` (unset: the embedded PostgreSQL).
+
+    ``embedder`` replaces the Ollama embedder built from the settings (it is then the caller's
+    to close); no model is contacted until the first write or search needs one.
+
+    Refuses, with a SchemaError saying what to do, a server without pgvector >= 0.8 or a schema
+    that is not at head; a server that cannot be reached is a StorageError naming the URL.
+    """
+    settings = settings or Settings()
+    url = await asyncio.to_thread(resolve_database_url, settings)
+    engine = create_engine(settings, url)
+    owned_embedder = embedder is None
+    embedder = embedder or OllamaEmbedder.from_settings(settings)
+    try:
+        capabilities = await probe(engine)
+        check_capabilities(capabilities, engine.url)
+        if capabilities.pg_trgm:
+            await ensure_trgm_indexes(engine)
+        sessionmaker = create_sessionmaker(engine)
+        memory = Memory(
+            settings=settings,
+            engine=engine,
+            sessionmaker=sessionmaker,
+            capabilities=capabilities,
+            embedder=embedder,
+            users=Users(sessionmaker),
+            store=MemoryStore(sessionmaker=sessionmaker, settings=settings, embedder=embedder),
+        )
+        yield memory
+    finally:
+        if owned_embedder:
+            await embedder.aclose()
+        await engine.dispose()

@@ -1,0 +1,93 @@
+"""memory_chunks and kv_store: verbatim dropped history, and a session's sketches."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from navi_memory.constants import EMBEDDING_DIM
+from navi_memory.models.base import Base, created_at_column, updated_at_column
+from navi_memory.models.facts import HNSW_OPTIONS
+
+
+class ChunkRow(Base):
+    __tablename__ = "memory_chunks"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("navi_users.id", ondelete="CASCADE"), nullable=False
+    )
+    # No foreign key (spec): the memory DDL may run before sessions exist; the session store
+    # deletes a session's chunks itself, in the same transaction.
+    session_id: Mapped[str] = mapped_column(Text, nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    content_hash: Mapped[str] = mapped_column(Text, nullable=False)
+    start_seq: Mapped[int] = mapped_column(Integer, nullable=False)
+    end_seq: Mapped[int] = mapped_column(Integer, nullable=False)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    breadcrumbs: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")
+    )
+    embedding: Mapped[list[float] | None] = mapped_column(Vector(EMBEDDING_DIM))
+    created_at: Mapped[datetime] = created_at_column()
+
+    __table_args__ = (
+        UniqueConstraint("user_id", "session_id", "content_hash"),
+        Index(
+            "ix_memory_chunks_user_id_session_id_ended_at",
+            "user_id",
+            "session_id",
+            text("ended_at DESC"),
+        ),
+        Index(
+            "ix_memory_chunks_content_fts",
+            func.to_tsvector(text("'simple'::regconfig"), text("content")),
+            postgresql_using="gin",
+        ),
+        Index("ix_memory_chunks_breadcrumbs", "breadcrumbs", postgresql_using="gin"),
+        Index(
+            "ix_memory_chunks_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with=HNSW_OPTIONS,
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
+    )
+
+
+class KvRow(Base):
+    __tablename__ = "kv_store"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("navi_users.id", ondelete="CASCADE"), nullable=False
+    )
+    scope: Mapped[str] = mapped_column(Text, nullable=False)
+    session_id: Mapped[str | None] = mapped_column(Text)
+    key: Mapped[str] = mapped_column(Text, nullable=False)
+    value: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = created_at_column()
+    updated_at: Mapped[datetime] = updated_at_column()
+
+    __table_args__ = (
+        UniqueConstraint(
+            "user_id", "scope", "session_id", "key", postgresql_nulls_not_distinct=True
+        ),
+    )

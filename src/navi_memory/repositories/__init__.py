@@ -1,0 +1,1 @@
+"""Repositories: all SQL lives here. They flush on the session they are given, never commit."""

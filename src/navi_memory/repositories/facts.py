@@ -1,0 +1,350 @@
+"""SQL for memory_facts, memory_summary and session_memory_state."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    and_,
+    cast,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from navi_memory.models import FactRow, SessionMemoryStateRow, SessionRow, SummaryRow
+
+__all__ = ["FACT_SORT_COLUMNS", "FactRepository", "escape_like"]
+
+FACT_SORT_COLUMNS = {
+    "id": FactRow.id,
+    "category": FactRow.category,
+    "key": FactRow.key,
+    "value": FactRow.value,
+    "source": FactRow.source,
+    "confidence": FactRow.confidence,
+    "created_at": FactRow.created_at,
+    "updated_at": FactRow.updated_at,
+    "expires_at": FactRow.expires_at,
+    "last_verified_at": FactRow.last_verified_at,
+}
+"""The columns get_all_facts may sort by; anything else is refused before SQL is built."""
+
+
+def escape_like(term: str) -> str:
+    """``term`` as a literal inside a LIKE pattern (escape character ``\\``)."""
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _contains(term: str) -> str:
+    return f"%{escape_like(term)}%"
+
+
+def owner_filter(user_id: uuid.UUID | None) -> ColumnElement[bool]:
+    """Rows of one user, or every row for a global read (None)."""
+    if user_id is None:
+        return literal(True)
+    return FactRow.user_id == user_id
+
+
+def not_expired() -> ColumnElement[bool]:
+    return or_(FactRow.expires_at.is_(None), FactRow.expires_at > func.now())
+
+
+def visible() -> ColumnElement[bool]:
+    """What every read path sees: not hidden behind a merge, not expired."""
+    return and_(FactRow.merged_into.is_(None), not_expired())
+
+
+def text_match(terms: Sequence[str]) -> ColumnElement[bool]:
+    # One ILIKE per column and term, OR-ed: PostgreSQL can bitmap-OR trigram index scans for
+    # this shape, which it cannot do for `ILIKE ANY (array)`.
+    return or_(
+        *(
+            column.ilike(_contains(term), escape="\\")
+            for term in terms
+            for column in (FactRow.category, FactRow.key, FactRow.value)
+        )
+    )
+
+
+def terms_hit(terms: Sequence[str]) -> ColumnElement[int]:
+    """How many distinct terms a row matches in any of its three text columns."""
+    hits: list[ColumnElement[int]] = [
+        cast(
+            or_(
+                FactRow.category.ilike(_contains(term), escape="\\"),
+                FactRow.key.ilike(_contains(term), escape="\\"),
+                FactRow.value.ilike(_contains(term), escape="\\"),
+            ),
+            Integer,
+        )
+        for term in terms
+    ]
+    total: ColumnElement[int] = hits[0]
+    for hit in hits[1:]:
+        total = total + hit
+    return total
+
+
+class FactRepository:
+    def __init__(self, *, session: AsyncSession) -> None:
+        self.session = session
+
+    # --- locking ----------------------------------------------------------------------------
+
+    async def lock_category(self, user_id: uuid.UUID, category: str) -> None:
+        """Serialise writers of one (user, category) until the transaction ends.
+
+        Dedupe compares a new key with every key of the category, so a unique index alone cannot
+        stop two spellings landing at once; a transaction-scoped advisory lock can.
+        """
+        await self.session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))"),
+            {"scope": f"memory_facts:{user_id}:{category}"},
+        )
+
+    # --- single rows ------------------------------------------------------------------------
+
+    async def get(self, fact_id: int) -> FactRow | None:
+        return await self.session.get(FactRow, fact_id)
+
+    async def find_key(
+        self, user_id: uuid.UUID | None, category: str, key: str, *, hidden: bool
+    ) -> FactRow | None:
+        """The visible row (or, with hidden=True, a hidden row) holding exactly this key."""
+        merged = FactRow.merged_into.is_not(None) if hidden else FactRow.merged_into.is_(None)
+        return await self.session.scalar(
+            select(FactRow)
+            .where(
+                FactRow.user_id.is_(None) if user_id is None else FactRow.user_id == user_id,
+                FactRow.category == category,
+                FactRow.key == key,
+                merged,
+            )
+            .order_by(FactRow.id.desc())
+            .limit(1)
+        )
+
+    async def visible_keys(self, user_id: uuid.UUID, category: str) -> list[tuple[int, str]]:
+        """(id, key) of every visible row in the category, expired ones included."""
+        rows = await self.session.execute(
+            select(FactRow.id, FactRow.key).where(
+                FactRow.user_id == user_id,
+                FactRow.category == category,
+                FactRow.merged_into.is_(None),
+            )
+        )
+        return [(row.id, row.key) for row in rows]
+
+    async def insert(self, values: dict[str, Any]) -> FactRow:
+        row = FactRow(**values)
+        self.session.add(row)
+        await self.session.flush()
+        await self.session.refresh(row)
+        return row
+
+    async def update(self, fact_id: int, values: dict[str, Any]) -> FactRow:
+        await self.session.execute(update(FactRow).where(FactRow.id == fact_id).values(**values))
+        row = await self.session.get(FactRow, fact_id, populate_existing=True)
+        assert row is not None
+        return row
+
+    async def hide_behind(self, hidden_ids: Sequence[int], survivor_id: int) -> None:
+        """Hide rows behind ``survivor_id``, and re-point rows hidden behind them (no chains)."""
+        if not hidden_ids:
+            return
+        await self.session.execute(
+            update(FactRow)
+            .where(or_(FactRow.id.in_(hidden_ids), FactRow.merged_into.in_(hidden_ids)))
+            .values(merged_into=survivor_id)
+        )
+
+    async def unhide(self, fact_id: int) -> None:
+        await self.session.execute(
+            update(FactRow).where(FactRow.id == fact_id).values(merged_into=None)
+        )
+
+    # --- delete -----------------------------------------------------------------------------
+
+    async def ids_for_delete(self, user_id: uuid.UUID, key: str, category: str | None) -> list[int]:
+        """Visible rows named by ``key`` directly or through a hidden spelling of theirs."""
+        named = select(FactRow.id, FactRow.merged_into).where(
+            FactRow.user_id == user_id, FactRow.key == key
+        )
+        if category is not None:
+            named = named.where(FactRow.category == category)
+        rows = (await self.session.execute(named)).all()
+        return sorted({row.merged_into or row.id for row in rows})
+
+    async def delete_with_hidden(self, ids: Sequence[int]) -> int:
+        """Delete the hidden rows pointing at ``ids`` first, then the rows. Returns len(ids)."""
+        if not ids:
+            return 0
+        await self.session.execute(delete(FactRow).where(FactRow.merged_into.in_(ids)))
+        result = await self.session.execute(
+            delete(FactRow).where(FactRow.id.in_(ids)).returning(FactRow.id)
+        )
+        return len(result.all())
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def set_search_options(self, ef_search: int) -> None:
+        # Iterative scans keep an HNSW scan going until enough rows pass the user filter
+        # (pgvector >= 0.8); relaxed order is re-sorted by distance in Python.
+        await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+        await self.session.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+
+    async def nearest(
+        self, user_id: uuid.UUID | None, query_vector: Sequence[float], limit: int
+    ) -> list[tuple[FactRow, float]]:
+        distance = FactRow.embedding.cosine_distance(query_vector).label("distance")
+        stmt = (
+            select(FactRow, distance)
+            .where(owner_filter(user_id), visible(), FactRow.embedding.is_not(None))
+            .order_by(distance)
+            .limit(limit)
+        )
+        rows = (await self.session.execute(stmt)).all()
+        return sorted(((row[0], float(row[1])) for row in rows), key=lambda pair: pair[1])
+
+    async def text_search(
+        self,
+        user_id: uuid.UUID | None,
+        terms: Sequence[str],
+        limit: int,
+        exclude_ids: Sequence[int] = (),
+    ) -> list[tuple[FactRow, int]]:
+        hits = terms_hit(terms).label("terms_hit")
+        stmt = select(FactRow, hits).where(owner_filter(user_id), visible(), text_match(terms))
+        if exclude_ids:
+            stmt = stmt.where(FactRow.id.not_in(exclude_ids))
+        stmt = stmt.order_by(hits.desc(), FactRow.updated_at.desc(), FactRow.id.desc()).limit(limit)
+        return [(row[0], int(row[1])) for row in (await self.session.execute(stmt)).all()]
+
+    async def recent(self, user_id: uuid.UUID | None, limit: int) -> list[FactRow]:
+        stmt = (
+            select(FactRow)
+            .where(owner_filter(user_id), visible())
+            .order_by(FactRow.updated_at.desc(), FactRow.id.desc())
+            .limit(limit)
+        )
+        return list((await self.session.scalars(stmt)).all())
+
+    def _listing(
+        self, user_id: uuid.UUID | None, search: str | None, include_merged: bool
+    ) -> Select[Any]:
+        # include_merged adds hidden rows; expired rows stay out either way.
+        where: list[ColumnElement[bool]] = [owner_filter(user_id), not_expired()]
+        if not include_merged:
+            where.append(FactRow.merged_into.is_(None))
+        if search:
+            where.append(text_match([search]))
+        return select(FactRow).where(*where)
+
+    async def list_facts(
+        self,
+        user_id: uuid.UUID | None,
+        *,
+        search: str | None,
+        include_merged: bool,
+        sort_by: str,
+        descending: bool,
+        limit: int | None,
+        offset: int,
+    ) -> list[FactRow]:
+        column = FACT_SORT_COLUMNS[sort_by]
+        order = column.desc().nulls_last() if descending else column.asc().nulls_last()
+        stmt = (
+            self._listing(user_id, search, include_merged)
+            .order_by(order, FactRow.key, FactRow.id)
+            .offset(offset)
+            .limit(limit)
+        )
+        return list((await self.session.scalars(stmt)).all())
+
+    async def count(self, user_id: uuid.UUID | None, *, include_merged: bool) -> int:
+        stmt = self._listing(user_id, None, include_merged).with_only_columns(func.count())
+        return int(await self.session.scalar(stmt) or 0)
+
+    # --- backfill ---------------------------------------------------------------------------
+
+    async def missing_embeddings(self, after_id: int, limit: int) -> list[FactRow]:
+        """Visible-or-expired rows without a vector (hidden rows are skipped), by id."""
+        stmt = (
+            select(FactRow)
+            .where(
+                FactRow.embedding.is_(None), FactRow.merged_into.is_(None), FactRow.id > after_id
+            )
+            .order_by(FactRow.id)
+            .limit(limit)
+        )
+        return list((await self.session.scalars(stmt)).all())
+
+    async def count_missing_embeddings(self) -> int:
+        stmt = select(func.count()).where(
+            FactRow.embedding.is_(None), FactRow.merged_into.is_(None)
+        )
+        return int(await self.session.scalar(stmt) or 0)
+
+    async def set_embedding(self, fact_id: int, embedding: Sequence[float]) -> None:
+        # Only where still missing: a concurrent upsert may have stored a fresher vector.
+        await self.session.execute(
+            update(FactRow)
+            .where(FactRow.id == fact_id, FactRow.embedding.is_(None))
+            .values(embedding=list(embedding))
+        )
+
+    # --- summary and extraction state -------------------------------------------------------
+
+    async def get_summary(self, user_id: uuid.UUID | None) -> str | None:
+        stmt = select(SummaryRow.content)
+        stmt = stmt.where(
+            SummaryRow.user_id.is_(None) if user_id is None else SummaryRow.user_id == user_id
+        )
+        return await self.session.scalar(stmt)
+
+    async def set_summary(self, user_id: uuid.UUID, content: str) -> None:
+        stmt = insert(SummaryRow).values(user_id=user_id, content=content)
+        await self.session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[SummaryRow.user_id],
+                set_={"content": stmt.excluded.content, "updated_at": func.now()},
+            )
+        )
+
+    async def session_owner(self, session_id: str) -> uuid.UUID | None:
+        return await self.session.scalar(
+            select(SessionRow.user_id).where(SessionRow.id == session_id)
+        )
+
+    async def mark_extracted(self, session_id: str) -> datetime:
+        stmt = insert(SessionMemoryStateRow).values(session_id=session_id, extracted_at=func.now())
+        result = await self.session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[SessionMemoryStateRow.session_id],
+                set_={"extracted_at": func.now()},
+            ).returning(SessionMemoryStateRow.extracted_at)
+        )
+        extracted: datetime | None = result.scalar_one()
+        assert extracted is not None  # now() was just written
+        return extracted
+
+    async def extracted_at(self, session_id: str) -> datetime | None:
+        return await self.session.scalar(
+            select(SessionMemoryStateRow.extracted_at).where(
+                SessionMemoryStateRow.session_id == session_id
+            )
+        )

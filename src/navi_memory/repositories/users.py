@@ -1,0 +1,35 @@
+"""SQL for navi_users."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from navi_memory.models import User
+
+
+class UserRepository:
+    def __init__(self, *, session: AsyncSession) -> None:
+        self.session = session
+
+    async def ensure(self, user_id: uuid.UUID, name: str | None) -> bool:
+        """Insert the user if missing; True when it was created."""
+        result = await self.session.execute(
+            insert(User)
+            .values(id=user_id, name=name)
+            .on_conflict_do_nothing(index_elements=[User.id])
+            .returning(User.id)
+        )
+        return result.scalar() is not None
+
+    async def get(self, user_id: uuid.UUID) -> User | None:
+        return await self.session.scalar(select(User).where(User.id == user_id))
+
+    async def delete(self, user_id: uuid.UUID) -> bool:
+        result = await self.session.execute(
+            delete(User).where(User.id == user_id).returning(User.id)
+        )
+        return result.scalar() is not None

@@ -1,0 +1,110 @@
+"""Backfill: give a vector to every row that was written without one.
+
+A batch job, so the one exception to "a public call is one transaction": it commits per batch,
+and can be interrupted and run again (it only touches rows whose embedding is still NULL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from navi_memory.llm import Embedder, embedding_text_for_fact
+from navi_memory.repositories.facts import FactRepository
+from navi_memory.unit_of_work import unit_of_work
+
+__all__ = ["BackfillProgress", "BackfillSource", "FactBackfill", "run_backfill"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillProgress:
+    table: str
+    done: int
+    total: int
+
+
+class BackfillSource(Protocol):
+    """One table's rows that lack a vector, and how to store one."""
+
+    table: str
+
+    async def count_missing(self, session: AsyncSession) -> int: ...
+
+    async def next_batch(
+        self, session: AsyncSession, after_id: int, limit: int
+    ) -> list[tuple[int, str]]: ...
+
+    async def store(
+        self, session: AsyncSession, vectors: Sequence[tuple[int, list[float]]]
+    ) -> None: ...
+
+
+async def run_backfill(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    embedder: Embedder,
+    sources: Sequence[BackfillSource],
+    *,
+    batch_size: int,
+    pause_seconds: float,
+    progress: Callable[[BackfillProgress], Awaitable[None] | None] | None = None,
+) -> dict[str, int]:
+    """Embed and store every missing vector of ``sources``; returns rows filled per table.
+
+    An EmbeddingError propagates (the rows of the failed batch keep NULL; a rerun resumes).
+    """
+    filled: dict[str, int] = {}
+    first_batch = True
+    for source in sources:
+        async with unit_of_work(sessionmaker) as session:
+            total = await source.count_missing(session)
+        done, after_id = 0, 0
+        filled[source.table] = 0
+        while True:
+            async with unit_of_work(sessionmaker) as session:
+                batch = await source.next_batch(session, after_id, batch_size)
+            if not batch:
+                break
+            if not first_batch and pause_seconds > 0:
+                await asyncio.sleep(pause_seconds)
+            first_batch = False
+            vectors = await embedder.embed_documents([text for _, text in batch])
+            async with unit_of_work(sessionmaker) as session:
+                await source.store(session, list(zip((i for i, _ in batch), vectors, strict=True)))
+            after_id = batch[-1][0]
+            done += len(batch)
+            filled[source.table] += len(batch)
+            if progress is not None:
+                result = progress(BackfillProgress(source.table, done, max(total, done)))
+                if result is not None:
+                    await result
+        logger.info("backfill.done", extra={"table": source.table, "rows": done})
+    return filled
+
+
+class FactBackfill:
+    """memory_facts rows without a vector; hidden rows are skipped (no read path shows them)."""
+
+    table = "memory_facts"
+
+    async def count_missing(self, session: AsyncSession) -> int:
+        return await FactRepository(session=session).count_missing_embeddings()
+
+    async def next_batch(
+        self, session: AsyncSession, after_id: int, limit: int
+    ) -> list[tuple[int, str]]:
+        rows = await FactRepository(session=session).missing_embeddings(after_id, limit)
+        return [(row.id, embedding_text_for_fact(row.category, row.key, row.value)) for row in rows]
+
+    async def store(
+        self, session: AsyncSession, vectors: Sequence[tuple[int, list[float]]]
+    ) -> None:
+        repo = FactRepository(session=session)
+        for fact_id, vector in vectors:
+            await repo.set_embedding(fact_id, vector)

@@ -1,0 +1,345 @@
+"""MemoryStore: the spec's fact, summary and extraction-state operations (chunks join later).
+
+Every public call is one unit of work. Embeddings are computed before the transaction opens, so
+no lock is held while a model answers; when none can be had the write still lands (NULL vector,
+one ``memory.embedding_failed`` log event) and reads fall back to text search.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from navi_memory.config import Settings
+from navi_memory.constants import FACT_MAX_DISTANCE, PERMISSION_READ_ALL
+from navi_memory.errors import (
+    EmbeddingError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+from navi_memory.llm import Embedder, embedding_text_for_fact
+from navi_memory.models import FactRow
+from navi_memory.repositories.facts import FACT_SORT_COLUMNS, FactRepository
+from navi_memory.request_context import has_permission, read_scope, write_scope
+from navi_memory.schemas import Fact, FactHit
+from navi_memory.services.backfill import BackfillProgress, FactBackfill, run_backfill
+from navi_memory.services.facts import FactService, FactWrite
+from navi_memory.text.terms import query_terms
+from navi_memory.unit_of_work import unit_of_work
+from navi_memory.validation import check_int, check_optional_text, check_text
+
+__all__ = ["CONFIDENCE_BY_SOURCE", "SOURCES", "MemoryStore"]
+
+logger = logging.getLogger(__name__)
+
+SOURCES: Final = ("conversation", "tool_call", "auto_discovery", "user_explicit")
+"""Where a fact came from (spec: memory tool)."""
+
+CONFIDENCE_BY_SOURCE: Final = {"tool_call": 95, "auto_discovery": 95, "user_explicit": 90}
+"""Confidence when the caller gives none (spec: extractor); anything else gets DEFAULT."""
+
+DEFAULT_CONFIDENCE: Final = 70
+MAX_KEY_CHARS: Final = 200
+MAX_CATEGORY_CHARS: Final = 100
+MAX_LIMIT: Final = 1000
+
+
+def _log_embedding_failure(exc: EmbeddingError) -> None:
+    logger.warning("memory.embedding_failed: %s", exc, extra={"event": "memory.embedding_failed"})
+
+
+def to_fact(row: FactRow) -> Fact:
+    return Fact(
+        id=row.id,
+        user_id=row.user_id,
+        category=row.category,
+        key=row.key,
+        value=row.value,
+        source=row.source,
+        confidence=row.confidence,
+        expires_at=row.expires_at,
+        last_verified_at=row.last_verified_at,
+        source_context=row.source_context,
+        merged_into=row.merged_into,
+        has_embedding=row.embedding is not None,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def to_hit(row: FactRow, **score: Any) -> FactHit:
+    return FactHit(**to_fact(row).model_dump(), **score)
+
+
+class MemoryStore:
+    """The spec's MemoryStore over PostgreSQL: facts, summary, extraction state."""
+
+    def __init__(
+        self,
+        *,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        settings: Settings,
+        embedder: Embedder,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._settings = settings
+        self._embedder = embedder
+
+    # --- embeddings (never inside a transaction) -------------------------------------------
+
+    async def _embed_document(self, text: str) -> list[float] | None:
+        try:
+            return (await self._embedder.embed_documents([text]))[0]
+        except EmbeddingError as exc:
+            _log_embedding_failure(exc)
+            return None
+
+    async def _embed_query(self, text: str) -> list[float] | None:
+        try:
+            return await self._embedder.embed_query(text)
+        except EmbeddingError as exc:
+            _log_embedding_failure(exc)
+            return None
+
+    # --- facts ------------------------------------------------------------------------------
+
+    async def upsert_fact(
+        self,
+        category: str,
+        key: str,
+        value: str,
+        *,
+        source: str = "conversation",
+        confidence: int | None = None,
+        expires_days: float | None = None,
+        source_context: str | None = None,
+        user_id: uuid.UUID | str | None = None,
+        dedupe: bool = False,
+    ) -> Fact:
+        """Insert or update a fact of the user; with ``dedupe`` merge other spellings of the key.
+
+        Same value again: only ``last_verified_at`` moves (an expired fact is revived with the new
+        expiry). New value: value, vector, source, confidence, expiry and ``updated_at`` change.
+        """
+        uid = write_scope(user_id)
+        category = check_text("category", category, max_chars=MAX_CATEGORY_CHARS).strip()
+        key = check_text("key", key, max_chars=MAX_KEY_CHARS).strip()
+        value = check_text("value", value)
+        source_context = check_optional_text("source_context", source_context)
+        if source not in SOURCES:
+            raise InvalidInputError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
+        if confidence is None:
+            confidence = CONFIDENCE_BY_SOURCE.get(source, DEFAULT_CONFIDENCE)
+        confidence = check_int("confidence", confidence, minimum=0, maximum=100)
+        if expires_days is not None:
+            if isinstance(expires_days, bool) or not isinstance(expires_days, int | float):
+                raise InvalidInputError(
+                    f"expires_days must be a number of days, got {type(expires_days).__name__}"
+                )
+            if not 0 < expires_days <= 36_500:
+                raise InvalidInputError(
+                    f"expires_days must be between 0 (exclusive) and 36500, got {expires_days}"
+                )
+        if not isinstance(dedupe, bool):
+            raise InvalidInputError(f"dedupe must be a bool, got {type(dedupe).__name__}")
+
+        embedding = await self._embed_document(embedding_text_for_fact(category, key, value))
+        write = FactWrite(
+            user_id=uid,
+            category=category,
+            key=key,
+            value=value,
+            source=source,
+            confidence=confidence,
+            expires_days=expires_days,
+            source_context=source_context,
+            embedding=embedding,
+        )
+        async with unit_of_work(self._sessionmaker) as session:
+            row, outcome = await FactService(session=session).upsert(write, dedupe=dedupe)
+            logger.debug("memory.fact_%s", outcome, extra={"fact_id": row.id})
+            return to_fact(row)
+
+    async def search_facts(
+        self, query: str, user_id: uuid.UUID | str | None = None, limit: int = 15
+    ) -> list[FactHit]:
+        """Vector hits (cosine distance < 0.3, nearest first), then text hits up to ``limit``.
+
+        Text hits match any query term in category, key or value (ILIKE, wildcards escaped),
+        most terms first; with no embedding to be had the text pass alone answers. An empty
+        query lists the most recently updated facts.
+        """
+        scope = read_scope(user_id)
+        query = check_text("query", query, allow_empty=True)
+        limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
+        terms = query_terms(query)
+        vector = await self._embed_query(query) if terms else None
+        async with unit_of_work(self._sessionmaker) as session:
+            repo = FactRepository(session=session)
+            if not terms:
+                return [to_hit(row, via="recent") for row in await repo.recent(scope, limit)]
+            hits: list[FactHit] = []
+            if vector is not None:
+                await repo.set_search_options(self._settings.hnsw_ef_search)
+                for row, distance in await repo.nearest(scope, vector, limit):
+                    if distance < FACT_MAX_DISTANCE:
+                        hits.append(to_hit(row, via="vector", distance=distance))
+            if len(hits) < limit:
+                seen = [hit.id for hit in hits]
+                for row, hit_count in await repo.text_search(scope, terms, limit - len(hits), seen):
+                    hits.append(to_hit(row, via="text", terms_hit=hit_count))
+            return hits
+
+    async def delete_fact(
+        self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
+    ) -> int:
+        """Delete the user's fact(s) named ``key`` — directly or by a hidden spelling — with the
+        hidden rows behind them. Returns how many visible facts were deleted."""
+        uid = write_scope(user_id)
+        key = check_text("key", key, max_chars=MAX_KEY_CHARS).strip()
+        category = check_optional_text(
+            "category", category, max_chars=MAX_CATEGORY_CHARS, allow_empty=False
+        )
+        async with unit_of_work(self._sessionmaker) as session:
+            return await FactService(session=session).delete(
+                uid, key, None if category is None else category.strip()
+            )
+
+    async def get_all_facts(
+        self,
+        user_id: uuid.UUID | str | None = None,
+        all_users: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        search: str | None = None,
+        sort_by: str = "category",
+        sort_order: str = "desc",
+        include_merged: bool = False,
+    ) -> list[Fact]:
+        """The user's facts (every user's with ``all_users``, which needs read_all), sorted."""
+        scope = self._listing_scope(user_id, all_users)
+        if sort_by not in FACT_SORT_COLUMNS:
+            raise InvalidInputError(
+                f"sort_by must be one of {', '.join(sorted(FACT_SORT_COLUMNS))}; got {sort_by!r}"
+            )
+        if not isinstance(sort_order, str) or sort_order.lower() not in {"asc", "desc"}:
+            raise InvalidInputError(f"sort_order must be 'asc' or 'desc'; got {sort_order!r}")
+        if limit is not None:
+            limit = check_int("limit", limit, minimum=0)
+        offset = check_int("offset", offset, minimum=0)
+        search = check_optional_text("search", search)
+        async with unit_of_work(self._sessionmaker) as session:
+            rows = await FactRepository(session=session).list_facts(
+                scope,
+                search=search or None,
+                include_merged=include_merged,
+                sort_by=sort_by,
+                descending=sort_order.lower() == "desc",
+                limit=limit,
+                offset=offset,
+            )
+            return [to_fact(row) for row in rows]
+
+    def _listing_scope(self, user_id: uuid.UUID | str | None, all_users: bool) -> uuid.UUID | None:
+        if all_users:
+            if not has_permission(PERMISSION_READ_ALL):
+                raise PermissionDeniedError(
+                    f"all_users=True lists every user's facts and needs {PERMISSION_READ_ALL}"
+                )
+            return None
+        return read_scope(user_id)
+
+    async def fact_count(
+        self, user_id: uuid.UUID | str | None = None, include_merged: bool = False
+    ) -> int:
+        scope = read_scope(user_id)
+        async with unit_of_work(self._sessionmaker) as session:
+            return await FactRepository(session=session).count(scope, include_merged=include_merged)
+
+    async def unmerge_fact(self, fact_id: int) -> Fact:
+        """Admin: make a hidden row visible again (the row it was merged into stays as it is)."""
+        fact_id = check_int("fact_id", fact_id, minimum=1)
+        async with unit_of_work(self._sessionmaker) as session:
+            row = await FactRepository(session=session).get(fact_id)
+            if row is None or not self._may_read(row.user_id):
+                raise NotFoundError(f"fact {fact_id} does not exist")
+            if row.user_id is not None:
+                await FactRepository(session=session).lock_category(row.user_id, row.category)
+            return to_fact(await FactService(session=session).unmerge(row))
+
+    def _may_read(self, owner: uuid.UUID | None) -> bool:
+        if has_permission(PERMISSION_READ_ALL):
+            return True
+        try:
+            return owner is not None and read_scope(owner) == owner
+        except PermissionDeniedError:
+            return False
+
+    # --- summary ----------------------------------------------------------------------------
+
+    async def get_summary(self, user_id: uuid.UUID | str | None = None) -> str | None:
+        """The user's narrative summary (a global read: the legacy unowned one)."""
+        scope = read_scope(user_id)
+        async with unit_of_work(self._sessionmaker) as session:
+            return await FactRepository(session=session).get_summary(scope)
+
+    async def set_summary(self, content: str, user_id: uuid.UUID | str | None = None) -> None:
+        uid = write_scope(user_id)
+        content = check_text("content", content, allow_empty=True)
+        async with unit_of_work(self._sessionmaker) as session:
+            await FactRepository(session=session).set_summary(uid, content)
+
+    # --- extraction state -------------------------------------------------------------------
+
+    async def mark_session_extracted(self, session_id: str) -> datetime:
+        """Record that the current user's session was processed now; returns the time."""
+        uid = write_scope(None)
+        session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
+        async with unit_of_work(self._sessionmaker) as session:
+            repo = FactRepository(session=session)
+            if await repo.session_owner(session_id) != uid:
+                raise NotFoundError(f"no session {session_id!r} for this user")
+            return await repo.mark_extracted(session_id)
+
+    async def get_extracted_at(self, session_id: str) -> datetime | None:
+        """When the session was processed; None if never — or if it is not the caller's."""
+        scope = read_scope(None)
+        session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
+        async with unit_of_work(self._sessionmaker) as session:
+            repo = FactRepository(session=session)
+            if scope is not None and await repo.session_owner(session_id) != scope:
+                return None
+            return await repo.extracted_at(session_id)
+
+    # --- backfill ---------------------------------------------------------------------------
+
+    async def backfill_embeddings(
+        self,
+        batch_size: int = 8,
+        *,
+        pause_seconds: float | None = None,
+        progress: Callable[[BackfillProgress], Awaitable[None] | None] | None = None,
+    ) -> int:
+        """Embed every visible fact without a vector, ``batch_size`` at a time, committing per
+        batch. Returns how many rows got a vector. Raises EmbeddingError if the model is down."""
+        batch_size = check_int("batch_size", batch_size, minimum=1, maximum=1024)
+        filled = await run_backfill(
+            self._sessionmaker,
+            self._embedder,
+            self._backfill_sources(),
+            batch_size=batch_size,
+            pause_seconds=(
+                self._settings.backfill_pause_seconds if pause_seconds is None else pause_seconds
+            ),
+            progress=progress,
+        )
+        return sum(filled.values())
+
+    def _backfill_sources(self) -> Sequence[FactBackfill]:
+        return [FactBackfill()]

@@ -1,0 +1,35 @@
+"""Pure text logic for memory, with no database: raw chunks, breadcrumbs and key spelling.
+
+Deterministic and free of I/O, so services call it inside a unit of work without a thought.
+"""
+
+from __future__ import annotations
+
+from navi_memory.text.breadcrumbs import (
+    BREADCRUMB_MAX_CHARS,
+    extract_breadcrumbs,
+    merge_breadcrumbs,
+    split_keys_line,
+)
+from navi_memory.text.chunks import (
+    DEFAULT_CHUNK_MAX_CHARS,
+    DEFAULT_MESSAGE_MAX_CHARS,
+    build_chunks,
+    elide_middle,
+    render_message,
+)
+from navi_memory.text.keys import normalize_key, same_key
+
+__all__ = [
+    "BREADCRUMB_MAX_CHARS",
+    "DEFAULT_CHUNK_MAX_CHARS",
+    "DEFAULT_MESSAGE_MAX_CHARS",
+    "build_chunks",
+    "elide_middle",
+    "extract_breadcrumbs",
+    "merge_breadcrumbs",
+    "normalize_key",
+    "render_message",
+    "same_key",
+    "split_keys_line",
+]

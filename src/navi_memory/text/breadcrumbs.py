@@ -1,0 +1,386 @@
+"""Breadcrumbs: the entities a later question will be phrased with, found in demoted history.
+
+Pure logic: the deterministic extractor, the summarizer's KEYS: line, and their merge.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from navi_memory.constants import MAX_BREADCRUMBS, SUMMARY_MAX_KEYS
+
+__all__ = [
+    "BREADCRUMB_MAX_CHARS",
+    "extract_breadcrumbs",
+    "merge_breadcrumbs",
+    "split_keys_line",
+]
+
+BREADCRUMB_MAX_CHARS: Final = 200
+"""A longer item is dropped, not cut: a truncated URL or path points nowhere."""
+
+_QUOTED_MIN, _QUOTED_MAX = 2, 60
+
+# Ranks: a lower rank survives the cap first. Within a rank, first occurrence wins.
+_R_LINK, _R_CODE, _R_PATH, _R_TICKET, _R_IDENT, _R_AMOUNT, _R_NUMBER, _R_QUOTED = range(8)
+
+# --- patterns -------------------------------------------------------------------------------
+# Every pattern starts with a negative lookbehind on the characters it could continue, so a
+# match can only begin at the start of a run. That keeps each scan linear on hostile input
+# (a 100k-character word) instead of retrying from every position inside it.
+
+_URL_CHARS = r"[^\s<>\"'`{}|\\^\[\]]"
+_URL = re.compile(
+    r"(?<![\w.+-])(?:https?|ftps?|sftp|ssh|wss?|file|git|s3|gs|"
+    r"postgres(?:ql)?|mysql|redis|mongodb(?:\+srv)?|amqps?)://" + _URL_CHARS + r"+",
+    re.IGNORECASE,
+)
+_WWW = re.compile(r"(?<![\w.@/-])www\.[\w-]+(?:\.[\w-]+)+(?:[:/?#]" + _URL_CHARS + r"*)?")
+# Bare hosts only with TLDs that are rarely the tail of an ordinary "word.word" typo.
+_DOMAIN = re.compile(
+    r"(?<![\w.@/-])(?:[a-z0-9-]+\.)+"
+    r"(?:com|org|net|io|dev|ai|app|co|gov|edu|info|xyz|cloud|tech|eu|de|uk|fr|nl|ch|se|fi|dk)"
+    r"(?![\w-]|\.\w)(?::\d{1,5})?(?:/" + _URL_CHARS + r"*)?",
+    re.IGNORECASE,
+)
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,}(?![\w-])")
+_IPV4 = re.compile(
+    r"(?<![\w.])(?:(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])"
+    r"(?::[0-9]{1,5})?(?:/[0-9]{1,2})?(?![\w.]?[0-9])"
+)
+_LOCALHOST = re.compile(r"(?<![\w.-])localhost:[0-9]{1,5}(?:/" + _URL_CHARS + r"*)?")
+
+_INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+
+_SEG = r"[\w.@+~-]"
+_ABS_PATH = re.compile(r"(?<![\w.~/\\:<>-])/(?:" + _SEG + r"+/)*" + _SEG + r"+/?")
+_DOT_PATH = re.compile(r"(?<![\w.~/\\:<>-])\.{1,2}/(?:" + _SEG + r"+/)*" + _SEG + "*")
+_HOME_PATH = re.compile(r"(?<![\w.~/\\:<>-])~[\w.-]*/(?:" + _SEG + r"+/)*" + _SEG + "*")
+_REL_PATH = re.compile(r"(?<![\w.~/\\:<>@#-])[\w.@+-]+(?:/" + _SEG + r"+)+/?")
+_WIN_PATH = re.compile(r"(?<![\w\\])[A-Za-z]:\\[^\s\"'<>|*?`,;]*")
+_UNC_PATH = re.compile(r"(?<![\w\\])\\\\[\w.$-]+\\[^\s\"'<>|*?`,;]+")
+_FILE_EXTENSIONS: Final = (
+    "py|pyi|pyc|ipynb|js|mjs|cjs|ts|tsx|jsx|vue|svelte|json|jsonl|yaml|yml|toml|ini|cfg|conf|"
+    "env|md|rst|txt|csv|tsv|log|sh|bash|zsh|fish|ps1|bat|cmd|sql|html|htm|css|scss|sass|xml|"
+    "go|rs|rb|java|kt|kts|scala|c|h|cc|cpp|hpp|cs|php|swift|dart|lua|pl|r|jl|ex|exs|erl|hs|"
+    "lock|pdf|png|jpe?g|gif|svg|webp|heic|ico|docx?|xlsx?|pptx?|odt|ods|rtf|epub|"
+    "zip|tar|gz|tgz|bz2|xz|zst|7z|rar|whl|deb|rpm|apk|dmg|iso|img|exe|dll|so|dylib|jar|war|"
+    "mp3|mp4|wav|flac|ogg|mov|mkv|avi|webm|srt|"
+    "service|timer|socket|mount|desktop|plist|properties|gradle|cmake|mk|tf|tfvars|nix|"
+    "proto|graphql|gql|prisma|patch|diff|pem|crt|csr|pub|key|p12|db|sqlite3?|bak|tmp|"
+    "j2|jinja|tmpl|tpl|ics|vcf|eml|bib|tex|wasm|map"
+)
+_BARE_FILE = re.compile(
+    r"(?<![\w.@/\\~+-])\w[\w+-]*(?:\.[\w+-]+)*\.(?i:" + _FILE_EXTENSIONS + r")(?![\w-]|\.\w)"
+)
+_DOTFILE = re.compile(r"(?<![\w.@/\\~+-])\.[a-z][\w-]*(?:\.[\w-]+)*(?![\w-]|\.\w)")
+_NAMED_FILE = re.compile(
+    r"(?<![\w./\\-])(?:Makefile|Dockerfile|Containerfile|Vagrantfile|Gemfile|Procfile|"
+    r"Jenkinsfile|Justfile|Rakefile|Pipfile|Brewfile|Caddyfile)(?![\w.-])"
+)
+
+_HASH_TICKET = re.compile(r"(?<![\w&#/.-])(?:[\w.-]+/[\w.-]+)?#[0-9]{1,9}(?!\w)")
+_KEY_TICKET = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]{1,9}-[0-9]{1,7}(?![\w-]|\.[0-9])")
+
+# A number: grouped thousands (1,200 · 1.200 · 1'200 · 1 200 with a no-break space) or plain,
+# with an optional decimal part in either convention (4,5 · 4.5).
+_NUM = r"(?:[0-9]{1,3}(?:[,.'\u00a0\u202f][0-9]{3})+(?:[.,][0-9]+)?|[0-9]+(?:[.,][0-9]+)?)"
+_SPACE = r"[ \u00a0\u202f]?"
+_UNIT_WORDS = (
+    # Rates first: "km" must not win over "km/h", nor "Mb" over "Mb/s".
+    r"km/h|[kmg]bit/s|[kmg]b/s|req/s|requests?/s|[kmg]bps|kmh|mph|rpm|fps|rps|qps|"
+    r"[kmgtpe]i?b|bytes?|bits?|"
+    r"ns|µs|μs|us|ms|secs?|seconds?|mins?|minutes?|hrs?|hours?|days?|weeks?|months?|yrs?|"
+    r"years?|[kmg]?hz|mm|cm|km|mi|miles?|ft|feet|inch(?:es)?|met(?:er|re)s?|"
+    r"kilomet(?:er|re)s?|mg|kg|lbs?|oz|grams?|kilograms?|tonnes?|ml|lit(?:er|re)s?|"
+    r"[kmg]wh?|mah|volts?|watts?|amps?|"
+    r"px|pt|dpi|ppi|cores?|v?cpus?|gpus?|threads?|workers?|replicas?|tokens?"
+)
+_MULTIPLIER = r"(?:[kKmMbB]|bn|mn|million|billion|thousand)"
+_CURRENCY_WORD = r"usd|eur|gbp|chf|dollars?|euros?|pounds?|bucks"
+_CURRENCY_FIRST = (
+    rf"(?:US\$|[$€£¥₹]){_SPACE}{_NUM}(?:{_SPACE}{_MULTIPLIER})?(?!\w)"
+    rf"|(?:USD|EUR|GBP|CHF|JPY|CAD|AUD){_SPACE}{_NUM}(?!\w)"
+)
+_UNIT_AFTER = (
+    rf"{_SPACE}(?:[€£$%‰]|°[CF]?)"
+    rf"|{_SPACE}(?i:{_UNIT_WORDS}|{_CURRENCY_WORD})(?!\w)"
+    # one-letter units only when glued on (5s, 10m, 7B, 2x): "5 s" is more often prose
+    r"|[smhdwykKMBGTgLlVWx](?!\w)"
+)
+_AMOUNT = re.compile(rf"(?<![\w.,])(?:{_CURRENCY_FIRST}|{_NUM}(?:{_UNIT_AFTER}))")
+_VERSION = re.compile(
+    r"(?<![\w.])(?:v[0-9]+(?:\.[0-9]+)*|[0-9]+\.[0-9]+\.[0-9]+(?:\.[0-9]+)*)"
+    r"(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![\w-]|\.\w)"
+)
+_DATE = re.compile(r"(?<![\w.-])[0-9]{4}-[01][0-9]-[0-3][0-9](?![\w-]|\.[0-9])")
+_BARE_NUMBER = re.compile(
+    r"(?<![\w.,/\\#$€£¥-])(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]{3,})(?![\w]|[.,][0-9])"
+)
+
+_WORD = re.compile(r"\w+")
+_CAMEL = re.compile(
+    r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+|[A-Z]{2,}[a-z]{2,}\w*"
+)
+_CONSTANT_NO_UNDERSCORE = re.compile(r"[A-Z][A-Z0-9]{2,}")
+_INNER_UNDERSCORE = re.compile(r"[^\W_]_+[^\W_]")
+_DUNDER = re.compile(r"__[a-z][a-z0-9]*__")
+
+# Quote pairs: straight, typographic (English, German, French), each in either direction where
+# languages differ. An opening quote follows no word character and is not followed by a space;
+# a closing one is not preceded by a space and is followed by no word character, so the
+# apostrophes in "don't" and "it's" are never taken for quotes.
+_QUOTE_PAIRS: Final = (
+    ('"', '"'),
+    ("'", "'"),
+    ("“", "”"),
+    ("„", "“"),
+    ("‘", "’"),
+    ("‚", "‘"),
+    ("«", "»"),
+    ("»", "«"),
+)
+
+
+def _quoted_pattern(opening: str, closing: str) -> re.Pattern[str]:
+    o, c = re.escape(opening), re.escape(closing)
+    inner = f"[^{o}{c}\\n]"
+    # A quoted string followed by ":" is a key in JSON or a dict literal, not a phrase.
+    return re.compile(
+        rf"(?<![\w{o}]){o}(?!\s)({inner}{{{_QUOTED_MIN},{_QUOTED_MAX}}}?)(?<!\s){c}(?![\w{c}]| ?:)"
+    )
+
+
+_QUOTED = tuple(_quoted_pattern(o, c) for o, c in _QUOTE_PAIRS)
+
+_TRAILING_PUNCT: Final = ".,;:!?'\"*"
+_CLOSERS: Final = {")": "(", "]": "[", "}": "{", ">": "<"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    rank: int
+    start: int
+    text: str
+
+
+def _strip_trailing(item: str) -> str:
+    # Sentence punctuation and closing brackets that the sentence, not the link, opened:
+    # "(see https://x.org/a_(b))." keeps the balanced ")" of the URL and drops the rest.
+    # Bracket counts are kept up to date rather than recounted, so a run of 50k ")" stays linear.
+    opened = {closer: item.count(opener) for closer, opener in _CLOSERS.items()}
+    closed = {closer: item.count(closer) for closer in _CLOSERS}
+    end = len(item)
+    while end:
+        last = item[end - 1]
+        if last in _CLOSERS and closed[last] > opened[last]:
+            closed[last] -= 1
+        elif last not in _TRAILING_PUNCT:
+            break
+        end -= 1
+    return item[:end]
+
+
+def _shorten_url(url: str) -> str:
+    # A long query string is tracking noise more often than not; the page is the breadcrumb.
+    if len(url) > BREADCRUMB_MAX_CHARS:
+        url = re.split(r"[?#]", url, maxsplit=1)[0]
+    return url
+
+
+def _clean_item(raw: str) -> str | None:
+    item = " ".join(raw.split())
+    if not item or len(item) > BREADCRUMB_MAX_CHARS or not any(ch.isalnum() for ch in item):
+        return None
+    return item
+
+
+class _Scanner:
+    """Collects matches and blanks them out, so a later, coarser pattern cannot re-find a piece
+    of something already found (the host of a URL, the digits of a ticket)."""
+
+    def __init__(self, text: str) -> None:
+        self.masked = text
+        self.found: list[_Found] = []
+
+    def take(
+        self,
+        rank: int,
+        pattern: re.Pattern[str],
+        *,
+        accept: Callable[[str], bool] = lambda _: True,
+        post: Callable[[str], str] = _strip_trailing,
+    ) -> None:
+        spans: list[tuple[int, int]] = []
+        for match in pattern.finditer(self.masked):
+            item = post(match.group(0))
+            if not item or not accept(item):
+                continue
+            self.found.append(_Found(rank, match.start(), item))
+            spans.append(match.span())
+        if spans:
+            self.masked = _blank(self.masked, spans)
+
+
+def _blank(text: str, spans: list[tuple[int, int]]) -> str:
+    parts: list[str] = []
+    previous = 0
+    for start, end in spans:
+        parts.append(text[previous:start])
+        parts.append(" " * (end - start))
+        previous = end
+    parts.append(text[previous:])
+    return "".join(parts)
+
+
+def _has_letter(item: str) -> bool:
+    return any(ch.isalpha() for ch in item)
+
+
+_KNOWN_EXTENSION = re.compile(r"\.(?i:" + _FILE_EXTENSIONS + r")$")
+
+
+def _relative_path_ok(item: str) -> bool:
+    # "and/or", "TCP/IP" and "km/h" are prose; a relative path needs depth, an extension or a
+    # dot-directory before we believe it.
+    if not _has_letter(item):
+        return False
+    body = item.rstrip("/")
+    return body.count("/") >= 2 or _KNOWN_EXTENSION.search(body) is not None or body.startswith(".")
+
+
+def _identifier(word: str) -> bool:
+    if len(word) > BREADCRUMB_MAX_CHARS or not _has_letter(word):
+        return False
+    if "_" in word:
+        return _INNER_UNDERSCORE.search(word) is not None or _DUNDER.fullmatch(word) is not None
+    if _CAMEL.fullmatch(word):
+        return True
+    return _CONSTANT_NO_UNDERSCORE.fullmatch(word) is not None and any(ch.isdigit() for ch in word)
+
+
+def _scan(text: str) -> Iterator[_Found]:
+    for match in _INLINE_CODE.finditer(text):
+        yield _Found(_R_CODE, match.start(), match.group(1))
+
+    scanner = _Scanner(text)
+    scanner.take(_R_LINK, _URL, post=lambda u: _shorten_url(_strip_trailing(u)))
+    scanner.take(_R_LINK, _EMAIL)
+    scanner.take(_R_LINK, _WWW, post=lambda u: _shorten_url(_strip_trailing(u)))
+    scanner.take(_R_LINK, _IPV4)
+    scanner.take(_R_LINK, _LOCALHOST)
+    scanner.take(_R_LINK, _DOMAIN, post=lambda u: _shorten_url(_strip_trailing(u)))
+    scanner.take(_R_TICKET, _HASH_TICKET)
+    scanner.take(_R_TICKET, _KEY_TICKET)
+    scanner.take(_R_PATH, _WIN_PATH, accept=lambda p: len(p) > 3)
+    scanner.take(_R_PATH, _UNC_PATH)
+    scanner.take(_R_PATH, _ABS_PATH, accept=lambda p: _has_letter(p) and len(p.rstrip("/")) > 2)
+    scanner.take(_R_PATH, _DOT_PATH, accept=_has_letter)
+    scanner.take(_R_PATH, _HOME_PATH, accept=_has_letter)
+    scanner.take(_R_PATH, _REL_PATH, accept=_relative_path_ok)
+    scanner.take(_R_PATH, _BARE_FILE)
+    scanner.take(_R_PATH, _DOTFILE)
+    scanner.take(_R_PATH, _NAMED_FILE)
+    scanner.take(_R_AMOUNT, _DATE)
+    scanner.take(_R_AMOUNT, _VERSION)
+    scanner.take(_R_AMOUNT, _AMOUNT, post=lambda a: " ".join(a.split()))
+    scanner.take(_R_NUMBER, _BARE_NUMBER)
+    scanner.take(_R_IDENT, _WORD, accept=_identifier, post=lambda w: w)
+    yield from scanner.found
+
+    for pattern in _QUOTED:
+        for match in pattern.finditer(text):
+            yield _Found(_R_QUOTED, match.start(), match.group(1))
+
+
+def _dedupe(items: Iterable[str], limit: int) -> list[str]:
+    kept: list[str] = []
+    seen: set[str] = set()
+    if limit <= 0:
+        return kept
+    for raw in items:
+        item = _clean_item(raw)
+        if item is None:
+            continue
+        folded = item.casefold()
+        if folded in seen:
+            continue
+        seen.add(folded)
+        kept.append(item)
+        if len(kept) >= limit:
+            break
+    return kept
+
+
+def extract_breadcrumbs(text: str, *, limit: int = MAX_BREADCRUMBS) -> list[str]:
+    """The deterministic breadcrumbs of ``text``, most important first, at most ``limit``.
+
+    Classes, in rank order: links (URLs, e-mail addresses, IPs, host:port), inline code, paths
+    and file names, ticket numbers, identifiers (snake_case, CONSTANT, CamelCase), amounts
+    (units, currency, percentages, versions, dates), bare numbers of three or more digits,
+    quoted phrases. Within a class, first occurrence first. Duplicates are dropped ignoring case,
+    keeping the first spelling kept; every item is trimmed and at most 200 characters.
+    """
+    found = sorted(_scan(text), key=lambda f: (f.rank, f.start))
+    return _dedupe((f.text for f in found), limit)
+
+
+def merge_breadcrumbs(*sources: Iterable[str], limit: int = MAX_BREADCRUMBS) -> list[str]:
+    """The union of ``sources`` in order (first source first), deduped ignoring case, capped.
+
+    Items are trimmed; empty ones and ones over 200 characters are dropped.
+    """
+    return _dedupe((item for source in sources for item in source), limit)
+
+
+_KEYS_LINE = re.compile(r"^[\s>#*_-]*keys[*_]*\s*:[*_]*(.*)$", re.IGNORECASE)
+_WRAPPERS: Final = (
+    ("``", "``"),
+    ("`", "`"),
+    ('"', '"'),
+    ("'", "'"),
+    ("“", "”"),
+    ("‘", "’"),
+    ("**", "**"),
+    ("*", "*"),
+)
+
+
+def _unwrap(item: str) -> str:
+    # Models like to dress keys as code or quotes; the breadcrumb is what is inside.
+    item = item.strip()
+    for opening, closing in _WRAPPERS:
+        if (
+            len(item) > len(opening) + len(closing)
+            and item.startswith(opening)
+            and item.endswith(closing)
+        ):
+            return item[len(opening) : len(item) - len(closing)].strip()
+    return item
+
+
+def split_keys_line(summary: str) -> tuple[str, list[str]]:
+    """Remove the summary's last ``KEYS:`` line and return (the rest, its keys).
+
+    The line may be indented or in markdown bold (``**KEYS:**``). Keys are the comma-separated
+    items, trimmed, empties dropped, deduped ignoring case, capped at SUMMARY_MAX_KEYS;
+    ``KEYS: NONE`` means no keys. Without a KEYS line the summary comes back stripped with [].
+    """
+    lines = summary.splitlines(keepends=True)
+    for index in range(len(lines) - 1, -1, -1):
+        match = _KEYS_LINE.match(lines[index].rstrip("\r\n"))
+        if match is None:
+            continue
+        rest = "".join(lines[:index] + lines[index + 1 :]).strip()
+        body = match.group(1).strip()
+        for bold in ("**", "__"):
+            body = body.removesuffix(bold)
+        body = body.strip().removesuffix(".")
+        items = [_unwrap(item) for item in body.split(",")]
+        if len(items) == 1 and items[0].casefold() == "none":
+            return rest, []
+        return rest, _dedupe(items, SUMMARY_MAX_KEYS)
+    return summary.strip(), []

@@ -1,0 +1,146 @@
+"""Raw chunks: pack the messages a compression demotes into verbatim, hashable text blocks.
+
+Pure logic: ``build_chunks`` renders and packs; storing and embedding the chunks is the caller's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Final
+
+from navi_memory.errors import InvalidInputError
+from navi_memory.schemas import ChunkDraft, Message
+
+__all__ = [
+    "DEFAULT_CHUNK_MAX_CHARS",
+    "DEFAULT_MESSAGE_MAX_CHARS",
+    "build_chunks",
+    "elide_middle",
+    "render_message",
+]
+
+DEFAULT_CHUNK_MAX_CHARS: Final = 4000
+"""CHUNK_MAX_CHARS: messages are packed into chunks of up to this many characters."""
+
+DEFAULT_MESSAGE_MAX_CHARS: Final = 12000
+"""CHUNK_MESSAGE_MAX_CHARS: one rendered message is capped here, its middle elided."""
+
+_JOIN: Final = "\n\n"
+_SKIPPED_KINDS: Final = frozenset({"summary", "marker"})
+
+
+def _elision_marker(count: int) -> str:
+    return f"\n[… {count} characters elided …]\n"
+
+
+def elide_middle(text: str, max_chars: int) -> str:
+    """Cap ``text`` at ``max_chars`` by cutting its middle and saying how much was cut.
+
+    The head and the tail survive because that is where a message states what it is about and
+    what came of it. The result is never longer than ``max_chars``.
+    """
+    if len(text) <= max_chars:
+        return text
+    # The marker's length depends on the count it reports: find the digit count that agrees
+    # with itself. Sizing for len(text) always fits, so it is the fallback.
+    budget = max_chars - len(_elision_marker(len(text)))
+    for digits in range(1, len(str(len(text)))):
+        candidate = max_chars - len(_elision_marker(10 ** (digits - 1)))
+        if len(str(len(text) - candidate)) == digits:
+            budget = candidate
+            break
+    if budget < 2:
+        # Too small a cap to say anything about the cut: keep what fits.
+        return text[:max_chars]
+    head = (budget + 1) // 2
+    tail = budget - head
+    return text[:head] + _elision_marker(len(text) - head - tail) + text[len(text) - tail :]
+
+
+def _clean(text: str) -> str:
+    # A lone surrogate cannot be encoded as UTF-8: it would break the hash and the INSERT.
+    # Round-tripping through UTF-16 joins valid pairs and turns strays into U+FFFD.
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def render_message(message: Message) -> str | None:
+    """The verbatim line a message contributes to a chunk, or None when it is not history.
+
+    System messages, compression summaries and markers are skipped, and so are user and
+    assistant messages with nothing in them. Tool calls render as the assistant's request,
+    with their arguments as compact JSON (keys sorted, so the same call always hashes alike).
+    """
+    if message.role == "system" or message.kind in _SKIPPED_KINDS:
+        return None
+    if message.role == "tool_call":
+        args = (
+            ""
+            if message.tool_args is None
+            else json.dumps(
+                message.tool_args,
+                separators=(",", ":"),
+                ensure_ascii=False,
+                sort_keys=True,
+                default=str,
+            )
+        )
+        return _clean(f"Assistant: [Tool call] {message.tool_name or 'unknown'}({args})")
+    if message.role == "tool":
+        # An empty tool result is still a result: the call happened and returned nothing.
+        name = message.tool_name or "unknown"
+        return _clean(f"Tool result ({name}): {message.content}")
+    if not message.content.strip():
+        return None
+    prefix = "User: " if message.role == "user" else "Assistant: "
+    return _clean(prefix + message.content)
+
+
+def _draft(parts: list[tuple[Message, str]]) -> ChunkDraft:
+    content = _JOIN.join(text for _, text in parts)
+    first, last = parts[0][0], parts[-1][0]
+    return ChunkDraft(
+        content=content,
+        content_hash=hashlib.sha256(content.encode("utf-8")).hexdigest(),
+        start_seq=first.seq,
+        end_seq=last.seq,
+        started_at=first.created_at,
+        ended_at=last.created_at,
+    )
+
+
+def build_chunks(
+    messages: Sequence[Message],
+    *,
+    max_chars: int = DEFAULT_CHUNK_MAX_CHARS,
+    message_max_chars: int = DEFAULT_MESSAGE_MAX_CHARS,
+) -> list[ChunkDraft]:
+    """Pack ``messages`` (in the order given) into chunks of up to ``max_chars`` characters.
+
+    Each message is rendered by ``render_message`` and capped at ``message_max_chars`` with its
+    middle elided; messages in a chunk are joined by a blank line. A message longer than
+    ``max_chars`` after capping forms a chunk of its own, so such a chunk may exceed
+    ``max_chars`` (never ``message_max_chars``). Breadcrumbs are left empty for the caller.
+    """
+    if max_chars < 1 or message_max_chars < 1:
+        raise InvalidInputError(
+            f"chunk sizes must be positive (max_chars={max_chars}, "
+            f"message_max_chars={message_max_chars})"
+        )
+    chunks: list[ChunkDraft] = []
+    current: list[tuple[Message, str]] = []
+    current_len = 0
+    for message in messages:
+        rendered = render_message(message)
+        if rendered is None:
+            continue
+        text = elide_middle(rendered, message_max_chars)
+        if current and current_len + len(_JOIN) + len(text) > max_chars:
+            chunks.append(_draft(current))
+            current, current_len = [], 0
+        current_len += (len(_JOIN) if current else 0) + len(text)
+        current.append((message, text))
+    if current:
+        chunks.append(_draft(current))
+    return chunks

@@ -1,0 +1,256 @@
+"""Key spelling: the deterministic rule that decides when two fact keys name the same thing.
+
+Used by fact dedupe (``upsert_fact(dedupe=True)``); the rule is written up in docs/key-spellings.md.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = [
+    "DROPPED_MODIFIERS",
+    "PHRASES",
+    "normalize_key",
+    "same_key",
+]
+
+# camelCase and PascalCase humps: "preferredLanguage", "HTTPPort" -> "HTTP Port".
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_SEPARATORS = re.compile(r"[\W_]+")
+_APOSTROPHES = re.compile(r"['’]")
+
+PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
+    # British -> American spelling
+    ("colour",): ("color",),
+    ("favourite",): ("favorite",),
+    ("organisation",): ("organization",),
+    ("licence",): ("license",),
+    ("centre",): ("center",),
+    ("programme",): ("program",),
+    ("behaviour",): ("behavior",),
+    ("flavour",): ("flavor",),
+    ("honour",): ("honor",),
+    ("neighbour",): ("neighbor",),
+    ("neighbourhood",): ("neighborhood",),
+    ("humour",): ("humor",),
+    ("labour",): ("labor",),
+    ("catalogue",): ("catalog",),
+    ("dialogue",): ("dialog",),
+    ("metre",): ("meter",),
+    ("litre",): ("liter",),
+    ("theatre",): ("theater",),
+    ("defence",): ("defense",),
+    ("grey",): ("gray",),
+    ("jewellery",): ("jewelry",),
+    ("travelling",): ("traveling",),
+    ("mum",): ("mom",),
+    # abbreviations
+    ("os",): ("operating", "system"),
+    ("tz",): ("timezone",),
+    ("lang",): ("language",),
+    ("pref",): ("preference",),
+    ("addr",): ("address",),
+    ("tel",): ("phone",),
+    ("telephone",): ("phone",),
+    ("dob",): ("birth", "date"),
+    ("bday",): ("birth", "date"),
+    ("db",): ("database",),
+    ("fav",): ("favorite",),
+    ("fave",): ("favorite",),
+    ("num",): ("number",),
+    ("qty",): ("quantity",),
+    ("dept",): ("department",),
+    ("org",): ("organization",),
+    ("msg",): ("message",),
+    ("info",): ("information",),
+    ("pw",): ("password",),
+    ("passwd",): ("password",),
+    ("dir",): ("directory",),
+    ("repo",): ("repository",),
+    ("env",): ("environment",),
+    ("cfg",): ("configuration",),
+    ("config",): ("configuration",),
+    ("ver",): ("version",),
+    ("pkg",): ("package",),
+    ("yr",): ("year",),
+    ("mob",): ("mobile",),
+    ("cell",): ("mobile",),
+    ("fname",): ("first", "name"),
+    ("firstname",): ("first", "name"),
+    ("forename",): ("first", "name"),
+    ("lname",): ("last", "name"),
+    ("lastname",): ("last", "name"),
+    ("surname",): ("last", "name"),
+    # one thing written as one word or two
+    ("time", "zone"): ("timezone",),
+    ("e", "mail"): ("email",),
+    ("email", "address"): ("email",),
+    ("user", "name"): ("username",),
+    ("nick", "name"): ("nickname",),
+    ("preferred", "name"): ("nickname",),
+    ("given", "name"): ("first", "name"),
+    ("family", "name"): ("last", "name"),
+    ("phone", "number"): ("phone",),
+    ("cell", "phone"): ("mobile", "phone"),
+    ("mobile", "number"): ("mobile", "phone"),
+    ("birthdate",): ("birth", "date"),
+    ("birthday",): ("birth", "date"),
+    ("home", "town"): ("hometown",),
+    ("web", "site"): ("website",),
+    ("zip",): ("postal", "code"),
+    ("zip", "code"): ("postal", "code"),
+    ("zipcode",): ("postal", "code"),
+    ("postcode",): ("postal", "code"),
+    ("post", "code"): ("postal", "code"),
+}
+"""Token phrases rewritten to one canonical spelling, longest match first, left to right.
+Every right-hand side is already canonical: rewriting it again changes nothing."""
+
+DROPPED_MODIFIERS: Final = frozenset(
+    {
+        "my",
+        "the",
+        "preferred",
+        "preference",
+        "current",
+        "primary",
+        "default",
+        "main",
+        "user",
+        "usual",
+    }
+)
+"""Tokens that qualify a key without changing what it names: ``preferred_language`` is the
+language. ``favorite`` is deliberately absent: ``favorite_color`` is a taste, ``color`` may be
+the color of the user's car."""
+
+_IRREGULAR_PLURALS: Final = {
+    "children": "child",
+    "people": "person",
+    "men": "man",
+    "women": "woman",
+    "feet": "foot",
+    "teeth": "tooth",
+    "mice": "mouse",
+    "geese": "goose",
+    "aliases": "alias",
+    "statuses": "status",
+    "buses": "bus",
+    "analyses": "analysis",
+    "indices": "index",
+    "criteria": "criterion",
+}
+
+# Words that end in "s" without being plurals; the singular rule must leave them alone.
+_NOT_PLURAL: Final = frozenset(
+    {
+        "news", "series", "species", "status", "physics", "mathematics", "economics", "politics",
+        "ethics", "analytics", "linguistics", "genetics", "electronics", "graphics", "athletics",
+        "gymnastics", "lens", "chaos", "bias", "alias", "canvas", "atlas", "gas", "bus", "plus",
+        "thus", "yes", "always", "perhaps", "various", "previous", "diabetes", "glasses", "jeans",
+        "pants", "shorts", "trousers", "clothes", "scissors", "macos", "ios", "windows", "aws",
+        "dns", "kubernetes", "postgres", "redis", "jenkins", "sms", "gps", "mms", "https",
+    }
+)  # fmt: skip
+
+# Nouns whose singular ends in "ie", so "movies" is "movie", not "movy".
+_IE_SINGULARS: Final = frozenset(
+    {
+        "movie", "cookie", "pie", "tie", "lie", "calorie", "zombie", "rookie", "selfie",
+        "smoothie", "brownie", "genie", "hippie", "prairie", "goalie", "sweetie", "freebie",
+    }
+)  # fmt: skip
+
+_MAX_PHRASE = max(len(phrase) for phrase in PHRASES)
+_MAX_ROUNDS: Final = 8
+"""Rounds of rewriting before we stop; the table converges in two or three."""
+
+
+def _singular(token: str) -> str:
+    # Conservative on purpose: a wrong singular only costs a missed merge when both spellings
+    # go through the same rule, but it must never turn two different words into one.
+    if token in _IRREGULAR_PLURALS:
+        return _IRREGULAR_PLURALS[token]
+    if len(token) <= 3 or token in _NOT_PLURAL or not token.isalpha():
+        return token
+    if token.endswith("ies"):
+        stem = token[:-3]
+        return stem + "ie" if stem + "ie" in _IE_SINGULARS else stem + "y"
+    if token.endswith(("sses", "shes", "ches", "xes")):
+        return token[:-2]
+    if token.endswith(("ss", "us", "is")) or not token.endswith("s"):
+        return token
+    return _IRREGULAR_PLURALS.get(token[:-1], token[:-1])
+
+
+def _fold(text: str) -> str:
+    # Case folding can leave text that NFKC changes again (and vice versa); repeat until
+    # stable so the canonical form of a canonical form is itself.
+    for _ in range(_MAX_ROUNDS):
+        folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+        if folded == text:
+            break
+        text = folded
+    return text
+
+
+def _tokens(key: str) -> list[str]:
+    text = _APOSTROPHES.sub("", unicodedata.normalize("NFKC", key))
+    text = _CAMEL_BOUNDARY.sub(" ", text)
+    return [token for token in _SEPARATORS.split(_fold(text)) if token]
+
+
+def _reorder_of(tokens: list[str]) -> list[str]:
+    # "date_of_birth" is the birth date: "A of B" reads as "B A".
+    while "of" in tokens:
+        at = tokens.index("of")
+        tokens = tokens[at + 1 :] + tokens[:at]
+    return tokens
+
+
+def _rewrite_phrases(tokens: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        for size in range(min(_MAX_PHRASE, len(tokens) - i), 0, -1):
+            replacement = PHRASES.get(tuple(tokens[i : i + size]))
+            if replacement is not None:
+                out.extend(replacement)
+                i += size
+                break
+        else:
+            out.append(tokens[i])
+            i += 1
+    return out
+
+
+def _round(tokens: list[str]) -> list[str]:
+    tokens = _rewrite_phrases(_reorder_of([_singular(token) for token in tokens]))
+    return [token for token in tokens if token not in DROPPED_MODIFIERS] or tokens
+
+
+def normalize_key(key: str) -> str:
+    """The canonical spelling of a fact key: two keys name the same fact iff these are equal.
+
+    Tokens (split on ``_ - . / space`` and camelCase humps, case-folded) are singularized,
+    ``A of B`` becomes ``B A``, phrases are rewritten by ``PHRASES`` (British spelling,
+    abbreviations, compounds), and ``DROPPED_MODIFIERS`` are removed unless nothing else is
+    left; the round repeats until nothing changes (a rewrite or a dropped modifier can bring
+    two tokens of a phrase together). The result is the tokens joined by ``_``; a key with no
+    tokens falls back to its lowercased self. ``normalize_key`` is idempotent.
+    """
+    tokens = _tokens(key)
+    for _ in range(_MAX_ROUNDS):
+        rewritten = _round(tokens)
+        if rewritten == tokens:
+            break
+        tokens = rewritten
+    return "_".join(tokens) or key.strip().lower()
+
+
+def same_key(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` are spellings of the same fact key (equal canonical forms)."""
+    return normalize_key(a) == normalize_key(b)

@@ -1,0 +1,40 @@
+"""memory.users: the owners of memory. Deleting one removes everything they own."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from navi_memory.repositories.users import UserRepository
+from navi_memory.request_context import as_user_id
+from navi_memory.schemas import UserInfo
+from navi_memory.unit_of_work import unit_of_work
+from navi_memory.validation import check_optional_text
+
+__all__ = ["Users"]
+
+
+class Users:
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+        self._sessionmaker = sessionmaker
+
+    async def ensure(self, user_id: uuid.UUID | str, name: str | None = None) -> bool:
+        """Create the user if missing (True when created); an existing user is left as it is."""
+        uid = as_user_id(user_id)
+        check_optional_text("name", name)
+        async with unit_of_work(self._sessionmaker) as session:
+            return await UserRepository(session=session).ensure(uid, name)
+
+    async def get(self, user_id: uuid.UUID | str) -> UserInfo | None:
+        uid = as_user_id(user_id)
+        async with unit_of_work(self._sessionmaker) as session:
+            row = await UserRepository(session=session).get(uid)
+            return None if row is None else UserInfo.model_validate(row)
+
+    async def delete(self, user_id: uuid.UUID | str) -> bool:
+        """Delete the user and, through the cascades, their facts, summary, chunks, sessions and
+        sketches. True when the user existed."""
+        uid = as_user_id(user_id)
+        async with unit_of_work(self._sessionmaker) as session:
+            return await UserRepository(session=session).delete(uid)

@@ -1,0 +1,48 @@
+"""Checks at the API edge: bad input gets a clear error before it reaches SQL or a model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from navi_memory.constants import MAX_TEXT_CHARS
+from navi_memory.errors import InvalidInputError, InvalidTypeError
+
+__all__ = ["check_int", "check_optional_text", "check_text"]
+
+
+def check_text(
+    name: str, value: Any, *, max_chars: int = MAX_TEXT_CHARS, allow_empty: bool = False
+) -> str:
+    """``value`` as a str fit for PostgreSQL text: no NUL byte, not too long, not blank."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{name} must be a str, got {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidInputError(f"{name} contains a NUL byte, which PostgreSQL text cannot hold")
+    if len(value) > max_chars:
+        raise InvalidInputError(
+            f"{name} is {len(value):,} characters long; the limit is {max_chars:,}"
+        )
+    if not allow_empty and not value.strip():
+        raise InvalidInputError(f"{name} must not be empty")
+    return value
+
+
+def check_optional_text(
+    name: str, value: Any, *, max_chars: int = MAX_TEXT_CHARS, allow_empty: bool = True
+) -> str | None:
+    if value is None:
+        return None
+    return check_text(name, value, max_chars=max_chars, allow_empty=allow_empty)
+
+
+def check_int(
+    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """``value`` as an int (bool refused) within the bounds given."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise InvalidInputError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise InvalidInputError(f"{name} must be <= {maximum}, got {value}")
+    return value

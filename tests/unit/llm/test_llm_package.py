@@ -1,0 +1,68 @@
+"""The llm and testing packages: their public names, and nothing built when they are imported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import navi_memory.llm
+import navi_memory.testing
+
+
+@pytest.mark.parametrize(
+    ("module", "names"),
+    [
+        (
+            navi_memory.llm,
+            {
+                "ChatMessages",
+                "ChatModel",
+                "ChatRole",
+                "ChatTurn",
+                "Embedder",
+                "OllamaChatModel",
+                "OllamaEmbedder",
+                "embedding_text_for_fact",
+                "message_dicts",
+            },
+        ),
+        (
+            navi_memory.testing,
+            {
+                "KNOWN_TASK_PREFIXES",
+                "FakeOllama",
+                "FakeOllamaMode",
+                "HashedEmbedder",
+                "RecordedRequest",
+                "ScriptedChatCall",
+                "ScriptedChatModel",
+                "hashed_embedding",
+            },
+        ),
+    ],
+)
+def test_public_names_are_exactly_the_listed_ones(module: object, names: set[str]) -> None:
+    exported = module.__all__  # type: ignore[attr-defined]
+    assert set(exported) == names
+    assert all(hasattr(module, name) for name in exported)
+
+
+def test_importing_and_configuring_builds_no_client() -> None:
+    """``import ollama`` builds the library's default client, so not even that may happen
+    before the first call."""
+    code = (
+        "import sys\n"
+        "import navi_memory.llm, navi_memory.testing\n"
+        "from navi_memory.config import Settings\n"
+        "from navi_memory.llm import OllamaChatModel, OllamaEmbedder\n"
+        "s = Settings(_env_file=None, ollama_host='http://127.0.0.1:9')\n"
+        "OllamaEmbedder.from_settings(s); OllamaChatModel.from_settings(s)\n"
+        "assert 'ollama' not in sys.modules, 'ollama was imported'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,356 @@
+"""Breadcrumbs: extract_breadcrumbs, split_keys_line and merge_breadcrumbs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from navi_memory.constants import MAX_BREADCRUMBS, SUMMARY_MAX_KEYS
+from navi_memory.text.breadcrumbs import (
+    BREADCRUMB_MAX_CHARS,
+    extract_breadcrumbs,
+    merge_breadcrumbs,
+    split_keys_line,
+)
+
+FOUND = [
+    # links
+    ("docs at https://example.com/docs/intro?x=1 today", "https://example.com/docs/intro?x=1"),
+    ("(see https://example.com/a).", "https://example.com/a"),
+    (
+        "read https://en.wikipedia.org/wiki/Foo_(bar), then",
+        "https://en.wikipedia.org/wiki/Foo_(bar)",
+    ),
+    ("db at postgresql://app@db:5432/navi now", "postgresql://app@db:5432/navi"),
+    ("open www.python.org/downloads.", "www.python.org/downloads"),
+    ("deployed to navi.example.io yesterday", "navi.example.io"),
+    ("mail ops@example.org about it", "ops@example.org"),
+    ("the embedder runs on 192.168.1.168:11434", "192.168.1.168:11434"),
+    ("try localhost:8080/health first", "localhost:8080/health"),
+    # inline code
+    ("run `docker compose up -d` again", "docker compose up -d"),
+    ("set `memory_recall_k` to 2", "memory_recall_k"),
+    # paths and file names
+    ("edit /etc/nginx/nginx.conf, then reload", "/etc/nginx/nginx.conf"),
+    ("logs are in /var/log/navi/", "/var/log/navi/"),
+    ("open ./src/app.py.", "./src/app.py"),
+    ("see ../docs/memory.md", "../docs/memory.md"),
+    ("my ~/.bashrc has it", "~/.bashrc"),
+    (r"saved to C:\Users\ana\notes.txt.", r"C:\Users\ana\notes.txt"),
+    (r"share \\fileserver\public\q3.xlsx here", r"\\fileserver\public\q3.xlsx"),
+    ("change config.yaml and restart", "config.yaml"),
+    ("the docker-compose.yml file", "docker-compose.yml"),
+    ("unpack backup.tar.gz", "backup.tar.gz"),
+    ("put it in .env please", ".env"),
+    ("the Dockerfile builds it", "Dockerfile"),
+    ("look at src/navi_memory/text/chunks.py", "src/navi_memory/text/chunks.py"),
+    ("copy .ssh/config over", ".ssh/config"),
+    # tickets
+    ("fixed in #1234.", "#1234"),
+    ("see encode/httpx#42 for context", "encode/httpx#42"),
+    ("blocked by PROJ-812", "PROJ-812"),
+    # identifiers
+    ("raise MAX_RETRIES to 5", "MAX_RETRIES"),
+    ("the server_port setting", "server_port"),
+    ("ContextBuilder injects it", "ContextBuilder"),
+    ("serve it over HTTP2 only", "HTTP2"),
+    ("call getUserName() there", "getUserName"),
+    ("define __init__ first", "__init__"),
+    ("an HTTPServer subclass", "HTTPServer"),
+    # amounts
+    ("the disk has 4,5 GB free", "4,5 GB"),
+    ("latency is 12 ms at p99", "12 ms"),
+    ("CPU at 80% all day", "80%"),
+    ("it costs $1,200 a year", "$1,200"),
+    ("about €50 per month", "€50"),
+    ("budget EUR 300 max", "EUR 300"),
+    ("a 7B model", "7B"),
+    ("timeout 30s then retry", "30s"),
+    ("it's 20 °C outside", "20 °C"),
+    ("we need 4 cores", "4 cores"),
+    ("drove at 60 km/h", "60 km/h"),
+    ("link is 100 Mb/s", "100 Mb/s"),
+    ("upgrade to v2.31.0 now", "v2.31.0"),
+    ("pinned 1.26.3 for now", "1.26.3"),
+    ("released 2024-01-15.", "2024-01-15"),
+    # bare numbers
+    ("moved the server to port 8099", "8099"),
+    ("we have 1,200 users", "1,200"),
+    ("listen on port:5432", "5432"),
+    # quoted phrases
+    ('he called it "the blue plan" twice', "the blue plan"),
+    ("she said 'ship it friday' and left", "ship it friday"),
+    ("named “Project Falcon” internally", "Project Falcon"),
+    ("the „Kurzbericht“ is due", "Kurzbericht"),
+    ("we call it «le plan B» now", "le plan B"),
+    ('{"name": "staging cluster"}', "staging cluster"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FOUND)
+def test_extracts_the_expected_item(text: str, expected: str) -> None:
+    assert expected in extract_breadcrumbs(text)
+
+
+NOT_FOUND = [
+    ("Hello, how are you? I would like a table for two at 7.", None),
+    ("e.g. this, i.e. that, etc. and so on...", None),
+    ("Mr. Smith met Dr. Jones in the USA with NASA, OK?", None),
+    ("read and/or write over TCP/IP or UDP/IP", None),
+    ("don't worry, it's fine, they're here", None),
+    ("I have 3 apples and 12 pears", None),
+    ("Python is a language. JavaScript is another.", "Python"),
+    ("Our APIs return URLs and IDs", "APIs"),
+    ("the _italic_ word", "_italic_"),
+    ("the date 12/05/2024", "12/05/2024"),
+    ("Release notes", "Release"),
+    ('{"name": "x"}', "name"),
+    ("see https://example.com/a_b/c.py", "a_b"),
+    ("see https://example.com/a_b/c.py", "c.py"),
+    ("the ticket PROJ-812", "812"),
+    ("a </div> tag", "/div"),
+]
+
+
+@pytest.mark.parametrize(("text", "absent"), NOT_FOUND)
+def test_does_not_extract_ordinary_words(text: str, absent: str | None) -> None:
+    found = extract_breadcrumbs(text)
+    if absent is None:
+        assert found == []
+    else:
+        assert absent not in found
+
+
+def test_ranks_classes_links_code_paths_tickets_identifiers_amounts_numbers_quotes() -> None:
+    text = (
+        '"quoted words" port 8080 costs 12 ms ContextBuilder #77 /etc/hosts `ls -la` '
+        "https://example.com"
+    )
+    assert extract_breadcrumbs(text) == [
+        "https://example.com",
+        "ls -la",
+        "/etc/hosts",
+        "#77",
+        "ContextBuilder",
+        "12 ms",
+        "8080",
+        "quoted words",
+    ]
+
+
+def test_within_a_class_first_occurrence_comes_first() -> None:
+    assert extract_breadcrumbs("zeta_value then alpha_value") == ["zeta_value", "alpha_value"]
+
+
+def test_dedupes_ignoring_case_and_keeps_first_spelling() -> None:
+    assert extract_breadcrumbs("max_retries and MAX_RETRIES and Max_Retries") == ["max_retries"]
+
+
+def test_item_found_as_code_and_identifier_appears_once() -> None:
+    assert extract_breadcrumbs("set `server_port` — server_port is 8099") == ["server_port", "8099"]
+
+
+def test_cap_at_limit() -> None:
+    text = " ".join(f"name_{i}" for i in range(100))
+    assert extract_breadcrumbs(text) == [f"name_{i}" for i in range(MAX_BREADCRUMBS)]
+    assert len(extract_breadcrumbs(text, limit=3)) == 3
+
+
+@pytest.mark.parametrize("limit", [0, -5])
+def test_non_positive_limit_gives_nothing(limit: int) -> None:
+    assert extract_breadcrumbs("see /etc/hosts", limit=limit) == []
+
+
+def test_trailing_punctuation_is_stripped_from_urls_and_paths() -> None:
+    found = extract_breadcrumbs("Go to https://x.org/a?b=1!? or /srv/app/run.sh; or ./x.py:")
+    assert found == ["https://x.org/a?b=1", "/srv/app/run.sh", "./x.py"]
+
+
+def test_overlong_items_are_dropped_and_long_url_loses_its_query() -> None:
+    long_path = "/" + "/".join(["segment"] * 40)
+    url = "https://example.com/page?" + "q=" + "x" * 300
+    found = extract_breadcrumbs(f"{long_path} {url}")
+    assert long_path not in found
+    assert "https://example.com/page" in found
+    assert all(len(item) <= BREADCRUMB_MAX_CHARS for item in found)
+
+
+def test_empty_text_gives_nothing() -> None:
+    assert extract_breadcrumbs("") == []
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "a" * 100_000,
+        "a." * 50_000,
+        "/a" * 50_000,
+        "a/" * 50_000,
+        "1," * 50_000,
+        "_" * 100_000,
+        '"' * 100_000,
+        "'a " * 30_000,
+        "`" * 100_000,
+        "x@" * 50_000,
+        "#1" * 50_000,
+        "A-1" * 30_000,
+        "aB" * 50_000,
+        "-a" * 50_000,
+        "https://a" + ")" * 100_000,
+        "see /x" + "." * 100_000,
+        "1" * 100_000 + " GB",
+    ],
+    ids=lambda s: repr(s[:4]),
+)
+def test_hostile_input_is_scanned_in_linear_time(hostile: str) -> None:
+    started = time.perf_counter()
+    found = extract_breadcrumbs(hostile)
+    assert time.perf_counter() - started < 5
+    assert len(found) <= MAX_BREADCRUMBS
+
+
+FRAGMENTS = st.sampled_from(
+    [
+        "https://example.com/a?b=1",
+        "/etc/x.conf",
+        "./rel/path.py",
+        "~/x",
+        "C:\\x\\y.txt",
+        "config.yaml",
+        "`code`",
+        "MAX_RETRIES",
+        "snake_case",
+        "CamelCase",
+        "#1234",
+        "4,5 GB",
+        "80%",
+        "$1,200",
+        "8080",
+        '"quoted phrase"',
+        "'single'",
+        "“typo”",
+        "(",
+        ")",
+        ".",
+        ",",
+        " ",
+        "\n",
+        "\\",
+        "/",
+        "_",
+        "#",
+        "@",
+        "`",
+        '"',
+        "'",
+    ]
+)
+MIXED_TEXT = st.lists(st.one_of(FRAGMENTS, st.text(max_size=8)), max_size=60).map("".join)
+
+
+@given(text=st.text(), limit=st.integers(min_value=-3, max_value=60))
+def test_never_raises_and_respects_limit_on_any_text(text: str, limit: int) -> None:
+    found = extract_breadcrumbs(text, limit=limit)
+    assert len(found) <= max(limit, 0)
+
+
+@settings(max_examples=300)
+@given(text=MIXED_TEXT, limit=st.integers(min_value=0, max_value=MAX_BREADCRUMBS))
+def test_items_are_trimmed_unique_and_short_on_mixed_text(text: str, limit: int) -> None:
+    found = extract_breadcrumbs(text, limit=limit)
+    assert len(found) <= limit
+    assert all(
+        item and item == item.strip() and len(item) <= BREADCRUMB_MAX_CHARS for item in found
+    )
+    assert len({item.casefold() for item in found}) == len(found)
+
+
+@given(
+    sources=st.lists(st.lists(st.text(max_size=30), max_size=50), max_size=5),
+    limit=st.integers(min_value=-1, max_value=80),
+)
+def test_merge_never_exceeds_the_limit(sources: list[list[str]], limit: int) -> None:
+    merged = merge_breadcrumbs(*sources, limit=limit)
+    assert len(merged) <= max(limit, 0)
+    assert len({item.casefold() for item in merged}) == len(merged)
+
+
+def test_merge_keeps_source_order_and_first_spelling() -> None:
+    merged = merge_breadcrumbs(["Port 8099", "nginx.conf"], ["port 8099", "#12", " "], ["x"])
+    assert merged == ["Port 8099", "nginx.conf", "#12", "x"]
+
+
+def test_merge_caps_at_max_breadcrumbs_by_default() -> None:
+    merged = merge_breadcrumbs([f"k{i}" for i in range(30)], [f"e{i}" for i in range(30)])
+    assert len(merged) == MAX_BREADCRUMBS
+    assert merged[29:31] == ["k29", "e0"]
+
+
+def test_merge_of_nothing_is_empty() -> None:
+    assert merge_breadcrumbs() == []
+
+
+def test_keys_line_is_removed_and_split() -> None:
+    summary = "We moved the port.\nIt is 8099 now.\nKEYS: server_port, 8099, nginx.conf"
+    assert split_keys_line(summary) == (
+        "We moved the port.\nIt is 8099 now.",
+        ["server_port", "8099", "nginx.conf"],
+    )
+
+
+@pytest.mark.parametrize("line", ["KEYS: NONE", "keys: none", "KEYS: None.", "  Keys:NONE  "])
+def test_keys_none_means_no_keys(line: str) -> None:
+    assert split_keys_line(f"Nothing happened.\n{line}") == ("Nothing happened.", [])
+
+
+def test_missing_keys_line_returns_stripped_summary() -> None:
+    assert split_keys_line("  Just a summary.\n\n") == ("Just a summary.", [])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "**KEYS:** a, b",
+        "**KEYS**: a, b",
+        "   KEYS: a, b",
+        "keys: a, b",
+        "- KEYS: a, b",
+        "__KEYS:__ a, b",
+        "KEYS : a, b.",
+    ],
+)
+def test_keys_line_tolerates_case_indent_and_bold(line: str) -> None:
+    assert split_keys_line(f"Summary.\n{line}") == ("Summary.", ["a", "b"])
+
+
+def test_last_keys_line_wins() -> None:
+    rest, keys = split_keys_line("KEYS: old\nSummary.\nKEYS: new, newer")
+    assert keys == ["new", "newer"]
+    assert rest == "KEYS: old\nSummary."
+
+
+def test_keys_line_in_the_middle_is_removed_and_the_rest_kept() -> None:
+    assert split_keys_line("Top.\nKEYS: a\nBottom.") == ("Top.\nBottom.", ["a"])
+
+
+def test_keys_are_trimmed_deduped_and_empties_dropped() -> None:
+    _, keys = split_keys_line('KEYS:  a ,, A, `b`, "c d" ,  , b ')
+    assert keys == ["a", "b", "c d"]
+
+
+def test_keys_are_capped_at_summary_max_keys() -> None:
+    line = "KEYS: " + ", ".join(f"key{i}" for i in range(SUMMARY_MAX_KEYS + 10))
+    _, keys = split_keys_line(line)
+    assert keys == [f"key{i}" for i in range(SUMMARY_MAX_KEYS)]
+
+
+def test_a_line_merely_mentioning_keys_is_not_a_keys_line() -> None:
+    summary = "The user lost the keys: all of them."
+    assert split_keys_line(summary) == (summary, [])
+
+
+def test_windows_line_endings_are_kept_in_the_rest() -> None:
+    assert split_keys_line("One.\r\nTwo.\r\nKEYS: x\r\n") == ("One.\r\nTwo.", ["x"])

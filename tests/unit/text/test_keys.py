@@ -1,0 +1,203 @@
+"""normalize_key and same_key: the key-spelling rule behind fact dedupe (docs/key-spellings.md)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from navi_memory.text.keys import DROPPED_MODIFIERS, PHRASES, normalize_key, same_key
+
+MUST_MERGE = [
+    # the spec's and the brief's pairs
+    ("language", "preferred_language"),
+    ("Editor", "editor"),
+    ("home-city", "home_city"),
+    ("favourite_colour", "favorite_color"),
+    ("os", "operating_system"),
+    # separators and case
+    ("home city", "home_city"),
+    ("home.city", "HOME_CITY"),
+    ("home/city", "home_city"),
+    ("homeCity", "home_city"),
+    ("HomeCity", "home-city"),
+    ("preferredLanguage", "language"),
+    ("Favourite Colour", "FAVORITE_COLOR"),
+    # plurals
+    ("languages", "language"),
+    ("hobbies", "hobby"),
+    ("addresses", "address"),
+    ("favorite_movies", "fav_movie"),
+    ("kids", "kid"),
+    ("children_names", "child_name"),
+    # abbreviations, compounds and "of"
+    ("date_of_birth", "dob"),
+    ("birthday", "birth_date"),
+    ("birthdate", "DOB"),
+    ("tz", "time_zone"),
+    ("timezone", "time-zone"),
+    ("email", "e-mail"),
+    ("email_address", "email"),
+    ("phone_number", "phone"),
+    ("telephone_number", "tel"),
+    ("cell_phone", "mobile_number"),
+    ("zip", "postal_code"),
+    ("postcode", "zip_code"),
+    ("surname", "last_name"),
+    ("lastName", "last_name"),
+    ("firstname", "first_name"),
+    ("given_name", "first_name"),
+    ("user_name", "username"),
+    ("preferred_name", "nickname"),
+    ("nick_name", "nickname"),
+    ("name_of_pet", "pet_name"),
+    ("db_password", "database_password"),
+    ("repo_url", "repository_url"),
+    ("language_preference", "preferred_language"),
+    ("lang_pref", "language"),
+    # British spelling
+    ("organisation", "organization"),
+    ("licence_number", "license_number"),
+    ("neighbourhood", "neighborhood"),
+    ("favourite_programme", "favorite_program"),
+    # modifiers
+    ("my_editor", "editor"),
+    ("current_city", "city"),
+    ("default_shell", "shell"),
+    ("main_language", "language"),
+    ("primary_email", "email"),
+    ("usual_bedtime", "bedtime"),
+    ("user_email", "email"),
+    ("the_employer", "employer"),
+]
+
+MUST_NOT_MERGE = [
+    # the brief's pairs
+    ("home_city", "work_city"),
+    ("first_name", "last_name"),
+    ("name", "first_name"),
+    ("start_date", "end_date"),
+    ("python_version", "node_version"),
+    # documented decisions
+    ("favorite_color", "color"),
+    ("favourite_food", "food"),
+    ("preferred_name", "name"),
+    ("user_name", "name"),
+    ("nickname", "name"),
+    ("programming_language", "language"),
+    ("previous_job", "job"),
+    ("previous_job", "current_job"),
+    ("primary_language", "secondary_language"),
+    ("full_name", "first_name"),
+    # near neighbours
+    ("home_address", "work_address"),
+    ("email", "phone"),
+    ("phone", "mobile_phone"),
+    ("birth_date", "birth_place"),
+    ("mother_name", "father_name"),
+    ("dog_name", "cat_name"),
+    ("spouse_name", "name"),
+    ("timezone", "time"),
+    ("height", "weight"),
+    ("wake_time", "sleep_time"),
+    ("shoe_size", "shirt_size"),
+    ("os", "os_version"),
+    ("database", "database_version"),
+    ("project", "project_name"),
+    ("city", "country"),
+    ("min_temperature", "max_temperature"),
+    ("employer", "job_title"),
+    ("vitamin_a", "vitamin_b"),
+    ("glasses", "glass"),
+    ("news", "new"),
+    ("github_username", "gitlab_username"),
+    ("home_timezone", "work_timezone"),
+    ("default_shell", "default_editor"),
+    ("user_id", "username"),
+    ("postal_code", "area_code"),
+    ("ipv4_address", "ipv6_address"),
+    ("python3_path", "python2_path"),
+    ("movie", "movies_watched"),
+    ("home_town", "home_city"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), MUST_MERGE)
+def test_spellings_of_the_same_key_merge(a: str, b: str) -> None:
+    assert same_key(a, b), (normalize_key(a), normalize_key(b))
+    assert same_key(b, a)
+
+
+@pytest.mark.parametrize(("a", "b"), MUST_NOT_MERGE)
+def test_different_keys_do_not_merge(a: str, b: str) -> None:
+    assert not same_key(a, b), normalize_key(a)
+
+
+def test_tables_have_enough_examples() -> None:
+    assert len(MUST_MERGE) >= 30
+    assert len(MUST_NOT_MERGE) >= 30
+
+
+@pytest.mark.parametrize(
+    ("key", "canonical"),
+    [
+        ("preferred_language", "language"),
+        ("favourite_colour", "favorite_color"),
+        ("os", "operating_system"),
+        ("date_of_birth", "birth_date"),
+        ("HTTPPort", "http_port"),
+        ("foods_I_don't_eat", "food_i_dont_eat"),
+        ("default", "default"),
+        ("preferred_user", "preferred_user"),
+    ],
+)
+def test_canonical_form(key: str, canonical: str) -> None:
+    assert normalize_key(key) == canonical
+
+
+@pytest.mark.parametrize("key", ["", "   ", "___", "--", "?!"])
+def test_key_without_tokens_falls_back_to_lowercased_original(key: str) -> None:
+    assert normalize_key(key) == key.strip().lower()
+
+
+def test_only_modifiers_are_kept_rather_than_emptied() -> None:
+    assert normalize_key("my_default") == "my_default"
+
+
+def test_every_phrase_replacement_is_already_canonical() -> None:
+    for replacement in PHRASES.values():
+        canonical = "_".join(replacement)
+        assert normalize_key(canonical) == canonical
+
+
+def test_no_phrase_replacement_is_a_dropped_modifier_except_preference() -> None:
+    produced = {token for replacement in PHRASES.values() for token in replacement}
+    assert produced & DROPPED_MODIFIERS == {"preference"}
+
+
+@pytest.mark.parametrize("key", [k for pair in MUST_MERGE + MUST_NOT_MERGE for k in pair])
+def test_normalize_is_idempotent_on_the_tables(key: str) -> None:
+    assert normalize_key(normalize_key(key)) == normalize_key(key)
+
+
+VOCABULARY = sorted(
+    {token for phrase in PHRASES for token in phrase}
+    | {token for replacement in PHRASES.values() for token in replacement}
+    | DROPPED_MODIFIERS
+    | {"of", "home", "city", "colours", "hobbies", "movies", "names", "status", "x"}
+)
+SEPARATOR = st.sampled_from(["_", "-", ".", " ", "/", "__"])
+
+
+@st.composite
+def table_keys(draw: st.DrawFn) -> str:
+    words = draw(st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=6))
+    separators = draw(st.lists(SEPARATOR, min_size=len(words), max_size=len(words)))
+    return "".join(w + s for w, s in zip(words, separators, strict=True))
+
+
+@given(key=st.one_of(st.text(), table_keys()))
+def test_normalize_is_idempotent_on_any_key(key: str) -> None:
+    once = normalize_key(key)
+    assert normalize_key(once) == once
+    assert same_key(key, once)
