@@ -1,4 +1,7 @@
-"""The ``navi-memory`` command: doctor and backfill, for operators and ``make``."""
+"""The ``navi-memory`` command: doctor and backfill, for operators and ``make``.
+
+Exit codes: 0 done, 2 a navi-memory error (message on stderr), 130 interrupted.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from navi_memory.config import Settings
 from navi_memory.db import redact_url
 from navi_memory.errors import NaviMemoryError
 from navi_memory.memory import Memory, open_memory
+from navi_memory.services.backfill import BackfillProgress
 
 __all__ = ["describe", "main"]
 
@@ -54,18 +58,44 @@ async def _doctor(settings: Settings) -> int:
     return 0
 
 
+def _progress_bar(progress: BackfillProgress) -> None:
+    width = 30
+    filled = width * progress.done // max(progress.total, 1)
+    bar = "#" * filled + "-" * (width - filled)
+    end = "\n" if progress.done >= progress.total else "\r"
+    print(f"{progress.table:<14} [{bar}] {progress.done}/{progress.total}", end=end, flush=True)
+
+
+async def _backfill(settings: Settings) -> int:
+    async with open_memory(settings) as memory:
+        total = await memory.store.backfill_embeddings(
+            settings.backfill_batch_size, progress=_progress_bar
+        )
+    print(f"backfill: {total} row(s) embedded")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="navi-memory", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("doctor", help="check the configured database and print what it offers")
+    commands.add_parser(
+        "backfill",
+        help="embed every row without a vector (BACKFILL_BATCH_SIZE, BACKFILL_PAUSE_SECONDS)",
+    )
     args = parser.parse_args(argv)
     settings = Settings()
     try:
         if args.command == "doctor":
             return asyncio.run(_doctor(settings))
+        if args.command == "backfill":
+            return asyncio.run(_backfill(settings))
     except NaviMemoryError as exc:
-        print(f"navi-memory: {exc}", file=sys.stderr)
+        print(f"\nnavi-memory: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\nnavi-memory: interrupted; finished batches are saved, run it again to resume")
+        return 130
     return 1  # pragma: no cover - argparse rejects unknown commands
 
 

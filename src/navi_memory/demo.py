@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from navi_memory.cli import describe
 from navi_memory.config import Settings
 from navi_memory.errors import NaviMemoryError
-from navi_memory.memory import open_memory
+from navi_memory.memory import Memory, open_memory
+from navi_memory.request_context import request_context
 from navi_memory.testing import FakeOllama
 
 DEMO_USER = uuid.UUID("00000000-0000-4000-8000-00000000d3e0")
@@ -28,8 +29,13 @@ async def run(settings: Settings) -> None:
             print("  " + line)
 
         print("\n== a user")
-        created = await memory.users.ensure(DEMO_USER, "Demo User")
-        print(f"  {DEMO_USER} {'created' if created else 'already there'}")
+        # A fresh demo user each run: deleting it takes everything it owned along.
+        await memory.users.delete(DEMO_USER)
+        await memory.users.ensure(DEMO_USER, "Demo User")
+        print(f"  {DEMO_USER} created")
+
+        with request_context(user_id=DEMO_USER):
+            await show_facts(memory)
 
         where = (
             settings.navi_memory_data_dir
@@ -37,6 +43,45 @@ async def run(settings: Settings) -> None:
             else "the server at DATABASE_URL"
         )
         print(f"\nThe data lives in {where}; run `make demo` again and it is reattached.")
+
+
+async def show_facts(memory: Memory) -> None:
+    store = memory.store
+    print("\n== facts")
+    writes = [
+        ("preferences", "language", "English", False),
+        ("preferences", "editor", "neovim", False),
+        ("work", "vpn_ticket", "INC-40211: WireGuard tunnel drops every hour", False),
+        ("personal", "favourite_colour", "teal", False),
+        # The extractor writes with dedupe=True: another spelling of a held key is merged.
+        ("preferences", "preferred_language", "Dutch", True),
+    ]
+    for category, key, value, dedupe in writes:
+        fact = await store.upsert_fact(
+            category, key, value, source="user_explicit", dedupe=dedupe
+        )
+        note = " (dedupe)" if dedupe else ""
+        print(f"  saved{note:9} [{fact.category}] {fact.key} -> {fact.value}")
+
+    print("\n  every row, hidden ones included:")
+    for fact in await store.get_all_facts(include_merged=True, sort_by="id", sort_order="asc"):
+        hidden = f"  (hidden behind #{fact.merged_into})" if fact.merged_into else ""
+        print(f"    #{fact.id} [{fact.category}] {fact.key} -> {fact.value}{hidden}")
+
+    for query in ("preferred language", "INC-40211"):
+        hits = await store.search_facts(query)
+        print(f"\n  search_facts({query!r}):")
+        for hit in hits:
+            how = f"vector, distance {hit.distance:.2f}" if hit.via == "vector" else hit.via
+            print(f"    [{hit.category}] {hit.key} -> {hit.value}   ({how})")
+
+    hidden_row = next(
+        f for f in await store.get_all_facts(include_merged=True) if f.merged_into is not None
+    )
+    restored = await store.unmerge_fact(hidden_row.id)
+    print(f"\n  unmerge_fact(#{restored.id}) -> visible again:")
+    for fact in await store.get_all_facts(search="language"):
+        print(f"    #{fact.id} [{fact.category}] {fact.key} -> {fact.value}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

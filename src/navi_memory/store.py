@@ -26,7 +26,12 @@ from navi_memory.errors import (
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.models import FactRow
 from navi_memory.repositories.facts import FACT_SORT_COLUMNS, FactRepository
-from navi_memory.request_context import has_permission, read_scope, write_scope
+from navi_memory.request_context import (
+    current_user_id,
+    has_permission,
+    read_scope,
+    write_scope,
+)
 from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.backfill import BackfillProgress, FactBackfill, run_backfill
 from navi_memory.services.facts import FactService, FactWrite
@@ -274,12 +279,11 @@ class MemoryStore:
             return to_fact(await FactService(session=session).unmerge(row))
 
     def _may_read(self, owner: uuid.UUID | None) -> bool:
+        """A row found by id: the current user's own, or anyone's with read_all."""
         if has_permission(PERMISSION_READ_ALL):
             return True
-        try:
-            return owner is not None and read_scope(owner) == owner
-        except PermissionDeniedError:
-            return False
+        current = current_user_id()
+        return current is not None and owner == current
 
     # --- summary ----------------------------------------------------------------------------
 

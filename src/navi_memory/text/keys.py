@@ -1,6 +1,6 @@
 """Key spelling: the deterministic rule that decides when two fact keys name the same thing.
 
-Used by fact dedupe (``upsert_fact(dedupe=True)``); the rule is written up in docs/key-spellings.md.
+Used by fact dedupe (``upsert_fact(dedupe=True)``); docs/memory.md ("Key spellings") has the rule.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""normalize_key and same_key: the key-spelling rule behind fact dedupe (docs/key-spellings.md)."""
+"""normalize_key and same_key: the key-spelling rule behind fact dedupe (docs/memory.md)."""
 
 from __future__ import annotations
 

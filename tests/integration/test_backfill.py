@@ -1,0 +1,120 @@
+"""Writes while the embedder is down, and backfill filling the gaps later."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from navi_memory import EmbeddingError, Memory
+from navi_memory.services.backfill import BackfillProgress
+from navi_memory.testing import FakeOllama
+from tests.integration.factories import new_user, scalar
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("mode", ["fail", "stall", "junk", "wrong_dim"])
+async def test_a_write_never_fails_for_want_of_an_embedding(
+    memory: Memory, fake_ollama: FakeOllama, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    uid = await new_user(memory)
+    fake_ollama.mode = mode  # type: ignore[assignment]
+    fake_ollama.stall_seconds = 3
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        fact = await memory.store.upsert_fact("work", "vpn", "WireGuard on port 51820", user_id=uid)
+    assert not fact.has_embedding
+    events = [r for r in caplog.records if "memory.embedding_failed" in r.getMessage()]
+    assert len(events) == 1
+    hits = await memory.store.search_facts("WireGuard", user_id=uid)
+    assert [(h.id, h.via) for h in hits] == [(fact.id, "text")]
+
+
+async def test_backfill_gives_vectors_to_facts_written_while_the_embedder_was_down(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    fake_ollama.mode = "fail"
+    for i in range(11):
+        await memory.store.upsert_fact("notes", f"note_{i}", f"kubernetes cluster {i}", user_id=uid)
+    fake_ollama.mode = "ok"
+    seen: list[BackfillProgress] = []
+    filled = await memory.store.backfill_embeddings(batch_size=4, progress=seen.append)
+    assert filled == 11
+    assert [p.done for p in seen] == [4, 8, 11]
+    assert all(p.total == 11 for p in seen)
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0
+    hits = await memory.store.search_facts("kubernetes cluster 3", user_id=uid)
+    assert hits[0].via == "vector"
+    # A rerun finds nothing left to do.
+    assert await memory.store.backfill_embeddings() == 0
+
+
+async def test_backfill_skips_hidden_rows(memory: Memory, fake_ollama: FakeOllama) -> None:
+    uid = await new_user(memory)
+    fake_ollama.mode = "fail"
+    await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    await memory.store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid, dedupe=True)
+    fake_ollama.mode = "ok"
+    assert await memory.store.backfill_embeddings() == 1
+    hidden_without_vector = await scalar(
+        memory,
+        "SELECT count(*) FROM memory_facts WHERE embedding IS NULL AND merged_into IS NOT NULL",
+    )
+    assert hidden_without_vector == 1
+
+
+async def test_backfill_with_the_embedder_down_raises_and_keeps_rows_for_a_rerun(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    fake_ollama.mode = "fail"
+    await memory.store.upsert_fact("notes", "a", "alpha", user_id=uid)
+    with pytest.raises(EmbeddingError, match=r"127\.0\.0\.1"):
+        await memory.store.backfill_embeddings()
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 1
+    fake_ollama.mode = "ok"
+    assert await memory.store.backfill_embeddings() == 1
+
+
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA", "EMBEDDING"))}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "navi_memory.cli", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+async def test_backfill_command_reports_progress_and_fails_clearly_without_the_embedder(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    fake_ollama.mode = "fail"
+    for i in range(3):
+        await memory.store.upsert_fact("notes", f"n{i}", f"value {i}", user_id=uid)
+    env = {
+        "DATABASE_URL": memory.settings.database_url or "",
+        "OLLAMA_HOST": fake_ollama.url,
+        "BACKFILL_PAUSE_SECONDS": "0",
+        "BACKFILL_BATCH_SIZE": "2",
+    }
+    failed = run_cli("backfill", **env)
+    assert failed.returncode != 0
+    assert "embedding" in failed.stderr.lower()
+    assert fake_ollama.url.removeprefix("http://") in failed.stderr
+
+    fake_ollama.mode = "ok"
+    done = run_cli("backfill", **env)
+    assert done.returncode == 0, done.stderr
+    assert "memory_facts" in done.stdout
+    assert "3/3" in done.stdout
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0

@@ -1,0 +1,212 @@
+"""Dedupe/merge of differently spelled keys, unmerge, and atomicity under concurrent writers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import text
+
+from navi_memory import (
+    PERMISSION_READ_ALL,
+    InvalidInputError,
+    Memory,
+    NotFoundError,
+    request_context,
+)
+from tests.integration.factories import new_user
+
+MERGE = [
+    ("language", "preferred_language"),
+    ("Editor", "editor"),
+    ("home-city", "home_city"),
+    ("favourite_colour", "favorite_color"),
+    ("os", "operating_system"),
+    ("timezone", "tz"),
+    ("date_of_birth", "dob"),
+]
+KEEP_APART = [
+    ("home_city", "work_city"),
+    ("first_name", "last_name"),
+    ("name", "first_name"),
+    ("start_date", "end_date"),
+    ("python_version", "node_version"),
+]
+
+
+async def visible_keys(memory: Memory, uid: object, category: str = "p") -> list[str]:
+    return sorted(
+        f.key for f in await memory.store.get_all_facts(user_id=uid) if f.category == category
+    )
+
+
+@pytest.mark.parametrize(("old", "new"), MERGE)
+async def test_another_spelling_merges_into_the_new_spelling(
+    memory: Memory, old: str, new: str
+) -> None:
+    uid = await new_user(memory)
+    first = await memory.store.upsert_fact("p", old, "aardvark", user_id=uid)
+    second = await memory.store.upsert_fact("p", new, "zebra", user_id=uid, dedupe=True)
+    assert second.id != first.id
+    assert second.value == "zebra"
+    assert await visible_keys(memory, uid) == [new]
+    everything = await memory.store.get_all_facts(user_id=uid, include_merged=True)
+    hidden = [f for f in everything if f.id == first.id]
+    assert hidden[0].merged_into == second.id
+    assert hidden[0].value == "aardvark"  # kept as it was, only hidden
+    assert await memory.store.fact_count(user_id=uid) == 1
+    assert await memory.store.fact_count(user_id=uid, include_merged=True) == 2
+    assert await memory.store.search_facts("aardvark", user_id=uid) == []
+    assert [h.id for h in await memory.store.search_facts("zebra", user_id=uid)] == [second.id]
+
+
+@pytest.mark.parametrize(("a", "b"), KEEP_APART)
+async def test_distinct_keys_are_not_merged(memory: Memory, a: str, b: str) -> None:
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("p", a, "x", user_id=uid)
+    await memory.store.upsert_fact("p", b, "y", user_id=uid, dedupe=True)
+    assert await visible_keys(memory, uid) == sorted([a, b])
+
+
+async def test_without_dedupe_spellings_stay_separate(memory: Memory) -> None:
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    await memory.store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid)
+    assert await visible_keys(memory, uid) == ["language", "preferred_language"]
+
+
+async def test_merges_stay_inside_one_category(memory: Memory) -> None:
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("home", "city", "Utrecht", user_id=uid)
+    await memory.store.upsert_fact("work", "City", "Amsterdam", user_id=uid, dedupe=True)
+    assert len(await memory.store.get_all_facts(user_id=uid)) == 2
+
+
+async def test_dedupe_sweeps_up_existing_duplicate_spellings(memory: Memory) -> None:
+    uid = await new_user(memory)
+    store = memory.store
+    await store.upsert_fact("p", "language", "English", user_id=uid)
+    await store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid)
+    kept = await store.upsert_fact("p", "language", "Frisian", user_id=uid, dedupe=True)
+    assert await visible_keys(memory, uid) == ["language"]
+    rows = await store.get_all_facts(user_id=uid, include_merged=True)
+    assert {f.key: f.merged_into for f in rows} == {"language": None, "preferred_language": kept.id}
+
+
+async def test_chains_are_flattened_so_merged_into_always_points_at_a_visible_row(
+    memory: Memory,
+) -> None:
+    uid = await new_user(memory)
+    store = memory.store
+    a = await store.upsert_fact("p", "lang", "English", user_id=uid)
+    b = await store.upsert_fact("p", "language", "Dutch", user_id=uid, dedupe=True)
+    c = await store.upsert_fact("p", "preferred_language", "Frisian", user_id=uid, dedupe=True)
+    rows = {f.id: f for f in await store.get_all_facts(user_id=uid, include_merged=True)}
+    assert rows[a.id].merged_into == c.id
+    assert rows[b.id].merged_into == c.id
+    assert rows[c.id].merged_into is None
+
+
+@pytest.mark.parametrize("dedupe", [False, True])
+async def test_writing_a_hidden_spelling_again_updates_the_fact_it_was_merged_into(
+    memory: Memory, dedupe: bool
+) -> None:
+    uid = await new_user(memory)
+    store = memory.store
+    old = await store.upsert_fact("p", "language", "English", user_id=uid)
+    survivor = await store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid, dedupe=True)
+    written = await store.upsert_fact("p", "language", "German", user_id=uid, dedupe=dedupe)
+    assert written.id == survivor.id
+    assert (written.key, written.value) == ("preferred_language", "German")
+    rows = {f.id: f for f in await store.get_all_facts(user_id=uid, include_merged=True)}
+    assert rows[old.id].merged_into == survivor.id
+    assert rows[old.id].value == "English"
+
+
+async def test_setting_merged_into_null_brings_a_hidden_row_back(memory: Memory) -> None:
+    uid = await new_user(memory)
+    old = await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    await memory.store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid, dedupe=True)
+    async with memory.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE memory_facts SET merged_into = NULL WHERE id = :i"), {"i": old.id}
+        )
+    assert await visible_keys(memory, uid) == ["language", "preferred_language"]
+
+
+async def test_unmerge_fact_undoes_a_merge(memory: Memory) -> None:
+    uid = await new_user(memory)
+    old = await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    await memory.store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid, dedupe=True)
+    with request_context(user_id=uid):
+        restored = await memory.store.unmerge_fact(old.id)
+    assert restored.merged_into is None
+    assert restored.value == "English"
+    assert await visible_keys(memory, uid) == ["language", "preferred_language"]
+    with request_context(user_id=uid), pytest.raises(InvalidInputError, match="not merged"):
+        await memory.store.unmerge_fact(old.id)
+
+
+async def test_unmerge_refuses_when_the_key_is_taken_again_and_hides_other_users_rows(
+    memory: Memory,
+) -> None:
+    uid, other = await new_user(memory), await new_user(memory)
+    old = await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    await memory.store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid, dedupe=True)
+    async with memory.engine.begin() as conn:  # a visible 'language' row again, by hand
+        await conn.execute(
+            text(
+                "INSERT INTO memory_facts (user_id, category, key, value) "
+                "VALUES (:u, 'p', 'language', 'Klingon')"
+            ),
+            {"u": uid},
+        )
+    with request_context(user_id=uid), pytest.raises(InvalidInputError, match="already uses"):
+        await memory.store.unmerge_fact(old.id)
+    with request_context(user_id=other), pytest.raises(NotFoundError):
+        await memory.store.unmerge_fact(old.id)
+    with pytest.raises(NotFoundError):  # no user and no read_all: not even told it exists
+        await memory.store.unmerge_fact(old.id)
+    with (
+        request_context(permissions=[PERMISSION_READ_ALL]),
+        pytest.raises(InvalidInputError, match="already uses"),
+    ):
+        await memory.store.unmerge_fact(old.id)
+
+
+@pytest.mark.parametrize("dedupe", [False, True])
+async def test_twenty_concurrent_upserts_of_one_key_leave_one_visible_row(
+    busy_memory: Memory, dedupe: bool
+) -> None:
+    memory = busy_memory
+    uid = await new_user(memory)
+    await asyncio.gather(
+        *(
+            memory.store.upsert_fact("p", "editor", f"editor {i}", user_id=uid, dedupe=dedupe)
+            for i in range(20)
+        )
+    )
+    facts = await memory.store.get_all_facts(user_id=uid, include_merged=True)
+    assert len(facts) == 1
+    assert facts[0].merged_into is None
+
+
+async def test_twenty_concurrent_spellings_with_dedupe_leave_one_visible_row(
+    busy_memory: Memory,
+) -> None:
+    memory = busy_memory
+    uid = await new_user(memory)
+    spellings = ["language", "preferred_language", "Language", "lang", "preferredLanguage"]
+    await asyncio.gather(
+        *(
+            memory.store.upsert_fact(
+                "p", spellings[i % len(spellings)], f"v{i}", user_id=uid, dedupe=True
+            )
+            for i in range(20)
+        )
+    )
+    facts = await memory.store.get_all_facts(user_id=uid, include_merged=True)
+    visible = [f for f in facts if f.merged_into is None]
+    assert len(visible) == 1
+    assert {f.merged_into for f in facts if f.merged_into is not None} <= {visible[0].id}
+    assert len(facts) == len({f.key for f in facts})  # one row per spelling, no duplicates
