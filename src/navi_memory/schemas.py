@@ -8,7 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "Chunk",
     "ChunkDraft",
+    "ChunkHit",
     "Fact",
     "FactHit",
     "Message",
@@ -92,3 +94,30 @@ class FactHit(Fact):
     """Cosine distance to the query (vector hits)."""
     terms_hit: int = 0
     """Distinct query terms found in category, key or value (text hits)."""
+
+
+class Chunk(_Model):
+    """A stored raw chunk: verbatim demoted messages of one session."""
+
+    id: int
+    user_id: Any
+    session_id: str
+    content: str
+    content_hash: str
+    start_seq: int
+    end_seq: int
+    started_at: datetime
+    ended_at: datetime
+    breadcrumbs: list[str] = Field(default_factory=list)
+    has_embedding: bool = False
+    created_at: datetime | None = None
+
+
+class ChunkHit(Chunk):
+    """A chunk found by search_chunks, with how it was found."""
+
+    via: Literal["vector", "text", "recent"]
+    distance: float | None = None
+    """Cosine distance to the query (vector hits)."""
+    terms_hit: int = 0
+    """Distinct query terms found in the content or the breadcrumbs (text hits)."""

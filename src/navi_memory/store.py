@@ -1,4 +1,4 @@
-"""MemoryStore: the spec's fact, summary and extraction-state operations (chunks join later).
+"""MemoryStore: the spec's operations on facts, the summary, extraction state and raw chunks.
 
 Every public call is one unit of work. Embeddings are computed before the transaction opens, so
 no lock is held while a model answers; when none can be had the write still lands (NULL vector,
@@ -7,6 +7,7 @@ one ``memory.embedding_failed`` log event) and reads fall back to text search.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -16,24 +17,39 @@ from typing import Any, Final
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
-from navi_memory.constants import FACT_MAX_DISTANCE, PERMISSION_READ_ALL
+from navi_memory.constants import (
+    CHUNK_MAX_DISTANCE,
+    FACT_MAX_DISTANCE,
+    MAX_TEXT_CHARS,
+    PERMISSION_READ_ALL,
+)
 from navi_memory.errors import (
     EmbeddingError,
     InvalidInputError,
+    InvalidTypeError,
+    NaviMemoryError,
     NotFoundError,
     PermissionDeniedError,
 )
 from navi_memory.llm import Embedder, embedding_text_for_fact
-from navi_memory.models import FactRow
+from navi_memory.models import ChunkRow, FactRow
+from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FACT_SORT_COLUMNS, FactRepository
 from navi_memory.request_context import (
+    current_session_id,
     current_user_id,
     has_permission,
     read_scope,
     write_scope,
 )
-from navi_memory.schemas import Fact, FactHit
-from navi_memory.services.backfill import BackfillProgress, FactBackfill, run_backfill
+from navi_memory.schemas import Chunk, ChunkDraft, ChunkHit, Fact, FactHit
+from navi_memory.services.backfill import (
+    BackfillProgress,
+    BackfillSource,
+    ChunkBackfill,
+    FactBackfill,
+    run_backfill,
+)
 from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.text.terms import query_terms
 from navi_memory.unit_of_work import unit_of_work
@@ -82,8 +98,48 @@ def to_hit(row: FactRow, **score: Any) -> FactHit:
     return FactHit(**to_fact(row).model_dump(), **score)
 
 
+def to_chunk(row: ChunkRow) -> Chunk:
+    return Chunk(
+        id=row.id,
+        user_id=row.user_id,
+        session_id=row.session_id,
+        content=row.content,
+        content_hash=row.content_hash,
+        start_seq=row.start_seq,
+        end_seq=row.end_seq,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        breadcrumbs=list(row.breadcrumbs),
+        has_embedding=row.embedding is not None,
+        created_at=row.created_at,
+    )
+
+
+def to_chunk_hit(row: ChunkRow, **score: Any) -> ChunkHit:
+    return ChunkHit(**to_chunk(row).model_dump(), **score)
+
+
+def _checked_draft(chunk: object) -> ChunkDraft:
+    """A chunk to store: a ChunkDraft (or its dict) whose hash really is its content's."""
+    if isinstance(chunk, dict):
+        chunk = ChunkDraft.model_validate(chunk)
+    if not isinstance(chunk, ChunkDraft):
+        raise InvalidTypeError(f"chunks must be ChunkDraft objects, got {type(chunk).__name__}")
+    check_text("chunk content", chunk.content, max_chars=MAX_TEXT_CHARS)
+    digest = hashlib.sha256(chunk.content.encode("utf-8")).hexdigest()
+    if chunk.content_hash != digest:
+        raise InvalidInputError(
+            f"chunk content_hash {chunk.content_hash[:12]}… is not the sha256 of its content"
+        )
+    if chunk.end_seq < chunk.start_seq or chunk.ended_at < chunk.started_at:
+        raise InvalidInputError("a chunk must not end before it starts (seq or time)")
+    for crumb in chunk.breadcrumbs:
+        check_text("breadcrumb", crumb, max_chars=MAX_KEY_CHARS)
+    return chunk
+
+
 class MemoryStore:
-    """The spec's MemoryStore over PostgreSQL: facts, summary, extraction state."""
+    """The spec's MemoryStore over PostgreSQL: facts, summary, extraction state, raw chunks."""
 
     def __init__(
         self,
@@ -101,6 +157,13 @@ class MemoryStore:
     async def _embed_document(self, text: str) -> list[float] | None:
         try:
             return (await self._embedder.embed_documents([text]))[0]
+        except EmbeddingError as exc:
+            _log_embedding_failure(exc)
+            return None
+
+    async def _embed_documents(self, texts: Sequence[str]) -> list[list[float]] | None:
+        try:
+            return await self._embedder.embed_documents(texts)
         except EmbeddingError as exc:
             _log_embedding_failure(exc)
             return None
@@ -330,8 +393,9 @@ class MemoryStore:
         pause_seconds: float | None = None,
         progress: Callable[[BackfillProgress], Awaitable[None] | None] | None = None,
     ) -> int:
-        """Embed every visible fact without a vector, ``batch_size`` at a time, committing per
-        batch. Returns how many rows got a vector. Raises EmbeddingError if the model is down."""
+        """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
+        committing per batch. Returns how many rows got a vector. Raises EmbeddingError if the
+        model is down (finished batches stay; a rerun resumes)."""
         batch_size = check_int("batch_size", batch_size, minimum=1, maximum=1024)
         filled = await run_backfill(
             self._sessionmaker,
@@ -345,5 +409,108 @@ class MemoryStore:
         )
         return sum(filled.values())
 
-    def _backfill_sources(self) -> Sequence[FactBackfill]:
-        return [FactBackfill()]
+    def _backfill_sources(self) -> Sequence[BackfillSource]:
+        return [FactBackfill(), ChunkBackfill()]
+
+    # --- raw chunks -------------------------------------------------------------------------
+
+    async def add_chunks(
+        self,
+        chunks: Sequence[ChunkDraft],
+        user_id: uuid.UUID | str | None = None,
+        session_id: str | None = None,
+    ) -> int:
+        """Store raw chunks of one session (append-only); returns how many were new.
+
+        Chunks already stored for the session (same content hash) are skipped, so indexing the
+        same demoted range twice writes 0. Embeddings are made in batches before the write; if
+        the model fails the chunks land without vectors (backfill fills them later).
+        """
+        uid = write_scope(user_id)
+        sid = session_id if session_id is not None else current_session_id()
+        if sid is None:
+            raise InvalidInputError(
+                "add_chunks needs a session: pass session_id=... or set it with "
+                "request_context(session_id=...)"
+            )
+        sid = check_text("session_id", sid, max_chars=MAX_KEY_CHARS)
+        drafts = [_checked_draft(chunk) for chunk in chunks]
+        if not drafts:
+            return 0
+        vectors = await self._embed_documents([draft.content for draft in drafts])
+        rows = [
+            {
+                "content": draft.content,
+                "content_hash": draft.content_hash,
+                "start_seq": draft.start_seq,
+                "end_seq": draft.end_seq,
+                "started_at": draft.started_at,
+                "ended_at": draft.ended_at,
+                "breadcrumbs": list(draft.breadcrumbs),
+                "embedding": None if vectors is None else vectors[i],
+            }
+            for i, draft in enumerate(drafts)
+        ]
+        async with unit_of_work(self._sessionmaker) as session:
+            repo = ChunkRepository(session=session)
+            owner = await repo.session_owner(sid)
+            if owner is not None and owner != uid:
+                raise NotFoundError(f"no session {sid!r} for this user")
+            return await repo.insert_many(uid, sid, rows)
+
+    async def search_chunks(
+        self,
+        query: str,
+        user_id: uuid.UUID | str | None = None,
+        session_id: str | None = None,
+        limit: int = 8,
+    ) -> list[ChunkHit]:
+        """Vector hits (cosine distance < 0.45) first, then full-text hits up to ``limit``.
+
+        Text hits match any query term (full text on content, ILIKE on content and breadcrumbs),
+        ranked by distinct terms hit, then recency. An empty normalised query returns the most
+        recent chunks. ``session_id`` narrows to one session of the user.
+        """
+        scope = read_scope(user_id)
+        query = check_text("query", query, allow_empty=True)
+        limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
+        if session_id is not None:
+            session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
+        terms = query_terms(query)
+        vector = await self._embed_query(query) if terms else None
+        async with unit_of_work(self._sessionmaker) as session:
+            repo = ChunkRepository(session=session)
+            if not terms:
+                recent = await repo.recent(scope, session_id, limit)
+                return [to_chunk_hit(row, via="recent") for row in recent]
+            hits: list[ChunkHit] = []
+            if vector is not None:
+                await repo.set_search_options(self._settings.hnsw_ef_search)
+                for row, distance in await repo.nearest(scope, session_id, vector, limit):
+                    if distance < CHUNK_MAX_DISTANCE:
+                        hits.append(to_chunk_hit(row, via="vector", distance=distance))
+            if len(hits) < limit:
+                seen = [hit.id for hit in hits]
+                found = await repo.text_search(scope, session_id, terms, limit - len(hits), seen)
+                hits.extend(to_chunk_hit(row, via="text", terms_hit=n) for row, n in found)
+            return hits
+
+    async def latest_summary_at(self, session_id: str) -> datetime | None:
+        """When the session's last summary was written: the freshness boundary for raw
+        excerpts. None when there is none, when the session is not the caller's, or on any
+        failure (logged as ``memory.latest_summary_at_failed``)."""
+        try:
+            scope = read_scope(None)
+            session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
+            async with unit_of_work(self._sessionmaker) as session:
+                repo = ChunkRepository(session=session)
+                if scope is not None and await repo.session_owner(session_id) != scope:
+                    return None
+                return await repo.latest_summary_at(session_id)
+        except NaviMemoryError as exc:
+            logger.warning(
+                "memory.latest_summary_at_failed: %s",
+                exc,
+                extra={"event": "memory.latest_summary_at_failed"},
+            )
+            return None

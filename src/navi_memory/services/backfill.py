@@ -15,10 +15,17 @@ from typing import Protocol
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.llm import Embedder, embedding_text_for_fact
+from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FactRepository
 from navi_memory.unit_of_work import unit_of_work
 
-__all__ = ["BackfillProgress", "BackfillSource", "FactBackfill", "run_backfill"]
+__all__ = [
+    "BackfillProgress",
+    "BackfillSource",
+    "ChunkBackfill",
+    "FactBackfill",
+    "run_backfill",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -108,3 +115,24 @@ class FactBackfill:
         repo = FactRepository(session=session)
         for fact_id, vector in vectors:
             await repo.set_embedding(fact_id, vector)
+
+
+class ChunkBackfill:
+    """memory_chunks rows without a vector (written while the embedder was down)."""
+
+    table = "memory_chunks"
+
+    async def count_missing(self, session: AsyncSession) -> int:
+        return await ChunkRepository(session=session).count_missing_embeddings()
+
+    async def next_batch(
+        self, session: AsyncSession, after_id: int, limit: int
+    ) -> list[tuple[int, str]]:
+        return await ChunkRepository(session=session).missing_embeddings(after_id, limit)
+
+    async def store(
+        self, session: AsyncSession, vectors: Sequence[tuple[int, list[float]]]
+    ) -> None:
+        repo = ChunkRepository(session=session)
+        for chunk_id, vector in vectors:
+            await repo.set_embedding(chunk_id, vector)

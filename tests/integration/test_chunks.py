@@ -1,0 +1,235 @@
+"""Raw chunks on real PostgreSQL: add_chunks, search_chunks (both paths), latest_summary_at."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from navi_memory import (
+    PERMISSION_READ_ALL,
+    InvalidInputError,
+    InvalidTypeError,
+    Memory,
+    NotFoundError,
+    PermissionDeniedError,
+    request_context,
+)
+from navi_memory.schemas import ChunkDraft
+from navi_memory.testing import FakeOllama
+from tests.integration.factories import new_session_row, new_user, scalar
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def draft(content: str, seq: int = 1, breadcrumbs: list[str] | None = None) -> ChunkDraft:
+    return ChunkDraft(
+        content=content,
+        content_hash=hashlib.sha256(content.encode()).hexdigest(),
+        start_seq=seq,
+        end_seq=seq + 1,
+        started_at=T0 + timedelta(minutes=seq),
+        ended_at=T0 + timedelta(minutes=seq + 1),
+        breadcrumbs=breadcrumbs or [],
+    )
+
+
+PORT = draft("User: which port should the API use?\n\nAssistant: we picked port 8099.", 1, ["8099"])
+PATH = draft(
+    "User: the config lives in /etc/navi/app.toml\n\nAssistant: noted.", 3, ["/etc/navi/app.toml"]
+)
+BERLIN = draft("User: I am flying to Berlin next week for the conference.", 5)
+
+
+async def test_add_chunks_writes_new_chunks_with_vectors_and_skips_repeats(memory: Memory) -> None:
+    uid = await new_user(memory)
+    assert await memory.store.add_chunks([PORT, PATH], user_id=uid, session_id="s1") == 2
+    # The same demoted range indexed again writes nothing.
+    assert await memory.store.add_chunks([PORT, PATH, PORT], user_id=uid, session_id="s1") == 0
+    assert await memory.store.add_chunks([PORT, BERLIN], user_id=uid, session_id="s1") == 1
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks WHERE embedding IS NULL") == 0
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 3
+    crumbs = await scalar(
+        memory, "SELECT breadcrumbs FROM memory_chunks WHERE content_hash = :h", h=PATH.content_hash
+    )
+    assert crumbs == ["/etc/navi/app.toml"]
+
+
+async def test_add_chunks_resolves_user_and_session_from_the_request_context(
+    memory: Memory,
+) -> None:
+    uid = await new_user(memory)
+    with request_context(user_id=uid, session_id="ctx-session"):
+        assert await memory.store.add_chunks([PORT]) == 1
+    assert await scalar(memory, "SELECT session_id FROM memory_chunks") == "ctx-session"
+    with pytest.raises(PermissionDeniedError):
+        await memory.store.add_chunks([PATH], session_id="s1")
+    with request_context(user_id=uid), pytest.raises(InvalidInputError, match="session"):
+        await memory.store.add_chunks([PATH])
+
+
+async def test_add_chunks_refuses_another_users_session_and_bad_chunks(memory: Memory) -> None:
+    alice, bob = await new_user(memory), await new_user(memory)
+    sid = await new_session_row(memory, alice)
+    with pytest.raises(NotFoundError):
+        await memory.store.add_chunks([PORT], user_id=bob, session_id=sid)
+    forged = PORT.model_copy(update={"content_hash": "0" * 64})
+    with pytest.raises(InvalidInputError, match="sha256"):
+        await memory.store.add_chunks([forged], user_id=alice, session_id=sid)
+    with pytest.raises(InvalidTypeError):
+        await memory.store.add_chunks(["just a string"], user_id=alice, session_id=sid)  # type: ignore[list-item]
+    nul = draft("User: a NUL \x00 byte")
+    with pytest.raises(InvalidInputError, match="NUL"):
+        await memory.store.add_chunks([nul], user_id=alice, session_id=sid)
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
+
+
+async def test_chunks_written_while_the_embedder_is_down_get_vectors_from_backfill(
+    memory: Memory, fake_ollama: FakeOllama, caplog: pytest.LogCaptureFixture
+) -> None:
+    uid = await new_user(memory)
+    fake_ollama.mode = "fail"
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        assert await memory.store.add_chunks([PORT, PATH], user_id=uid, session_id="s1") == 2
+    assert [r for r in caplog.records if "memory.embedding_failed" in r.getMessage()]
+    hits = await memory.store.search_chunks("port 8099", user_id=uid)
+    assert [h.via for h in hits] == ["text"]
+    fake_ollama.mode = "ok"
+    assert await memory.store.backfill_embeddings() == 2
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks WHERE embedding IS NULL") == 0
+    hits = await memory.store.search_chunks("which port should the API use", user_id=uid)
+    assert hits[0].via == "vector"
+
+
+async def test_vector_hits_come_first_then_text_hits_fill_up_without_repeats(
+    memory: Memory,
+) -> None:
+    uid = await new_user(memory)
+    await memory.store.add_chunks([PORT, PATH, BERLIN], user_id=uid, session_id="s1")
+    hits = await memory.store.search_chunks("which port should the API use", user_id=uid)
+    assert hits[0].content_hash == PORT.content_hash
+    assert hits[0].via == "vector"
+    assert hits[0].distance is not None and hits[0].distance < 0.45
+    assert len({h.id for h in hits}) == len(hits)
+    vias = [h.via for h in hits]
+    assert vias == sorted(vias, key=lambda v: v != "vector")
+
+
+async def test_text_path_finds_exact_identifiers_in_content_and_breadcrumbs(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    crumbs_only = draft("User: the usual place for it", 7, ["/srv/data/archive.tar"])
+    await memory.store.add_chunks([PORT, PATH, BERLIN, crumbs_only], user_id=uid, session_id="s1")
+    fake_ollama.mode = "fail"  # text path alone
+    hits = await memory.store.search_chunks("/etc/navi/app.toml", user_id=uid)
+    assert [h.content_hash for h in hits] == [PATH.content_hash]
+    hits = await memory.store.search_chunks("archive.tar", user_id=uid)
+    assert [h.content_hash for h in hits] == [crumbs_only.content_hash]
+
+
+async def test_text_hits_rank_by_distinct_terms_then_recency(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    one_old = draft("User: kubernetes is fine", 1)
+    one_new = draft("User: kubernetes again", 9)
+    both = draft("User: kubernetes ingress broke", 3)
+    await memory.store.add_chunks([one_old, one_new, both], user_id=uid, session_id="s1")
+    fake_ollama.mode = "fail"
+    hits = await memory.store.search_chunks("kubernetes ingress", user_id=uid)
+    assert [h.content_hash for h in hits] == [
+        both.content_hash,
+        one_new.content_hash,
+        one_old.content_hash,
+    ]
+    assert [h.terms_hit for h in hits] == [2, 1, 1]
+
+
+async def test_full_text_matches_whole_words_the_ilike_terms_would_also_find(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    await memory.store.add_chunks([BERLIN], user_id=uid, session_id="s1")
+    fake_ollama.mode = "fail"
+    hits = await memory.store.search_chunks("conference berlin", user_id=uid)
+    assert [(h.content_hash, h.terms_hit) for h in hits] == [(BERLIN.content_hash, 2)]
+
+
+async def test_empty_query_returns_the_most_recent_chunks(memory: Memory) -> None:
+    uid = await new_user(memory)
+    await memory.store.add_chunks([PORT, PATH, BERLIN], user_id=uid, session_id="s1")
+    hits = await memory.store.search_chunks("  ?! ", user_id=uid, limit=2)
+    assert [(h.content_hash, h.via) for h in hits] == [
+        (BERLIN.content_hash, "recent"),
+        (PATH.content_hash, "recent"),
+    ]
+
+
+@pytest.mark.parametrize("query", ["%", "_", "\\", "50%", "a_b"])
+async def test_wildcards_in_the_query_match_only_themselves(
+    memory: Memory, fake_ollama: FakeOllama, query: str
+) -> None:
+    uid = await new_user(memory)
+    literal = draft("User: save 50% on a_b with code \\x", 2)
+    await memory.store.add_chunks([PORT, literal], user_id=uid, session_id="s1")
+    fake_ollama.mode = "fail"
+    hits = await memory.store.search_chunks(query, user_id=uid)
+    assert all(h.via == "recent" or h.content_hash == literal.content_hash for h in hits)
+
+
+async def test_session_filter_and_tenancy(memory: Memory) -> None:
+    alice, bob = await new_user(memory), await new_user(memory)
+    await memory.store.add_chunks([PORT], user_id=alice, session_id="a1")
+    await memory.store.add_chunks([PATH], user_id=alice, session_id="a2")
+    await memory.store.add_chunks([PORT.model_copy(), BERLIN], user_id=bob, session_id="b1")
+    with request_context(user_id=alice):
+        assert {h.session_id for h in await memory.store.search_chunks("port")} <= {"a1", "a2"}
+        in_a2 = await memory.store.search_chunks("port config", session_id="a2")
+        assert {h.session_id for h in in_a2} == {"a2"}
+        assert await memory.store.search_chunks("Berlin conference", session_id="b1") == []
+        assert await memory.store.search_chunks("", session_id="b1") == []
+        with pytest.raises(PermissionDeniedError):
+            await memory.store.search_chunks("port", user_id=bob)
+    with pytest.raises(PermissionDeniedError):
+        await memory.store.search_chunks("port")
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        everyone = await memory.store.search_chunks("", limit=10)
+        assert {h.user_id for h in everyone} == {alice, bob}
+
+
+async def test_latest_summary_at_is_the_sessions_last_summary_for_its_owner_only(
+    memory: Memory,
+) -> None:
+    alice, bob = await new_user(memory), await new_user(memory)
+    sid = await new_session_row(memory, alice)
+    with request_context(user_id=alice):
+        assert await memory.store.latest_summary_at(sid) is None
+    async with memory.engine.begin() as conn:
+        for seq, at in ((1, T0), (2, T0 + timedelta(hours=1))):
+            await conn.execute(
+                text(
+                    "INSERT INTO session_messages (session_id, seq, role, content, kind, created_at)"
+                    " VALUES (:s, :q, 'system', 'summary', 'summary', :at)"
+                ),
+                {"s": sid, "q": seq, "at": at},
+            )
+    with request_context(user_id=alice):
+        assert await memory.store.latest_summary_at(sid) == T0 + timedelta(hours=1)
+    with request_context(user_id=bob):
+        assert await memory.store.latest_summary_at(sid) is None
+    # Failures answer None, never raise: no user at all, or a session id that is not text.
+    assert await memory.store.latest_summary_at(sid) is None
+    with request_context(user_id=alice):
+        assert await memory.store.latest_summary_at(None) is None  # type: ignore[arg-type]
+
+
+async def test_deleting_the_user_deletes_their_chunks(memory: Memory) -> None:
+    uid = await new_user(memory)
+    await memory.store.add_chunks([PORT], user_id=uid, session_id=str(uuid.uuid4()))
+    await memory.users.delete(uid)
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
