@@ -213,8 +213,9 @@ async def test_latest_summary_at_is_the_sessions_last_summary_for_its_owner_only
         for seq, at in ((1, T0), (2, T0 + timedelta(hours=1))):
             await conn.execute(
                 text(
-                    "INSERT INTO session_messages (session_id, seq, role, content, kind, created_at)"
-                    " VALUES (:s, :q, 'system', 'summary', 'summary', :at)"
+                    "INSERT INTO session_messages "
+                    "(session_id, seq, role, content, kind, created_at) "
+                    "VALUES (:s, :q, 'system', 'summary', 'summary', :at)"
                 ),
                 {"s": sid, "q": seq, "at": at},
             )
