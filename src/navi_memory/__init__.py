@@ -19,25 +19,53 @@ from navi_memory.errors import (
     SchemaError,
     StorageError,
 )
+from navi_memory.kv import KvStore
 from navi_memory.memory import Memory, open_memory
 from navi_memory.request_context import request_context
-from navi_memory.schemas import UserInfo
+from navi_memory.schemas import (
+    Chunk,
+    ChunkDraft,
+    ChunkHit,
+    CompressionResult,
+    Fact,
+    FactHit,
+    KvEntry,
+    KvHit,
+    Message,
+    SessionInfo,
+    UserInfo,
+)
+from navi_memory.sessions import SessionStore
+from navi_memory.store import MemoryStore
 
 __all__ = [
     "EMBEDDING_DIM",
     "PERMISSION_READ_ALL",
     "Capabilities",
     "ChatModelError",
+    "Chunk",
+    "ChunkDraft",
+    "ChunkHit",
+    "CompressionResult",
     "ConfigError",
     "EmbeddingError",
     "ExtractionError",
+    "Fact",
+    "FactHit",
     "InvalidInputError",
     "InvalidTypeError",
+    "KvEntry",
+    "KvHit",
+    "KvStore",
     "Memory",
+    "MemoryStore",
+    "Message",
     "NaviMemoryError",
     "NotFoundError",
     "PermissionDeniedError",
     "SchemaError",
+    "SessionInfo",
+    "SessionStore",
     "Settings",
     "StorageError",
     "UserInfo",

@@ -21,7 +21,9 @@ from navi_memory.db import (
     probe,
     resolve_database_url,
 )
-from navi_memory.llm import Embedder, OllamaEmbedder
+from navi_memory.kv import KvStore
+from navi_memory.llm import ChatModel, Embedder, OllamaChatModel, OllamaEmbedder
+from navi_memory.sessions import SessionStore
 from navi_memory.store import MemoryStore
 from navi_memory.users import Users
 
@@ -39,18 +41,24 @@ class Memory:
     sessionmaker: async_sessionmaker[AsyncSession]
     capabilities: Capabilities
     embedder: Embedder
+    chat_model: ChatModel
     users: Users
     store: MemoryStore
+    sessions: SessionStore
+    kv: KvStore
 
 
 @asynccontextmanager
 async def open_memory(
-    settings: Settings | None = None, *, embedder: Embedder | None = None
+    settings: Settings | None = None,
+    *,
+    embedder: Embedder | None = None,
+    chat_model: ChatModel | None = None,
 ) -> AsyncIterator[Memory]:
     """Open navi-memory on ``settings.database_url`` (unset: the embedded PostgreSQL).
 
-    ``embedder`` replaces the Ollama embedder built from the settings (it is then the caller's
-    to close); no model is contacted until the first write or search needs one.
+    ``embedder`` and ``chat_model`` replace the Ollama clients built from the settings (they
+    are then the caller's to close); no model is contacted until a call needs one.
 
     Refuses, with a SchemaError saying what to do, a server without pgvector >= 0.8 or a schema
     that is not at head; a server that cannot be reached is a StorageError naming the URL.
@@ -58,25 +66,37 @@ async def open_memory(
     settings = settings or Settings()
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(settings, url)
-    owned_embedder = embedder is None
+    owned_embedder, owned_chat = embedder is None, chat_model is None
     embedder = embedder or OllamaEmbedder.from_settings(settings)
+    chat_model = chat_model or OllamaChatModel.from_settings(settings)
     try:
         capabilities = await probe(engine)
         check_capabilities(capabilities, engine.url)
         if capabilities.pg_trgm:
             await ensure_trgm_indexes(engine)
         sessionmaker = create_sessionmaker(engine)
+        store = MemoryStore(sessionmaker=sessionmaker, settings=settings, embedder=embedder)
         memory = Memory(
             settings=settings,
             engine=engine,
             sessionmaker=sessionmaker,
             capabilities=capabilities,
             embedder=embedder,
+            chat_model=chat_model,
             users=Users(sessionmaker),
-            store=MemoryStore(sessionmaker=sessionmaker, settings=settings, embedder=embedder),
+            store=store,
+            sessions=SessionStore(
+                sessionmaker=sessionmaker,
+                settings=settings,
+                chat_model=chat_model,
+                add_chunks=store.add_chunks_for_session,
+            ),
+            kv=KvStore(sessionmaker=sessionmaker),
         )
         yield memory
     finally:
+        if owned_chat:
+            await chat_model.aclose()
         if owned_embedder:
             await embedder.aclose()
         await engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any, Literal
 
@@ -11,11 +12,15 @@ __all__ = [
     "Chunk",
     "ChunkDraft",
     "ChunkHit",
+    "CompressionResult",
     "Fact",
     "FactHit",
+    "KvEntry",
+    "KvHit",
     "Message",
     "MessageKind",
     "MessageRole",
+    "SessionInfo",
     "UserInfo",
 ]
 
@@ -121,3 +126,59 @@ class ChunkHit(Chunk):
     """Cosine distance to the query (vector hits)."""
     terms_hit: int = 0
     """Distinct query terms found in the content or the breadcrumbs (text hits)."""
+
+
+class SessionInfo(_Model):
+    """A row of sessions."""
+
+    id: str
+    user_id: uuid.UUID
+    title: str | None = None
+    last_active: datetime
+    session_metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class CompressionResult(_Model):
+    """What one ``SessionStore.compress`` call did."""
+
+    demoted: int
+    """Rows taken out of the context (the previous summary included)."""
+    summary: Message | None
+    """The new summary message, now first in the context; None when nothing was demoted."""
+    chunks_written: int
+    """Raw chunk rows written (0 with indexing off, on failure, or when all were stored)."""
+    breadcrumbs: list[str]
+    """The KEYS: line's items merged with the deterministic ones, attached to every chunk."""
+    used_fallback: bool
+    """True when the summary is the deterministic truncation note (no model, or it failed)."""
+
+
+class KvEntry(_Model):
+    """One kv_store row; ``session_id`` None is the user-wide entry."""
+
+    user_id: uuid.UUID
+    scope: str
+    session_id: str | None
+    key: str
+    value: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class KvHit(_Model):
+    """An entry found by ``search_values``: a sketch's section is its key."""
+
+    user_id: uuid.UUID
+    scope: str
+    session_id: str | None
+    key: str
+    value: str
+    updated_at: datetime
+    terms_hit: int
+    """Distinct search terms found in key or value."""
+
+    @property
+    def section(self) -> str:
+        return self.key

@@ -419,12 +419,19 @@ class MemoryStore:
         chunks: Sequence[ChunkDraft],
         user_id: uuid.UUID | str | None = None,
         session_id: str | None = None,
+        *,
+        require_session: bool = False,
     ) -> int:
         """Store raw chunks of one session (append-only); returns how many were new.
 
         Chunks already stored for the session (same content hash) are skipped, so indexing the
         same demoted range twice writes 0. Embeddings are made in batches before the write; if
         the model fails the chunks land without vectors (backfill fills them later).
+
+        ``session_id`` need not be a row of ``sessions`` (the spec keeps no foreign key: an
+        application may keep its sessions elsewhere); when it is, it must be the user's, and it
+        is share-locked so a concurrent session delete cannot leave these chunks behind.
+        ``require_session=True`` refuses a session that has no row (NotFoundError).
         """
         uid = write_scope(user_id)
         sid = session_id if session_id is not None else current_session_id()
@@ -453,10 +460,16 @@ class MemoryStore:
         ]
         async with unit_of_work(self._sessionmaker) as session:
             repo = ChunkRepository(session=session)
-            owner = await repo.session_owner(sid)
-            if owner is not None and owner != uid:
+            owner = await repo.session_owner(sid, lock=True)
+            if (owner is not None and owner != uid) or (owner is None and require_session):
                 raise NotFoundError(f"no session {sid!r} for this user")
             return await repo.insert_many(uid, sid, rows)
+
+    async def add_chunks_for_session(
+        self, chunks: Sequence[ChunkDraft], user_id: uuid.UUID, session_id: str
+    ) -> int:
+        """add_chunks for the session store's compression: the session row must exist."""
+        return await self.add_chunks(chunks, user_id, session_id, require_session=True)
 
     async def search_chunks(
         self,

@@ -234,3 +234,15 @@ async def test_deleting_the_user_deletes_their_chunks(memory: Memory) -> None:
     await memory.store.add_chunks([PORT], user_id=uid, session_id=str(uuid.uuid4()))
     await memory.users.delete(uid)
     assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
+
+
+async def test_compression_indexing_refuses_a_session_deleted_meanwhile(memory: Memory) -> None:
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    assert await memory.store.add_chunks_for_session([PORT], uid, sid) == 1
+    async with memory.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM sessions WHERE id = :s"), {"s": sid})
+    with pytest.raises(NotFoundError):
+        await memory.store.add_chunks_for_session([PATH], uid, sid)
+    # Plain add_chunks keeps the spec's contract: a session the sessions table does not know.
+    assert await memory.store.add_chunks([PATH], user_id=uid, session_id=sid) == 1

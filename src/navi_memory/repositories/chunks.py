@@ -128,10 +128,12 @@ class ChunkRepository:
         )
         return list((await self.session.scalars(stmt)).all())
 
-    async def session_owner(self, session_id: str) -> uuid.UUID | None:
-        return await self.session.scalar(
-            select(SessionRow.user_id).where(SessionRow.id == session_id)
-        )
+    async def session_owner(self, session_id: str, *, lock: bool = False) -> uuid.UUID | None:
+        """The session's owner; ``lock`` holds a share lock on its row (a delete waits)."""
+        stmt = select(SessionRow.user_id).where(SessionRow.id == session_id)
+        if lock:
+            stmt = stmt.with_for_update(read=True)
+        return await self.session.scalar(stmt)
 
     async def chunk_owners(self, session_id: str) -> set[uuid.UUID]:
         rows = await self.session.scalars(

@@ -1,0 +1,152 @@
+"""SQL for sessions and session_messages, and for the rows a deleted session takes with it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from navi_memory.models import ChunkRow, KvRow, MessageRow, SessionMemoryStateRow, SessionRow, User
+from navi_memory.schemas import Message
+
+__all__ = ["SessionRepository", "to_message"]
+
+
+def to_message(row: MessageRow) -> Message:
+    return Message.model_validate(row)
+
+
+class SessionRepository:
+    def __init__(self, *, session: AsyncSession) -> None:
+        self.session = session
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    async def user_exists(self, user_id: uuid.UUID) -> bool:
+        return await self.session.scalar(select(User.id).where(User.id == user_id)) is not None
+
+    async def insert_session(
+        self, session_id: str, user_id: uuid.UUID, title: str | None
+    ) -> SessionRow | None:
+        """The new row, or None when the id is taken (by anyone)."""
+        row_id = await self.session.scalar(
+            insert(SessionRow)
+            .values(id=session_id, user_id=user_id, title=title)
+            .on_conflict_do_nothing(index_elements=[SessionRow.id])
+            .returning(SessionRow.id)
+        )
+        if row_id is None:
+            return None
+        return await self.session.get(SessionRow, row_id)
+
+    async def get(self, session_id: str, owner: uuid.UUID | None) -> SessionRow | None:
+        """The session if it belongs to ``owner`` (any owner for a global read, None)."""
+        stmt = select(SessionRow).where(SessionRow.id == session_id)
+        if owner is not None:
+            stmt = stmt.where(SessionRow.user_id == owner)
+        return await self.session.scalar(stmt)
+
+    async def lock_owned(self, session_id: str, user_id: uuid.UUID) -> SessionRow | None:
+        """Lock the user's session row until the transaction ends (None: not theirs or gone).
+
+        Every writer of a session's messages takes this lock first, so appends get gap-free
+        sequence numbers and compressions see each other's work.
+        """
+        return await self.session.scalar(
+            select(SessionRow)
+            .where(SessionRow.id == session_id, SessionRow.user_id == user_id)
+            .with_for_update()
+        )
+
+    async def owner(self, session_id: str) -> uuid.UUID | None:
+        return await self.session.scalar(
+            select(SessionRow.user_id).where(SessionRow.id == session_id)
+        )
+
+    async def list_sessions(self, owner: uuid.UUID | None) -> list[SessionRow]:
+        stmt = select(SessionRow).order_by(SessionRow.last_active.desc(), SessionRow.id)
+        if owner is not None:
+            stmt = stmt.where(SessionRow.user_id == owner)
+        return list((await self.session.scalars(stmt)).all())
+
+    async def touch(self, session_id: str) -> None:
+        await self.session.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id)
+            .values(last_active=func.clock_timestamp())
+        )
+
+    async def delete_session(self, session_id: str, user_id: uuid.UUID) -> None:
+        """Delete the session and everything keyed by it; messages go by the cascade.
+
+        memory_chunks has no foreign key on session_id (spec), so its rows are deleted here, in
+        the caller's transaction, together with the extraction state and the sketches.
+        """
+        await self.session.execute(
+            delete(ChunkRow).where(ChunkRow.user_id == user_id, ChunkRow.session_id == session_id)
+        )
+        await self.session.execute(
+            delete(KvRow).where(KvRow.user_id == user_id, KvRow.session_id == session_id)
+        )
+        await self.session.execute(
+            delete(SessionMemoryStateRow).where(SessionMemoryStateRow.session_id == session_id)
+        )
+        await self.session.execute(delete(SessionRow).where(SessionRow.id == session_id))
+
+    # --- messages ---------------------------------------------------------------------------
+
+    async def next_seq(self, session_id: str) -> int:
+        """max(seq) + 1; only sound while the session row is locked (``lock_owned``)."""
+        current = await self.session.scalar(
+            select(func.max(MessageRow.seq)).where(MessageRow.session_id == session_id)
+        )
+        return (current or 0) + 1
+
+    async def insert_message(self, values: dict[str, Any]) -> MessageRow:
+        # clock_timestamp, not now(): a message waits for the session lock, and its time should
+        # follow the order it was given its seq in, not when its transaction began.
+        row = MessageRow(**values, created_at=func.clock_timestamp())
+        self.session.add(row)
+        await self.session.flush()
+        await self.session.refresh(row)
+        return row
+
+    async def messages(self, session_id: str, *, context_only: bool) -> list[MessageRow]:
+        """History in seq order; with ``context_only`` the context, its summary first."""
+        stmt = select(MessageRow).where(MessageRow.session_id == session_id)
+        if context_only:
+            stmt = stmt.where(MessageRow.is_context.is_(True)).order_by(
+                (MessageRow.kind == "summary").desc(), MessageRow.seq
+            )
+        else:
+            stmt = stmt.order_by(MessageRow.seq)
+        return list((await self.session.scalars(stmt)).all())
+
+    async def context_kinds(self, session_id: str) -> dict[int, str]:
+        """id → kind of every message now in the session's context."""
+        rows = await self.session.execute(
+            select(MessageRow.id, MessageRow.kind).where(
+                MessageRow.session_id == session_id, MessageRow.is_context.is_(True)
+            )
+        )
+        return {row_id: kind for row_id, kind in rows}
+
+    async def demote(self, session_id: str, message_ids: Sequence[int]) -> int:
+        """Take the messages out of the context; returns how many were flipped."""
+        if not message_ids:
+            return 0
+        result = await self.session.execute(
+            update(MessageRow)
+            .where(
+                MessageRow.session_id == session_id,
+                MessageRow.id.in_(message_ids),
+                MessageRow.is_context.is_(True),
+            )
+            .values(is_context=False)
+            .returning(MessageRow.id)
+        )
+        return len(result.scalars().all())

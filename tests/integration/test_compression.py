@@ -1,0 +1,446 @@
+"""SessionStore.compress on real PostgreSQL: what is demoted, the summary and its KEYS line,
+raw chunks and breadcrumbs, the truncation fallback, failures, and concurrent compressions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from navi_memory import (
+    ChatModelError,
+    EmbeddingError,
+    InvalidInputError,
+    InvalidTypeError,
+    Memory,
+    NotFoundError,
+    StorageError,
+)
+from navi_memory.llm.chat import ChatMessages, OllamaChatModel, message_dicts
+from navi_memory.schemas import Message
+from navi_memory.services.compression import SUMMARY_PROMPT
+from navi_memory.sessions import SessionStore
+from navi_memory.testing import FakeOllama, ScriptedChatModel
+from tests.integration.factories import new_user, scalar
+from tests.integration.test_sessions import chunk_rows, make_store
+
+FALLBACK = "Earlier conversation ({n} messages) was truncated; search memory for details."
+
+
+async def seed(
+    store: SessionStore, uid: uuid.UUID, count: int, *, sid: str = "s1", start: int = 1
+) -> list[Message]:
+    """A session (created if missing) with ``count`` alternating user/assistant messages whose
+    contents carry unique tokens m001, m002, ..."""
+    if await store.get(sid, uid) is None:
+        await store.create(sid, user_id=uid)
+    return [
+        await store.append(
+            sid, "user" if i % 2 else "assistant", f"m{i:03d} says something", user_id=uid
+        )
+        for i in range(start, start + count)
+    ]
+
+
+def token_counts(chunks: list[tuple[str, list[str]]]) -> dict[str, int]:
+    joined = "\n".join(content for content, _ in chunks)
+    return {token: joined.count(token) for token in re.findall(r"m\d{3}", joined)}
+
+
+# --- what is demoted -----------------------------------------------------------------------
+
+
+async def test_compress_demotes_exactly_the_older_messages_and_puts_the_summary_first(
+    memory: Memory,
+) -> None:
+    model = ScriptedChatModel(["They chose port 8099.\nKEYS: port 8099, nginx.conf"])
+    store, recorder = make_store(memory, chat_model=model)
+    uid = await new_user(memory)
+    written = await seed(store, uid, 12)
+
+    result = await store.compress("s1", keep_last=4, user_id=uid)
+
+    assert result.demoted == 8 and not result.used_fallback
+    assert result.summary is not None
+    assert (result.summary.kind, result.summary.role, result.summary.seq) == (
+        "summary",
+        "system",
+        13,
+    )
+    assert result.summary.content == "They chose port 8099."
+    context = await store.context("s1", user_id=uid)
+    assert [m.seq for m in context] == [13, 9, 10, 11, 12]
+    assert context[0] == result.summary
+    history = await store.history("s1", user_id=uid)
+    assert [m.seq for m in history if not m.is_context] == [m.seq for m in written[:8]]
+    assert len(model.calls) == 1
+    prompt = model.calls[0].messages
+    assert prompt[0] == {"role": "system", "content": SUMMARY_PROMPT}
+    assert "m001" in prompt[1]["content"] and "m008" in prompt[1]["content"]
+    assert "m009" not in prompt[1]["content"]
+    assert len(recorder.calls) == 1
+
+
+async def test_the_summary_prompt_asks_for_the_keys_line() -> None:
+    assert "End with ONE line KEYS: item, item, …" in SUMMARY_PROMPT
+    assert "at most 30, most important first" in SUMMARY_PROMPT
+    assert "KEYS: NONE when nothing is worth indexing" in SUMMARY_PROMPT
+
+
+async def test_a_second_compression_folds_in_and_demotes_the_old_summary(memory: Memory) -> None:
+    model = ScriptedChatModel(["First summary.\nKEYS: NONE", "Second summary.\nKEYS: NONE"])
+    store, _ = make_store(memory, chat_model=model)
+    uid = await new_user(memory)
+    await seed(store, uid, 12)
+    first = await store.compress("s1", keep_last=4, user_id=uid)
+    await seed(store, uid, 6, start=13)  # seqs 14..19
+
+    second = await store.compress("s1", keep_last=4, user_id=uid)
+
+    assert second.demoted == 7  # m009..m014 and the first summary
+    assert second.summary is not None and second.summary.content == "Second summary."
+    context = await store.context("s1", user_id=uid)
+    assert [m.content for m in context] == [
+        "Second summary.",
+        *(f"m{i:03d} says something" for i in range(15, 19)),
+    ]
+    history = {m.seq: m for m in await store.history("s1", user_id=uid)}
+    assert first.summary is not None and not history[first.summary.seq].is_context
+    folded = model.calls[1].messages[1]["content"]
+    assert "Previous summary:\nFirst summary." in folded
+    assert "m009" in folded and "m014" in folded and "m015" not in folded
+
+
+async def test_nothing_to_demote_makes_no_model_call_and_changes_nothing(memory: Memory) -> None:
+    model = ScriptedChatModel(["Summary.\nKEYS: NONE"])
+    store, recorder = make_store(memory, chat_model=model)
+    uid = await new_user(memory)
+    await seed(store, uid, 4)
+
+    result = await store.compress("s1", keep_last=4, user_id=uid)
+
+    assert (result.demoted, result.summary, result.chunks_written) == (0, None, 0)
+    assert model.calls == [] and recorder.calls == []
+    assert len(await store.context("s1", user_id=uid)) == 4
+
+    await store.compress("s1", keep_last=2, user_id=uid)
+    again = await store.compress("s1", keep_last=2, user_id=uid)
+    assert again.demoted == 0 and len(model.calls) == 1
+    assert [m.kind for m in await store.context("s1", user_id=uid)] == [
+        "summary",
+        "message",
+        "message",
+    ]
+
+
+async def test_keep_last_defaults_to_the_setting(memory: Memory) -> None:
+    store, _ = make_store(
+        memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]), memory_compress_keep_last=3
+    )
+    uid = await new_user(memory)
+    await seed(store, uid, 5)
+    result = await store.compress("s1", user_id=uid)
+    assert result.demoted == 2
+    assert len(await store.context("s1", user_id=uid)) == 4
+
+
+async def test_keep_last_zero_leaves_only_the_summary(memory: Memory) -> None:
+    store, _ = make_store(memory, chat_model=ScriptedChatModel(["All of it.\nKEYS: NONE"]))
+    uid = await new_user(memory)
+    await seed(store, uid, 3)
+    result = await store.compress("s1", keep_last=0, user_id=uid)
+    assert result.demoted == 3
+    assert [m.content for m in await store.context("s1", user_id=uid)] == ["All of it."]
+
+
+@pytest.mark.parametrize(
+    ("keep_last", "error"),
+    [(-1, InvalidInputError), ("3", InvalidTypeError), (True, InvalidTypeError)],
+)
+async def test_a_bad_keep_last_is_refused(
+    memory: Memory, keep_last: object, error: type[Exception]
+) -> None:
+    store, _ = make_store(memory)
+    uid = await new_user(memory)
+    await seed(store, uid, 3)
+    with pytest.raises(error):
+        await store.compress("s1", keep_last=keep_last, user_id=uid)  # type: ignore[arg-type]
+    assert all(m.is_context for m in await store.history("s1", user_id=uid))
+
+
+async def test_compressing_a_missing_session_is_not_found(memory: Memory) -> None:
+    store, _ = make_store(memory)
+    with pytest.raises(NotFoundError):
+        await store.compress("nope", keep_last=0, user_id=await new_user(memory))
+
+
+# --- raw chunks and breadcrumbs ------------------------------------------------------------
+
+
+async def test_keys_items_and_deterministic_breadcrumbs_ride_on_every_chunk(
+    memory: Memory,
+) -> None:
+    model = ScriptedChatModel(
+        ["We moved the app.\n**KEYS:** server port 8099, `staging box`, nginx.conf"]
+    )
+    store, _ = make_store(memory, chat_model=model, chunk_max_chars=200)
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    await store.append(
+        "s1", "user", "Edit /etc/nginx/nginx.conf and run `make deploy` " + "a" * 150, user_id=uid
+    )
+    await store.append(
+        "s1",
+        "tool_call",
+        tool_name="shell",
+        tool_args={"cmd": "systemctl reload nginx"},
+        user_id=uid,
+    )
+    await store.append("s1", "tool", "reloaded in 12 ms", tool_name="shell", user_id=uid)
+    await store.append("s1", "assistant", "Done, see ticket #4411 " + "b" * 180, user_id=uid)
+    await store.append("s1", "user", "thanks", user_id=uid)
+
+    result = await store.compress("s1", keep_last=1, user_id=uid)
+
+    assert result.summary is not None and result.summary.content == "We moved the app."
+    assert result.breadcrumbs[:3] == ["server port 8099", "staging box", "nginx.conf"]
+    for found in ("/etc/nginx/nginx.conf", "make deploy", "12 ms", "#4411"):
+        assert found in result.breadcrumbs
+    chunks = await chunk_rows(memory, "s1")
+    assert len(chunks) >= 2 and result.chunks_written == len(chunks)
+    assert all(crumbs == result.breadcrumbs for _, crumbs in chunks)
+    joined = "\n".join(content for content, _ in chunks)
+    assert "Assistant: [Tool call] shell(" in joined and "Tool result (shell): reloaded" in joined
+    assert "thanks" not in joined and "We moved the app" not in joined
+
+
+async def test_compressing_twice_indexes_every_demoted_message_exactly_once(
+    memory: Memory,
+) -> None:
+    model = ScriptedChatModel(["One.\nKEYS: NONE", "Two.\nKEYS: NONE"])
+    store, _ = make_store(memory, chat_model=model, chunk_max_chars=200)
+    uid = await new_user(memory)
+    await seed(store, uid, 20)
+    await store.compress("s1", keep_last=12, user_id=uid)
+    await seed(store, uid, 5, start=21)
+    await store.compress("s1", keep_last=4, user_id=uid)
+
+    counts = token_counts(await chunk_rows(memory, "s1"))
+    assert counts == {f"m{i:03d}": 1 for i in range(1, 22)}
+    demoted = [m for m in await store.history("s1", user_id=uid) if not m.is_context]
+    assert {m.content[:4] for m in demoted if m.kind == "message"} == set(counts)
+
+
+# --- the truncation fallback ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model_factory",
+    [
+        lambda: None,
+        lambda: ScriptedChatModel([ChatModelError("model is down")]),
+        lambda: ScriptedChatModel(["KEYS: only, keys, here"]),
+        lambda: ScriptedChatModel(["   \n"]),
+    ],
+    ids=["no-model", "model-error", "keys-only-reply", "blank-reply"],
+)
+async def test_without_a_usable_summary_compression_truncates_and_still_indexes(
+    memory: Memory, model_factory: Callable[[], ScriptedChatModel | None]
+) -> None:
+    store, recorder = make_store(memory, chat_model=model_factory())
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    for i in range(1, 9):
+        await store.append("s1", "user", f"m{i:03d} see /srv/app/config.yaml", user_id=uid)
+    await seed(store, uid, 4, start=9)
+
+    result = await store.compress("s1", keep_last=4, user_id=uid)
+
+    assert result.used_fallback and result.demoted == 8
+    assert result.summary is not None and result.summary.content == FALLBACK.format(n=8)
+    assert result.breadcrumbs == ["/srv/app/config.yaml"]
+    assert [m.seq for m in await store.context("s1", user_id=uid)] == [13, 9, 10, 11, 12]
+    assert len(recorder.calls) == 1
+    assert token_counts(await chunk_rows(memory, "s1")) == {f"m{i:03d}": 1 for i in range(1, 9)}
+
+
+async def test_the_fallback_counts_every_truncated_message_and_keeps_the_earlier_summary(
+    memory: Memory,
+) -> None:
+    model = ScriptedChatModel(
+        ["They like tea.\nKEYS: tea", ChatModelError("down"), ChatModelError("still down")]
+    )
+    store, _ = make_store(memory, chat_model=model)
+    uid = await new_user(memory)
+    await seed(store, uid, 10)
+    await store.compress("s1", keep_last=4, user_id=uid)  # 6 demoted, model summary
+    await seed(store, uid, 5, start=11)
+    second = await store.compress("s1", keep_last=4, user_id=uid)  # 5 messages demoted
+    await seed(store, uid, 3, start=16)
+    third = await store.compress("s1", keep_last=4, user_id=uid)  # 3 more
+
+    assert second.summary is not None and third.summary is not None
+    assert second.summary.content == FALLBACK.format(n=5) + "\n\nThey like tea."
+    assert third.summary.content == FALLBACK.format(n=8) + "\n\nThey like tea."
+    assert (await store.context("s1", user_id=uid))[0] == third.summary
+
+
+# --- indexing switched off or failing ------------------------------------------------------
+
+
+async def test_with_memory_search_disabled_nothing_is_indexed(memory: Memory) -> None:
+    store, recorder = make_store(
+        memory,
+        chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]),
+        memory_search_enabled=False,
+    )
+    uid = await new_user(memory)
+    await seed(store, uid, 6)
+    result = await store.compress("s1", keep_last=2, user_id=uid)
+    assert result.demoted == 4 and result.chunks_written == 0
+    assert recorder.calls == []
+    assert await chunk_rows(memory, "s1") == []
+
+
+@pytest.mark.parametrize("error", [StorageError("db went away"), EmbeddingError("no vectors")])
+async def test_an_indexing_failure_is_logged_and_the_compression_stands(
+    memory: Memory, caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    store, recorder = make_store(memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]))
+    recorder.fail_with = error
+    uid = await new_user(memory)
+    await seed(store, uid, 6)
+
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        result = await store.compress("s1", keep_last=2, user_id=uid)
+
+    assert result.demoted == 4 and result.chunks_written == 0
+    assert result.summary is not None and result.summary.content == "S."
+    assert len(recorder.calls) == 1
+    events = [r for r in caplog.records if "compressor.chunk_index_failed" in r.getMessage()]
+    assert len(events) == 1 and str(error) in events[0].getMessage()
+    assert [m.seq for m in await store.context("s1", user_id=uid)] == [7, 5, 6]
+
+
+# --- concurrency ---------------------------------------------------------------------------
+
+
+class GatedChatModel:
+    """Answers only once ``parties`` calls are waiting: every compression has read its context
+    before any of them can write."""
+
+    def __init__(self, parties: int) -> None:
+        self.parties = parties
+        self.arrived = 0
+        self.all_arrived = asyncio.Event()
+
+    async def complete(self, messages: ChatMessages, *, json_format: bool = False) -> str:
+        message_dicts(messages)
+        self.arrived += 1
+        if self.arrived >= self.parties:
+            self.all_arrived.set()
+        await asyncio.wait_for(self.all_arrived.wait(), timeout=10)
+        return f"Summary #{self.arrived}.\nKEYS: NONE"
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+@pytest.mark.parametrize(("keep_a", "keep_b"), [(4, 4), (4, 7)])
+async def test_concurrent_compressions_never_demote_or_index_a_message_twice(
+    busy_memory: Memory, keep_a: int, keep_b: int
+) -> None:
+    model = GatedChatModel(parties=2)
+    store, recorder = make_store(busy_memory, chat_model=model, chunk_max_chars=200)
+    uid = await new_user(busy_memory)
+    await seed(store, uid, 16)
+
+    results = await asyncio.gather(
+        store.compress("s1", keep_last=keep_a, user_id=uid),
+        store.compress("s1", keep_last=keep_b, user_id=uid),
+    )
+
+    assert model.arrived == 2
+    winners = [r for r in results if r.demoted]
+    assert len(winners) == 1 and len(recorder.calls) == 1
+    history = await store.history("s1", user_id=uid)
+    assert sum(1 for m in history if not m.is_context) == winners[0].demoted
+    assert [m.kind for m in history].count("summary") == 1
+    context = await store.context("s1", user_id=uid)
+    assert context[0] == winners[0].summary
+    counts = token_counts(await chunk_rows(busy_memory, "s1"))
+    assert set(counts.values()) == {1} and len(counts) == winners[0].demoted
+
+
+class AppendingChatModel:
+    """Appends to the session while it is asked for a summary: that append would wait forever
+    if the compression held the session lock during the call."""
+
+    def __init__(self) -> None:
+        self.meanwhile: Callable[[], Awaitable[object]] | None = None
+
+    async def complete(self, messages: ChatMessages, *, json_format: bool = False) -> str:
+        assert self.meanwhile is not None
+        await asyncio.wait_for(self.meanwhile(), timeout=5)
+        return "Summary.\nKEYS: NONE"
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+async def test_no_lock_is_held_while_the_model_answers(memory: Memory) -> None:
+    model = AppendingChatModel()
+    store, _ = make_store(memory, chat_model=model)
+    uid = await new_user(memory)
+    await seed(store, uid, 6)
+    model.meanwhile = lambda: store.append("s1", "user", "m099 arrived meanwhile", user_id=uid)
+
+    result = await store.compress("s1", keep_last=2, user_id=uid)
+
+    assert result.demoted == 4
+    context = await store.context("s1", user_id=uid)
+    assert [m.content[:4] for m in context] == ["Summ", "m005", "m006", "m099"]
+
+
+# --- through the real Ollama client --------------------------------------------------------
+
+
+async def test_compress_through_the_ollama_client(memory: Memory, fake_ollama: FakeOllama) -> None:
+    fake_ollama.chat_replies.append("The user set up backups.\nKEYS: restic, /mnt/backup")
+    async with OllamaChatModel.from_settings(memory.settings) as model:
+        store, _ = make_store(memory, chat_model=model)
+        uid = await new_user(memory)
+        await seed(store, uid, 6)
+        result = await store.compress("s1", keep_last=2, user_id=uid)
+
+    assert not result.used_fallback
+    assert result.summary is not None and result.summary.content == "The user set up backups."
+    assert result.breadcrumbs[:2] == ["restic", "/mnt/backup"]
+    (request,) = fake_ollama.requests_to("/api/chat")
+    sent = request.json["messages"]
+    assert sent[0] == {"role": "system", "content": SUMMARY_PROMPT}
+    assert "m001" in sent[1]["content"] and "m005" not in sent[1]["content"]
+    stored = await scalar(memory, "SELECT count(*) FROM memory_chunks WHERE session_id = 's1'")
+    assert isinstance(stored, int) and stored >= 1
+
+
+@pytest.mark.parametrize("mode", ["fail", "junk", "stall"])
+async def test_an_ollama_failure_falls_back_to_truncation(
+    memory: Memory, fake_ollama: FakeOllama, mode: str
+) -> None:
+    fake_ollama.mode = mode  # type: ignore[assignment]
+    fake_ollama.stall_seconds = 4.0
+    async with OllamaChatModel.from_settings(memory.settings) as model:
+        store, recorder = make_store(memory, chat_model=model)
+        uid = await new_user(memory)
+        await seed(store, uid, 6)
+        result = await store.compress("s1", keep_last=2, user_id=uid)
+
+    assert result.used_fallback and result.demoted == 4
+    assert result.summary is not None and result.summary.content == FALLBACK.format(n=4)
+    assert len(fake_ollama.requests_to("/api/chat")) >= 1
+    assert len(recorder.calls) == 1
