@@ -171,8 +171,9 @@ class KvStore:
     ) -> builtins.list[KvHit]:
         """Entries of ``scope`` whose key or value contains any of ``terms`` (ILIKE, wildcards
         escaped): ``prefer_session_id``'s entries first (spec: the current session ranks first),
-        then by distinct terms matched, then the most recently updated. ``session_id`` keeps one session's entries only. No terms:
-        the most recently updated entries (``prefer_session_id``'s first), ``terms_hit`` 0.
+        then by distinct terms matched, then the most recently updated. ``session_id`` keeps
+        one session's entries only. No terms: the most recently updated entries
+        (``prefer_session_id``'s first), ``terms_hit`` 0.
 
         ``user_id`` None is the current user; with no current user it is a global read, which
         needs navi.memory.read_all.
