@@ -1,7 +1,8 @@
 """``make demo``: the embedded default brought up, migrated, and navi-memory shown at work.
 
-It talks to the package's fake Ollama (navi_memory.testing) so it runs on any machine;
-pass ``--ollama`` to use the OLLAMA_HOST / EMBEDDING_OLLAMA_HOST of your settings instead.
+It talks to the package's fake Ollama (navi_memory.testing) so it runs on any machine: hashed
+word embeddings and one canned summary stand in for the models. Pass ``--ollama`` to use the
+OLLAMA_HOST / EMBEDDING_OLLAMA_HOST of your settings instead.
 """
 
 from __future__ import annotations
@@ -22,9 +23,29 @@ from navi_memory.testing import FakeOllama
 DEMO_USER = uuid.UUID("00000000-0000-4000-8000-00000000d3e0")
 
 
-async def run(settings: Settings) -> None:
+DEMO_SESSION = "demo-session"
+CONVERSATION = [
+    ("user", "The API must not use port 8098, the metrics exporter has it."),
+    ("assistant", "Then let's take port 8099 for the API."),
+    ("user", "Agreed. Put it in /etc/navi/api.toml please."),
+    ("tool_call", "write_file"),
+    ("tool", "wrote 3 lines to /etc/navi/api.toml"),
+    ("assistant", "Done: /etc/navi/api.toml now sets `listen = 8099`."),
+    ("user", "We decided to keep PostgreSQL 18 with pgvector for memory."),
+    ("assistant", "Noted: PostgreSQL 18 + pgvector is the decision."),
+    ("user", "Now, about the deploy script..."),
+]
+CANNED_SUMMARY = (
+    "The API listens on port 8099 (8098 is taken by the metrics exporter), configured in "
+    "/etc/navi/api.toml; memory stays on PostgreSQL 18 with pgvector.\n"
+    "KEYS: port 8099, /etc/navi/api.toml, PostgreSQL 18, pgvector"
+)
+
+
+async def run(settings: Settings, fake: FakeOllama | None = None) -> None:
     async with open_memory(settings) as memory:
-        print("== the database")
+        models = "the fake Ollama (canned)" if fake is not None else settings.ollama_host
+        print(f"== the database   (models: {models})")
         for line in await describe(memory):
             print("  " + line)
 
@@ -36,6 +57,10 @@ async def run(settings: Settings) -> None:
 
         with request_context(user_id=DEMO_USER):
             await show_facts(memory)
+        with request_context(user_id=DEMO_USER, session_id=DEMO_SESSION):
+            if fake is not None:
+                fake.chat_replies.append(CANNED_SUMMARY)
+            await show_raw_history(memory)
 
         where = (
             settings.navi_memory_data_dir
@@ -84,6 +109,38 @@ async def show_facts(memory: Memory) -> None:
         print(f"    #{fact.id} [{fact.category}] {fact.key} -> {fact.value}")
 
 
+async def show_raw_history(memory: Memory) -> None:
+    sessions = memory.sessions
+    print("\n== raw history")
+    await sessions.create(DEMO_SESSION, title="API port")
+    for role, content in CONVERSATION:
+        if role == "tool_call":
+            await sessions.append(
+                DEMO_SESSION, role, tool_name=content, tool_args={"path": "/etc/navi/api.toml"}
+            )
+        elif role == "tool":
+            await sessions.append(DEMO_SESSION, role, content, tool_name="write_file")
+        else:
+            await sessions.append(DEMO_SESSION, role, content)
+    print(f"  {len(CONVERSATION)} messages in session {DEMO_SESSION!r}; compressing, keeping 1")
+    result = await sessions.compress(DEMO_SESSION, keep_last=1)
+    how = "fallback note" if result.used_fallback else "the chat model's summary"
+    print(f"  demoted {result.demoted}, wrote {result.chunks_written} chunk(s), summary by {how}")
+    if result.summary is not None:
+        print(f"  summary: {result.summary.content}")
+    print(f"  breadcrumbs: {', '.join(result.breadcrumbs)}")
+    context = await sessions.context(DEMO_SESSION)
+    print(f"  context now: {len(context)} message(s), the summary first")
+
+    query = "which port did we pick for the API"
+    print(f"\n  search_chunks({query!r}):")
+    for hit in await memory.store.search_chunks(query, limit=2):
+        how = f"vector, distance {hit.distance:.2f}" if hit.via == "vector" else hit.via
+        first_line = hit.content.splitlines()[0]
+        print(f"    turns {hit.start_seq}-{hit.end_seq} ({how}): {first_line[:70]}")
+    print(f"  latest_summary_at: {await memory.store.latest_summary_at(DEMO_SESSION)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m navi_memory.demo", description=__doc__)
     parser.add_argument("--ollama", action="store_true", help="use the configured Ollama")
@@ -94,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             with FakeOllama() as fake:
                 settings = Settings(ollama_host=fake.url, embedding_ollama_host="")
-                asyncio.run(run(settings))
+                asyncio.run(run(settings, fake))
     except NaviMemoryError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
