@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Final
+from types import TracebackType
+from typing import TYPE_CHECKING, Final, Self
 
 import httpx
 import pydantic
@@ -18,7 +19,14 @@ from navi_memory.errors import ConfigError
 if TYPE_CHECKING:
     import ollama
 
-__all__ = ["check_host", "describe_failure", "failure_types", "new_async_client", "redact_host"]
+__all__ = [
+    "ClientOwner",
+    "check_host",
+    "describe_failure",
+    "failure_types",
+    "new_async_client",
+    "redact_host",
+]
 
 _MAX_REASON_CHARS: Final = 300
 """Server bodies and validation errors can be long; the first lines say what went wrong."""
@@ -109,3 +117,35 @@ def _shorten(text: str) -> str:
     if len(text) <= _MAX_REASON_CHARS:
         return text
     return text[: _MAX_REASON_CHARS - 1] + "…"
+
+
+class ClientOwner:
+    """Holds the lazily opened ``ollama.AsyncClient`` of one model client, and closes it."""
+
+    host: str
+    timeout: float
+    _api_key: str
+    _client: ollama.AsyncClient | None = None
+
+    def client(self) -> ollama.AsyncClient:
+        """The HTTP client, opened on first use (never at import or construction)."""
+        if self._client is None:
+            self._client = new_async_client(self.host, self._api_key, self.timeout)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if one was opened; the next call opens a new one."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()  # type: ignore[no-untyped-call]  # ollama leaves it unannotated
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

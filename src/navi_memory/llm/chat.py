@@ -8,15 +8,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol, Self, TypeAlias, get_args, runtime_checkable
 
 from navi_memory.errors import ChatModelError, ConfigError, InvalidInputError
 from navi_memory.llm._ollama import (
+    ClientOwner,
     check_host,
     describe_failure,
     failure_types,
-    new_async_client,
     redact_host,
 )
 
@@ -92,7 +91,7 @@ class ChatModel(Protocol):
         ...
 
 
-class OllamaChatModel:
+class OllamaChatModel(ClientOwner):
     """A ``ChatModel`` on an Ollama server's ``/api/chat`` (not streamed), via ``ollama``.
 
     The client is created on first use; each call is bounded by ``timeout`` seconds.
@@ -125,12 +124,11 @@ class OllamaChatModel:
     async def complete(self, messages: ChatMessages, *, json_format: bool = False) -> str:
         """The model's reply to ``messages``; see ``ChatModel.complete``."""
         payload = message_dicts(messages)
-        if self._client is None:
-            self._client = new_async_client(self.host, self._api_key, self.timeout)
+        client = self.client()
         try:
             # The client's timeout is per network operation; this one bounds the whole call.
             async with asyncio.timeout(self.timeout):
-                response = await self._client.chat(
+                response = await client.chat(
                     model=self.model,
                     messages=payload,
                     stream=False,
@@ -142,23 +140,6 @@ class OllamaChatModel:
         if content is None or not content.strip():
             raise self._error("returned an empty reply")
         return content
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if one was opened; the next call opens a new one."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()  # type: ignore[no-untyped-call]  # ollama leaves it unannotated
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def _error(self, what: str) -> ChatModelError:
         return ChatModelError(f"chat model {self.model!r} at {redact_host(self.host)} {what}")

@@ -8,16 +8,15 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
 from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.errors import ConfigError, EmbeddingError
 from navi_memory.llm._ollama import (
+    ClientOwner,
     check_host,
     describe_failure,
     failure_types,
-    new_async_client,
     redact_host,
 )
 
@@ -61,7 +60,7 @@ def embedding_text_for_fact(category: str, key: str, value: str) -> str:
     return f"{category} / {key}: {value}"
 
 
-class OllamaEmbedder:
+class OllamaEmbedder(ClientOwner):
     """An ``Embedder`` on an Ollama server's ``/api/embed``, through the ``ollama`` client.
 
     The client is created on first use, so constructing an embedder opens nothing. Texts are
@@ -127,30 +126,12 @@ class OllamaEmbedder:
         (vector,) = await self._embed_batch([self.query_prefix + text])
         return vector
 
-    async def aclose(self) -> None:
-        """Close the HTTP client if one was opened; the next call opens a new one."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()  # type: ignore[no-untyped-call]  # ollama leaves it unannotated
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
-        if self._client is None:
-            self._client = new_async_client(self.host, self._api_key, self.timeout)
+        client = self.client()
         try:
             # The client's timeout is per network operation; this one bounds the whole call.
             async with asyncio.timeout(self.timeout):
-                response = await self._client.embed(model=self.model, input=batch)
+                response = await client.embed(model=self.model, input=batch)
         except failure_types() as exc:
             raise self._error(describe_failure(exc, self.timeout)) from exc
         return self._checked(response.embeddings, len(batch))

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import ChunkRow, MessageRow, SessionRow
 from navi_memory.repositories.facts import escape_like
+from navi_memory.repositories.vectors import set_vector_search_options
 
 __all__ = ["ChunkRepository"]
 
@@ -66,8 +67,7 @@ class ChunkRepository:
         return len((await self.session.execute(stmt)).all())
 
     async def set_search_options(self, ef_search: int) -> None:
-        await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-        await self.session.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+        await set_vector_search_options(self.session, ef_search)
 
     async def nearest(
         self,

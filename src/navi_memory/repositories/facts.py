@@ -25,6 +25,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import FactRow, SessionMemoryStateRow, SessionRow, SummaryRow
+from navi_memory.repositories.vectors import set_vector_search_options
 
 __all__ = ["FACT_SORT_COLUMNS", "FactRepository", "escape_like"]
 
@@ -202,10 +203,7 @@ class FactRepository:
     # --- reads ------------------------------------------------------------------------------
 
     async def set_search_options(self, ef_search: int) -> None:
-        # Iterative scans keep an HNSW scan going until enough rows pass the user filter
-        # (pgvector >= 0.8); relaxed order is re-sorted by distance in Python.
-        await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-        await self.session.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+        await set_vector_search_options(self.session, ef_search)
 
     async def nearest(
         self, user_id: uuid.UUID | None, query_vector: Sequence[float], limit: int

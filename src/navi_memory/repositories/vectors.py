@@ -1,0 +1,19 @@
+"""What every vector query sets first, inside its own transaction."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+__all__ = ["set_vector_search_options"]
+
+
+async def set_vector_search_options(session: AsyncSession, ef_search: int) -> None:
+    """Iterative HNSW scans (pgvector >= 0.8) and the search width, for this transaction only.
+
+    With a per-user filter a plain HNSW scan stops after ``ef_search`` candidates, most of them
+    other users' rows, and returns too few; an iterative scan keeps going until enough rows pass
+    the filter. ``relaxed_order`` is faster than ``strict_order``; callers re-sort by distance.
+    """
+    await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+    await session.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
