@@ -12,8 +12,9 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
+from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
@@ -32,7 +33,7 @@ from navi_memory.errors import (
     PermissionDeniedError,
 )
 from navi_memory.llm import Embedder, embedding_text_for_fact
-from navi_memory.models import ChunkRow, FactRow
+from navi_memory.models import FactRow
 from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FACT_SORT_COLUMNS, FactRepository
 from navi_memory.request_context import (
@@ -42,7 +43,7 @@ from navi_memory.request_context import (
     read_scope,
     write_scope,
 )
-from navi_memory.schemas import Chunk, ChunkDraft, ChunkHit, Fact, FactHit
+from navi_memory.schemas import ChunkDraft, ChunkHit, Fact, FactHit
 from navi_memory.services.backfill import (
     BackfillProgress,
     BackfillSource,
@@ -75,48 +76,44 @@ def _log_embedding_failure(exc: EmbeddingError) -> None:
     logger.warning("memory.embedding_failed: %s", exc, extra={"event": "memory.embedding_failed"})
 
 
-def to_fact(row: FactRow) -> Fact:
-    return Fact(
-        id=row.id,
-        user_id=row.user_id,
-        category=row.category,
-        key=row.key,
-        value=row.value,
-        source=row.source,
-        confidence=row.confidence,
-        expires_at=row.expires_at,
-        last_verified_at=row.last_verified_at,
-        source_context=row.source_context,
-        merged_into=row.merged_into,
-        has_embedding=row.embedding is not None,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+def to_fact(row: FactRow | RowMapping) -> Fact:
+    """A Fact from an ORM row (vector loaded) or a Core row with ``has_embedding``."""
+    if isinstance(row, FactRow):
+        return Fact.model_validate(row, from_attributes=True).model_copy(
+            update={"has_embedding": row.embedding is not None}
+        )
+    return Fact.model_validate(dict(row))
+
+
+def _scored(row: RowMapping, score: dict[str, Any]) -> dict[str, Any]:
+    data = {k: v for k, v in row.items() if not (k in ("distance", "terms_hit") and v is None)}
+    return {**data, **score}
+
+
+def to_hit(row: RowMapping, **score: Any) -> FactHit:
+    return FactHit.model_validate(_scored(row, score))
+
+
+def to_chunk_hit(row: RowMapping, **score: Any) -> ChunkHit:
+    return ChunkHit.model_validate(_scored(row, score))
+
+
+HitT = TypeVar("HitT", FactHit, ChunkHit)
+
+
+def rank_hits(
+    rows: Sequence[RowMapping], limit: int, make: Callable[..., HitT], recency: str
+) -> list[HitT]:
+    """Vector hits nearest first, then text hits by terms matched, then the ``recency`` column
+    (the SQL ranks them the same way; the final join does not keep that order)."""
+    vector = sorted((r for r in rows if r["distance"] is not None), key=lambda r: r["distance"])
+    by_text = sorted(
+        (r for r in rows if r["distance"] is None),
+        key=lambda r: (-r["terms_hit"], -r[recency].timestamp(), -r["id"]),
     )
-
-
-def to_hit(row: FactRow, **score: Any) -> FactHit:
-    return FactHit(**to_fact(row).model_dump(), **score)
-
-
-def to_chunk(row: ChunkRow) -> Chunk:
-    return Chunk(
-        id=row.id,
-        user_id=row.user_id,
-        session_id=row.session_id,
-        content=row.content,
-        content_hash=row.content_hash,
-        start_seq=row.start_seq,
-        end_seq=row.end_seq,
-        started_at=row.started_at,
-        ended_at=row.ended_at,
-        breadcrumbs=list(row.breadcrumbs),
-        has_embedding=row.embedding is not None,
-        created_at=row.created_at,
-    )
-
-
-def to_chunk_hit(row: ChunkRow, **score: Any) -> ChunkHit:
-    return ChunkHit(**to_chunk(row).model_dump(), **score)
+    hits = [make(r, via="vector") for r in vector]
+    hits += [make(r, via="text") for r in by_text]
+    return hits[:limit]
 
 
 def _checked_draft(chunk: object) -> ChunkDraft:
@@ -252,17 +249,10 @@ class MemoryStore:
             repo = FactRepository(session=session)
             if not terms:
                 return [to_hit(row, via="recent") for row in await repo.recent(scope, limit)]
-            hits: list[FactHit] = []
             if vector is not None:
                 await repo.set_search_options(self._settings.hnsw_ef_search)
-                for row, distance in await repo.nearest(scope, vector, limit):
-                    if distance < FACT_MAX_DISTANCE:
-                        hits.append(to_hit(row, via="vector", distance=distance))
-            if len(hits) < limit:
-                seen = [hit.id for hit in hits]
-                for row, hit_count in await repo.text_search(scope, terms, limit - len(hits), seen):
-                    hits.append(to_hit(row, via="text", terms_hit=hit_count))
-            return hits
+            rows = await repo.search(scope, vector, terms, limit, FACT_MAX_DISTANCE)
+        return rank_hits(rows, limit, to_hit, recency="updated_at")
 
     async def delete_fact(
         self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
@@ -496,17 +486,10 @@ class MemoryStore:
             if not terms:
                 recent = await repo.recent(scope, session_id, limit)
                 return [to_chunk_hit(row, via="recent") for row in recent]
-            hits: list[ChunkHit] = []
             if vector is not None:
                 await repo.set_search_options(self._settings.hnsw_ef_search)
-                for row, distance in await repo.nearest(scope, session_id, vector, limit):
-                    if distance < CHUNK_MAX_DISTANCE:
-                        hits.append(to_chunk_hit(row, via="vector", distance=distance))
-            if len(hits) < limit:
-                seen = [hit.id for hit in hits]
-                found = await repo.text_search(scope, session_id, terms, limit - len(hits), seen)
-                hits.extend(to_chunk_hit(row, via="text", terms_hit=n) for row, n in found)
-            return hits
+            rows = await repo.search(scope, session_id, vector, terms, limit, CHUNK_MAX_DISTANCE)
+        return rank_hits(rows, limit, to_chunk_hit, recency="ended_at")
 
     async def latest_summary_at(self, session_id: str) -> datetime | None:
         """When the session's last summary was written: the freshness boundary for raw

@@ -458,3 +458,36 @@ async def test_legacy_unowned_facts_are_visible_only_to_global_reads(memory: Mem
         assert await memory.store.search_facts("Utrecht") == []
     with request_context(permissions=[PERMISSION_READ_ALL]):
         assert [f.value for f in await memory.store.search_facts("Utrecht")] == ["Utrecht"]
+
+
+async def test_vector_search_options_hold_for_the_transaction_only(memory: Memory) -> None:
+    from navi_memory.repositories.vectors import set_vector_search_options
+
+    async with memory.sessionmaker() as session, session.begin():
+        await set_vector_search_options(session, 123)
+        shown = (await session.execute(text("SHOW hnsw.iterative_scan"))).scalar()
+        ef = (await session.execute(text("SHOW hnsw.ef_search"))).scalar()
+        assert (shown, ef) == ("relaxed_order", "123")
+    async with memory.sessionmaker() as session, session.begin():
+        # The same pooled connection, the next transaction: back to the server's values.
+        assert (await session.execute(text("SHOW hnsw.ef_search"))).scalar() != "123"
+        assert (await session.execute(text("SHOW hnsw.iterative_scan"))).scalar() != (
+            "relaxed_order"
+        )
+
+
+async def test_hits_say_whether_the_fact_has_a_vector_without_carrying_it(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("notes", "with_vector", "kubernetes alpha", user_id=uid)
+    fake_ollama.mode = "fail"
+    await memory.store.upsert_fact("notes", "without_vector", "kubernetes beta", user_id=uid)
+    hits = {h.key: h for h in await memory.store.search_facts("kubernetes", user_id=uid)}
+    assert hits["with_vector"].has_embedding is True
+    assert hits["without_vector"].has_embedding is False
+    listing = {f.key: f for f in await memory.store.get_all_facts(user_id=uid)}
+    assert (listing["with_vector"].has_embedding, listing["without_vector"].has_embedding) == (
+        True,
+        False,
+    )

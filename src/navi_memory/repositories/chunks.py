@@ -7,18 +7,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, cast, func, literal, or_, select, text, update
+from sqlalchemy import ColumnElement, RowMapping, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import ChunkRow, MessageRow, SessionRow
-from navi_memory.repositories.facts import escape_like
+from navi_memory.repositories.facts import escape_like, vector_text
 from navi_memory.repositories.vectors import set_vector_search_options
 
 __all__ = ["ChunkRepository"]
-
-_FTS_CONFIG = text("'simple'::regconfig")
-
 
 def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElement[bool]]:
     where: list[ColumnElement[bool]] = []
@@ -29,17 +26,33 @@ def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElem
     return where or [literal(True)]
 
 
+_CHUNK_COLUMNS = (
+    "c.id, c.user_id, c.session_id, c.content, c.content_hash, c.start_seq, c.end_seq, "
+    "c.started_at, c.ended_at, c.breadcrumbs, c.created_at"
+)
+"""Every memory_chunks column a Chunk shows, the vector excepted (text SQL form)."""
+
+
+def chunk_columns() -> list[Any]:
+    """The same columns for Core selects, with ``has_embedding`` instead of the vector."""
+    return [
+        ChunkRow.id,
+        ChunkRow.user_id,
+        ChunkRow.session_id,
+        ChunkRow.content,
+        ChunkRow.content_hash,
+        ChunkRow.start_seq,
+        ChunkRow.end_seq,
+        ChunkRow.started_at,
+        ChunkRow.ended_at,
+        ChunkRow.breadcrumbs,
+        ChunkRow.created_at,
+        ChunkRow.embedding.is_not(None).label("has_embedding"),
+    ]
+
+
 def _patterns(terms: Sequence[str]) -> list[str]:
     return [f"%{escape_like(term)}%" for term in terms]
-
-
-def _term_hit(pattern: str) -> ColumnElement[bool]:
-    # The breadcrumbs are matched as one string: `ILIKE` inside an array needs unnest, and a
-    # pattern never spans two crumbs anyway because the separator is a newline.
-    return or_(
-        ChunkRow.content.ilike(pattern, escape="\\"),
-        func.array_to_string(ChunkRow.breadcrumbs, "\n").ilike(pattern, escape="\\"),
-    )
 
 
 class ChunkRepository:
@@ -69,64 +82,87 @@ class ChunkRepository:
     async def set_search_options(self, ef_search: int) -> None:
         await set_vector_search_options(self.session, ef_search)
 
-    async def nearest(
+    async def search(
         self,
         user_id: uuid.UUID | None,
         session_id: str | None,
-        query_vector: Sequence[float],
-        limit: int,
-    ) -> list[tuple[ChunkRow, float]]:
-        distance = ChunkRow.embedding.cosine_distance(query_vector).label("distance")
-        stmt = (
-            select(ChunkRow, distance)
-            .where(*_owner(user_id, session_id), ChunkRow.embedding.is_not(None))
-            .order_by(distance)
-            .limit(limit)
-        )
-        rows = (await self.session.execute(stmt)).all()
-        # relaxed_order may return neighbours slightly out of order: sort them.
-        return sorted(((row[0], float(row[1])) for row in rows), key=lambda pair: pair[1])
-
-    async def text_search(
-        self,
-        user_id: uuid.UUID | None,
-        session_id: str | None,
+        query_vector: Sequence[float] | None,
         terms: Sequence[str],
         limit: int,
-        exclude_ids: Sequence[int] = (),
-    ) -> list[tuple[ChunkRow, int]]:
-        """Chunks matching any term (full text on content, ILIKE on content and breadcrumbs),
-        ranked by distinct terms hit, then the most recent."""
-        patterns = _patterns(terms)
-        tsquery: ColumnElement[Any] = func.plainto_tsquery(_FTS_CONFIG, terms[0])
-        for term in terms[1:]:
-            tsquery = tsquery.op("||")(func.plainto_tsquery(_FTS_CONFIG, term))
-        matches = or_(
-            func.to_tsvector(_FTS_CONFIG, ChunkRow.content).op("@@")(tsquery),
-            *(_term_hit(pattern) for pattern in patterns),
-        )
-        hits: ColumnElement[int] = cast(_term_hit(patterns[0]), Integer)
-        for pattern in patterns[1:]:
-            hits = hits + cast(_term_hit(pattern), Integer)
-        labelled = hits.label("terms_hit")
-        stmt = select(ChunkRow, labelled).where(*_owner(user_id, session_id), matches)
-        if exclude_ids:
-            stmt = stmt.where(ChunkRow.id.not_in(exclude_ids))
-        stmt = stmt.order_by(labelled.desc(), ChunkRow.ended_at.desc(), ChunkRow.id.desc()).limit(
-            limit
-        )
-        return [(row[0], int(row[1])) for row in (await self.session.execute(stmt)).all()]
+        max_distance: float,
+    ) -> list[RowMapping]:
+        """Both passes of search_chunks in one statement (the shape of FactRepository.search):
+        the ``limit`` nearest chunks closer than ``max_distance``, and the chunks matching any
+        term — full text on content, or ILIKE on content or breadcrumbs — by distinct terms hit,
+        then recency. Rows carry ``distance`` or ``terms_hit``, never the vector."""
+        where = ["TRUE"]
+        params: dict[str, Any] = {
+            "limit": limit,
+            "patterns": _patterns(terms),
+            # Terms hold no spaces or quotes (text.terms), so "a or b" is an OR of the terms.
+            "tsq": " or ".join(terms),
+        }
+        if user_id is not None:
+            where.append("c.user_id = :uid")
+            params["uid"] = user_id
+        if session_id is not None:
+            where.append("c.session_id = :sid")
+            params["sid"] = session_id
+        owner = " AND ".join(where)
+        crumbs = "array_to_string(c.breadcrumbs, E'\\n')"
+        text_cte = f"""
+            txt AS (
+                SELECT c.id, h.hits
+                FROM memory_chunks c,
+                     LATERAL (SELECT count(*) AS hits FROM unnest(CAST(:patterns AS text[])) p
+                              WHERE c.content ILIKE p OR {crumbs} ILIKE p) h
+                WHERE {owner}
+                  AND (to_tsvector('simple'::regconfig, c.content)
+                           @@ websearch_to_tsquery('simple'::regconfig, :tsq)
+                       OR c.content ILIKE ANY (CAST(:patterns AS text[]))
+                       OR {crumbs} ILIKE ANY (CAST(:patterns AS text[])))
+                  {{exclude}}
+                ORDER BY h.hits DESC, c.ended_at DESC, c.id DESC
+                LIMIT :limit
+            )"""
+        if query_vector is not None:
+            ctes = f"""
+            WITH nearest AS MATERIALIZED (
+                SELECT c.id, c.embedding <=> CAST(:q AS vector) AS distance
+                FROM memory_chunks c
+                WHERE {owner} AND c.embedding IS NOT NULL
+                ORDER BY distance
+                LIMIT :limit
+            ),
+            vec AS (SELECT id, distance FROM nearest WHERE distance < :max_distance),
+            {text_cte.format(exclude="AND c.id NOT IN (SELECT id FROM vec)")}"""
+            joins = "LEFT JOIN vec v ON v.id = c.id LEFT JOIN txt t ON t.id = c.id"
+            pick = "c.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)"
+            distance = "v.distance"
+            params["q"] = vector_text(query_vector)
+            params["max_distance"] = max_distance
+        else:
+            ctes = f"WITH {text_cte.format(exclude='')}"
+            joins = "JOIN txt t ON t.id = c.id"
+            pick = "TRUE"
+            distance = "NULL::float8"
+        sql = f"""{ctes}
+            SELECT {_CHUNK_COLUMNS}, c.embedding IS NOT NULL AS has_embedding,
+                   {distance} AS distance, t.hits AS terms_hit
+            FROM memory_chunks c {joins}
+            WHERE {pick}"""
+        return list((await self.session.execute(text(sql), params)).mappings())
 
     async def recent(
         self, user_id: uuid.UUID | None, session_id: str | None, limit: int
-    ) -> list[ChunkRow]:
+    ) -> list[RowMapping]:
         stmt = (
-            select(ChunkRow)
+            select(*chunk_columns())
             .where(*_owner(user_id, session_id))
             .order_by(ChunkRow.ended_at.desc(), ChunkRow.id.desc())
             .limit(limit)
         )
-        return list((await self.session.scalars(stmt)).all())
+        return list((await self.session.execute(stmt)).mappings())
 
     async def session_owner(self, session_id: str, *, lock: bool = False) -> uuid.UUID | None:
         """The session's owner; ``lock`` holds a share lock on its row (a delete waits)."""

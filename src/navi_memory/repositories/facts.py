@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Integer,
+    RowMapping,
     Select,
     and_,
     cast,
@@ -23,11 +24,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import InstrumentedAttribute
 
 from navi_memory.models import FactRow, SessionMemoryStateRow, SessionRow, SummaryRow
 from navi_memory.repositories.vectors import set_vector_search_options
 
-__all__ = ["FACT_SORT_COLUMNS", "FactRepository", "escape_like"]
+__all__ = ["FACT_SORT_COLUMNS", "FactRepository", "escape_like", "vector_text"]
 
 FACT_SORT_COLUMNS = {
     "id": FactRow.id,
@@ -42,6 +44,39 @@ FACT_SORT_COLUMNS = {
     "last_verified_at": FactRow.last_verified_at,
 }
 """The columns get_all_facts may sort by; anything else is refused before SQL is built."""
+
+
+_FACT_COLUMNS = (
+    "f.id, f.user_id, f.category, f.key, f.value, f.source, f.confidence, f.expires_at, "
+    "f.last_verified_at, f.source_context, f.merged_into, f.created_at, f.updated_at"
+)
+"""Every memory_facts column a Fact shows, the vector excepted (text SQL form)."""
+
+
+def fact_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
+    """The same columns for Core selects, with ``has_embedding`` instead of the vector: reading
+    768 floats back as text and parsing them costs more than the rest of a search."""
+    return [
+        FactRow.id,
+        FactRow.user_id,
+        FactRow.category,
+        FactRow.key,
+        FactRow.value,
+        FactRow.source,
+        FactRow.confidence,
+        FactRow.expires_at,
+        FactRow.last_verified_at,
+        FactRow.source_context,
+        FactRow.merged_into,
+        FactRow.created_at,
+        FactRow.updated_at,
+        FactRow.embedding.is_not(None).label("has_embedding"),
+    ]
+
+
+def vector_text(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector, for a bound parameter cast to ``vector``."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def escape_like(term: str) -> str:
@@ -205,41 +240,82 @@ class FactRepository:
     async def set_search_options(self, ef_search: int) -> None:
         await set_vector_search_options(self.session, ef_search)
 
-    async def nearest(
-        self, user_id: uuid.UUID | None, query_vector: Sequence[float], limit: int
-    ) -> list[tuple[FactRow, float]]:
-        distance = FactRow.embedding.cosine_distance(query_vector).label("distance")
-        stmt = (
-            select(FactRow, distance)
-            .where(owner_filter(user_id), visible(), FactRow.embedding.is_not(None))
-            .order_by(distance)
-            .limit(limit)
-        )
-        rows = (await self.session.execute(stmt)).all()
-        return sorted(((row[0], float(row[1])) for row in rows), key=lambda pair: pair[1])
-
-    async def text_search(
+    async def search(
         self,
         user_id: uuid.UUID | None,
+        query_vector: Sequence[float] | None,
         terms: Sequence[str],
         limit: int,
-        exclude_ids: Sequence[int] = (),
-    ) -> list[tuple[FactRow, int]]:
-        hits = terms_hit(terms).label("terms_hit")
-        stmt = select(FactRow, hits).where(owner_filter(user_id), visible(), text_match(terms))
-        if exclude_ids:
-            stmt = stmt.where(FactRow.id.not_in(exclude_ids))
-        stmt = stmt.order_by(hits.desc(), FactRow.updated_at.desc(), FactRow.id.desc()).limit(limit)
-        return [(row[0], int(row[1])) for row in (await self.session.execute(stmt)).all()]
+        max_distance: float,
+    ) -> list[RowMapping]:
+        """Both passes of search_facts in one statement: the ``limit`` nearest visible facts
+        closer than ``max_distance`` (when there is a vector), and the visible facts whose
+        category, key or value contains any term, most terms first (the vector hits left out).
 
-    async def recent(self, user_id: uuid.UUID | None, limit: int) -> list[FactRow]:
+        One fixed shape whatever the number of terms — a ``text[]`` of escaped patterns — so it
+        is prepared once per connection; the vector is never sent back (only whether there is
+        one). Rows carry ``distance`` (vector hits) or ``terms_hit``; the caller orders them.
+        """
+        owner = "f.user_id = :uid" if user_id is not None else "TRUE"
+        visible_sql = (
+            f"{owner} AND f.merged_into IS NULL AND (f.expires_at IS NULL OR f.expires_at > now())"
+        )
+        document = "concat_ws(E'\\n', f.category, f.key, f.value)"
+        # The f-strings below join fixed SQL fragments only; every value is a bound parameter.
+        text_cte = f"""
+            txt AS (
+                SELECT f.id, h.hits
+                FROM memory_facts f,
+                     LATERAL (SELECT count(*) AS hits FROM unnest(CAST(:patterns AS text[])) p
+                              WHERE {document} ILIKE p) h
+                WHERE {visible_sql}
+                  AND {document} ILIKE ANY (CAST(:patterns AS text[]))
+                  {{exclude}}
+                ORDER BY h.hits DESC, f.updated_at DESC, f.id DESC
+                LIMIT :limit
+            )"""
+        params: dict[str, Any] = {"limit": limit, "patterns": [_contains(t) for t in terms]}
+        if user_id is not None:
+            params["uid"] = user_id
+        if query_vector is not None:
+            # MATERIALIZED: the nearest-neighbour scan runs as written (ORDER BY distance LIMIT),
+            # and the distance threshold applies outside it, as pgvector documents for filtered
+            # iterative scans.
+            ctes = f"""
+            WITH nearest AS MATERIALIZED (
+                SELECT f.id, f.embedding <=> CAST(:q AS vector) AS distance
+                FROM memory_facts f
+                WHERE {visible_sql} AND f.embedding IS NOT NULL
+                ORDER BY distance
+                LIMIT :limit
+            ),
+            vec AS (SELECT id, distance FROM nearest WHERE distance < :max_distance),
+            {text_cte.format(exclude="AND f.id NOT IN (SELECT id FROM vec)")}"""
+            joins = "LEFT JOIN vec v ON v.id = f.id LEFT JOIN txt t ON t.id = f.id"
+            pick = "f.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)"
+            distance = "v.distance"
+            params["q"] = vector_text(query_vector)
+            params["max_distance"] = max_distance
+        else:
+            ctes = f"WITH {text_cte.format(exclude='')}"
+            joins = "JOIN txt t ON t.id = f.id"
+            pick = "TRUE"
+            distance = "NULL::float8"
+        sql = f"""{ctes}
+            SELECT {_FACT_COLUMNS}, f.embedding IS NOT NULL AS has_embedding,
+                   {distance} AS distance, t.hits AS terms_hit
+            FROM memory_facts f {joins}
+            WHERE {pick}"""
+        return list((await self.session.execute(text(sql), params)).mappings())
+
+    async def recent(self, user_id: uuid.UUID | None, limit: int) -> list[RowMapping]:
         stmt = (
-            select(FactRow)
+            select(*fact_columns())
             .where(owner_filter(user_id), visible())
             .order_by(FactRow.updated_at.desc(), FactRow.id.desc())
             .limit(limit)
         )
-        return list((await self.session.scalars(stmt)).all())
+        return list((await self.session.execute(stmt)).mappings())
 
     def _listing(
         self, user_id: uuid.UUID | None, search: str | None, include_merged: bool
@@ -250,7 +326,7 @@ class FactRepository:
             where.append(FactRow.merged_into.is_(None))
         if search:
             where.append(text_match([search]))
-        return select(FactRow).where(*where)
+        return select(*fact_columns()).where(*where)
 
     async def list_facts(
         self,
@@ -262,7 +338,7 @@ class FactRepository:
         descending: bool,
         limit: int | None,
         offset: int,
-    ) -> list[FactRow]:
+    ) -> list[RowMapping]:
         column = FACT_SORT_COLUMNS[sort_by]
         order = column.desc().nulls_last() if descending else column.asc().nulls_last()
         stmt = (
@@ -271,7 +347,7 @@ class FactRepository:
             .offset(offset)
             .limit(limit)
         )
-        return list((await self.session.scalars(stmt)).all())
+        return list((await self.session.execute(stmt)).mappings())
 
     async def count(self, user_id: uuid.UUID | None, *, include_merged: bool) -> int:
         stmt = self._listing(user_id, None, include_merged).with_only_columns(func.count())

@@ -15,5 +15,11 @@ async def set_vector_search_options(session: AsyncSession, ef_search: int) -> No
     other users' rows, and returns too few; an iterative scan keeps going until enough rows pass
     the filter. ``relaxed_order`` is faster than ``strict_order``; callers re-sort by distance.
     """
-    await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-    await session.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+    # set_config(..., true) is SET LOCAL: both settings in one round trip.
+    await session.execute(
+        text(
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+            "set_config('hnsw.ef_search', :ef, true)"
+        ),
+        {"ef": str(int(ef_search))},
+    )
