@@ -1,0 +1,848 @@
+"""The facts section: 100k facts over 1,000 users, measured through MemoryStore's public calls —
+upsert_fact per second (dedupe off and on), search_facts latency without the embedding time,
+backfill_embeddings rows per second — and the plans PostgreSQL picks for the per-user queries."""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Final, Literal
+
+import asyncpg
+from pgvector import Vector
+from pgvector.asyncpg import register_vector
+from sqlalchemy import text
+
+from benchmarks.facts_data import (
+    FactSeed,
+    FactSet,
+    SeededRow,
+    build_fact_set,
+    camel_spelling,
+    new_fact,
+)
+from benchmarks.harness import (
+    BenchContext,
+    Plan,
+    Row,
+    Sample,
+    SectionReport,
+    SqlClock,
+    Target,
+    TimingEmbedder,
+    fmt_count,
+    fmt_ms,
+    fmt_rate,
+    migrate,
+    percentile,
+    timed,
+)
+from navi_memory import EMBEDDING_DIM, Memory, Settings, open_memory
+from navi_memory.db import ensure_trgm_indexes
+from navi_memory.llm import embedding_text_for_fact
+from navi_memory.testing import HashedEmbedder, hashed_embedding
+
+__all__ = ["SECTION", "FactsSection"]
+
+DATABASE: Final = "bench_facts"
+FACTS: Final = 100_000
+USERS: Final = 1_000
+HIDDEN_SHARE: Final = 0.02
+"""Older spellings hidden behind a visible fact (merged_into), as dedupe leaves them."""
+EXPIRING_SHARE: Final = 0.05
+"""Facts with an expiry; half of those have passed it."""
+LOAD_BATCH: Final = 5_000
+UPSERT_CALLS: Final = 2_000
+SEARCH_QUERIES: Final = 400
+LARGE_USER_QUERIES: Final = 60
+LARGEST_USERS: Final = 10
+WARMUP_CALLS: Final = 40
+BACKFILL_ROWS: Final = 10_000
+BACKFILL_BATCHES: Final = (64, 8)
+SEARCH_P50_TARGET: Final = 0.005
+"""The issue's target: search_facts p50 <= 5 ms at 100k facts, embedding excluded."""
+PER_USER_BTREE: Final = "uq_memory_facts_user_id_category_key"
+
+UpsertKind = Literal["new key", "other spelling", "new value", "same value"]
+UPSERT_MIX: Final[tuple[tuple[UpsertKind, int], ...]] = (
+    ("new key", 35),
+    ("other spelling", 10),
+    ("new value", 40),
+    ("same value", 15),
+)
+QueryKind = Literal["meaning", "identifier"]
+_WORD = re.compile(r"[^\W_]+")
+
+
+class FactsSection:
+    name = "facts"
+    title = "Facts: upsert_fact, search_facts, backfill_embeddings"
+    supports_large = False
+
+    async def run(self, ctx: BenchContext) -> SectionReport:
+        started = time.perf_counter()
+        report = SectionReport(name=self.name, title=self.title)
+        rng = random.Random(ctx.seed)
+        sizes = Sizes.scaled(ctx.scale)
+
+        ctx.log(f"facts: creating and migrating {DATABASE}")
+        url = await ctx.server.create_database(DATABASE)
+        await migrate(url)
+
+        ctx.log(f"facts: generating {sizes.facts:,} facts over {sizes.users:,} users")
+        data = build_fact_set(
+            rng,
+            users=sizes.users,
+            facts=sizes.facts,
+            hidden_share=HIDDEN_SHARE,
+            expiring_share=EXPIRING_SHARE,
+        )
+        conn = await ctx.server.connect(DATABASE)
+        try:
+            await register_vector(conn)
+            load = await bulk_load(conn, data, ctx)
+        finally:
+            await conn.close()
+        held = data.sizes()
+        report.setup += [
+            f"{fmt_count(len(data.rows))} rows in memory_facts: {fmt_count(sizes.facts)} visible "
+            f"facts over {fmt_count(sizes.users)} users (log-normal sizes: min {held[0]}, median "
+            f"{held[len(held) // 2]}, max {held[-1]} facts), plus "
+            f"{fmt_count(len(data.rows) - sizes.facts)} older spellings hidden behind them; "
+            f"{EXPIRING_SHARE:.0%} carry an expiry, half of them passed.",
+            f"Bulk load (binary COPY, HNSW index dropped, hashed embeddings computed on the way): "
+            f"{load.copy_seconds:.1f} s; HNSW rebuild (m=16, ef_construction=64): "
+            f"{load.hnsw_seconds:.1f} s; VACUUM ANALYZE: {load.analyze_seconds:.1f} s.",
+        ]
+
+        settings = Settings(_env_file=None, database_url=url, backfill_pause_seconds=0)
+        embedder = TimingEmbedder(HashedEmbedder())
+        async with open_memory(settings, embedder=embedder) as memory:
+            async with memory.engine.connect() as conn:
+                vector_oid = await conn.scalar(text("SELECT 'vector'::regtype::oid"))
+            clock = SqlClock(memory.engine, vector_oid=vector_oid)
+            try:
+                report.setup.append(
+                    f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
+                    "plan_cache_mode force_custom_plan (db.py); one caller, calls one after "
+                    "another; embedder: HashedEmbedder (in-process) behind a timing wrapper."
+                )
+                report.setup.append(await relation_sizes(memory))
+                bench = FactsBench(memory, clock, embedder, data, report, ctx, rng, sizes)
+                await bench.plans()
+                await bench.search()
+                await bench.search_with_trgm()
+                await bench.upserts()
+                await bench.backfill()
+            finally:
+                clock.close()
+        # After the pool is closed every backend has flushed its statistics.
+        report.setup.append(await update_statistics(ctx))
+        report.seconds = time.perf_counter() - started
+        return report
+
+
+SECTION = FactsSection()
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    facts: int
+    users: int
+    upserts: int
+    queries: int
+    backfill_rows: int
+
+    @classmethod
+    def scaled(cls, scale: float) -> Sizes:
+        return cls(
+            facts=max(2_000, round(FACTS * scale)),
+            users=max(20, round(USERS * scale)),
+            upserts=max(100, round(UPSERT_CALLS * scale)),
+            queries=max(100, round(SEARCH_QUERIES * scale)),
+            backfill_rows=max(500, round(BACKFILL_ROWS * scale)),
+        )
+
+
+class FactsBench:
+    """The measurements, in the order run() calls them, on one loaded database."""
+
+    def __init__(
+        self,
+        memory: Memory,
+        clock: SqlClock,
+        embedder: TimingEmbedder,
+        data: FactSet,
+        report: SectionReport,
+        ctx: BenchContext,
+        rng: random.Random,
+        sizes: Sizes,
+    ) -> None:
+        self.memory = memory
+        self.clock = clock
+        self.embedder = embedder
+        self.data = data
+        self.report = report
+        self.ctx = ctx
+        self.rng = rng
+        self.sizes = sizes
+        self.by_size = sorted(data.users, key=lambda uid: len(data.visible[uid]))
+        self.workload = make_queries(rng, data, data.users, sizes.queries + WARMUP_CALLS)
+
+    def _label(self, uid: uuid.UUID, what: str) -> str:
+        return f"{what} ({len(self.data.visible[uid])} facts)"
+
+    async def plans(self) -> None:
+        """EXPLAIN ANALYZE of the vector query for a small, a median and the largest user."""
+        self.ctx.log("facts: EXPLAIN ANALYZE of the search queries")
+        picks = (
+            ("smallest user", self.by_size[0]),
+            ("median user", self.by_size[len(self.by_size) // 2]),
+            ("largest user", self.by_size[-1]),
+        )
+        for what, uid in picks:
+            query = meaning_query(self.rng, self.data.visible[uid])
+            self.report.plans += await explain_search(
+                self.memory, self.clock, uid, query, self._label(uid, what)
+            )
+        for what, uid in picks[1:]:
+            query = meaning_query(self.rng, self.data.visible[uid])
+            self.report.plans += await explain_search(
+                self.memory, self.clock, uid, query, self._label(uid, what), hide_btree=True
+            )
+        mid = self.by_size[len(self.by_size) // 2]
+        query = identifier_query(self.rng, self.data.visible[mid]) or "nothing"
+        self.report.plans += await explain_search(
+            self.memory, self.clock, mid, query, self._label(mid, "median user"), vector=False
+        )
+
+    async def search(self) -> None:
+        ctx, data = self.ctx, self.data
+        ctx.log(f"facts: search_facts x {self.sizes.queries} (+{WARMUP_CALLS} warm-up)")
+        searched = await self._searches(self.workload)
+        self.report.rows += search_rows(searched, "search_facts", detail_hits=True)
+        self.report.rows.append(await self._vector_decoding(searched))
+
+        largest = self.by_size[-LARGEST_USERS:]
+        big = await self._searches(
+            make_queries(self.rng, data, largest, LARGE_USER_QUERIES + WARMUP_CALLS)
+        )
+        held = [len(data.visible[uid]) for uid in largest]
+        self.report.rows += search_rows(
+            big,
+            f"search_facts, the {LARGEST_USERS} largest users ({min(held)}-{max(held)} facts)",
+            overall_only=True,
+        )
+        p50 = percentile([s.without_embedding for _, s, _ in searched], 50)
+        self.report.targets.append(
+            Target(
+                name=(
+                    f"search_facts p50, {fmt_count(self.sizes.facts)} facts, embedding excluded "
+                    "(default schema)"
+                ),
+                goal=f"<= {fmt_ms(SEARCH_P50_TARGET)} ms",
+                measured=f"{fmt_ms(p50)} ms",
+                met=p50 <= SEARCH_P50_TARGET,
+            )
+        )
+
+    async def _vector_decoding(
+        self, searched: Sequence[tuple[Query, Sample, SearchOutcome]]
+    ) -> Row:
+        """What parsing the vectors that come back costs: search_facts selects whole rows, and
+        pgvector turns each 768-d vector from its text form into floats in Python."""
+        async with self.memory.engine.connect() as conn:
+            stored = await conn.scalar(
+                text("SELECT embedding::text FROM memory_facts WHERE embedding IS NOT NULL LIMIT 1")
+            )
+        dense = dense_vector_text(self.rng)
+        per_vector = {
+            name: decode_seconds(form) for name, form in (("hashed", stored), ("dense", dense))
+        }
+        vectors = percentile([float(s.vectors) for _, s, _ in searched], 50)
+        return Row(
+            "  vectors decoded per search p50",
+            f"{vectors:.0f}",
+            "vectors",
+            f"each parsed from text in Python: {fmt_ms(per_vector['hashed'])} ms for these "
+            f"hashed vectors (mostly zeros), {fmt_ms(per_vector['dense'])} ms for a dense "
+            f"768-d model vector; ≈ {fmt_ms(per_vector['hashed'] * vectors)} ms here, "
+            f"≈ {fmt_ms(per_vector['dense'] * vectors)} ms with a real model",
+        )
+
+    async def search_with_trgm(self) -> None:
+        """The same queries with pg_trgm installed (its GIN indexes may serve the ILIKE pass);
+        dropped again afterwards, so the writes run on the default schema."""
+        self.ctx.log("facts: installing pg_trgm and its indexes, searching again")
+        engine = self.memory.engine
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
+        started = time.perf_counter()
+        created = await ensure_trgm_indexes(engine)
+        async with engine.begin() as conn:
+            await conn.execute(text("ANALYZE memory_facts"))
+        self.report.setup.append(
+            f"pg_trgm run: {len(created)} trigram GIN indexes built in "
+            f"{time.perf_counter() - started:.1f} s, then the same queries again; pg_trgm is "
+            "dropped afterwards, so the writes run on the default schema."
+        )
+        mid = self.by_size[len(self.by_size) // 2]
+        query = identifier_query(self.rng, self.data.visible[mid]) or "nothing"
+        self.report.plans += await explain_search(
+            self.memory,
+            self.clock,
+            mid,
+            query,
+            self._label(mid, "median user") + ", pg_trgm installed",
+            vector=False,
+        )
+        searched = await self._searches(self.workload)
+        self.report.rows += search_rows(searched, "search_facts, pg_trgm installed")
+        async with engine.begin() as conn:
+            await conn.execute(text("DROP EXTENSION pg_trgm CASCADE"))
+
+    async def upserts(self) -> None:
+        results: dict[bool, tuple[list[tuple[UpsertKind, Sample]], Counter[str]]] = {}
+        for dedupe in (False, True):
+            self.ctx.log(
+                f"facts: upsert_fact x {self.sizes.upserts} (+{WARMUP_CALLS} warm-up), "
+                f"dedupe={dedupe}"
+            )
+            ops = make_upserts(self.rng, self.data, self.sizes.upserts + WARMUP_CALLS)
+            results[dedupe] = await run_upserts(
+                self.memory, self.embedder, self.clock, ops, dedupe=dedupe
+            )
+        self.report.rows += upsert_rows(results)
+
+    async def backfill(self) -> None:
+        done: list[tuple[int, int, Sample]] = []
+        for batch in BACKFILL_BATCHES:
+            self.ctx.log(
+                f"facts: backfill_embeddings of {self.sizes.backfill_rows:,} rows, "
+                f"batch_size={batch}"
+            )
+            await null_embeddings(self.memory, self.rng, self.sizes.backfill_rows)
+            filled, sample = await timed(
+                self.memory.store.backfill_embeddings(batch, pause_seconds=0),
+                self.embedder,
+                self.clock,
+            )
+            done.append((batch, filled, sample))
+        self.report.rows += backfill_rows_of(done)
+
+    async def _searches(
+        self, queries: Sequence[Query]
+    ) -> list[tuple[Query, Sample, SearchOutcome]]:
+        results: list[tuple[Query, Sample, SearchOutcome]] = []
+        for index, query in enumerate(queries):
+            hits, sample = await timed(
+                self.memory.store.search_facts(query.text, user_id=query.user_id),
+                self.embedder,
+                self.clock,
+            )
+            if index >= WARMUP_CALLS:
+                vector = sum(1 for hit in hits if hit.via == "vector")
+                results.append((query, sample, SearchOutcome(vector, len(hits) - vector)))
+        return results
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTimes:
+    copy_seconds: float
+    hnsw_seconds: float
+    analyze_seconds: float
+
+
+FACT_COLUMNS: Final = (
+    "id",
+    "user_id",
+    "category",
+    "key",
+    "value",
+    "embedding",
+    "source",
+    "confidence",
+    "expires_at",
+    "last_verified_at",
+    "source_context",
+    "merged_into",
+    "created_at",
+    "updated_at",
+)
+
+
+def _records(rows: Iterable[SeededRow]) -> list[tuple[object, ...]]:
+    records: list[tuple[object, ...]] = []
+    for row in rows:
+        fact = row.fact
+        embedded = embedding_text_for_fact(fact.category, fact.key, fact.value)
+        records.append(
+            (
+                row.id,
+                row.user_id,
+                fact.category,
+                fact.key,
+                fact.value,
+                Vector(hashed_embedding(embedded)),
+                row.source,
+                row.confidence,
+                row.expires_at,
+                row.updated_at,
+                None,
+                row.merged_into,
+                row.updated_at - timedelta(days=row.id % 30),
+                row.updated_at,
+            )
+        )
+    return records
+
+
+async def bulk_load(conn: asyncpg.Connection, data: FactSet, ctx: BenchContext) -> LoadTimes:
+    """Users, then facts by binary COPY with the HNSW index dropped and rebuilt from its own
+    definition afterwards (a build is far cheaper than inserting into the graph row by row)."""
+    started = time.perf_counter()
+    hnsw = await conn.fetch(
+        "SELECT indexname, indexdef FROM pg_indexes "
+        "WHERE tablename = 'memory_facts' AND indexdef ILIKE '%USING hnsw%'"
+    )
+    async with conn.transaction():
+        for index in hnsw:
+            await conn.execute(f'DROP INDEX "{index["indexname"]}"')
+        await conn.copy_records_to_table(
+            "navi_users",
+            records=[(uid, f"bench user {i}") for i, uid in enumerate(data.users)],
+            columns=["id", "name"],
+        )
+        for start in range(0, len(data.rows), LOAD_BATCH):
+            await conn.copy_records_to_table(
+                "memory_facts",
+                records=_records(data.rows[start : start + LOAD_BATCH]),
+                columns=list(FACT_COLUMNS),
+            )
+            if (start // LOAD_BATCH) % 5 == 4:
+                ctx.log(f"facts: loaded {start + LOAD_BATCH:,} rows")
+        await conn.execute(
+            "SELECT setval(pg_get_serial_sequence('memory_facts', 'id'), max(id)) FROM memory_facts"
+        )
+    copied = time.perf_counter()
+    ctx.log("facts: rebuilding the HNSW index")
+    await conn.execute("SET maintenance_work_mem = '1GB'")
+    for index in hnsw:
+        await conn.execute(index["indexdef"])
+    await conn.execute("RESET maintenance_work_mem")
+    built = time.perf_counter()
+    await conn.execute("VACUUM (ANALYZE) navi_users, memory_facts")
+    return LoadTimes(copied - started, built - copied, time.perf_counter() - built)
+
+
+async def relation_sizes(memory: Memory) -> str:
+    """The sizes that decide what stays in shared_buffers."""
+    async with memory.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT 'table' AS what, pg_relation_size('memory_facts') AS bytes "
+                    "UNION ALL SELECT 'TOAST (the vectors)', pg_relation_size(reltoastrelid) "
+                    "FROM pg_class WHERE relname = 'memory_facts' "
+                    "UNION ALL SELECT 'HNSW index', "
+                    "pg_relation_size('ix_memory_facts_embedding_hnsw') "
+                    f"UNION ALL SELECT 'per-user btree', pg_relation_size('{PER_USER_BTREE}') "
+                    "UNION ALL SELECT 'shared_buffers', "
+                    "pg_size_bytes(current_setting('shared_buffers'))"
+                )
+            )
+        ).all()
+    return "Sizes: " + ", ".join(f"{what} {int(size) / 2**20:.0f} MiB" for what, size in rows) + "."
+
+
+async def update_statistics(ctx: BenchContext) -> str:
+    """How many updates of memory_facts were HOT (no new index entries, HNSW included)."""
+    conn = await ctx.server.connect(DATABASE)
+    try:
+        row = await conn.fetchrow(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE relname = 'memory_facts'"
+        )
+    finally:
+        await conn.close()
+    updated, hot = (int(row[0]), int(row[1])) if row else (0, 0)
+    return (
+        f"Row updates over the whole run: {fmt_count(updated)}, of which HOT {fmt_count(hot)}; "
+        "every other update put a new entry into every index of memory_facts, the HNSW graph "
+        "included."
+    )
+
+
+# --- search -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    kind: QueryKind
+    user_id: uuid.UUID
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOutcome:
+    vector_hits: int
+    text_hits: int
+
+
+def meaning_query(rng: random.Random, facts: Sequence[FactSeed]) -> str:
+    """The words of one of the user's facts, shuffled, one dropped: what the hashed embedder can
+    call "the same meaning" (it knows shared words, not synonyms)."""
+    fact = rng.choice(facts)
+    words = _WORD.findall(f"{fact.key} {fact.value}")
+    if len(words) > 3:
+        words.pop(rng.randrange(len(words)))
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def dense_vector_text(rng: random.Random) -> str:
+    """A unit vector of 768 float4 values as PostgreSQL prints it, as a real model's would be."""
+    values = [rng.gauss(0.0, 1.0) for _ in range(EMBEDDING_DIM)]
+    norm = sum(v * v for v in values) ** 0.5
+    return "[" + ",".join(format(v / norm, ".8g") for v in values) + "]"
+
+
+def decode_seconds(vector_text: str, repeat: int = 200) -> float:
+    """Seconds pgvector takes to turn one vector's text form into floats."""
+    started = time.perf_counter()
+    for _ in range(repeat):
+        Vector.from_text(vector_text)
+    return (time.perf_counter() - started) / repeat
+
+
+def identifier_query(rng: random.Random, facts: Sequence[FactSeed]) -> str | None:
+    """An exact identifier the user holds (a host, address, ticket, flight), if any."""
+    found = [fact.identifier for fact in facts if fact.identifier]
+    return rng.choice(found) if found else None
+
+
+def make_queries(
+    rng: random.Random, data: FactSet, users: Sequence[uuid.UUID], count: int
+) -> list[Query]:
+    """Random users; 60% queries by meaning, 40% by an exact identifier of theirs."""
+    queries: list[Query] = []
+    while len(queries) < count:
+        uid = rng.choice(users)
+        identifier = identifier_query(rng, data.visible[uid]) if rng.random() < 0.4 else None
+        if identifier is not None:
+            queries.append(Query("identifier", uid, identifier))
+        else:
+            queries.append(Query("meaning", uid, meaning_query(rng, data.visible[uid])))
+    return queries
+
+
+def search_rows(
+    results: Sequence[tuple[Query, Sample, SearchOutcome]],
+    label: str,
+    *,
+    detail_hits: bool = False,
+    overall_only: bool = False,
+) -> list[Row]:
+    samples = [sample for _, sample, _ in results]
+    times = [s.without_embedding for s in samples]
+    rows = [
+        Row(
+            f"{label} p50",
+            fmt_ms(percentile(times, 50)),
+            "ms",
+            f"{len(results)} queries, embedding excluded; p50 of parts: SQL "
+            f"{fmt_ms(percentile([s.sql for s in samples], 50))} ms, Python "
+            f"{fmt_ms(percentile([s.python for s in samples], 50))} ms, embedding "
+            f"{fmt_ms(percentile([s.embed for s in samples], 50))} ms (apart)",
+        ),
+        Row(f"{label} p95", fmt_ms(percentile(times, 95)), "ms"),
+    ]
+    if overall_only:
+        return rows
+    for kind in ("meaning", "identifier"):
+        picked = [(s, o) for q, s, o in results if q.kind == kind]
+        if not picked:
+            continue
+        kind_times = [s.without_embedding for s, _ in picked]
+        detail = f"{len(picked)} queries"
+        if detail_hits:
+            with_vector = sum(1 for _, o in picked if o.vector_hits)
+            hits = sum(o.vector_hits + o.text_hits for _, o in picked) / len(picked)
+            detail += (
+                f"; {with_vector / len(picked):.0%} with a vector hit, {hits:.1f} hits per query"
+            )
+        rows.append(
+            Row(
+                f"  {kind} queries p50 / p95",
+                f"{fmt_ms(percentile(kind_times, 50))} / {fmt_ms(percentile(kind_times, 95))}",
+                "ms",
+                detail,
+            )
+        )
+    return rows
+
+
+# --- upsert -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Upsert:
+    kind: UpsertKind
+    user_id: uuid.UUID
+    category: str
+    key: str
+    value: str
+
+
+def make_upserts(rng: random.Random, data: FactSet, count: int) -> list[Upsert]:
+    """Writes on random users: new keys, other spellings of a key they hold, new values for
+    held keys, and the same value again (a re-verification). Keeps ``data`` up to date."""
+    kinds, weights = zip(*UPSERT_MIX, strict=True)
+    ops: list[Upsert] = []
+    while len(ops) < count:
+        uid = rng.choice(data.users)
+        facts = data.visible[uid]
+        kind: UpsertKind = rng.choices(kinds, weights)[0]
+        if kind == "new key":
+            fact = new_fact(rng, data.taken[uid])
+            facts.append(fact)
+            ops.append(Upsert(kind, uid, fact.category, fact.key, fact.value))
+            continue
+        index = rng.randrange(len(facts))
+        held = facts[index]
+        if kind == "other spelling":
+            spelled = camel_spelling(held.key)
+            if spelled == held.key or (held.category, spelled) in data.taken[uid]:
+                continue
+            data.taken[uid].add((held.category, spelled))
+            ops.append(Upsert(kind, uid, held.category, spelled, new_fact(rng, set()).value))
+            continue
+        value = held.value
+        if kind == "new value":
+            value = new_fact(rng, set()).value
+            facts[index] = FactSeed(held.category, held.key, value, held.identifier)
+        ops.append(Upsert(kind, uid, held.category, held.key, value))
+    return ops
+
+
+class OutcomeCounter(logging.Handler):
+    """Counts MemoryStore's ``memory.fact_<outcome>`` debug events: what each upsert did."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.outcomes: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("memory.fact_"):
+            self.outcomes[message.removeprefix("memory.fact_")] += 1
+
+
+async def run_upserts(
+    memory: Memory,
+    embedder: TimingEmbedder,
+    clock: SqlClock,
+    ops: Sequence[Upsert],
+    *,
+    dedupe: bool,
+) -> tuple[list[tuple[UpsertKind, Sample]], Counter[str]]:
+    """The writes one after another; the samples and outcomes after the warm-up calls."""
+    results: list[tuple[UpsertKind, Sample]] = []
+    logger = logging.getLogger("navi_memory.store")
+    counter = OutcomeCounter()
+    level = logger.level
+    try:
+        for index, op in enumerate(ops):
+            if index == WARMUP_CALLS:
+                logger.addHandler(counter)
+                logger.setLevel(logging.DEBUG)
+            _, sample = await timed(
+                memory.store.upsert_fact(
+                    op.category, op.key, op.value, user_id=op.user_id, dedupe=dedupe
+                ),
+                embedder,
+                clock,
+            )
+            if index >= WARMUP_CALLS:
+                results.append((op.kind, sample))
+    finally:
+        logger.removeHandler(counter)
+        logger.setLevel(level)
+    return results, counter.outcomes
+
+
+def upsert_rows(
+    results: dict[bool, tuple[list[tuple[UpsertKind, Sample]], Counter[str]]],
+) -> list[Row]:
+    rows: list[Row] = []
+    rates: dict[bool, float] = {}
+    for dedupe, (done, outcomes) in results.items():
+        samples = [sample for _, sample in done]
+        times = [s.without_embedding for s in samples]
+        wall = sum(s.total for s in samples)
+        rates[dedupe] = len(samples) / sum(times)
+        mix = Counter(kind for kind, _ in done)
+        rows.append(
+            Row(
+                f"upsert_fact, dedupe {'on' if dedupe else 'off'}",
+                fmt_rate(rates[dedupe]),
+                "calls/s",
+                f"{len(samples)} calls, embedding excluded ({fmt_rate(len(samples) / wall)}/s "
+                f"with it); p50 {fmt_ms(percentile(times, 50))} ms, p95 "
+                f"{fmt_ms(percentile(times, 95))} ms; SQL p50 "
+                f"{fmt_ms(percentile([s.sql for s in samples], 50))} ms",
+            )
+        )
+        rows.append(
+            Row(
+                "  calls -> outcomes",
+                "",
+                "",
+                ", ".join(f"{mix[kind]} {kind}" for kind, _ in UPSERT_MIX)
+                + " -> "
+                + ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items())),
+            )
+        )
+    if False in rates and True in rates:
+        rows.append(
+            Row("  dedupe on / off", f"{rates[True] / rates[False]:.2f}", "x", "calls/s ratio")
+        )
+    return rows
+
+
+# --- backfill ---------------------------------------------------------------------------------
+
+
+async def null_embeddings(memory: Memory, rng: random.Random, count: int) -> None:
+    """Forget the vectors of ``count`` random visible facts, as if written while the model was
+    down; the next backfill fills exactly these."""
+    async with memory.engine.begin() as conn:
+        ids = (
+            (
+                await conn.execute(
+                    text(
+                        "SELECT id FROM memory_facts "
+                        "WHERE merged_into IS NULL AND embedding IS NOT NULL"
+                    )
+                )
+            )
+            .scalars()
+            .all()
+        )
+        chosen = rng.sample(list(ids), min(count, len(ids)))
+        await conn.execute(
+            text("UPDATE memory_facts SET embedding = NULL WHERE id = ANY(:ids)"), {"ids": chosen}
+        )
+    async with memory.engine.begin() as conn:
+        await conn.execute(text("ANALYZE memory_facts"))
+
+
+def backfill_rows_of(backfills: Sequence[tuple[int, int, Sample]]) -> list[Row]:
+    rows: list[Row] = []
+    rates: dict[int, float] = {}
+    for batch, filled, sample in backfills:
+        rates[batch] = filled / sample.without_embedding
+        rows.append(
+            Row(
+                f"backfill_embeddings, batch {batch}",
+                fmt_rate(rates[batch]),
+                "rows/s",
+                f"{fmt_count(filled)} rows in {sample.total:.1f} s, pause 0, embedding excluded "
+                f"({fmt_rate(filled / sample.total)}/s with it); SQL {sample.sql:.1f} s",
+            )
+        )
+    if len(rates) == 2:
+        first, second = rates
+        rows.append(
+            Row(
+                f"  batch {first} / batch {second}",
+                f"{rates[first] / rates[second]:.2f}",
+                "x",
+                "rows/s ratio",
+            )
+        )
+    return rows
+
+
+# --- plans ------------------------------------------------------------------------------------
+
+_SCAN = re.compile(
+    r"(Index Only Scan|Bitmap Index Scan|Index Scan|Seq Scan)(?: Backward)?"
+    r"(?: using (\w+))?(?: on (\w+))?"
+)
+_EXECUTION = re.compile(r"Execution Time: ([\d.]+) ms")
+_SERIALIZATION = re.compile(r"Serialization: time=([\d.]+) ms\s+output=(\d+)kB")
+_VECTOR_LITERAL = re.compile(r"'\[[-0-9.,e]+\]'")
+_PLANNING = re.compile(r"Planning Time: ([\d.]+) ms")
+
+
+def summarize_plan(plan: str) -> str:
+    """Which scans the plan ran (index names), and its planning and execution time."""
+    scans = [f"{node} {index or table or ''}".strip() for node, index, table in _SCAN.findall(plan)]
+    execution = _EXECUTION.search(plan)
+    planning = _PLANNING.search(plan)
+    timing = ""
+    if execution and planning:
+        timing = f"; planning {planning.group(1)} ms, execution {execution.group(1)} ms"
+    serialization = _SERIALIZATION.search(plan)
+    if serialization:
+        timing += (
+            f" (of which serializing {serialization.group(2)} kB of output "
+            f"{serialization.group(1)} ms)"
+        )
+    return (" + ".join(dict.fromkeys(scans)) or "no scan") + timing
+
+
+async def explain_search(
+    memory: Memory,
+    clock: SqlClock,
+    uid: uuid.UUID,
+    query: str,
+    label: str,
+    *,
+    vector: bool = True,
+    hide_btree: bool = False,
+) -> list[Plan]:
+    """EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) of search_facts' vector query (or its text query)
+    for one user, replayed exactly as the package sent it, SET LOCALs included, in a rolled-back
+    transaction.
+
+    ``hide_btree`` drops the per-user btree inside that transaction: what the HNSW path would
+    cost the same user.
+    """
+    with clock.capture() as statements:
+        await memory.store.search_facts(query, user_id=uid)
+    marker = "<=>" if vector else "ILIKE"
+    plans: list[str] = []
+    async with memory.engine.connect() as conn:
+        # SERIALIZE (PostgreSQL >= 17) adds the cost of turning result rows into text: the
+        # vectors' output is part of what a SELECT of whole rows costs.
+        serialize = ", SERIALIZE" if memory.capabilities.server_version_num >= 170000 else ""
+        transaction = await conn.begin()
+        try:
+            if hide_btree:
+                await conn.execute(text(f"DROP INDEX {PER_USER_BTREE}"))
+            for statement in statements:
+                sql, parameters = statement.sql, statement.parameters
+                if sql.lstrip().upper().startswith("SELECT") and marker in sql.upper():
+                    sql = f"EXPLAIN (ANALYZE, BUFFERS{serialize}) " + sql
+                result = await conn.exec_driver_sql(sql, parameters)
+                if sql.startswith("EXPLAIN"):
+                    plan = "\n".join(str(row[0]) for row in result)
+                    plans.append(_VECTOR_LITERAL.sub("'[query vector]'", plan))
+        finally:
+            await transaction.rollback()
+    what = "vector query" if vector else "text query"
+    if hide_btree:
+        what += " with the per-user btree hidden"
+    return [Plan(f"{what}, {label}: {query!r}", summarize_plan(p), p) for p in plans[:1]]

