@@ -5,6 +5,7 @@ Used by fact dedupe (``upsert_fact(dedupe=True)``); docs/memory.md ("Key spellin
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -232,6 +233,8 @@ def _round(tokens: list[str]) -> list[str]:
     return [token for token in tokens if token not in DROPPED_MODIFIERS] or tokens
 
 
+# Dedupe normalises every key of a category on each write: the same few keys again and again.
+@functools.lru_cache(maxsize=8192)
 def normalize_key(key: str) -> str:
     """The canonical spelling of a fact key: two keys name the same fact iff these are equal.
 
