@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=5, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)
     db_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    db_pool_pre_ping: bool = Field(
+        default=True,
+        description="Test each pooled connection on checkout (one round trip, ~0.5 ms).",
+    )
+    db_pool_recycle_seconds: float = Field(default=1800.0, gt=0)
 
     # --- models ---------------------------------------------------------------------------
     ollama_host: str = "http://127.0.0.1:11434"

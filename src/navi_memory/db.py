@@ -99,7 +99,8 @@ def create_engine(settings: Settings, url: str) -> AsyncEngine:
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
-        pool_pre_ping=True,
+        pool_pre_ping=settings.db_pool_pre_ping,
+        pool_recycle=settings.db_pool_recycle_seconds,
         connect_args={
             "timeout": settings.db_connect_timeout_seconds,
             "server_settings": {
