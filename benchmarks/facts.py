@@ -834,7 +834,7 @@ async def explain_search(
                 await conn.execute(text(f"DROP INDEX {PER_USER_BTREE}"))
             for statement in statements:
                 sql, parameters = statement.sql, statement.parameters
-                if sql.lstrip().upper().startswith("SELECT") and marker in sql.upper():
+                if sql.lstrip().upper().startswith(("SELECT", "WITH")) and marker in sql.upper():
                     sql = f"EXPLAIN (ANALYZE, BUFFERS{serialize}) " + sql
                 result = await conn.exec_driver_sql(sql, parameters)
                 if sql.startswith("EXPLAIN"):
