@@ -1,8 +1,11 @@
 """Bring the legacy shape to the navi-memory schema: pgvector columns, merge pointers, raw history.
 
-Keeps every legacy row. Exact duplicate keys that the legacy NULL-distinct unique constraint let
+Keeps every legacy fact. Exact duplicate keys that the legacy NULL-distinct unique constraint let
 through (rows with user_id NULL) are merged, newest visible and the rest hidden behind it with
-merged_into, never dropped. Legacy summaries for users that are not in navi_users get a user row.
+merged_into, never dropped; an existing merged_into column is repaired (dangling pointers cleared,
+chains flattened). Legacy summaries for users that are not in navi_users get a user row; of
+several summaries of one user (the legacy table had no key) only the newest is kept — each was
+regenerated from all facts, so the older ones are stale copies.
 
 Revision ID: 0002
 Revises: 0001
@@ -76,6 +79,41 @@ def upgrade() -> None:
         """
     )
     _stamp_columns_not_null("memory_facts", "created_at", "updated_at")
+    # A database that ran the original application's migrate script already has merged_into,
+    # possibly as integer, possibly pointing at rows since deleted, possibly in chains: make every
+    # pointer name an existing row at the end of its chain, so it always points at a visible row.
+    op.execute("ALTER TABLE memory_facts ALTER COLUMN merged_into TYPE bigint")
+    op.execute(
+        """
+        UPDATE memory_facts AS f SET merged_into = NULL
+        WHERE merged_into IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM memory_facts t WHERE t.id = f.merged_into)
+        """
+    )
+    op.execute(
+        """
+        WITH RECURSIVE chain (id, root, depth) AS (
+            SELECT id, merged_into, 1 FROM memory_facts WHERE merged_into IS NOT NULL
+            UNION ALL
+            SELECT chain.id, t.merged_into, chain.depth + 1
+            FROM chain JOIN memory_facts t ON t.id = chain.root
+            WHERE t.merged_into IS NOT NULL AND chain.depth < 100
+        ),
+        roots AS (
+            SELECT DISTINCT ON (id) id, root FROM chain ORDER BY id, depth DESC
+        )
+        UPDATE memory_facts AS f SET merged_into = roots.root
+        FROM roots WHERE f.id = roots.id AND f.merged_into IS DISTINCT FROM roots.root
+        """
+    )
+    # A cycle (a -> b -> a) has no visible end: its members, still hidden targets, come back.
+    op.execute(
+        """
+        UPDATE memory_facts SET merged_into = NULL
+        WHERE merged_into IS NOT NULL
+          AND id IN (SELECT merged_into FROM memory_facts WHERE merged_into IS NOT NULL)
+        """
+    )
     # Legacy unique constraints go (whatever their name): uniqueness moves to a partial index
     # over visible rows, which is what lets exact legacy duplicates stay, hidden.
     op.execute(
@@ -103,6 +141,14 @@ def upgrade() -> None:
         SET merged_into = ranked.survivor
         FROM ranked
         WHERE f.id = ranked.id AND ranked.id <> ranked.survivor
+        """
+    )
+    # Rows that were hidden behind a duplicate just hidden follow it to the survivor.
+    op.execute(
+        """
+        UPDATE memory_facts AS f SET merged_into = t.merged_into
+        FROM memory_facts AS t
+        WHERE f.merged_into = t.id AND t.merged_into IS NOT NULL
         """
     )
     op.execute(
@@ -158,6 +204,16 @@ def upgrade() -> None:
     op.execute(
         "CREATE UNIQUE INDEX uq_memory_summary_user_id ON memory_summary (user_id) "
         "NULLS NOT DISTINCT"
+    )
+
+    # --- extraction state: its owner, so it is read by that owner only and goes with them ----
+    op.execute(
+        """
+        ALTER TABLE session_memory_state
+            ADD COLUMN user_id uuid,
+            ADD CONSTRAINT fk_session_memory_state_user_id_navi_users
+                FOREIGN KEY (user_id) REFERENCES navi_users (id) ON DELETE CASCADE
+        """
     )
 
     # --- sessions and their messages ------------------------------------------------------
@@ -270,6 +326,7 @@ def downgrade() -> None:
     op.execute("DROP TABLE IF EXISTS session_messages")
     op.execute("DROP TABLE IF EXISTS sessions")
 
+    op.execute("ALTER TABLE session_memory_state DROP COLUMN IF EXISTS user_id")
     op.execute("DROP INDEX IF EXISTS uq_memory_summary_user_id")
     op.execute(
         "ALTER TABLE memory_summary DROP CONSTRAINT IF EXISTS fk_memory_summary_user_id_navi_users"

@@ -33,3 +33,6 @@ PERMISSION_READ_ALL: Final = "navi.memory.read_all"
 
 MAX_TEXT_CHARS: Final = 100_000
 """Longest category/key/value/query text accepted; longer input is refused, not truncated."""
+
+FLOAT32_MAX: Final = 3.4028234663852886e38
+"""pgvector stores single-precision floats: a larger value cannot be written."""

@@ -100,7 +100,8 @@ class KvStore:
         value = check_text("value", value, max_chars=MAX_TEXT_CHARS, allow_empty=True)
         sid = _check_optional_session(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            if sid is not None and await SessionRepository(session=session).owner(sid) != uid:
+            owner = await SessionRepository(session=session).owner(sid, lock=True) if sid else None
+            if sid is not None and owner != uid:
                 raise NotFoundError(f"no session {sid!r} for this user")
             row = await KvRepository(session=session).upsert(uid, scope, sid, key, value)
             return KvEntry.model_validate(row)

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
+from pydantic import ValidationError
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
 from navi_memory.constants import (
     CHUNK_MAX_DISTANCE,
+    EMBEDDING_DIM,
     FACT_MAX_DISTANCE,
+    FLOAT32_MAX,
     MAX_TEXT_CHARS,
     PERMISSION_READ_ALL,
 )
@@ -72,6 +76,26 @@ MAX_CATEGORY_CHARS: Final = 100
 MAX_LIMIT: Final = 1000
 
 
+def storable_vector(vector: Sequence[float]) -> list[float]:
+    """The vector, if a vector(768) column can hold it; else EmbeddingError. Any Embedder is
+    checked here, so a custom one that answers junk degrades like a failing one."""
+    if len(vector) != EMBEDDING_DIM:
+        raise EmbeddingError(
+            f"the embedder gave a {len(vector)}-dimensional vector; the columns are "
+            f"vector({EMBEDDING_DIM})"
+        )
+    values = [float(x) for x in vector]
+    if not all(math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in values):
+        raise EmbeddingError("the embedder gave a value pgvector cannot store (NaN, inf, huge)")
+    return values
+
+
+def storable_vectors(vectors: Sequence[Sequence[float]], expected: int) -> list[list[float]]:
+    if len(vectors) != expected:
+        raise EmbeddingError(f"the embedder gave {len(vectors)} vectors for {expected} texts")
+    return [storable_vector(vector) for vector in vectors]
+
+
 def _log_embedding_failure(exc: EmbeddingError) -> None:
     logger.warning("memory.embedding_failed: %s", exc, extra={"event": "memory.embedding_failed"})
 
@@ -119,7 +143,10 @@ def rank_hits(
 def _checked_draft(chunk: object) -> ChunkDraft:
     """A chunk to store: a ChunkDraft (or its dict) whose hash really is its content's."""
     if isinstance(chunk, dict):
-        chunk = ChunkDraft.model_validate(chunk)
+        try:
+            chunk = ChunkDraft.model_validate(chunk)
+        except ValidationError as exc:
+            raise InvalidInputError(f"a chunk is malformed: {exc.errors()[0]['msg']}") from exc
     if not isinstance(chunk, ChunkDraft):
         raise InvalidTypeError(f"chunks must be ChunkDraft objects, got {type(chunk).__name__}")
     check_text("chunk content", chunk.content, max_chars=MAX_TEXT_CHARS)
@@ -128,6 +155,8 @@ def _checked_draft(chunk: object) -> ChunkDraft:
         raise InvalidInputError(
             f"chunk content_hash {chunk.content_hash[:12]}… is not the sha256 of its content"
         )
+    if chunk.started_at.tzinfo is None or chunk.ended_at.tzinfo is None:
+        raise InvalidInputError("a chunk's started_at and ended_at must carry a time zone")
     if chunk.end_seq < chunk.start_seq or chunk.ended_at < chunk.started_at:
         raise InvalidInputError("a chunk must not end before it starts (seq or time)")
     for crumb in chunk.breadcrumbs:
@@ -152,22 +181,20 @@ class MemoryStore:
     # --- embeddings (never inside a transaction) -------------------------------------------
 
     async def _embed_document(self, text: str) -> list[float] | None:
-        try:
-            return (await self._embedder.embed_documents([text]))[0]
-        except EmbeddingError as exc:
-            _log_embedding_failure(exc)
-            return None
+        vectors = await self._embed_documents([text])
+        return None if vectors is None else vectors[0]
 
     async def _embed_documents(self, texts: Sequence[str]) -> list[list[float]] | None:
         try:
-            return await self._embedder.embed_documents(texts)
+            vectors = await self._embedder.embed_documents(texts)
+            return storable_vectors(vectors, len(texts))
         except EmbeddingError as exc:
             _log_embedding_failure(exc)
             return None
 
     async def _embed_query(self, text: str) -> list[float] | None:
         try:
-            return await self._embedder.embed_query(text)
+            return storable_vector(await self._embedder.embed_query(text))
         except EmbeddingError as exc:
             _log_embedding_failure(exc)
             return None
@@ -321,22 +348,24 @@ class MemoryStore:
             return await FactRepository(session=session).count(scope, include_merged=include_merged)
 
     async def unmerge_fact(self, fact_id: int) -> Fact:
-        """Admin: make a hidden row visible again (the row it was merged into stays as it is)."""
+        """Make a hidden row visible again (the row it was merged into stays as it is): the
+        current user's own row, or — with no current user — any row with read_all (admin)."""
         fact_id = check_int("fact_id", fact_id, minimum=1)
         async with unit_of_work(self._sessionmaker) as session:
             row = await FactRepository(session=session).get(fact_id)
-            if row is None or not self._may_read(row.user_id):
+            if row is None or not self._may_change(row.user_id):
                 raise NotFoundError(f"fact {fact_id} does not exist")
             if row.user_id is not None:
                 await FactRepository(session=session).lock_category(row.user_id, row.category)
             return to_fact(await FactService(session=session).unmerge(row))
 
-    def _may_read(self, owner: uuid.UUID | None) -> bool:
-        """A row found by id: the current user's own, or anyone's with read_all."""
-        if has_permission(PERMISSION_READ_ALL):
-            return True
+    def _may_change(self, owner: uuid.UUID | None) -> bool:
+        """A row found by id: the current user's own; with no current user (an admin context),
+        anyone's with read_all. Acting for one user never changes another's row."""
         current = current_user_id()
-        return current is not None and owner == current
+        if current is not None:
+            return owner == current
+        return has_permission(PERMISSION_READ_ALL)
 
     # --- summary ----------------------------------------------------------------------------
 
@@ -354,23 +383,31 @@ class MemoryStore:
 
     # --- extraction state -------------------------------------------------------------------
 
-    async def mark_session_extracted(self, session_id: str) -> datetime:
-        """Record that the current user's session was processed now; returns the time."""
-        uid = write_scope(None)
-        session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
-        async with unit_of_work(self._sessionmaker) as session:
-            repo = FactRepository(session=session)
-            if await repo.session_owner(session_id) != uid:
-                raise NotFoundError(f"no session {session_id!r} for this user")
-            return await repo.mark_extracted(session_id)
+    async def mark_session_extracted(
+        self, session_id: str, user_id: uuid.UUID | str | None = None
+    ) -> datetime:
+        """Record that the user's session was processed now; returns the time.
 
-    async def get_extracted_at(self, session_id: str) -> datetime | None:
-        """When the session was processed; None if never — or if it is not the caller's."""
-        scope = read_scope(None)
+        The session need not be a row of ``sessions`` (an application may keep its own); when
+        it is, or when it was marked before, it must be the user's (else NotFoundError).
+        """
+        uid = write_scope(user_id)
         session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
         async with unit_of_work(self._sessionmaker) as session:
             repo = FactRepository(session=session)
-            if scope is not None and await repo.session_owner(session_id) != scope:
+            if await repo.session_state_owner(session_id) not in (None, uid):
+                raise NotFoundError(f"no session {session_id!r} for this user")
+            return await repo.mark_extracted(session_id, uid)
+
+    async def get_extracted_at(
+        self, session_id: str, user_id: uuid.UUID | str | None = None
+    ) -> datetime | None:
+        """When the session was processed; None if never — or if it is not the caller's."""
+        scope = read_scope(user_id)
+        session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
+        async with unit_of_work(self._sessionmaker) as session:
+            repo = FactRepository(session=session)
+            if scope is not None and await repo.session_state_owner(session_id) != scope:
                 return None
             return await repo.extracted_at(session_id)
 

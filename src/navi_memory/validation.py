@@ -18,6 +18,12 @@ def check_text(
         raise InvalidTypeError(f"{name} must be a str, got {type(value).__name__}")
     if "\x00" in value:
         raise InvalidInputError(f"{name} contains a NUL byte, which PostgreSQL text cannot hold")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{name} is not valid Unicode text (a lone surrogate at position {exc.start})"
+        ) from exc
     if len(value) > max_chars:
         raise InvalidInputError(
             f"{name} is {len(value):,} characters long; the limit is {max_chars:,}"

@@ -170,16 +170,38 @@ async def test_empty_query_returns_the_most_recent_chunks(memory: Memory) -> Non
     ]
 
 
-@pytest.mark.parametrize("query", ["%", "_", "\\", "50%", "a_b"])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    # "_" stays inside a term (it is a word character) and must match only an underscore;
+    # "%" and "\\" never are part of a term, so "50%" searches for "50".
+    [("a_b", {"literal"}), ("e_c", {"literal"}), ("50%", {"literal", "decoy"})],
+)
 async def test_wildcards_in_the_query_match_only_themselves(
-    memory: Memory, fake_ollama: FakeOllama, query: str
+    memory: Memory, fake_ollama: FakeOllama, query: str, expected: set[str]
 ) -> None:
     uid = await new_user(memory)
-    literal = draft("User: save 50% on a_b with code \\x", 2)
-    await memory.store.add_chunks([PORT, literal], user_id=uid, session_id="s1")
+    chunks = {
+        "literal": draft("User: save 50% on a_b with code e_c", 2),
+        # Each decoy matches one of the queries only if a wildcard is left unescaped.
+        "decoy": draft("User: 500 aXb and eXc", 3),
+    }
+    await memory.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s1")
     fake_ollama.mode = "fail"
     hits = await memory.store.search_chunks(query, user_id=uid)
-    assert all(h.via == "recent" or h.content_hash == literal.content_hash for h in hits)
+    names = {name for name, c in chunks.items() for h in hits if h.content_hash == c.content_hash}
+    assert names == expected
+    assert all(h.via == "text" for h in hits)
+
+
+async def test_a_query_of_wildcards_alone_has_no_terms_and_lists_recent_chunks(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    await memory.store.add_chunks([PORT, PATH], user_id=uid, session_id="s1")
+    fake_ollama.mode = "fail"
+    for query in ("%", "\\", "%%"):
+        hits = await memory.store.search_chunks(query, user_id=uid)
+        assert {h.via for h in hits} == {"recent"}, query
 
 
 async def test_session_filter_and_tenancy(memory: Memory) -> None:

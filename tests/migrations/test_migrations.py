@@ -262,3 +262,34 @@ def test_catalog_has_the_operator_classes_alembic_does_not_compare(
     assert "NULLS NOT DISTINCT" in defs["uq_memory_facts_user_id_category_key"]
     assert "WHERE (merged_into IS NULL)" in defs["uq_memory_facts_user_id_category_key"]
     assert "NULLS NOT DISTINCT" in defs["uq_kv_store_user_id_scope_session_id_key"]
+
+
+def test_a_legacy_merged_into_column_is_repaired_not_trusted(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """The original application's migrate script may have added merged_into already."""
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute(LEGACY_DDL)
+        conn.execute("ALTER TABLE memory_facts ADD COLUMN merged_into integer")
+        conn.execute(
+            "INSERT INTO memory_facts (id, user_id, category, key, value, merged_into, updated_at)"
+            " VALUES (1, NULL, 'p', 'language', 'English', 2, now()),"
+            " (2, NULL, 'p', 'lang', 'German', 3, now()),"  # a chain: 1 -> 2 -> 3
+            " (3, NULL, 'p', 'preferred_language', 'Dutch', NULL, now()),"
+            " (4, NULL, 'p', 'editor', 'vim', 999, now()),"  # points at nothing
+            " (5, NULL, 'x', 'a', 'cycle a', 6, now()),"  # a cycle: 5 -> 6 -> 5
+            " (6, NULL, 'x', 'b', 'cycle b', 5, now()),"
+            " (7, NULL, 'c', 'city', 'Leiden', 8, now() - interval '1 day'),"  # 7 -> 8, and
+            " (8, NULL, 'c', 'city', 'Utrecht', NULL, now() - interval '1 day'),"  # 8 is an old
+            " (9, NULL, 'c', 'city', 'Amsterdam', NULL, now())"  # duplicate of the newer 9
+        )
+        conn.execute("SELECT setval('memory_facts_id_seq', 9)")
+    dbtools.upgrade(pg_server.url(scratch_db))
+    with connect(pg_server, scratch_db) as conn:
+        pointers = dict(conn.execute("SELECT id, merged_into FROM memory_facts").fetchall())
+        data_type = conn.execute(
+            "SELECT data_type FROM information_schema.columns "
+            "WHERE table_name = 'memory_facts' AND column_name = 'merged_into'"
+        ).fetchone()
+    assert pointers == {1: 3, 2: 3, 3: None, 4: None, 5: None, 6: None, 7: 9, 8: 9, 9: None}
+    assert data_type == ("bigint",)

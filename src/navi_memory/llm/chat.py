@@ -124,8 +124,8 @@ class OllamaChatModel(ClientOwner):
     async def complete(self, messages: ChatMessages, *, json_format: bool = False) -> str:
         """The model's reply to ``messages``; see ``ChatModel.complete``."""
         payload = message_dicts(messages)
-        client = self.client()
         try:
+            client = self.client()  # a malformed host fails here: a failure like any other
             # The client's timeout is per network operation; this one bounds the whole call.
             async with asyncio.timeout(self.timeout):
                 response = await client.chat(

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
-from navi_memory.constants import EMBEDDING_DIM
+from navi_memory.constants import EMBEDDING_DIM, FLOAT32_MAX
 from navi_memory.errors import ConfigError, EmbeddingError
 from navi_memory.llm._ollama import (
     ClientOwner,
@@ -127,8 +127,8 @@ class OllamaEmbedder(ClientOwner):
         return vector
 
     async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
-        client = self.client()
         try:
+            client = self.client()  # a malformed host fails here: a failure like any other
             # The client's timeout is per network operation; this one bounds the whole call.
             async with asyncio.timeout(self.timeout):
                 response = await client.embed(model=self.model, input=batch)
@@ -148,8 +148,11 @@ class OllamaEmbedder(ClientOwner):
                     "(such as nomic-embed-text), or re-embed the stored vectors for the new model"
                 )
             vector = [float(x) for x in embedding]
-            if not all(math.isfinite(x) for x in vector):
-                raise self._error(f"returned a non-finite value (NaN or infinity) in #{index}")
+            if not all(math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in vector):
+                raise self._error(
+                    f"returned a non-finite or out-of-range value in #{index} (NaN, infinity, or "
+                    "beyond float32: pgvector cannot store it)"
+                )
             if not any(vector):
                 raise self._error(
                     f"returned an all-zero vector for #{index}, which has no direction"

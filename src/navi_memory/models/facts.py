@@ -92,3 +92,9 @@ class SessionMemoryStateRow(Base):
 
     session_id: Mapped[str] = mapped_column(Text, primary_key=True)
     extracted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Who the session belongs to (NULL on legacy rows): extraction state is readable by its owner
+    # only, also for sessions the application keeps outside the sessions table, and it goes with
+    # the user.
+    user_id: Mapped[uuid.UUID | None] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("navi_users.id", ondelete="CASCADE")
+    )

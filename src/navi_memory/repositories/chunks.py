@@ -26,6 +26,9 @@ def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElem
     return where or [literal(True)]
 
 
+INSERT_BATCH = 1000
+"""Rows per INSERT statement (10 parameters a row)."""
+
 _CHUNK_COLUMNS = (
     "c.id, c.user_id, c.session_id, c.content, c.content_hash, c.start_seq, c.end_seq, "
     "c.started_at, c.ended_at, c.breadcrumbs, c.created_at"
@@ -65,19 +68,25 @@ class ChunkRepository:
         session_id: str,
         rows: Sequence[dict[str, Any]],
     ) -> int:
-        """One multi-row INSERT … ON CONFLICT DO NOTHING; returns the rows actually written."""
-        if not rows:
-            return 0
-        values = [{**row, "user_id": user_id, "session_id": session_id} for row in rows]
-        stmt = (
-            insert(ChunkRow)
-            .values(values)
-            .on_conflict_do_nothing(
-                index_elements=[ChunkRow.user_id, ChunkRow.session_id, ChunkRow.content_hash]
+        """Multi-row INSERT … ON CONFLICT DO NOTHING; returns the rows actually written.
+
+        At most INSERT_BATCH rows a statement: PostgreSQL takes 32,767 parameters at most."""
+        written = 0
+        for start in range(0, len(rows), INSERT_BATCH):
+            values = [
+                {**row, "user_id": user_id, "session_id": session_id}
+                for row in rows[start : start + INSERT_BATCH]
+            ]
+            stmt = (
+                insert(ChunkRow)
+                .values(values)
+                .on_conflict_do_nothing(
+                    index_elements=[ChunkRow.user_id, ChunkRow.session_id, ChunkRow.content_hash]
+                )
+                .returning(ChunkRow.id)
             )
-            .returning(ChunkRow.id)
-        )
-        return len((await self.session.execute(stmt)).all())
+            written += len((await self.session.execute(stmt)).all())
+        return written
 
     async def set_search_options(self, ef_search: int) -> None:
         await set_vector_search_options(self.session, ef_search)
@@ -199,7 +208,11 @@ class ChunkRepository:
         )
         return [(row.id, row.content) for row in (await self.session.execute(stmt)).all()]
 
-    async def set_embedding(self, chunk_id: int, embedding: Sequence[float]) -> None:
+    async def set_embedding(
+        self, chunk_id: int, embedded_text: str, embedding: Sequence[float]
+    ) -> None:
+        # Chunks are immutable: the text embedded is still the chunk's.
+        del embedded_text
         await self.session.execute(
             update(ChunkRow)
             .where(ChunkRow.id == chunk_id, ChunkRow.embedding.is_(None))

@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
+from navi_memory.errors import NotFoundError
 from navi_memory.models import FactRow, SessionMemoryStateRow, SessionRow, SummaryRow
 from navi_memory.repositories.vectors import set_vector_search_options
 
@@ -72,6 +73,11 @@ def fact_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
         FactRow.updated_at,
         FactRow.embedding.is_not(None).label("has_embedding"),
     ]
+
+
+def fact_embedding_text() -> ColumnElement[str]:
+    """``llm.embedding_text_for_fact`` in SQL: "<category> / <key>: <value>"."""
+    return FactRow.category + " / " + FactRow.key + ": " + FactRow.value
 
 
 def vector_text(vector: Sequence[float]) -> str:
@@ -195,7 +201,8 @@ class FactRepository:
     async def update(self, fact_id: int, values: dict[str, Any]) -> FactRow:
         await self.session.execute(update(FactRow).where(FactRow.id == fact_id).values(**values))
         row = await self.session.get(FactRow, fact_id, populate_existing=True)
-        assert row is not None
+        if row is None:  # deleted by a writer that did not take the category lock
+            raise NotFoundError(f"fact {fact_id} was deleted while it was being written")
         return row
 
     async def hide_behind(self, hidden_ids: Sequence[int], survivor_id: int) -> None:
@@ -214,6 +221,14 @@ class FactRepository:
         )
 
     # --- delete -----------------------------------------------------------------------------
+
+    async def categories_with_key(self, user_id: uuid.UUID, key: str) -> list[str]:
+        rows = await self.session.scalars(
+            select(FactRow.category)
+            .where(FactRow.user_id == user_id, FactRow.key == key)
+            .distinct()
+        )
+        return list(rows)
 
     async def ids_for_delete(self, user_id: uuid.UUID, key: str, category: str | None) -> list[int]:
         """Visible rows named by ``key`` directly or through a hidden spelling of theirs."""
@@ -373,11 +388,18 @@ class FactRepository:
         )
         return int(await self.session.scalar(stmt) or 0)
 
-    async def set_embedding(self, fact_id: int, embedding: Sequence[float]) -> None:
-        # Only where still missing: a concurrent upsert may have stored a fresher vector.
+    async def set_embedding(
+        self, fact_id: int, embedded_text: str, embedding: Sequence[float]
+    ) -> None:
+        # Only where still missing, and only if the fact still reads as what was embedded: an
+        # upsert meanwhile may have stored a fresher vector, or a new value without one.
         await self.session.execute(
             update(FactRow)
-            .where(FactRow.id == fact_id, FactRow.embedding.is_(None))
+            .where(
+                FactRow.id == fact_id,
+                FactRow.embedding.is_(None),
+                fact_embedding_text() == embedded_text,
+            )
             .values(embedding=list(embedding))
         )
 
@@ -399,17 +421,27 @@ class FactRepository:
             )
         )
 
-    async def session_owner(self, session_id: str) -> uuid.UUID | None:
-        return await self.session.scalar(
+    async def session_state_owner(self, session_id: str) -> uuid.UUID | None:
+        """Whose session this is: the sessions row's owner, else the user who marked it."""
+        owner = await self.session.scalar(
             select(SessionRow.user_id).where(SessionRow.id == session_id)
         )
+        if owner is not None:
+            return owner
+        return await self.session.scalar(
+            select(SessionMemoryStateRow.user_id).where(
+                SessionMemoryStateRow.session_id == session_id
+            )
+        )
 
-    async def mark_extracted(self, session_id: str) -> datetime:
-        stmt = insert(SessionMemoryStateRow).values(session_id=session_id, extracted_at=func.now())
+    async def mark_extracted(self, session_id: str, user_id: uuid.UUID) -> datetime:
+        stmt = insert(SessionMemoryStateRow).values(
+            session_id=session_id, extracted_at=func.now(), user_id=user_id
+        )
         result = await self.session.execute(
             stmt.on_conflict_do_update(
                 index_elements=[SessionMemoryStateRow.session_id],
-                set_={"extracted_at": func.now()},
+                set_={"extracted_at": func.now(), "user_id": user_id},
             ).returning(SessionMemoryStateRow.extracted_at)
         )
         extracted: datetime | None = result.scalar_one()

@@ -62,10 +62,12 @@ class SessionRepository:
             .with_for_update()
         )
 
-    async def owner(self, session_id: str) -> uuid.UUID | None:
-        return await self.session.scalar(
-            select(SessionRow.user_id).where(SessionRow.id == session_id)
-        )
+    async def owner(self, session_id: str, *, lock: bool = False) -> uuid.UUID | None:
+        """The session's owner; ``lock`` share-locks its row so a delete waits for this write."""
+        stmt = select(SessionRow.user_id).where(SessionRow.id == session_id)
+        if lock:
+            stmt = stmt.with_for_update(read=True)
+        return await self.session.scalar(stmt)
 
     async def list_sessions(self, owner: uuid.UUID | None) -> list[SessionRow]:
         stmt = select(SessionRow).order_by(SessionRow.last_active.desc(), SessionRow.id)

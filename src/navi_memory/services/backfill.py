@@ -49,8 +49,9 @@ class BackfillSource(Protocol):
     ) -> list[tuple[int, str]]: ...
 
     async def store(
-        self, session: AsyncSession, vectors: Sequence[tuple[int, list[float]]]
-    ) -> None: ...
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, list[float]]]
+    ) -> None:
+        """Store each (id, text embedded, vector), unless the row changed meanwhile."""
 
 
 async def run_backfill(
@@ -83,7 +84,10 @@ async def run_backfill(
             first_batch = False
             vectors = await embedder.embed_documents([text for _, text in batch])
             async with unit_of_work(sessionmaker) as session:
-                await source.store(session, list(zip((i for i, _ in batch), vectors, strict=True)))
+                await source.store(
+                    session,
+                    [(i, text, v) for (i, text), v in zip(batch, vectors, strict=True)],
+                )
             after_id = batch[-1][0]
             done += len(batch)
             filled[source.table] += len(batch)
@@ -110,11 +114,11 @@ class FactBackfill:
         return [(row.id, embedding_text_for_fact(row.category, row.key, row.value)) for row in rows]
 
     async def store(
-        self, session: AsyncSession, vectors: Sequence[tuple[int, list[float]]]
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, list[float]]]
     ) -> None:
         repo = FactRepository(session=session)
-        for fact_id, vector in vectors:
-            await repo.set_embedding(fact_id, vector)
+        for fact_id, embedded, vector in vectors:
+            await repo.set_embedding(fact_id, embedded, vector)
 
 
 class ChunkBackfill:
@@ -131,8 +135,8 @@ class ChunkBackfill:
         return await ChunkRepository(session=session).missing_embeddings(after_id, limit)
 
     async def store(
-        self, session: AsyncSession, vectors: Sequence[tuple[int, list[float]]]
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, list[float]]]
     ) -> None:
         repo = ChunkRepository(session=session)
-        for chunk_id, vector in vectors:
-            await repo.set_embedding(chunk_id, vector)
+        for chunk_id, embedded, vector in vectors:
+            await repo.set_embedding(chunk_id, embedded, vector)

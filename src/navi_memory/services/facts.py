@@ -125,6 +125,13 @@ class FactService:
         return await self.facts.update(row.id, values), outcome
 
     async def delete(self, user_id: uuid.UUID, key: str, category: str | None) -> int:
+        # The same per-category locks as upsert (taken in a fixed order, so two deletes cannot
+        # deadlock): an upsert never updates a row this delete is removing, nor the other way.
+        categories = [category] if category is not None else []
+        if category is None:
+            categories = await self.facts.categories_with_key(user_id, key)
+        for name in sorted(categories):
+            await self.facts.lock_category(user_id, name)
         ids = await self.facts.ids_for_delete(user_id, key, category)
         return await self.facts.delete_with_hidden(ids)
 
