@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, func, literal, select, text, update
+from sqlalchemy import ColumnElement, RowMapping, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import ChunkRow, MessageRow, SessionRow
-from navi_memory.repositories.facts import escape_like, vector_text
-from navi_memory.repositories.vectors import set_vector_search_options
+from navi_memory.repositories.facts import escape_like
+from navi_memory.repositories.vectors import HybridSearch, set_vector_search_options
 
 __all__ = ["ChunkRepository"]
 
@@ -117,50 +117,22 @@ class ChunkRepository:
         if session_id is not None:
             where.append("c.session_id = :sid")
             params["sid"] = session_id
-        owner = " AND ".join(where)
         crumbs = "array_to_string(c.breadcrumbs, E'\\n')"
-        text_cte = f"""
-            txt AS (
-                SELECT c.id, h.hits
-                FROM memory_chunks c,
-                     LATERAL (SELECT count(*) AS hits FROM unnest(CAST(:patterns AS text[])) p
-                              WHERE c.content ILIKE p OR {crumbs} ILIKE p) h
-                WHERE {owner}
-                  AND (to_tsvector('simple'::regconfig, c.content)
-                           @@ websearch_to_tsquery('simple'::regconfig, :tsq)
-                       OR c.content ILIKE ANY (CAST(:patterns AS text[]))
-                       OR {crumbs} ILIKE ANY (CAST(:patterns AS text[])))
-                  {{exclude}}
-                ORDER BY h.hits DESC, c.ended_at DESC, c.id DESC
-                LIMIT :limit
-            )"""
-        if query_vector is not None:
-            ctes = f"""
-            WITH nearest AS MATERIALIZED (
-                SELECT c.id, c.embedding <=> CAST(:q AS vector) AS distance
-                FROM memory_chunks c
-                WHERE {owner} AND c.embedding IS NOT NULL
-                ORDER BY distance
-                LIMIT :limit
+        search = HybridSearch(
+            table="memory_chunks",
+            alias="c",
+            columns=_CHUNK_COLUMNS,
+            where=" AND ".join(where),
+            match=(
+                "(to_tsvector('simple'::regconfig, c.content)"
+                " @@ websearch_to_tsquery('simple'::regconfig, :tsq)"
+                " OR c.content ILIKE ANY (CAST(:patterns AS text[]))"
+                f" OR {crumbs} ILIKE ANY (CAST(:patterns AS text[])))"
             ),
-            vec AS (SELECT id, distance FROM nearest WHERE distance < :max_distance),
-            {text_cte.format(exclude="AND c.id NOT IN (SELECT id FROM vec)")}"""
-            joins = "LEFT JOIN vec v ON v.id = c.id LEFT JOIN txt t ON t.id = c.id"
-            pick = "c.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)"
-            distance = "v.distance"
-            params["q"] = vector_text(query_vector)
-            params["max_distance"] = max_distance
-        else:
-            ctes = f"WITH {text_cte.format(exclude='')}"
-            joins = "JOIN txt t ON t.id = c.id"
-            pick = "TRUE"
-            distance = "NULL::float8"
-        sql = f"""{ctes}
-            SELECT {_CHUNK_COLUMNS}, c.embedding IS NOT NULL AS has_embedding,
-                   {distance} AS distance, t.hits AS terms_hit
-            FROM memory_chunks c {joins}
-            WHERE {pick}"""
-        return list((await self.session.execute(text(sql), params)).mappings())
+            hits=f"c.content ILIKE p OR {crumbs} ILIKE p",
+            recency="ended_at",
+        )
+        return await search.run(self.session, params, query_vector, max_distance)
 
     async def recent(
         self, user_id: uuid.UUID | None, session_id: str | None, limit: int

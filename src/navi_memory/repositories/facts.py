@@ -28,9 +28,9 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from navi_memory.errors import NotFoundError
 from navi_memory.models import FactRow, SessionMemoryStateRow, SessionRow, SummaryRow
-from navi_memory.repositories.vectors import set_vector_search_options
+from navi_memory.repositories.vectors import HybridSearch, set_vector_search_options
 
-__all__ = ["FACT_SORT_COLUMNS", "FactRepository", "escape_like", "vector_text"]
+__all__ = ["FACT_SORT_COLUMNS", "FactRepository", "escape_like"]
 
 FACT_SORT_COLUMNS = {
     "id": FactRow.id,
@@ -78,11 +78,6 @@ def fact_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
 def fact_embedding_text() -> ColumnElement[str]:
     """``llm.embedding_text_for_fact`` in SQL: "<category> / <key>: <value>"."""
     return FactRow.category + " / " + FactRow.key + ": " + FactRow.value
-
-
-def vector_text(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector, for a bound parameter cast to ``vector``."""
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def escape_like(term: str) -> str:
@@ -272,56 +267,23 @@ class FactRepository:
         one). Rows carry ``distance`` (vector hits) or ``terms_hit``; the caller orders them.
         """
         owner = "f.user_id = :uid" if user_id is not None else "TRUE"
-        visible_sql = (
-            f"{owner} AND f.merged_into IS NULL AND (f.expires_at IS NULL OR f.expires_at > now())"
-        )
         document = "concat_ws(E'\\n', f.category, f.key, f.value)"
-        # The f-strings below join fixed SQL fragments only; every value is a bound parameter.
-        text_cte = f"""
-            txt AS (
-                SELECT f.id, h.hits
-                FROM memory_facts f,
-                     LATERAL (SELECT count(*) AS hits FROM unnest(CAST(:patterns AS text[])) p
-                              WHERE {document} ILIKE p) h
-                WHERE {visible_sql}
-                  AND {document} ILIKE ANY (CAST(:patterns AS text[]))
-                  {{exclude}}
-                ORDER BY h.hits DESC, f.updated_at DESC, f.id DESC
-                LIMIT :limit
-            )"""
+        search = HybridSearch(
+            table="memory_facts",
+            alias="f",
+            columns=_FACT_COLUMNS,
+            where=(
+                f"{owner} AND f.merged_into IS NULL "
+                "AND (f.expires_at IS NULL OR f.expires_at > now())"
+            ),
+            match=f"{document} ILIKE ANY (CAST(:patterns AS text[]))",
+            hits=f"{document} ILIKE p",
+            recency="updated_at",
+        )
         params: dict[str, Any] = {"limit": limit, "patterns": [_contains(t) for t in terms]}
         if user_id is not None:
             params["uid"] = user_id
-        if query_vector is not None:
-            # MATERIALIZED: the nearest-neighbour scan runs as written (ORDER BY distance LIMIT),
-            # and the distance threshold applies outside it, as pgvector documents for filtered
-            # iterative scans.
-            ctes = f"""
-            WITH nearest AS MATERIALIZED (
-                SELECT f.id, f.embedding <=> CAST(:q AS vector) AS distance
-                FROM memory_facts f
-                WHERE {visible_sql} AND f.embedding IS NOT NULL
-                ORDER BY distance
-                LIMIT :limit
-            ),
-            vec AS (SELECT id, distance FROM nearest WHERE distance < :max_distance),
-            {text_cte.format(exclude="AND f.id NOT IN (SELECT id FROM vec)")}"""
-            joins = "LEFT JOIN vec v ON v.id = f.id LEFT JOIN txt t ON t.id = f.id"
-            pick = "f.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)"
-            distance = "v.distance"
-            params["q"] = vector_text(query_vector)
-            params["max_distance"] = max_distance
-        else:
-            ctes = f"WITH {text_cte.format(exclude='')}"
-            joins = "JOIN txt t ON t.id = f.id"
-            pick = "TRUE"
-            distance = "NULL::float8"
-        sql = f"""{ctes}
-            SELECT {_FACT_COLUMNS}, f.embedding IS NOT NULL AS has_embedding,
-                   {distance} AS distance, t.hits AS terms_hit
-            FROM memory_facts f {joins}
-            WHERE {pick}"""
-        return list((await self.session.execute(text(sql), params)).mappings())
+        return await search.run(self.session, params, query_vector, max_distance)
 
     async def recent(self, user_id: uuid.UUID | None, limit: int) -> list[RowMapping]:
         stmt = (

@@ -2,10 +2,91 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import RowMapping, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-__all__ = ["set_vector_search_options"]
+__all__ = ["HybridSearch", "set_vector_search_options", "vector_text"]
+
+
+def vector_text(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector, for a bound parameter cast to ``vector``."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+@dataclass(frozen=True, slots=True)
+class HybridSearch:
+    """One statement for both passes of a search over a table with an ``embedding`` column.
+
+    The vector pass is a ``MATERIALIZED`` CTE — the nearest-neighbour scan runs as written
+    (``ORDER BY distance LIMIT``) — with the distance threshold applied outside it, as pgvector
+    documents for filtered iterative scans. The text pass matches ``match`` and ranks by
+    ``hits`` (both written against ``:patterns``, a ``text[]``: one fixed shape whatever the
+    number of terms, so it is prepared once per connection), then ``recency``, leaving out the
+    vector hits. The result rows carry ``columns``, ``has_embedding`` (never the vector),
+    ``distance`` (vector hits) or ``terms_hit`` (text hits); the caller orders them.
+
+    Every fragment is fixed SQL written in this package; every value is a bound parameter.
+    """
+
+    table: str
+    alias: str
+    columns: str
+    where: str
+    match: str
+    hits: str
+    recency: str
+
+    async def run(
+        self,
+        session: AsyncSession,
+        params: dict[str, Any],
+        query_vector: Sequence[float] | None,
+        max_distance: float,
+    ) -> list[RowMapping]:
+        a = self.alias
+        text_cte = f"""
+            txt AS (
+                SELECT {a}.id, h.hits
+                FROM {self.table} {a},
+                     LATERAL (SELECT count(*) AS hits FROM unnest(CAST(:patterns AS text[])) p
+                              WHERE {self.hits}) h
+                WHERE {self.where} AND {self.match}
+                  {{exclude}}
+                ORDER BY h.hits DESC, {a}.{self.recency} DESC, {a}.id DESC
+                LIMIT :limit
+            )"""
+        params = dict(params)
+        if query_vector is not None:
+            ctes = f"""
+            WITH nearest AS MATERIALIZED (
+                SELECT {a}.id, {a}.embedding <=> CAST(:q AS vector) AS distance
+                FROM {self.table} {a}
+                WHERE {self.where} AND {a}.embedding IS NOT NULL
+                ORDER BY distance
+                LIMIT :limit
+            ),
+            vec AS (SELECT id, distance FROM nearest WHERE distance < :max_distance),
+            {text_cte.format(exclude=f"AND {a}.id NOT IN (SELECT id FROM vec)")}"""
+            joins = f"LEFT JOIN vec v ON v.id = {a}.id LEFT JOIN txt t ON t.id = {a}.id"
+            pick = f"{a}.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)"
+            distance = "v.distance"
+            params["q"] = vector_text(query_vector)
+            params["max_distance"] = max_distance
+        else:
+            ctes = f"WITH {text_cte.format(exclude='')}"
+            joins = f"JOIN txt t ON t.id = {a}.id"
+            pick = "TRUE"
+            distance = "NULL::float8"
+        sql = f"""{ctes}
+            SELECT {self.columns}, {a}.embedding IS NOT NULL AS has_embedding,
+                   {distance} AS distance, t.hits AS terms_hit
+            FROM {self.table} {a} {joins}
+            WHERE {pick}"""
+        return list((await session.execute(text(sql), params)).mappings())
 
 
 async def set_vector_search_options(session: AsyncSession, ef_search: int) -> None:
