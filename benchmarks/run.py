@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks import facts
+from benchmarks import chunks, facts
 from benchmarks.harness import (
     ROOT,
     BenchContext,
@@ -29,7 +29,9 @@ from benchmarks.harness import (
 )
 from benchmarks.report import machine_markdown, section_markdown, section_text, update_docs
 
-SECTIONS: dict[str, Section] = {section.name: section for section in (facts.SECTION,)}
+SECTIONS: dict[str, Section] = {
+    section.name: section for section in (facts.SECTION, chunks.SECTION)
+}
 """Every section, in the order they run; a new one (chunks) is one more module listed here."""
 
 DOCS = ROOT / "docs" / "benchmarks.md"

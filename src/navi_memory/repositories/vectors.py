@@ -26,8 +26,10 @@ class HybridSearch:
     documents for filtered iterative scans. The text pass matches ``match`` and ranks by
     ``hits`` (both written against ``:patterns``, a ``text[]``: one fixed shape whatever the
     number of terms, so it is prepared once per connection), then ``recency``, leaving out the
-    vector hits. The result rows carry ``columns``, ``has_embedding`` (never the vector),
-    ``distance`` (vector hits) or ``terms_hit`` (text hits); the caller orders them.
+    vector hits — and it does not run at all when the vector pass already filled ``limit``
+    (it only fills up; on big users it is the expensive half). The result rows carry
+    ``columns``, ``has_embedding`` (never the vector), ``distance`` (vector hits) or
+    ``terms_hit`` (text hits); the caller orders them.
 
     Every fragment is fixed SQL written in this package; every value is a bound parameter.
     """
@@ -61,6 +63,9 @@ class HybridSearch:
             )"""
         params = dict(params)
         if query_vector is not None:
+            fill_up = (
+                f"AND {a}.id NOT IN (SELECT id FROM vec) AND (SELECT count(*) FROM vec) < :limit"
+            )
             ctes = f"""
             WITH nearest AS MATERIALIZED (
                 SELECT {a}.id, {a}.embedding <=> CAST(:q AS vector) AS distance
@@ -70,7 +75,7 @@ class HybridSearch:
                 LIMIT :limit
             ),
             vec AS (SELECT id, distance FROM nearest WHERE distance < :max_distance),
-            {text_cte.format(exclude=f"AND {a}.id NOT IN (SELECT id FROM vec)")}"""
+            {text_cte.format(exclude=fill_up)}"""
             joins = f"LEFT JOIN vec v ON v.id = {a}.id LEFT JOIN txt t ON t.id = {a}.id"
             pick = f"{a}.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)"
             distance = "v.distance"

@@ -1,0 +1,959 @@
+"""The raw-chunks section: 100k chunks over 1,000 users (``--large``: 1M over 10,000), measured
+through MemoryStore's public calls — add_chunks chunks per second into the loaded table with all
+its indexes, search_chunks latency on the vector and the text path, users sampled uniformly and
+by size — and the plans PostgreSQL picks for the per-user queries."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import asyncpg
+from pgvector import Vector
+from pgvector.asyncpg import register_vector
+from sqlalchemy import text
+
+from benchmarks.chunks_data import (
+    ChunkSeed,
+    Line,
+    UserPlan,
+    chunk_text,
+    generate_chunks,
+    plan_users,
+    topic_lines,
+    topics_for,
+)
+from benchmarks.facts import summarize_plan
+from benchmarks.harness import (
+    BenchContext,
+    Plan,
+    Row,
+    Sample,
+    SectionReport,
+    SqlClock,
+    Target,
+    TimingEmbedder,
+    fmt_count,
+    fmt_ms,
+    fmt_rate,
+    migrate,
+    percentile,
+    timed,
+)
+from navi_memory import EMBEDDING_DIM, Memory, Settings, open_memory
+from navi_memory.errors import EmbeddingError
+from navi_memory.schemas import ChunkDraft
+from navi_memory.text.terms import STOP_WORDS, query_terms
+
+__all__ = ["SECTION", "ChunksSection", "LookupEmbedder"]
+
+DATABASE: Final = "bench_chunks"
+TOPIC_POOL: Final = 4096
+NOISE_POOL: Final = 8192
+SIGMA: Final = 0.8
+"""Noise around a topic's centroid in a stored chunk's vector (|noise| / |centroid|)."""
+TAU: Final = 0.5
+"""Noise around the target chunk's vector in a query's vector."""
+WARMUP_CALLS: Final = 40
+WEIGHTED_WARMUP_CALLS: Final = 5
+ADD_WARMUP_CALLS: Final = 10
+SEARCH_P50_TARGET: Final = 0.010
+"""The issue's target: search_chunks vector path p50 <= 10 ms at 1M chunks, embedding excluded."""
+ADD_RATE_TARGET: Final = 2_000.0
+"""The issue's target: add_chunks >= 2,000 chunks/s into the 100k table, embedding excluded."""
+VECTOR_LIMIT: Final = 8
+"""search_chunks' default limit, which the benchmark uses."""
+HNSW_INDEX: Final = "ix_memory_chunks_embedding_hnsw"
+PER_USER_BTREES: Final = ("ix_memory_chunks_user_id_session_id_ended_at",)
+GIN_INDEXES: Final = ("ix_memory_chunks_content_fts", "ix_memory_chunks_breadcrumbs")
+SIZE_BUCKETS: Final = ((1, 99), (100, 999), (1_000, 10**9))
+_ALPHA = re.compile(r"[a-z]{4,}")
+_VECTOR_LITERAL = re.compile(r"'\[[-0-9.,e]+\]'")
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    chunks: int
+    users: int
+    largest: int
+    queries: int
+    """Queries of users picked uniformly (each path)."""
+    weighted_queries: int
+    """Queries of users picked by size (each path): fewer, the large users' calls are slow."""
+    adds: int
+    what_ifs: bool
+
+    @classmethod
+    def of(cls, ctx: BenchContext) -> Sizes:
+        if ctx.large:
+            base = cls(1_000_000, 10_000, 40_000, 400, 100, 3_000, False)
+        else:
+            base = cls(100_000, 1_000, 8_000, 400, 60, 1_500, True)
+        s = ctx.scale
+        return cls(
+            chunks=max(2_000, round(base.chunks * s)),
+            users=max(20, round(base.users * s)),
+            largest=max(100, round(base.largest * s)),
+            queries=max(60, round(base.queries * s)),
+            weighted_queries=max(40, round(base.weighted_queries * s)),
+            adds=max(200, round(base.adds * s)),
+            what_ifs=base.what_ifs,
+        )
+
+
+class LookupEmbedder:
+    """A fake ``Embedder`` that answers vectors made beforehand (on the server, from the data's
+    topic centroids and noise) for the texts the benchmark will send; ``failing`` makes every
+    call raise ``EmbeddingError``, as a model that is down, so only the text pass runs."""
+
+    def __init__(self) -> None:
+        self.dim = EMBEDDING_DIM
+        self.vectors: dict[str, list[float]] = {}
+        self.failing = False
+
+    def _check(self) -> None:
+        if self.failing:
+            raise EmbeddingError("LookupEmbedder is switched to fail")
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self._check()
+        return [self.vectors[t] for t in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        self._check()
+        return self.vectors[text]
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+def parse_vector(value: str) -> list[float]:
+    return [float(x) for x in value[1:-1].split(",")]
+
+
+class ChunksSection:
+    name = "chunks"
+    title = "Raw chunks: add_chunks, search_chunks"
+    supports_large = True
+
+    async def run(self, ctx: BenchContext) -> SectionReport:
+        started = time.perf_counter()
+        report = SectionReport(
+            name=self.name,
+            title=self.title + (" at 1M chunks" if ctx.large else ""),
+        )
+        rng = random.Random(ctx.seed)
+        sizes = Sizes.of(ctx)
+        tag = "chunks-large" if ctx.large else "chunks"
+        ctx.log(f"{tag}: creating and migrating {DATABASE}")
+        url = await ctx.server.create_database(DATABASE)
+        await migrate(url)
+        plans = plan_users(rng, users=sizes.users, chunks=sizes.chunks, largest=sizes.largest)
+        held = sorted(plan.size for plan in plans)
+        conn = await ctx.server.connect(DATABASE)
+        try:
+            await register_vector(conn)
+            load = await bulk_load(conn, plans, ctx, tag)
+        finally:
+            await conn.close()
+        report.setup += [
+            f"{fmt_count(sizes.chunks)} chunks in memory_chunks over {fmt_count(sizes.users)} "
+            f"users (Zipf sizes: min {held[0]}, median {held[len(held) // 2]}, max {held[-1]} "
+            f"chunks; the largest 1 % of users hold "
+            f"{sum(held[-max(1, len(held) // 100) :]) / sizes.chunks:.0%}), "
+            f"{fmt_count(sum(len(p.sessions) for p in plans))} sessions of 1–24 chunks; "
+            f"chunks of {load.mean_chars:,.0f} characters on average (1–4 KB of "
+            "'User: … / Assistant: …' text), "
+            f"{load.mean_crumbs:.1f} breadcrumbs each; users' writes interleaved in the table.",
+            f"Vectors: {fmt_count(sum(p.topics for p in plans))} topic centroids (≈ √size/2 per "
+            f"user); a chunk's vector is l2_normalize(its topic + noise of norm {SIGMA}), a "
+            f"query's is l2_normalize(the target chunk's + noise of norm {TAU}), made on the "
+            "server (pgvector arithmetic) from pools of random unit vectors.",
+            f"Load (set-up, not measured): generation + COPY into a staging table "
+            f"{load.copy_seconds:.0f} s, INSERT … SELECT with the vectors {load.insert_seconds:.0f}"
+            " s, then the indexes built after the load (maintenance_work_mem 2GB, "
+            "max_parallel_maintenance_workers 1): "
+            + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in load.index_seconds)
+            + f"; VACUUM ANALYZE {load.analyze_seconds:.0f} s.",
+        ]
+        settings = Settings(_env_file=None, database_url=url, backfill_pause_seconds=0)
+        lookup = LookupEmbedder()
+        embedder = TimingEmbedder(lookup)
+        try:
+            async with open_memory(settings, embedder=embedder) as memory:
+                async with memory.engine.connect() as c:
+                    vector_oid = await c.scalar(text("SELECT 'vector'::regtype::oid"))
+                clock = SqlClock(memory.engine, vector_oid=vector_oid)
+                try:
+                    report.setup.append(
+                        f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
+                        "hnsw.iterative_scan relaxed_order, plan_cache_mode force_custom_plan; "
+                        "one caller, calls one after another; embedder: a lookup of the "
+                        "vectors made beforehand, behind the timing wrapper."
+                    )
+                    report.setup.append(await relation_sizes(memory))
+                    bench = ChunksBench(
+                        memory, clock, embedder, lookup, plans, load.ids, report, ctx, rng, sizes
+                    )
+                    await bench.explain_plans()
+                    await bench.search()
+                    await bench.adds()
+                finally:
+                    clock.close()
+        finally:
+            admin = await ctx.server.connect()
+            try:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+            finally:
+                await admin.close()
+        report.seconds = time.perf_counter() - started
+        return report
+
+
+SECTION = ChunksSection()
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTimes:
+    copy_seconds: float
+    insert_seconds: float
+    index_seconds: list[tuple[str, float]]
+    analyze_seconds: float
+    mean_chars: float
+    mean_crumbs: float
+    ids: list[list[int]]
+    """Chunk ids per user (index into the plans)."""
+
+
+STAGE_COLUMNS: Final = (
+    "id",
+    "user_id",
+    "session_id",
+    "content",
+    "content_hash",
+    "start_seq",
+    "end_seq",
+    "started_at",
+    "ended_at",
+    "breadcrumbs",
+    "topic",
+    "n1",
+    "n2",
+    "n3",
+)
+
+
+def _unit_vectors(rng: random.Random, count: int) -> Iterator[list[float]]:
+    for _ in range(count):
+        values = [rng.gauss(0.0, 1.0) for _ in range(EMBEDDING_DIM)]
+        norm = math.sqrt(sum(v * v for v in values))
+        yield [v / norm for v in values]
+
+
+async def bulk_load(
+    conn: asyncpg.Connection, plans: list[UserPlan], ctx: BenchContext, tag: str
+) -> LoadTimes:
+    """Users; pools of random unit vectors and the topic centroids; the chunks' text by COPY into
+    an unlogged staging table; one INSERT … SELECT that adds the vectors, with the secondary
+    indexes dropped; then the indexes rebuilt from their own definitions and VACUUM ANALYZE."""
+    rng = random.Random(ctx.seed + 1)
+    started = time.perf_counter()
+    await conn.copy_records_to_table(
+        "navi_users",
+        records=[(plan.user_id, f"bench user {i}") for i, plan in enumerate(plans)],
+        columns=["id", "name"],
+    )
+    ctx.log(f"{tag}: vector pools")
+    await conn.execute(
+        "CREATE TABLE bench_pool (id int PRIMARY KEY, v vector(768));"
+        "CREATE TABLE bench_noise (id int PRIMARY KEY, v vector(768));"
+        "CREATE TABLE bench_topic_parts (id int PRIMARY KEY, a int, b int, c int)"
+    )
+    await conn.copy_records_to_table(
+        "bench_pool",
+        records=[(i, Vector(v)) for i, v in enumerate(_unit_vectors(rng, TOPIC_POOL))],
+    )
+    # A noise vector is the sum of three of these: each a third of a unit vector's length.
+    third = 1 / math.sqrt(3)
+    await conn.copy_records_to_table(
+        "bench_noise",
+        records=[
+            (i, Vector([x * third for x in v]))
+            for i, v in enumerate(_unit_vectors(rng, NOISE_POOL))
+        ],
+    )
+    topics = sum(plan.topics for plan in plans)
+    await conn.copy_records_to_table(
+        "bench_topic_parts",
+        records=[
+            (t, rng.randrange(TOPIC_POOL), rng.randrange(TOPIC_POOL), rng.randrange(TOPIC_POOL))
+            for t in range(topics)
+        ],
+    )
+    await conn.execute(
+        "CREATE TABLE bench_topic AS SELECT t.id, l2_normalize(a.v + b.v + c.v) AS v "
+        "FROM bench_topic_parts t JOIN bench_pool a ON a.id = t.a JOIN bench_pool b ON b.id = t.b "
+        "JOIN bench_pool c ON c.id = t.c; ALTER TABLE bench_topic ADD PRIMARY KEY (id);"
+        "CREATE UNLOGGED TABLE bench_stage (id bigint, user_id uuid, session_id text, "
+        "content text, content_hash text, start_seq int, end_seq int, started_at timestamptz, "
+        "ended_at timestamptz, breadcrumbs text[], topic int, n1 int, n2 int, n3 int)"
+    )
+    owner = {plan.user_id: i for i, plan in enumerate(plans)}
+    ids: list[list[int]] = [[] for _ in plans]
+    chars = crumbs = 0
+    total = sum(plan.size for plan in plans)
+
+    def records() -> Iterator[tuple[object, ...]]:
+        nonlocal chars, crumbs
+        seed: ChunkSeed
+        for chunk_id, seed in generate_chunks(plans, ctx.seed, noise_pool=NOISE_POOL):
+            ids[owner[seed.user_id]].append(chunk_id)
+            chars += len(seed.content)
+            crumbs += len(seed.breadcrumbs)
+            if chunk_id % 100_000 == 0:
+                ctx.log(f"{tag}: generated {chunk_id:,} of {total:,} chunks")
+            yield (
+                chunk_id,
+                seed.user_id,
+                seed.session_id,
+                seed.content,
+                seed.content_hash,
+                seed.start_seq,
+                seed.end_seq,
+                seed.started_at,
+                seed.ended_at,
+                seed.breadcrumbs,
+                seed.topic,
+                *seed.noise,
+            )
+
+    ctx.log(f"{tag}: generating {total:,} chunks into the staging table")
+    await conn.copy_records_to_table("bench_stage", records=records(), columns=list(STAGE_COLUMNS))
+    copied = time.perf_counter()
+    ctx.log(f"{tag}: INSERT … SELECT into memory_chunks, secondary indexes dropped")
+    secondary = await conn.fetch(
+        "SELECT i.indexname, i.indexdef FROM pg_indexes i "
+        "WHERE i.tablename = 'memory_chunks' AND NOT EXISTS "
+        "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)"
+    )
+    for index in secondary:
+        await conn.execute(f'DROP INDEX "{index["indexname"]}"')
+    await conn.execute(
+        "INSERT INTO memory_chunks (id, user_id, session_id, content, content_hash, start_seq, "
+        "end_seq, started_at, ended_at, breadcrumbs, embedding) "
+        "SELECT s.id, s.user_id, s.session_id, s.content, s.content_hash, s.start_seq, "
+        "s.end_seq, s.started_at, s.ended_at, s.breadcrumbs, "
+        f"l2_normalize(t.v + (a.v + b.v + c.v) * array_fill({SIGMA}::real, "
+        f"ARRAY[{EMBEDDING_DIM}])::vector) "
+        "FROM bench_stage s JOIN bench_topic t ON t.id = s.topic "
+        "JOIN bench_noise a ON a.id = s.n1 JOIN bench_noise b ON b.id = s.n2 "
+        "JOIN bench_noise c ON c.id = s.n3"
+    )
+    await conn.execute(
+        "DROP TABLE bench_stage;"
+        "SELECT setval(pg_get_serial_sequence('memory_chunks', 'id'), max(id)) FROM memory_chunks"
+    )
+    inserted = time.perf_counter()
+    await conn.execute("SET maintenance_work_mem = '2GB'")
+    await conn.execute("SET max_parallel_maintenance_workers = 1")
+    index_seconds: list[tuple[str, float]] = []
+    # The HNSW graph last: the others are quick and show up in the log sooner.
+    for index in sorted(secondary, key=lambda i: "hnsw" in i["indexdef"]):
+        ctx.log(f"{tag}: building {index['indexname']}")
+        t0 = time.perf_counter()
+        await conn.execute(index["indexdef"])
+        index_seconds.append((index["indexname"], time.perf_counter() - t0))
+    await conn.execute("RESET maintenance_work_mem; RESET max_parallel_maintenance_workers")
+    built = time.perf_counter()
+    ctx.log(f"{tag}: VACUUM ANALYZE")
+    await conn.execute("VACUUM (ANALYZE) navi_users, memory_chunks")
+    return LoadTimes(
+        copied - started,
+        inserted - copied,
+        index_seconds,
+        time.perf_counter() - built,
+        chars / max(1, total),
+        crumbs / max(1, total),
+        ids,
+    )
+
+
+async def relation_sizes(memory: Memory) -> str:
+    async with memory.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT 'table' AS what, pg_relation_size('memory_chunks') AS bytes "
+                    "UNION ALL SELECT 'TOAST (vectors, long texts)', "
+                    "pg_total_relation_size(reltoastrelid) FROM pg_class "
+                    "WHERE relname = 'memory_chunks' "
+                    f"UNION ALL SELECT 'HNSW index', pg_relation_size('{HNSW_INDEX}') "
+                    "UNION ALL SELECT 'GIN full text', "
+                    "pg_relation_size('ix_memory_chunks_content_fts') "
+                    "UNION ALL SELECT 'GIN breadcrumbs', "
+                    "pg_relation_size('ix_memory_chunks_breadcrumbs') "
+                    "UNION ALL SELECT 'btree (user, session, ended_at)', "
+                    f"pg_relation_size('{PER_USER_BTREES[0]}') "
+                    "UNION ALL SELECT 'shared_buffers', "
+                    "pg_size_bytes(current_setting('shared_buffers'))"
+                )
+            )
+        ).all()
+    return (
+        "Sizes: " + ", ".join(f"{what} {int(size) / 2**20:,.0f} MiB" for what, size in rows) + "."
+    )
+
+
+# --- queries ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    user: int
+    """Index into the plans."""
+    user_id: uuid.UUID
+    size: int
+    target: int
+    """The chunk the query was made from."""
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    vector_hits: int
+    text_hits: int
+    found_target: bool
+    vector_ids: frozenset[int]
+
+
+def query_words(rng: random.Random, content: str, breadcrumbs: Sequence[str]) -> str:
+    """Two words of the chunk and one identifier of its breadcrumbs (a host, path, ticket,
+    version, port), as someone would ask for it later."""
+    words = [w for w in dict.fromkeys(_ALPHA.findall(content.lower())) if w not in STOP_WORDS]
+    picked = rng.sample(words, min(2, len(words)))
+    idents = [c for c in breadcrumbs if " " not in c and len(c) >= 4]
+    if idents:
+        picked.append(rng.choice(idents))
+    rng.shuffle(picked)
+    return " ".join(picked)
+
+
+async def make_queries(
+    memory: Memory,
+    lookup: LookupEmbedder,
+    rng: random.Random,
+    plans: Sequence[UserPlan],
+    ids: Sequence[Sequence[int]],
+    users: Sequence[int],
+) -> list[Query]:
+    """A query for each of ``users`` (indices into plans), from a random chunk of theirs; its
+    vector (near that chunk's) goes into the lookup embedder."""
+    targets = [rng.choice(ids[u]) for u in users]
+    noise = [[rng.randrange(NOISE_POOL) for _ in targets] for _ in range(3)]
+    async with memory.engine.connect() as conn:
+        found = {
+            row.id: (row.content, row.breadcrumbs)
+            for row in await conn.execute(
+                text("SELECT id, content, breadcrumbs FROM memory_chunks WHERE id = ANY(:ids)"),
+                {"ids": targets},
+            )
+        }
+        vectors = {
+            row.ord: row.v
+            for row in await conn.execute(
+                text(
+                    "SELECT x.ord, l2_normalize(m.embedding + (a.v + b.v + c.v) * "
+                    f"array_fill({TAU}::real, ARRAY[{EMBEDDING_DIM}])::vector)::text AS v "
+                    "FROM unnest(CAST(:ids AS bigint[]), CAST(:a AS int[]), CAST(:b AS int[]), "
+                    "CAST(:c AS int[])) WITH ORDINALITY AS x(id, n1, n2, n3, ord) "
+                    "JOIN memory_chunks m ON m.id = x.id JOIN bench_noise a ON a.id = x.n1 "
+                    "JOIN bench_noise b ON b.id = x.n2 JOIN bench_noise c ON c.id = x.n3"
+                ),
+                {"ids": targets, "a": noise[0], "b": noise[1], "c": noise[2]},
+            )
+        }
+    queries = []
+    for i, (u, target) in enumerate(zip(users, targets, strict=True)):
+        content, crumbs = found[target]
+        words = query_words(rng, content, crumbs)
+        lookup.vectors[words] = parse_vector(vectors[i + 1])
+        queries.append(Query(u, plans[u].user_id, plans[u].size, target, words))
+    return queries
+
+
+def search_rows(
+    results: Sequence[tuple[Query, Sample, Outcome]], label: str, *, vector: bool
+) -> list[Row]:
+    samples = [s for _, s, _ in results]
+    times = [s.without_embedding for s in samples]
+    n = len(results)
+    hits = sum(o.vector_hits + o.text_hits for _, _, o in results) / max(1, n)
+    detail = (
+        f"{n} queries, embedding excluded; p50 of parts: SQL "
+        f"{fmt_ms(percentile([s.sql for s in samples], 50))} ms, Python "
+        f"{fmt_ms(percentile([s.python for s in samples], 50))} ms, embedding "
+        f"{fmt_ms(percentile([s.embed for s in samples], 50))} ms (apart); "
+    )
+    if vector:
+        with_vector = sum(1 for _, _, o in results if o.vector_hits) / max(1, n)
+        target = sum(1 for _, _, o in results if o.found_target) / max(1, n)
+        detail += (
+            f"{with_vector:.0%} with a vector hit, {hits:.1f} hits per query, the source chunk "
+            f"found in {target:.0%}"
+        )
+    else:
+        some = sum(1 for _, _, o in results if o.text_hits) / max(1, n)
+        target = sum(1 for _, _, o in results if o.found_target) / max(1, n)
+        detail += (
+            f"{some:.0%} with a text hit, {hits:.1f} hits per query, source chunk {target:.0%}"
+        )
+    rows = [
+        Row(f"{label} p50", fmt_ms(percentile(times, 50)), "ms", detail),
+        Row(f"{label} p95", fmt_ms(percentile(times, 95)), "ms"),
+    ]
+    for low, high in SIZE_BUCKETS:
+        picked = [s.without_embedding for q, s, _ in results if low <= q.size <= high]
+        if picked:
+            span = f"{low:,}+" if high >= 10**9 else f"{low:,}–{high:,}"
+            rows.append(
+                Row(
+                    f"  users with {span} chunks p50 / p95",
+                    f"{fmt_ms(percentile(picked, 50))} / {fmt_ms(percentile(picked, 95))}",
+                    "ms",
+                    f"{len(picked)} queries",
+                )
+            )
+    return rows
+
+
+# --- add_chunks -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddCall:
+    user_id: uuid.UUID
+    session_id: str
+    drafts: list[ChunkDraft]
+
+
+# --- the measurements -------------------------------------------------------------------------
+
+
+class ChunksBench:
+    def __init__(
+        self,
+        memory: Memory,
+        clock: SqlClock,
+        embedder: TimingEmbedder,
+        lookup: LookupEmbedder,
+        plans: list[UserPlan],
+        ids: list[list[int]],
+        report: SectionReport,
+        ctx: BenchContext,
+        rng: random.Random,
+        sizes: Sizes,
+    ) -> None:
+        self.memory = memory
+        self.clock = clock
+        self.embedder = embedder
+        self.lookup = lookup
+        self.plans = plans
+        self.ids = ids
+        self.report = report
+        self.ctx = ctx
+        self.rng = rng
+        self.sizes = sizes
+        self.tag = "chunks-large" if ctx.large else "chunks"
+        self.by_size = sorted(range(len(plans)), key=lambda u: plans[u].size)
+        self.weights = [plan.size for plan in plans]
+        self.lines: dict[int, list[tuple[int, tuple[list[Line], list[Line]]]]] = {}
+        self.rounds = 0
+
+    def log(self, message: str) -> None:
+        self.ctx.log(f"{self.tag}: {message}")
+
+    # --- plans ------------------------------------------------------------------------------
+
+    async def explain_plans(self) -> None:
+        self.log("EXPLAIN ANALYZE of the search queries")
+        picks = (
+            ("smallest user", self.by_size[0]),
+            ("median user", self.by_size[len(self.by_size) // 2]),
+            ("largest user", self.by_size[-1]),
+        )
+        for text_only in (False, True):
+            for what, u in picks if not text_only else picks[1:]:
+                (query,) = await make_queries(
+                    self.memory, self.lookup, self.rng, self.plans, self.ids, [u]
+                )
+                label = f"{what} ({self.plans[u].size:,} chunks)"
+                self.report.plans.append(await self.explain(query, label, text_only=text_only))
+                if text_only:
+                    self.report.plans.append(await self.explain_indexable(query, label))
+                elif what != "smallest user":
+                    self.report.plans.append(
+                        await self.explain(query, label, text_only=False, gated=True)
+                    )
+
+    async def explain_indexable(self, query: Query, label: str) -> Plan:
+        """What-if (not the package's SQL): the text pass on conditions GIN indexes can answer —
+        full text on content OR breadcrumbs overlapping the terms exactly — without the ILIKEs
+        that make PostgreSQL recompute to_tsvector for every row of the user."""
+        terms = query_terms(query.text)
+        sql = (
+            "EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) SELECT c.id, c.ended_at FROM memory_chunks c "
+            "WHERE c.user_id = :uid AND (to_tsvector('simple'::regconfig, c.content) "
+            "@@ websearch_to_tsquery('simple'::regconfig, :tsq) "
+            "OR c.breadcrumbs && CAST(:terms AS text[])) ORDER BY c.ended_at DESC LIMIT 8"
+        )
+        async with self.memory.engine.connect() as conn:
+            result = await conn.execute(
+                text(sql), {"uid": query.user_id, "tsq": " or ".join(terms), "terms": terms}
+            )
+            plan = "\n".join(str(row[0]) for row in result)
+        return Plan(
+            f"what-if, text pass on indexable conditions only, {label}: {query.text!r}",
+            summarize_plan(plan),
+            plan,
+        )
+
+    async def explain(
+        self, query: Query, label: str, *, text_only: bool, gated: bool = False
+    ) -> Plan:
+        """EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) of search_chunks' statement for one user,
+        replayed exactly as the package sent it (set_config included) in a rolled-back
+        transaction, under the package's own engine settings."""
+        self.lookup.failing = text_only
+        try:
+            with self.clock.capture() as statements, quiet_store():
+                await self.memory.store.search_chunks(query.text, user_id=query.user_id)
+        finally:
+            self.lookup.failing = False
+        plans: list[str] = []
+        async with self.memory.engine.connect() as conn:
+            transaction = await conn.begin()
+            try:
+                for statement in statements:
+                    sql, parameters = statement.sql, statement.parameters
+                    if sql.lstrip().upper().startswith("WITH") and "memory_chunks" in sql:
+                        sql = "EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) " + sql
+                        if gated:
+                            # What-if: the text CTE runs only when the vector pass left room.
+                            sql = sql.replace(
+                                "AND c.id NOT IN (SELECT id FROM vec)",
+                                "AND c.id NOT IN (SELECT id FROM vec) "
+                                f"AND (SELECT count(*) FROM vec) < {VECTOR_LIMIT}",
+                            )
+                    result = await conn.exec_driver_sql(sql, parameters)
+                    if sql.startswith("EXPLAIN"):
+                        plan = "\n".join(str(row[0]) for row in result)
+                        plans.append(_VECTOR_LITERAL.sub("'[query vector]'", plan))
+            finally:
+                await transaction.rollback()
+        what = "text path (embedder down)" if text_only else "vector path"
+        if gated:
+            what = "what-if, vector path with the text CTE gated on (SELECT count(*) FROM vec) < 8"
+        plan = plans[0] if plans else "(no statement captured)"
+        return Plan(f"{what}, {label}: {query.text!r}", summarize_plan(plan), plan)
+
+    # --- search -----------------------------------------------------------------------------
+
+    async def search(self) -> None:
+        n = self.sizes.queries + WARMUP_CALLS
+        k = self.sizes.weighted_queries + WEIGHTED_WARMUP_CALLS
+        users = len(self.plans)
+        samplings = (
+            ("uniform", [self.rng.randrange(users) for _ in range(n)], WARMUP_CALLS),
+            (
+                "size-weighted",
+                self.rng.choices(range(users), weights=self.weights, k=k),
+                WEIGHTED_WARMUP_CALLS,
+            ),
+        )
+        vector_p50: dict[str, float] = {}
+        for name, picked, warmup in samplings:
+            queries = await make_queries(
+                self.memory, self.lookup, self.rng, self.plans, self.ids, picked
+            )
+            for text_only in (False, True):
+                path = "text path" if text_only else "vector path"
+                self.log(f"search_chunks x {len(queries)}, {path}, users {name}")
+                results = await self._searches(queries, text_only=text_only, warmup=warmup)
+                self.report.rows += search_rows(
+                    results, f"search_chunks, {path}, users {name}", vector=not text_only
+                )
+                if not text_only:
+                    vector_p50[name] = percentile([s.without_embedding for _, s, _ in results], 50)
+                    self.report.rows.append(await self._recall(results))
+        if self.ctx.large or self.ctx.scale < 1:
+            for name, p50 in vector_p50.items():
+                self.report.targets.append(
+                    Target(
+                        name=(
+                            f"search_chunks vector path p50, {fmt_count(self.sizes.chunks)} "
+                            f"chunks, users {name}, embedding excluded"
+                        ),
+                        goal=f"<= {fmt_ms(SEARCH_P50_TARGET)} ms",
+                        measured=f"{fmt_ms(p50)} ms",
+                        met=p50 <= SEARCH_P50_TARGET,
+                    )
+                )
+
+    async def _searches(
+        self, queries: Sequence[Query], *, text_only: bool, warmup: int
+    ) -> list[tuple[Query, Sample, Outcome]]:
+        results = []
+        self.lookup.failing = text_only
+        try:
+            with quiet_store():
+                for index, query in enumerate(queries):
+                    hits, sample = await timed(
+                        self.memory.store.search_chunks(query.text, user_id=query.user_id),
+                        self.embedder,
+                        self.clock,
+                    )
+                    if index < warmup:
+                        continue
+                    vector_ids = frozenset(h.id for h in hits if h.via == "vector")
+                    outcome = Outcome(
+                        len(vector_ids),
+                        len(hits) - len(vector_ids),
+                        any(h.id == query.target for h in hits),
+                        vector_ids,
+                    )
+                    results.append((query, sample, outcome))
+        finally:
+            self.lookup.failing = False
+        return results
+
+    async def _recall(self, results: Sequence[tuple[Query, Sample, Outcome]]) -> Row:
+        """The vector hits against an exact per-user scan (index scans off: the per-user btree
+        or a sequential scan), the same 0.45 threshold and limit."""
+        found = expected = 0
+        async with self.memory.engine.connect() as conn:
+            transaction = await conn.begin()
+            try:
+                await conn.execute(text("SET LOCAL enable_indexscan = off"))
+                for query, _, outcome in results:
+                    rows = await conn.execute(
+                        text(
+                            "SELECT id FROM (SELECT id, embedding <=> CAST(:q AS vector) AS d "
+                            "FROM memory_chunks WHERE user_id = :uid AND embedding IS NOT NULL "
+                            "ORDER BY d LIMIT 8) n WHERE d < 0.45"
+                        ),
+                        {"q": str(self.lookup.vectors[query.text]), "uid": query.user_id},
+                    )
+                    exact = {row.id for row in rows}
+                    expected += len(exact)
+                    found += len(exact & outcome.vector_ids)
+            finally:
+                await transaction.rollback()
+        return Row(
+            "  recall of the vector hits vs exact",
+            f"{found / max(1, expected):.3f}",
+            "",
+            f"{found:,} of the {expected:,} chunks an exact per-user scan returns under 0.45",
+        )
+
+    # --- add_chunks -------------------------------------------------------------------------
+
+    def _lines(self, u: int) -> list[tuple[int, tuple[list[Line], list[Line]]]]:
+        if u not in self.lines:
+            rng = random.Random(f"{self.ctx.seed}:new:{u}")
+            self.lines[u] = [
+                (topic.index, topic_lines(rng, topic))
+                for topic in topics_for(self.plans[u], self.ctx.seed)
+            ]
+        return self.lines[u]
+
+    async def _make_calls(self, count: int, batch: Callable[[], int]) -> list[AddCall]:
+        """New sessions of users picked by size (active users write more), ``batch()`` chunks
+        per call, with their vectors made on the server beforehand for the lookup embedder."""
+        self.rounds += 1
+        calls: list[AddCall] = []
+        topics: list[int] = []
+        made = 0
+        now = datetime.now(UTC)
+        while made < count:
+            u = self.rng.choices(range(len(self.plans)), weights=self.weights)[0]
+            drafts = []
+            seq = 0
+            for _ in range(min(batch(), count - made)):
+                topic, lines = self.rng.choice(self._lines(u))
+                content, messages, crumbs = chunk_text(self.rng, *lines)
+                # A marker keeps every new chunk distinct from the loaded ones.
+                content += f"\n\nUser: ok, next (round {self.rounds}, chunk {made})"
+                drafts.append(
+                    ChunkDraft(
+                        content=content,
+                        content_hash=_sha256(content),
+                        start_seq=seq,
+                        end_seq=seq + messages,
+                        started_at=now,
+                        ended_at=now + timedelta(minutes=messages),
+                        breadcrumbs=crumbs,
+                    )
+                )
+                topics.append(topic)
+                seq += messages + 1
+                made += 1
+            calls.append(
+                AddCall(self.plans[u].user_id, f"bench-new-{self.rounds}-{len(calls)}", drafts)
+            )
+        noise = [[self.rng.randrange(NOISE_POOL) for _ in topics] for _ in range(3)]
+        async with self.memory.engine.connect() as conn:
+            rows = await conn.execute(
+                text(
+                    "SELECT x.ord, l2_normalize(t.v + (a.v + b.v + c.v) * "
+                    f"array_fill({SIGMA}::real, ARRAY[{EMBEDDING_DIM}])::vector)::text AS v "
+                    "FROM unnest(CAST(:t AS int[]), CAST(:a AS int[]), CAST(:b AS int[]), "
+                    "CAST(:c AS int[])) WITH ORDINALITY AS x(topic, n1, n2, n3, ord) "
+                    "JOIN bench_topic t ON t.id = x.topic JOIN bench_noise a ON a.id = x.n1 "
+                    "JOIN bench_noise b ON b.id = x.n2 JOIN bench_noise c ON c.id = x.n3"
+                ),
+                {"t": topics, "a": noise[0], "b": noise[1], "c": noise[2]},
+            )
+            vectors = {row.ord: parse_vector(row.v) for row in rows}
+        i = 1
+        for call in calls:
+            for draft in call.drafts:
+                self.lookup.vectors[draft.content] = vectors[i]
+                i += 1
+        return calls
+
+    async def _add_round(self, label: str, count: int, batch: Callable[[], int]) -> Row:
+        calls = await self._make_calls(count, batch)
+        self.log(f"add_chunks: {label}, {count:,} chunks in {len(calls)} calls")
+        done: list[tuple[int, Sample]] = []
+        warmup = min(ADD_WARMUP_CALLS, len(calls) // 5)
+        for index, call in enumerate(calls):
+            written, sample = await timed(
+                self.memory.store.add_chunks(
+                    call.drafts, user_id=call.user_id, session_id=call.session_id
+                ),
+                self.embedder,
+                self.clock,
+            )
+            assert written == len(call.drafts), (written, len(call.drafts))
+            if index >= warmup:
+                done.append((written, sample))
+        chunks = sum(n for n, _ in done)
+        seconds = sum(s.without_embedding for _, s in done)
+        wall = sum(s.total for _, s in done)
+        sql = sum(s.sql for _, s in done)
+        per_call = [s.without_embedding for _, s in done]
+        self.last_rate = chunks / seconds
+        indent = "  " if label.startswith(" ") else ""
+        return Row(
+            f"{indent}add_chunks, {label.strip()}",
+            fmt_rate(chunks / seconds),
+            "chunks/s",
+            f"{fmt_count(chunks)} chunks in {len(done)} calls, embedding excluded "
+            f"({fmt_rate(chunks / wall)}/s with it); {fmt_ms(seconds / chunks)} ms per chunk; "
+            f"per call p50 {fmt_ms(percentile(per_call, 50))} ms, p95 "
+            f"{fmt_ms(percentile(per_call, 95))} ms; SQL {sql / seconds:.0%} of the time",
+        )
+
+    async def _ddl(self, sql: str) -> float:
+        started = time.perf_counter()
+        async with self.memory.engine.begin() as conn:
+            await conn.execute(text("SET LOCAL maintenance_work_mem = '2GB'"))
+            await conn.execute(text("SET LOCAL max_parallel_maintenance_workers = 1"))
+            for statement in sql.split(";"):
+                if statement.strip():
+                    await conn.execute(text(statement))
+        return time.perf_counter() - started
+
+    async def adds(self) -> None:
+        n = self.sizes.adds
+        rows = self.report.rows
+
+        def small() -> int:
+            return self.rng.randint(1, 8)
+
+        def big() -> int:
+            return 64
+
+        rows.append(await self._add_round("all indexes, 1–8 chunks a call", n, small))
+        rate = self.last_rate
+        rows.append(await self._add_round("all indexes, 64 chunks a call", n, big))
+        if not self.ctx.large:
+            self.report.targets.append(
+                Target(
+                    name=(
+                        f"add_chunks into the {fmt_count(self.sizes.chunks)}-chunk table, all "
+                        "indexes, 1–8 chunks a call, embedding excluded"
+                    ),
+                    goal=f">= {ADD_RATE_TARGET:,.0f} chunks/s",
+                    measured=f"{fmt_rate(rate)} chunks/s",
+                    met=rate >= ADD_RATE_TARGET,
+                )
+            )
+        # Diagnosis: the same writes with the indexes taken away one kind after the other.
+        await self._ddl(f"DROP INDEX {HNSW_INDEX}")
+        rows.append(await self._add_round("  without the HNSW index, 1–8 a call", n, small))
+        rows.append(await self._add_round("  without the HNSW index, 64 a call", n, big))
+        await self._ddl("; ".join(f"DROP INDEX {name}" for name in GIN_INDEXES))
+        rows.append(await self._add_round("  without HNSW and both GIN, 1–8 a call", n, small))
+        if not self.sizes.what_ifs:
+            return
+        # What-ifs, in place of the HNSW index (the GIN indexes back).
+        await self._ddl(
+            "CREATE INDEX ix_memory_chunks_content_fts ON memory_chunks "
+            "USING gin (to_tsvector('simple'::regconfig, content));"
+            "CREATE INDEX ix_memory_chunks_breadcrumbs ON memory_chunks USING gin (breadcrumbs)"
+        )
+        build = await self._ddl(
+            "CREATE INDEX bench_bq_hnsw ON memory_chunks USING hnsw "
+            "((binary_quantize(embedding)::bit(768)) bit_hamming_ops) "
+            "WITH (m = 16, ef_construction = 64)"
+        )
+        rows.append(
+            await self._add_round(
+                f"  what-if: binary-quantized HNSW instead (built in {build:.0f} s), 1–8 a call",
+                n,
+                small,
+            )
+        )
+        await self._ddl("DROP INDEX bench_bq_hnsw")
+        lists = max(10, self.sizes.chunks // 1000)
+        build = await self._ddl(
+            "CREATE INDEX bench_ivfflat ON memory_chunks USING ivfflat "
+            f"(embedding vector_cosine_ops) WITH (lists = {lists})"
+        )
+        rows.append(
+            await self._add_round(
+                f"  what-if: IVFFlat (lists {lists}) instead (built in {build:.0f} s), 1–8 a call",
+                n,
+                small,
+            )
+        )
+
+
+def _sha256(content: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+class quiet_store:
+    """Silences the store's ``memory.embedding_failed`` warnings while the embedder is down."""
+
+    def __enter__(self) -> None:
+        self.logger = logging.getLogger("navi_memory.store")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *_: object) -> None:
+        self.logger.setLevel(self.level)
