@@ -152,12 +152,6 @@ class ChunkRepository:
             stmt = stmt.with_for_update(read=True)
         return await self.session.scalar(stmt)
 
-    async def chunk_owners(self, session_id: str) -> set[uuid.UUID]:
-        rows = await self.session.scalars(
-            select(ChunkRow.user_id).where(ChunkRow.session_id == session_id).distinct()
-        )
-        return set(rows)
-
     async def latest_summary_at(self, session_id: str) -> datetime | None:
         return await self.session.scalar(
             select(func.max(MessageRow.created_at)).where(

@@ -9,11 +9,9 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
-    Integer,
     RowMapping,
     Select,
     and_,
-    cast,
     delete,
     func,
     literal,
@@ -115,25 +113,6 @@ def text_match(terms: Sequence[str]) -> ColumnElement[bool]:
             for column in (FactRow.category, FactRow.key, FactRow.value)
         )
     )
-
-
-def terms_hit(terms: Sequence[str]) -> ColumnElement[int]:
-    """How many distinct terms a row matches in any of its three text columns."""
-    hits: list[ColumnElement[int]] = [
-        cast(
-            or_(
-                FactRow.category.ilike(_contains(term), escape="\\"),
-                FactRow.key.ilike(_contains(term), escape="\\"),
-                FactRow.value.ilike(_contains(term), escape="\\"),
-            ),
-            Integer,
-        )
-        for term in terms
-    ]
-    total: ColumnElement[int] = hits[0]
-    for hit in hits[1:]:
-        total = total + hit
-    return total
 
 
 class FactRepository:
