@@ -41,6 +41,7 @@ async def describe(memory: Memory) -> list[str]:
         else redact_url(memory.engine.url)
     )
     trgm = f"pg_trgm {caps.pg_trgm_version}" if caps.pg_trgm else "pg_trgm not installed"
+    queued = await memory.store.pending_chunk_count()
     return [
         f"database    {where}",
         f"PostgreSQL  {caps.server_version}",
@@ -48,6 +49,8 @@ async def describe(memory: Memory) -> list[str]:
         f"pg_trgm     {trgm if caps.pg_trgm else trgm + ' (plain ILIKE fallback)'}",
         f"revision    {caps.revision} (head)",
         f"tables      {', '.join(tables)}",
+        f"queued      {queued} chunk vector(s) waiting for the HNSW index"
+        + (" (`navi-memory backfill` indexes them)" if queued else ""),
     ]
 
 
@@ -71,7 +74,8 @@ async def _backfill(settings: Settings) -> int:
         total = await memory.store.backfill_embeddings(
             settings.backfill_batch_size, progress=_progress_bar
         )
-    print(f"backfill: {total} row(s) embedded")
+        indexed = await memory.store.index_pending_chunks()
+    print(f"backfill: {total} row(s) embedded, {indexed} chunk vector(s) indexed")
     return 0
 
 
@@ -81,7 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("doctor", help="check the configured database and print what it offers")
     commands.add_parser(
         "backfill",
-        help="embed every row without a vector (BACKFILL_BATCH_SIZE, BACKFILL_PAUSE_SECONDS)",
+        help=(
+            "embed every row without a vector (BACKFILL_BATCH_SIZE, BACKFILL_PAUSE_SECONDS), "
+            "then index every queued chunk vector"
+        ),
     )
     args = parser.parse_args(argv)
     settings = Settings()

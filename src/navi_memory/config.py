@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     chunk_max_chars: int = Field(default=4000, ge=200)
     chunk_message_max_chars: int = Field(default=12000, ge=200)
     hnsw_ef_search: int = Field(default=100, ge=10, le=1000)
+    chunk_index_in_background: bool = Field(
+        default=True,
+        description="Index new chunk vectors (HNSW) in a background task of this process.",
+    )
+    chunk_index_batch_size: int = Field(default=64, ge=1, le=1000)
 
     # --- backfill -------------------------------------------------------------------------
     backfill_batch_size: int = Field(default=8, ge=1, le=1024)

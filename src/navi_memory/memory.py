@@ -93,7 +93,10 @@ async def open_memory(
             ),
             kv=KvStore(sessionmaker=sessionmaker),
         )
-        yield memory
+        try:
+            yield memory
+        finally:
+            await store.aclose()
     finally:
         if owned_chat:
             await chat_model.aclose()

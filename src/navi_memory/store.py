@@ -11,6 +11,7 @@ import hashlib
 import logging
 import math
 import uuid
+from array import array
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Final, TypeVar
@@ -38,7 +39,7 @@ from navi_memory.errors import (
 )
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.models import FactRow
-from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory.repositories.chunks import ChunkInsert, ChunkRepository
 from navi_memory.repositories.facts import FACT_SORT_COLUMNS, FactRepository
 from navi_memory.request_context import (
     current_session_id,
@@ -55,6 +56,7 @@ from navi_memory.services.backfill import (
     FactBackfill,
     run_backfill,
 )
+from navi_memory.services.chunk_index import ChunkIndexer
 from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.text.terms import query_terms
 from navi_memory.unit_of_work import unit_of_work
@@ -84,10 +86,14 @@ def storable_vector(vector: Sequence[float]) -> list[float]:
             f"the embedder gave a {len(vector)}-dimensional vector; the columns are "
             f"vector({EMBEDDING_DIM})"
         )
-    values = [float(x) for x in vector]
-    if not all(math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in values):
+    try:
+        values = array("d", vector)  # converts and type-checks in C
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise EmbeddingError(f"the embedder gave a vector of non-numbers: {exc}") from exc
+    # A NaN or an infinity makes the sum non-finite; finite float32 values cannot overflow it.
+    if not math.isfinite(sum(values)) or not max(map(abs, values)) <= FLOAT32_MAX:
         raise EmbeddingError("the embedder gave a value pgvector cannot store (NaN, inf, huge)")
-    return values
+    return values.tolist()
 
 
 def storable_vectors(vectors: Sequence[Sequence[float]], expected: int) -> list[list[float]]:
@@ -177,6 +183,16 @@ class MemoryStore:
         self._sessionmaker = sessionmaker
         self._settings = settings
         self._embedder = embedder
+        self._indexer = ChunkIndexer(
+            sessionmaker,
+            batch_size=settings.chunk_index_batch_size,
+            background=settings.chunk_index_in_background,
+        )
+
+    async def aclose(self) -> None:
+        """Stop the background chunk indexer (the batch in flight finishes; open_memory calls
+        this on exit). Queued vectors stay queued for the next indexer."""
+        await self._indexer.aclose()
 
     # --- embeddings (never inside a transaction) -------------------------------------------
 
@@ -434,6 +450,8 @@ class MemoryStore:
             ),
             progress=progress,
         )
+        if filled.get(ChunkBackfill.table):
+            self._indexer.kick()
         return sum(filled.values())
 
     def _backfill_sources(self) -> Sequence[BackfillSource]:
@@ -473,24 +491,43 @@ class MemoryStore:
             return 0
         vectors = await self._embed_documents([draft.content for draft in drafts])
         rows = [
-            {
-                "content": draft.content,
-                "content_hash": draft.content_hash,
-                "start_seq": draft.start_seq,
-                "end_seq": draft.end_seq,
-                "started_at": draft.started_at,
-                "ended_at": draft.ended_at,
-                "breadcrumbs": list(draft.breadcrumbs),
-                "embedding": None if vectors is None else vectors[i],
-            }
-            for i, draft in enumerate(drafts)
+            ChunkInsert(
+                content=draft.content,
+                content_hash=draft.content_hash,
+                start_seq=draft.start_seq,
+                end_seq=draft.end_seq,
+                started_at=draft.started_at,
+                ended_at=draft.ended_at,
+                breadcrumbs=list(draft.breadcrumbs),
+            )
+            for draft in drafts
         ]
         async with unit_of_work(self._sessionmaker) as session:
             repo = ChunkRepository(session=session)
             owner = await repo.session_owner(sid, lock=True)
             if (owner is not None and owner != uid) or (owner is None and require_session):
                 raise NotFoundError(f"no session {sid!r} for this user")
-            return await repo.insert_many(uid, sid, rows)
+            written = await repo.insert_many(uid, sid, rows, vectors)
+        if written and vectors is not None:
+            self._indexer.kick()
+        return written
+
+    async def index_pending_chunks(self, max_batches: int | None = None) -> int:
+        """Move queued chunk vectors into the HNSW index now, in this task; returns how many.
+
+        add_chunks leaves this to a background task (``CHUNK_INDEX_IN_BACKGROUND``); call it
+        where that is off (a worker, a cron job, a script that exits at once). Queued chunks
+        are found by search meanwhile, exactly, so this changes speed, never results."""
+        await self._indexer.wait_idle()
+        return await self._indexer.drain(max_batches)
+
+    async def pending_chunk_count(self) -> int:
+        """How many stored chunk vectors wait for the HNSW index."""
+        return await self._indexer.queued()
+
+    async def wait_chunk_indexing(self) -> None:
+        """Wait for the background indexer to go idle (it stops when the queue is empty)."""
+        await self._indexer.wait_idle()
 
     async def add_chunks_for_session(
         self, chunks: Sequence[ChunkDraft], user_id: uuid.UUID, session_id: str

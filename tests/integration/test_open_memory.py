@@ -88,7 +88,7 @@ async def test_a_schema_behind_head_is_refused(
 ) -> None:
     url = pg_server.url(scratch_db)
     dbtools.upgrade(url, "0002")
-    with pytest.raises(SchemaError, match=r"revision 0002.*needs 0003.*alembic upgrade head"):
+    with pytest.raises(SchemaError, match=r"revision 0002.*needs 0004.*alembic upgrade head"):
         async with open_memory(make_settings(url, fake_ollama)):
             pass
 

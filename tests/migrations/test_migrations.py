@@ -24,6 +24,8 @@ TABLES = {
     "sessions",
     "session_messages",
     "memory_chunks",
+    "memory_chunk_vectors",
+    "memory_chunk_vector_queue",
     "kv_store",
 }
 
@@ -251,10 +253,15 @@ def test_catalog_has_the_operator_classes_alembic_does_not_compare(
                 "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
             ).fetchall()
         )
-    for table in ("memory_facts", "memory_chunks"):
+    for table, opclass in (
+        ("memory_facts", "vector_cosine_ops"),
+        ("memory_chunk_vectors", "halfvec_cosine_ops"),
+    ):
         hnsw = defs[f"ix_{table}_embedding_hnsw"]
-        assert "USING hnsw (embedding vector_cosine_ops)" in hnsw
+        assert f"USING hnsw (embedding {opclass})" in hnsw
         assert "m='16'" in hnsw and "ef_construction='64'" in hnsw
+    # Chunk vectors are HNSW-indexed in memory_chunk_vectors only, off add_chunks' write path.
+    assert "ix_memory_chunks_embedding_hnsw" not in defs
     for name, column in TRGM_INDEXES.items():
         assert f"USING gin ({column} gin_trgm_ops)" in defs[name]
     assert "to_tsvector('simple'::regconfig, content)" in defs["ix_memory_chunks_content_fts"]
@@ -293,3 +300,38 @@ def test_a_legacy_merged_into_column_is_repaired_not_trusted(
         ).fetchone()
     assert pointers == {1: 3, 2: 3, 3: None, 4: None, 5: None, 6: None, 7: 9, 8: 9, 9: None}
     assert data_type == ("bigint",)
+
+
+def test_0004_moves_existing_chunk_vectors_into_the_index_table_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0003")
+    uid = uuid.uuid4()
+    scaled = "[" + ",".join(["3"] + ["0"] * 767) + "]"  # not unit length: 0004 normalises
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        for i, vector in enumerate((scaled, None)):
+            conn.execute(
+                "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
+                "start_seq, end_seq, started_at, ended_at, embedding) "
+                "VALUES (%s, 's1', %s, %s, 1, 1, now(), now(), %s::vector)",
+                (uid, f"chunk {i}", f"h{i}", vector),
+            )
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        rows = conn.execute(
+            "SELECT c.content, v.user_id, v.session_id, l2_norm(v.embedding) "
+            "FROM memory_chunk_vectors v JOIN memory_chunks c ON c.id = v.chunk_id"
+        ).fetchall()
+        assert rows == [("chunk 0", uid, "s1", pytest.approx(1.0))]
+        assert conn.execute("SELECT count(*) FROM memory_chunk_vector_queue").fetchone() == (0,)
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+        assert "ix_memory_chunk_vectors_embedding_hnsw" in indexes
+        assert "ix_memory_chunks_embedding_hnsw" not in indexes
+    dbtools.downgrade(url, "0003")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+        assert "ix_memory_chunks_embedding_hnsw" in indexes
+        assert conn.execute("SELECT to_regclass('memory_chunk_vectors')").fetchone() == (None,)

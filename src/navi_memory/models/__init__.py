@@ -1,7 +1,7 @@
 """SQLAlchemy 2.0 typed declarative models, one module per table group."""
 
 from navi_memory.models.base import NAMING_CONVENTION, Base
-from navi_memory.models.chunks import ChunkRow, KvRow
+from navi_memory.models.chunks import ChunkRow, ChunkVectorQueueRow, ChunkVectorRow, KvRow
 from navi_memory.models.facts import FactRow, SessionMemoryStateRow, SummaryRow
 from navi_memory.models.sessions import MessageRow, SessionRow
 from navi_memory.models.users import User
@@ -10,6 +10,8 @@ __all__ = [
     "NAMING_CONVENTION",
     "Base",
     "ChunkRow",
+    "ChunkVectorQueueRow",
+    "ChunkVectorRow",
     "FactRow",
     "KvRow",
     "MessageRow",

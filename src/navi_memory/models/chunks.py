@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from pgvector.sqlalchemy import Vector
+from pgvector.sqlalchemy import HALFVEC, Vector
 from sqlalchemy import (
     BigInteger,
     DateTime,
@@ -62,14 +62,50 @@ class ChunkRow(Base):
             postgresql_using="gin",
         ),
         Index("ix_memory_chunks_breadcrumbs", "breadcrumbs", postgresql_using="gin"),
+    )
+
+
+class ChunkVectorRow(Base):
+    """The HNSW-indexed copy of a chunk's vector (docs/raw-history.md, "Vector index").
+
+    ``memory_chunks.embedding`` stays the vector of record; this table holds it L2-normalised
+    as ``halfvec`` (cosine distance does not change, every value fits 16 bits, index and copy
+    are half the size). Rows arrive from memory_chunk_vector_queue off the write path, so
+    add_chunks never waits for an HNSW insertion; search reads both tables.
+    """
+
+    __tablename__ = "memory_chunk_vectors"
+
+    chunk_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("memory_chunks.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    session_id: Mapped[str] = mapped_column(Text, nullable=False)
+    embedding: Mapped[list[float]] = mapped_column(HALFVEC(EMBEDDING_DIM), nullable=False)
+
+    __table_args__ = (
+        Index("ix_memory_chunk_vectors_user_id_session_id", "user_id", "session_id"),
         Index(
-            "ix_memory_chunks_embedding_hnsw",
+            "ix_memory_chunk_vectors_embedding_hnsw",
             "embedding",
             postgresql_using="hnsw",
             postgresql_with=HNSW_OPTIONS,
-            postgresql_ops={"embedding": "vector_cosine_ops"},
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
         ),
     )
+
+
+class ChunkVectorQueueRow(Base):
+    """A chunk whose vector is stored but not yet in memory_chunk_vectors (searched exactly)."""
+
+    __tablename__ = "memory_chunk_vector_queue"
+
+    chunk_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("memory_chunks.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+
+    __table_args__ = (Index("ix_memory_chunk_vector_queue_user_id", "user_id"),)
 
 
 class KvRow(Base):

@@ -2,20 +2,90 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, func, literal, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import ColumnElement, RowMapping, func, literal, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from navi_memory.models import ChunkRow, MessageRow, SessionRow
+from navi_memory.constants import EMBEDDING_DIM
+from navi_memory.models import ChunkRow, ChunkVectorQueueRow, MessageRow, SessionRow
 from navi_memory.repositories.facts import escape_like
-from navi_memory.repositories.vectors import HybridSearch, set_vector_search_options
+from navi_memory.repositories.vectors import (
+    QUERY_VECTOR,
+    HybridSearch,
+    set_vector_search_options,
+    vector_param,
+)
 
-__all__ = ["ChunkRepository"]
+__all__ = ["ChunkInsert", "ChunkRepository"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkInsert:
+    """One memory_chunks row to write (its vector goes apart, see insert_many)."""
+
+    content: str
+    content_hash: str
+    start_seq: int
+    end_seq: int
+    started_at: datetime
+    ended_at: datetime
+    breadcrumbs: list[str]
+
+
+_DIM = EMBEDDING_DIM
+_HALFVEC = f"halfvec({EMBEDDING_DIM})"
+
+_INSERT = text(
+    f"""
+    WITH ins AS (
+        INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,
+                                   end_seq, started_at, ended_at, breadcrumbs, embedding)
+        SELECT :uid, :sid, r.content, r.content_hash, r.start_seq, r.end_seq, r.started_at,
+               r.ended_at, ARRAY(SELECT jsonb_array_elements_text(CAST(r.crumbs AS jsonb))),
+               CAST((CAST(:vectors AS real[]))[(r.n - 1) * {_DIM} + 1 : r.n * {_DIM}] AS vector)
+        FROM unnest(CAST(:content AS text[]), CAST(:hash AS text[]), CAST(:start_seq AS int[]),
+                    CAST(:end_seq AS int[]), CAST(:started_at AS timestamptz[]),
+                    CAST(:ended_at AS timestamptz[]), CAST(:crumbs AS text[]))
+             WITH ORDINALITY
+             AS r(content, content_hash, start_seq, end_seq, started_at, ended_at, crumbs, n)
+        ON CONFLICT (user_id, session_id, content_hash) DO NOTHING
+        RETURNING id, embedding IS NOT NULL AS has_vector
+    ),
+    queued AS (
+        INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)
+        SELECT id, :uid FROM ins WHERE has_vector
+    )
+    SELECT count(*) FROM ins
+    """
+)
+
+_INDEX_QUEUED = text(
+    f"""
+    WITH taken AS (
+        DELETE FROM memory_chunk_vector_queue
+        WHERE chunk_id IN (SELECT chunk_id FROM memory_chunk_vector_queue
+                           ORDER BY chunk_id LIMIT :limit FOR UPDATE SKIP LOCKED)
+        RETURNING chunk_id
+    ),
+    moved AS (
+        INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id, embedding)
+        SELECT c.id, c.user_id, c.session_id, CAST(l2_normalize(c.embedding) AS {_HALFVEC})
+        FROM memory_chunks c JOIN taken t ON t.chunk_id = c.id
+        WHERE c.embedding IS NOT NULL
+        ON CONFLICT (chunk_id) DO NOTHING
+        RETURNING chunk_id
+    )
+    SELECT (SELECT count(*) FROM taken) AS taken, (SELECT count(*) FROM moved) AS indexed
+    """
+)
+
 
 def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElement[bool]]:
     where: list[ColumnElement[bool]] = []
@@ -27,7 +97,7 @@ def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElem
 
 
 INSERT_BATCH = 1000
-"""Rows per INSERT statement (10 parameters a row)."""
+"""Rows per INSERT statement (bounds the size of one statement's arrays)."""
 
 _CHUNK_COLUMNS = (
     "c.id, c.user_id, c.session_id, c.content, c.content_hash, c.start_seq, c.end_seq, "
@@ -54,6 +124,30 @@ def chunk_columns() -> list[Any]:
     ]
 
 
+def _nearest(vector_where: str, queue_where: str) -> str:
+    """The ``limit`` nearest chunks by cosine distance: through the HNSW index of
+    memory_chunk_vectors (or the per-user btree, as the planner judges), and exactly over the
+    chunks still queued for it. A chunk is in exactly one of the two tables, or neither (no
+    vector): the indexer moves it in one transaction, and one statement sees one snapshot."""
+    return f"""
+        SELECT u.id, u.approx FROM (
+            (SELECT v.chunk_id AS id,
+                    v.embedding <=> CAST(l2_normalize({QUERY_VECTOR}) AS {_HALFVEC}) AS approx
+             FROM memory_chunk_vectors v
+             WHERE {vector_where}
+             ORDER BY approx
+             LIMIT :limit)
+            UNION ALL
+            (SELECT c.id, c.embedding <=> {QUERY_VECTOR} AS approx
+             FROM memory_chunk_vector_queue p JOIN memory_chunks c ON c.id = p.chunk_id
+             WHERE {queue_where} AND c.embedding IS NOT NULL
+             ORDER BY approx
+             LIMIT :limit)
+        ) u
+        ORDER BY u.approx
+        LIMIT :limit"""
+
+
 def _patterns(terms: Sequence[str]) -> list[str]:
     return [f"%{escape_like(term)}%" for term in terms]
 
@@ -66,26 +160,37 @@ class ChunkRepository:
         self,
         user_id: uuid.UUID,
         session_id: str,
-        rows: Sequence[dict[str, Any]],
+        rows: Sequence[ChunkInsert],
+        vectors: Sequence[list[float]] | None,
     ) -> int:
-        """Multi-row INSERT … ON CONFLICT DO NOTHING; returns the rows actually written.
+        """INSERT … ON CONFLICT DO NOTHING, queueing the vector of every row written for the
+        indexer (memory_chunk_vectors); returns the rows actually written. ``vectors``: one
+        per row, or None (the rows land without; backfill fills them).
 
-        At most INSERT_BATCH rows a statement: PostgreSQL takes 32,767 parameters at most."""
+        One fixed-shape statement per INSERT_BATCH rows, the columns sent as arrays (unnest)
+        and the vectors as one flat binary ``real[]``: prepared once per connection whatever
+        the number of rows, and no vector is formatted as text."""
         written = 0
         for start in range(0, len(rows), INSERT_BATCH):
-            values = [
-                {**row, "user_id": user_id, "session_id": session_id}
-                for row in rows[start : start + INSERT_BATCH]
-            ]
-            stmt = (
-                insert(ChunkRow)
-                .values(values)
-                .on_conflict_do_nothing(
-                    index_elements=[ChunkRow.user_id, ChunkRow.session_id, ChunkRow.content_hash]
-                )
-                .returning(ChunkRow.id)
+            batch = rows[start : start + INSERT_BATCH]
+            flat = (
+                None
+                if vectors is None
+                else list(chain.from_iterable(vectors[start : start + INSERT_BATCH]))
             )
-            written += len((await self.session.execute(stmt)).all())
+            params = {
+                "uid": user_id,
+                "sid": session_id,
+                "content": [r.content for r in batch],
+                "hash": [r.content_hash for r in batch],
+                "start_seq": [r.start_seq for r in batch],
+                "end_seq": [r.end_seq for r in batch],
+                "started_at": [r.started_at for r in batch],
+                "ended_at": [r.ended_at for r in batch],
+                "crumbs": [json.dumps(r.breadcrumbs) for r in batch],
+                "vectors": flat,
+            }
+            written += int((await self.session.execute(_INSERT, params)).scalar_one())
         return written
 
     async def set_search_options(self, ef_search: int) -> None:
@@ -104,7 +209,7 @@ class ChunkRepository:
         the ``limit`` nearest chunks closer than ``max_distance``, and the chunks matching any
         term — full text on content, or ILIKE on content or breadcrumbs — by distinct terms hit,
         then recency. Rows carry ``distance`` or ``terms_hit``, never the vector."""
-        where = ["TRUE"]
+        where, vector_where, queue_where = ["TRUE"], ["TRUE"], ["TRUE"]
         params: dict[str, Any] = {
             "limit": limit,
             "patterns": _patterns(terms),
@@ -113,9 +218,13 @@ class ChunkRepository:
         }
         if user_id is not None:
             where.append("c.user_id = :uid")
+            vector_where.append("v.user_id = :uid")
+            queue_where.append("p.user_id = :uid")
             params["uid"] = user_id
         if session_id is not None:
             where.append("c.session_id = :sid")
+            vector_where.append("v.session_id = :sid")
+            queue_where.append("c.session_id = :sid")
             params["sid"] = session_id
         crumbs = "array_to_string(c.breadcrumbs, E'\\n')"
         search = HybridSearch(
@@ -131,6 +240,7 @@ class ChunkRepository:
             ),
             hits=f"c.content ILIKE p OR {crumbs} ILIKE p",
             recency="ended_at",
+            nearest=_nearest(" AND ".join(vector_where), " AND ".join(queue_where)),
         )
         return await search.run(self.session, params, query_vector, max_distance)
 
@@ -177,10 +287,30 @@ class ChunkRepository:
     async def set_embedding(
         self, chunk_id: int, embedded_text: str, embedding: Sequence[float]
     ) -> None:
-        # Chunks are immutable: the text embedded is still the chunk's.
+        """Store a vector the chunk lacks and queue it for the index (chunks are immutable:
+        the text embedded is still the chunk's)."""
         del embedded_text
         await self.session.execute(
-            update(ChunkRow)
-            .where(ChunkRow.id == chunk_id, ChunkRow.embedding.is_(None))
-            .values(embedding=list(embedding))
+            text(
+                "WITH filled AS ("
+                " UPDATE memory_chunks SET embedding = CAST(CAST(:vec AS real[]) AS vector)"
+                " WHERE id = :id AND embedding IS NULL RETURNING id, user_id)"
+                " INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)"
+                " SELECT id, user_id FROM filled ON CONFLICT (chunk_id) DO NOTHING"
+            ),
+            {"id": chunk_id, "vec": vector_param(embedding)},
+        )
+
+    # --- the vector index -------------------------------------------------------------------
+
+    async def index_queued(self, limit: int) -> tuple[int, int]:
+        """Move up to ``limit`` queued vectors into memory_chunk_vectors (L2-normalised halfvec,
+        HNSW-indexed); returns (queue rows taken, vectors indexed). Rows another indexer holds
+        are skipped, so indexers in several processes share the queue."""
+        row = (await self.session.execute(_INDEX_QUEUED, {"limit": limit})).one()
+        return int(row.taken), int(row.indexed)
+
+    async def queued_count(self) -> int:
+        return int(
+            await self.session.scalar(select(func.count()).select_from(ChunkVectorQueueRow)) or 0
         )

@@ -9,12 +9,16 @@ from typing import Any
 from sqlalchemy import RowMapping, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-__all__ = ["HybridSearch", "set_vector_search_options", "vector_text"]
+__all__ = ["QUERY_VECTOR", "HybridSearch", "set_vector_search_options", "vector_param"]
+
+QUERY_VECTOR = "CAST(CAST(:q AS real[]) AS vector)"
+"""The query vector in SQL: sent as a binary ``real[]`` (asyncpg encodes a list of floats in C)
+and cast by pgvector. pgvector's text form costs ~0.35 ms a vector to format in Python."""
 
 
-def vector_text(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector, for a bound parameter cast to ``vector``."""
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+def vector_param(vector: Sequence[float]) -> list[float]:
+    """A vector as the bound value of a ``real[]`` parameter (see QUERY_VECTOR)."""
+    return vector if isinstance(vector, list) else [float(x) for x in vector]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,11 @@ class HybridSearch:
     match: str
     hits: str
     recency: str
+    nearest: str | None = None
+    """The nearest-neighbour CTE's body (``id`` and ``approx`` rows, at most ``:limit``) when
+    the vectors are indexed elsewhere than ``table.embedding``. The vector pass then takes the
+    exact distance from ``table.embedding`` for those rows. Default: an exact-order scan of
+    ``table`` itself (the HNSW index on its ``embedding``)."""
 
     async def run(
         self,
@@ -66,20 +75,31 @@ class HybridSearch:
             fill_up = (
                 f"AND {a}.id NOT IN (SELECT id FROM vec) AND (SELECT count(*) FROM vec) < :limit"
             )
-            ctes = f"""
-            WITH nearest AS MATERIALIZED (
-                SELECT {a}.id, {a}.embedding <=> CAST(:q AS vector) AS distance
+            if self.nearest is None:
+                vector_ctes = f"""
+            nearest AS MATERIALIZED (
+                SELECT {a}.id, {a}.embedding <=> {QUERY_VECTOR} AS distance
                 FROM {self.table} {a}
                 WHERE {self.where} AND {a}.embedding IS NOT NULL
                 ORDER BY distance
                 LIMIT :limit
             ),
-            vec AS (SELECT id, distance FROM nearest WHERE distance < :max_distance),
+            vec AS (SELECT id, distance FROM nearest WHERE distance < :max_distance)"""
+            else:
+                vector_ctes = f"""
+            nearest AS MATERIALIZED ({self.nearest}),
+            exact AS (
+                SELECT {a}.id, {a}.embedding <=> {QUERY_VECTOR} AS distance
+                FROM nearest n JOIN {self.table} {a} ON {a}.id = n.id
+            ),
+            vec AS (SELECT id, distance FROM exact WHERE distance < :max_distance)"""
+            ctes = f"""
+            WITH {vector_ctes},
             {text_cte.format(exclude=fill_up)}"""
             joins = f"LEFT JOIN vec v ON v.id = {a}.id LEFT JOIN txt t ON t.id = {a}.id"
             pick = f"{a}.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)"
             distance = "v.distance"
-            params["q"] = vector_text(query_vector)
+            params["q"] = vector_param(query_vector)
             params["max_distance"] = max_distance
         else:
             ctes = f"WITH {text_cte.format(exclude='')}"

@@ -1,0 +1,120 @@
+"""The chunk vector indexer: queued chunk vectors into the HNSW-indexed table, off the write path.
+
+add_chunks commits a chunk with its vector and a queue row in one short transaction; inserting
+the vector into an HNSW graph (about 3 ms for 768 dimensions on a small machine, several times
+the rest of the write) happens here, in batches, each its own transaction. Until then search
+reads the queued chunks exactly, so nothing written is ever unsearchable (docs/raw-history.md).
+
+One ChunkIndexer per Memory. ``kick()`` starts a background drain on the running event loop
+(at most one at a time; a kick during a drain makes it go round again); ``drain()`` indexes
+in the caller's task; ``aclose()`` lets the batch in flight finish and stops. Indexers in
+several processes share the queue (``FOR UPDATE SKIP LOCKED``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from navi_memory.errors import NaviMemoryError
+from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory.unit_of_work import unit_of_work
+
+__all__ = ["ChunkIndexer"]
+
+logger = logging.getLogger(__name__)
+
+CLOSE_GRACE_SECONDS: Final = 10.0
+"""How long aclose() waits for the batch in flight before cancelling it (it rolls back; the
+queue keeps its rows for the next indexer)."""
+
+
+class ChunkIndexer:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        batch_size: int,
+        background: bool,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._batch_size = batch_size
+        self._background = background
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self._closing = False
+
+    @property
+    def background(self) -> bool:
+        return self._background
+
+    async def drain(self, max_batches: int | None = None) -> int:
+        """Index queued vectors until the queue is empty (or ``max_batches`` batches ran);
+        returns how many were indexed. Raises StorageError if the database fails."""
+        indexed, batches = 0, 0
+        while not self._closing and (max_batches is None or batches < max_batches):
+            async with unit_of_work(self._sessionmaker) as session:
+                taken, moved = await ChunkRepository(session=session).index_queued(self._batch_size)
+            indexed += moved
+            batches += 1
+            if taken < self._batch_size:
+                break
+        return indexed
+
+    async def queued(self) -> int:
+        """How many chunk vectors wait for the index."""
+        async with unit_of_work(self._sessionmaker) as session:
+            return await ChunkRepository(session=session).queued_count()
+
+    def kick(self) -> None:
+        """Start a background drain if background indexing is on (a no-op otherwise)."""
+        if not self._background or self._closing:
+            return
+        if self._task is not None and not self._task.done():
+            self._again = True
+            return
+        self._again = False
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name="navi-memory chunk indexer"
+        )
+
+    async def _run(self) -> None:
+        while True:
+            self._again = False
+            try:
+                indexed = await self.drain()
+            except NaviMemoryError as exc:
+                # The queue keeps its rows: the next kick, or `navi-memory backfill`, retries.
+                logger.warning(
+                    "chunks.index_failed: %s", exc, extra={"event": "chunks.index_failed"}
+                )
+                return
+            except Exception:
+                logger.exception(
+                    "chunks.index_failed: unexpected error",
+                    extra={"event": "chunks.index_failed"},
+                )
+                return
+            if indexed:
+                logger.debug("chunks.indexed", extra={"event": "chunks.indexed", "rows": indexed})
+            if not self._again or self._closing:
+                return
+
+    async def wait_idle(self) -> None:
+        """Wait until no background drain is running (tests, benchmarks, shutdown)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait({self._task})
+
+    async def aclose(self) -> None:
+        """Stop after the batch in flight; cancel it if it takes longer than the grace."""
+        self._closing = True
+        task = self._task
+        if task is None or task.done():
+            return
+        _, pending = await asyncio.wait({task}, timeout=CLOSE_GRACE_SECONDS)
+        if pending:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

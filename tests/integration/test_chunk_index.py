@@ -1,0 +1,240 @@
+"""The chunk vector index off the write path: queue, indexer, and search over both tables."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
+from navi_memory.schemas import ChunkDraft
+from navi_memory.testing import FakeOllama
+from tests.conftest import make_settings
+from tests.integration.factories import new_user, scalar
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+TOPICS = (
+    "the staging database runs on port 5433 behind pgbouncer",
+    "deploys go out through the blue green pipeline on fridays",
+    "the invoice total for october was 4,120 euros",
+    "Berlin office moves to the new building in march",
+    "the nightly backup job writes to /srv/backups/nightly",
+    "ticket #4411 tracks the flaky login test",
+    "the search service answers in 12 ms at p50",
+    "we chose PostgreSQL 18 with pgvector for the memory store",
+)
+
+
+def draft(content: str, seq: int) -> ChunkDraft:
+    return ChunkDraft(
+        content=content,
+        content_hash=hashlib.sha256(content.encode()).hexdigest(),
+        start_seq=seq,
+        end_seq=seq,
+        started_at=T0 + timedelta(minutes=seq),
+        ended_at=T0 + timedelta(minutes=seq),
+        breadcrumbs=[],
+    )
+
+
+def drafts(prefix: str, count: int = len(TOPICS)) -> list[ChunkDraft]:
+    return [draft(f"User: {prefix} note {i}: {TOPICS[i % len(TOPICS)]}", i) for i in range(count)]
+
+
+@pytest.fixture
+async def manual(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    """A Memory with background indexing off: the test decides when the queue is drained."""
+    settings = make_settings(db_url, fake_ollama, chunk_index_in_background=False)
+    async with open_memory(settings) as opened:
+        yield opened
+
+
+async def counts(memory: Memory) -> tuple[object, object]:
+    return (
+        await scalar(memory, "SELECT count(*) FROM memory_chunk_vector_queue"),
+        await scalar(memory, "SELECT count(*) FROM memory_chunk_vectors"),
+    )
+
+
+async def ranked(memory: Memory, query: str, user_id: uuid.UUID) -> list[tuple[int, str]]:
+    return [(h.id, h.via) for h in await memory.store.search_chunks(query, user_id=user_id)]
+
+
+QUERIES = TOPICS[:4]
+"""Whole topic sentences: the hashed test embedder puts them within 0.45 of their chunks."""
+
+
+async def test_written_chunks_are_queued_then_indexed_and_search_gives_the_same_hits(
+    manual: Memory,
+) -> None:
+    uid = await new_user(manual)
+    assert await manual.store.add_chunks(drafts("a", 24), user_id=uid, session_id="s1") == 24
+    assert await counts(manual) == (24, 0)
+    assert await manual.store.pending_chunk_count() == 24
+    before = {q: await ranked(manual, q, uid) for q in QUERIES}
+    distances = {
+        q: [h.distance for h in await manual.store.search_chunks(q, user_id=uid)] for q in QUERIES
+    }
+    assert all(before[q] and before[q][0][1] == "vector" for q in QUERIES)
+
+    assert await manual.store.index_pending_chunks() == 24
+    assert await counts(manual) == (0, 24)
+    assert await manual.store.index_pending_chunks() == 0
+    for q in QUERIES:
+        assert await ranked(manual, q, uid) == before[q], q
+        # The index finds the rows; the distance reported is the full-precision one.
+        after = [h.distance for h in await manual.store.search_chunks(q, user_id=uid)]
+        assert after == pytest.approx(distances[q], abs=1e-6)
+
+
+async def test_the_index_holds_unit_halfvecs_of_the_stored_vectors(manual: Memory) -> None:
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("n", 4), user_id=uid, session_id="s1")
+    await manual.store.index_pending_chunks()
+    worst = await scalar(
+        manual,
+        "SELECT max(abs(l2_norm(v.embedding) - 1)) + max(c.embedding <=> v.embedding::vector) "
+        "FROM memory_chunk_vectors v JOIN memory_chunks c ON c.id = v.chunk_id",
+    )
+    assert isinstance(worst, float) and worst < 1e-3
+
+
+async def test_a_mix_of_indexed_and_queued_chunks_is_searched_whole(manual: Memory) -> None:
+    uid = await new_user(manual)
+    old, new = drafts("old", 8), drafts("new", 8)
+    await manual.store.add_chunks(old, user_id=uid, session_id="s1")
+    await manual.store.index_pending_chunks()
+    await manual.store.add_chunks(new, user_id=uid, session_id="s1")
+    assert await counts(manual) == (8, 8)
+    hits = await manual.store.search_chunks(TOPICS[0], user_id=uid, limit=4)
+    contents = {h.content for h in hits if h.via == "vector"}
+    assert {old[0].content, new[0].content} <= contents
+
+
+async def test_neither_table_leaks_another_users_chunks(manual: Memory) -> None:
+    alice, bob = await new_user(manual), await new_user(manual)
+    await manual.store.add_chunks(drafts("alice"), user_id=alice, session_id="a1")
+    await manual.store.index_pending_chunks()  # alice's indexed, bob's queued
+    await manual.store.add_chunks(drafts("bob"), user_id=bob, session_id="b1")
+    for query in QUERIES:
+        for owner, other in ((alice, bob), (bob, alice)):
+            with request_context(user_id=owner):
+                hits = await manual.store.search_chunks(query, limit=50)
+                assert hits and {h.user_id for h in hits} == {owner}
+                others_session = "a1" if other == alice else "b1"
+                assert await manual.store.search_chunks(query, session_id=others_session) == []
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        everyone = await manual.store.search_chunks(TOPICS[0], limit=50)
+        assert {h.user_id for h in everyone if h.via == "vector"} == {alice, bob}
+
+
+async def test_the_session_filter_applies_to_indexed_and_queued_chunks(manual: Memory) -> None:
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("one"), user_id=uid, session_id="s1")
+    await manual.store.index_pending_chunks()
+    await manual.store.add_chunks(drafts("two"), user_id=uid, session_id="s2")
+    for sid in ("s1", "s2"):
+        hits = await manual.store.search_chunks(TOPICS[4], user_id=uid, session_id=sid)
+        assert hits and {h.session_id for h in hits} == {sid}
+
+
+async def test_deleting_a_session_drops_its_queued_and_indexed_vectors(manual: Memory) -> None:
+    uid = await new_user(manual)
+    session = await manual.sessions.create(user_id=uid)
+    keep = await manual.sessions.create(user_id=uid)
+    await manual.store.add_chunks(drafts("x"), user_id=uid, session_id=session.id)
+    await manual.store.index_pending_chunks()
+    await manual.store.add_chunks(drafts("y"), user_id=uid, session_id=session.id)
+    await manual.store.add_chunks(drafts("k"), user_id=uid, session_id=keep.id)
+    assert await counts(manual) == (16, 8)
+    assert await manual.sessions.delete(session.id, user_id=uid)
+    assert await counts(manual) == (8, 0)
+    assert await manual.store.index_pending_chunks() == 8
+
+
+async def test_the_background_indexer_empties_the_queue(memory: Memory) -> None:
+    assert memory.settings.chunk_index_in_background
+    uid = await new_user(memory)
+    for i in range(5):
+        await memory.store.add_chunks(drafts(f"bg{i}"), user_id=uid, session_id=f"s{i}")
+    await memory.store.wait_chunk_indexing()
+    assert await counts(memory) == (0, 40)
+
+
+async def test_closing_with_a_backlog_loses_nothing(db_url: str, fake_ollama: FakeOllama) -> None:
+    settings = make_settings(db_url, fake_ollama, chunk_index_batch_size=4)
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await memory.store.add_chunks(drafts("many", 200), user_id=uid, session_id="s1")
+    # Closed at once: the batch in flight finished, the rest stays queued for the next indexer.
+    async with open_memory(make_settings(db_url, fake_ollama)) as memory:
+        queued, indexed = await counts(memory)
+        assert isinstance(queued, int) and isinstance(indexed, int)
+        assert queued + indexed == 200 and indexed % 4 == 0
+        await memory.store.index_pending_chunks()
+        assert await counts(memory) == (0, 200)
+
+
+async def test_two_indexers_share_the_queue_without_doing_a_row_twice(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=5
+    )
+    async with open_memory(settings) as one, open_memory(settings) as two:
+        uid = await new_user(one)
+        await one.store.add_chunks(drafts("shared", 120), user_id=uid, session_id="s1")
+        done = await asyncio.gather(
+            one.store.index_pending_chunks(), two.store.index_pending_chunks()
+        )
+        # SKIP LOCKED: one may stop early on rows the other holds; then a last pass ends it.
+        rest = await one.store.index_pending_chunks()
+        assert sum(done) + rest == 120
+        assert await counts(one) == (0, 120)
+
+
+async def test_an_index_failure_is_logged_and_the_queue_keeps_its_rows(
+    memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    uid = await new_user(memory)
+    # A real failure of the indexer's INSERT, not a stand-in: a constraint every row violates.
+    async with memory.engine.begin() as conn:
+        await conn.execute(
+            text("ALTER TABLE memory_chunk_vectors ADD CONSTRAINT refuse CHECK (false) NOT VALID")
+        )
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        await memory.store.add_chunks(drafts("f"), user_id=uid, session_id="s1")
+        await memory.store.wait_chunk_indexing()
+    assert [r for r in caplog.records if "chunks.index_failed" in r.getMessage()]
+    assert await counts(memory) == (8, 0)
+    # Searchable meanwhile, exactly, from the queue.
+    hits = await memory.store.search_chunks(TOPICS[2], user_id=uid)
+    assert hits and hits[0].via == "vector"
+    with pytest.raises(StorageError):
+        await memory.store.index_pending_chunks()
+    async with memory.engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE memory_chunk_vectors DROP CONSTRAINT refuse"))
+    assert await memory.store.index_pending_chunks() == 8
+    assert await counts(memory) == (0, 8)
+
+
+async def test_backfilled_chunk_vectors_are_queued_then_indexed(
+    manual: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(manual)
+    fake_ollama.mode = "fail"
+    await manual.store.add_chunks(drafts("late"), user_id=uid, session_id="s1")
+    assert await counts(manual) == (0, 0)  # no vector, nothing to index
+    fake_ollama.mode = "ok"
+    assert await manual.store.backfill_embeddings() == 8
+    assert await counts(manual) == (8, 0)
+    assert await manual.store.backfill_embeddings() == 0
+    assert await manual.store.index_pending_chunks() == 8
+    hits = await manual.store.search_chunks(TOPICS[4], user_id=uid)
+    assert hits[0].via == "vector"
