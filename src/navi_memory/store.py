@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy import RowMapping
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
 from navi_memory.constants import (
@@ -39,7 +39,7 @@ from navi_memory.errors import (
 )
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.models import FactRow
-from navi_memory.repositories.chunks import ChunkInsert, ChunkRepository
+from navi_memory.repositories.chunks import INSERT_BATCH, ChunkInsert, ChunkRepository
 from navi_memory.repositories.facts import FACT_SORT_COLUMNS, FactRepository
 from navi_memory.request_context import (
     current_session_id,
@@ -59,7 +59,7 @@ from navi_memory.services.backfill import (
 from navi_memory.services.chunk_index import ChunkIndexer
 from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.text.terms import query_terms
-from navi_memory.unit_of_work import unit_of_work
+from navi_memory.unit_of_work import single_statement, unit_of_work
 from navi_memory.validation import check_int, check_optional_text, check_text
 
 __all__ = ["CONFIDENCE_BY_SOURCE", "SOURCES", "MemoryStore"]
@@ -181,6 +181,7 @@ class MemoryStore:
         embedder: Embedder,
     ) -> None:
         self._sessionmaker = sessionmaker
+        self._engine: AsyncEngine = sessionmaker.kw["bind"]
         self._settings = settings
         self._embedder = embedder
         self._indexer = ChunkIndexer(
@@ -502,12 +503,20 @@ class MemoryStore:
             )
             for draft in drafts
         ]
-        async with unit_of_work(self._sessionmaker) as session:
-            repo = ChunkRepository(session=session)
-            owner = await repo.session_owner(sid, lock=True)
-            if (owner is not None and owner != uid) or (owner is None and require_session):
-                raise NotFoundError(f"no session {sid!r} for this user")
-            written = await repo.insert_many(uid, sid, rows, vectors)
+        # One statement (up to INSERT_BATCH chunks) is its own transaction: no BEGIN and
+        # COMMIT round trips. More chunks than that take one transaction.
+        if len(rows) <= INSERT_BATCH:
+            async with single_statement(self._engine) as conn:
+                written = await ChunkRepository(session=conn).insert_many(
+                    uid, sid, rows, vectors, require_session=require_session
+                )
+        else:
+            async with unit_of_work(self._sessionmaker) as session:
+                written = await ChunkRepository(session=session).insert_many(
+                    uid, sid, rows, vectors, require_session=require_session
+                )
+        if written is None:
+            raise NotFoundError(f"no session {sid!r} for this user")
         if written and vectors is not None:
             self._indexer.kick()
         return written

@@ -264,7 +264,7 @@ def test_catalog_has_the_operator_classes_alembic_does_not_compare(
     assert "ix_memory_chunks_embedding_hnsw" not in defs
     for name, column in TRGM_INDEXES.items():
         assert f"USING gin ({column} gin_trgm_ops)" in defs[name]
-    assert "to_tsvector('simple'::regconfig, content)" in defs["ix_memory_chunks_content_fts"]
+    assert "ix_memory_chunks_content_fts" not in defs  # 0004: no query used it
     assert "USING gin (breadcrumbs)" in defs["ix_memory_chunks_breadcrumbs"]
     assert "NULLS NOT DISTINCT" in defs["uq_memory_facts_user_id_category_key"]
     assert "WHERE (merged_into IS NULL)" in defs["uq_memory_facts_user_id_category_key"]
@@ -333,5 +333,5 @@ def test_0004_moves_existing_chunk_vectors_into_the_index_table_and_back(
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
         indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
-        assert "ix_memory_chunks_embedding_hnsw" in indexes
+        assert {"ix_memory_chunks_embedding_hnsw", "ix_memory_chunks_content_fts"} <= indexes
         assert conn.execute("SELECT to_regclass('memory_chunk_vectors')").fetchone() == (None,)

@@ -15,7 +15,6 @@ from sqlalchemy import (
     Integer,
     Text,
     UniqueConstraint,
-    func,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
@@ -55,11 +54,6 @@ class ChunkRow(Base):
             "user_id",
             "session_id",
             text("ended_at DESC"),
-        ),
-        Index(
-            "ix_memory_chunks_content_fts",
-            func.to_tsvector(text("'simple'::regconfig"), text("content")),
-            postgresql_using="gin",
         ),
         Index("ix_memory_chunks_breadcrumbs", "breadcrumbs", postgresql_using="gin"),
     )

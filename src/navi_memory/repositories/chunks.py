@@ -11,7 +11,7 @@ from itertools import chain
 from typing import Any
 
 from sqlalchemy import ColumnElement, RowMapping, func, literal, select, text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.models import ChunkRow, ChunkVectorQueueRow, MessageRow, SessionRow
@@ -44,7 +44,16 @@ _HALFVEC = f"halfvec({EMBEDDING_DIM})"
 
 _INSERT = text(
     f"""
-    WITH ins AS (
+    WITH owner AS (
+        -- The session's row, if it has one, share-locked: a concurrent session delete waits,
+        -- so it cannot miss these chunks.
+        SELECT user_id FROM sessions WHERE id = :sid FOR SHARE
+    ),
+    allowed AS (
+        SELECT NOT EXISTS (SELECT 1 FROM owner WHERE user_id <> :uid)
+               AND (NOT :require_session OR EXISTS (SELECT 1 FROM owner)) AS ok
+    ),
+    ins AS (
         INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,
                                    end_seq, started_at, ended_at, breadcrumbs, embedding)
         SELECT :uid, :sid, r.content, r.content_hash, r.start_seq, r.end_seq, r.started_at,
@@ -55,6 +64,7 @@ _INSERT = text(
                     CAST(:ended_at AS timestamptz[]), CAST(:crumbs AS text[]))
              WITH ORDINALITY
              AS r(content, content_hash, start_seq, end_seq, started_at, ended_at, crumbs, n)
+        WHERE (SELECT ok FROM allowed)
         ON CONFLICT (user_id, session_id, content_hash) DO NOTHING
         RETURNING id, embedding IS NOT NULL AS has_vector
     ),
@@ -62,7 +72,7 @@ _INSERT = text(
         INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)
         SELECT id, :uid FROM ins WHERE has_vector
     )
-    SELECT count(*) FROM ins
+    SELECT (SELECT ok FROM allowed) AS allowed, (SELECT count(*) FROM ins) AS written
     """
 )
 
@@ -153,7 +163,7 @@ def _patterns(terms: Sequence[str]) -> list[str]:
 
 
 class ChunkRepository:
-    def __init__(self, *, session: AsyncSession) -> None:
+    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
         self.session = session
 
     async def insert_many(
@@ -162,14 +172,18 @@ class ChunkRepository:
         session_id: str,
         rows: Sequence[ChunkInsert],
         vectors: Sequence[list[float]] | None,
-    ) -> int:
-        """INSERT … ON CONFLICT DO NOTHING, queueing the vector of every row written for the
-        indexer (memory_chunk_vectors); returns the rows actually written. ``vectors``: one
-        per row, or None (the rows land without; backfill fills them).
+        *,
+        require_session: bool,
+    ) -> int | None:
+        """Write ``rows`` (INSERT … ON CONFLICT DO NOTHING) and queue the vector of every row
+        written for the indexer; returns how many were written, or None — nothing written —
+        when the session has a row of another user (or none and ``require_session``).
 
-        One fixed-shape statement per INSERT_BATCH rows, the columns sent as arrays (unnest)
-        and the vectors as one flat binary ``real[]``: prepared once per connection whatever
-        the number of rows, and no vector is formatted as text."""
+        ``vectors``: one per row, or None (the rows land without; backfill fills them). One
+        fixed-shape statement per INSERT_BATCH rows, the columns sent as arrays (unnest) and the
+        vectors as one flat binary ``real[]``: prepared once per connection whatever the number
+        of rows, no vector formatted as text, and — with one batch — one round trip, so the
+        caller can run it as its own transaction (autocommit)."""
         written = 0
         for start in range(0, len(rows), INSERT_BATCH):
             batch = rows[start : start + INSERT_BATCH]
@@ -181,6 +195,7 @@ class ChunkRepository:
             params = {
                 "uid": user_id,
                 "sid": session_id,
+                "require_session": require_session,
                 "content": [r.content for r in batch],
                 "hash": [r.content_hash for r in batch],
                 "start_seq": [r.start_seq for r in batch],
@@ -190,7 +205,10 @@ class ChunkRepository:
                 "crumbs": [json.dumps(r.breadcrumbs) for r in batch],
                 "vectors": flat,
             }
-            written += int((await self.session.execute(_INSERT, params)).scalar_one())
+            result = (await self.session.execute(_INSERT, params)).one()
+            if not result.allowed:
+                return None
+            written += int(result.written)
         return written
 
     async def set_search_options(self, ef_search: int) -> None:
@@ -206,16 +224,16 @@ class ChunkRepository:
         max_distance: float,
     ) -> list[RowMapping]:
         """Both passes of search_chunks in one statement (the shape of FactRepository.search):
-        the ``limit`` nearest chunks closer than ``max_distance``, and the chunks matching any
-        term — full text on content, or ILIKE on content or breadcrumbs — by distinct terms hit,
-        then recency. Rows carry ``distance`` or ``terms_hit``, never the vector."""
+        the ``limit`` nearest chunks closer than ``max_distance``, and the chunks whose content
+        or breadcrumbs contain any term (case-insensitive), by distinct terms hit, then recency.
+        Rows carry ``distance`` or ``terms_hit``, never the vector.
+
+        The text pass is ``lower(x) LIKE ANY (lowered patterns)``: ILIKE's matches, at half its
+        cost on long text (ILIKE folds the text once per pattern). It has no full-text arm: a
+        word ``to_tsvector('simple', …)`` finds is a substring these patterns find too, and
+        recomputing the tsvector cost ~0.17 ms a chunk (docs/raw-history.md, "Search")."""
         where, vector_where, queue_where = ["TRUE"], ["TRUE"], ["TRUE"]
-        params: dict[str, Any] = {
-            "limit": limit,
-            "patterns": _patterns(terms),
-            # Terms hold no spaces or quotes (text.terms), so "a or b" is an OR of the terms.
-            "tsq": " or ".join(terms),
-        }
+        params: dict[str, Any] = {"limit": limit, "patterns": _patterns(terms)}
         if user_id is not None:
             where.append("c.user_id = :uid")
             vector_where.append("v.user_id = :uid")
@@ -226,19 +244,15 @@ class ChunkRepository:
             vector_where.append("v.session_id = :sid")
             queue_where.append("c.session_id = :sid")
             params["sid"] = session_id
-        crumbs = "array_to_string(c.breadcrumbs, E'\\n')"
+        crumbs = "lower(array_to_string(c.breadcrumbs, E'\\n'))"
+        lowered = "ARRAY(SELECT lower(x) FROM unnest(CAST(:patterns AS text[])) x)"
         search = HybridSearch(
             table="memory_chunks",
             alias="c",
             columns=_CHUNK_COLUMNS,
             where=" AND ".join(where),
-            match=(
-                "(to_tsvector('simple'::regconfig, c.content)"
-                " @@ websearch_to_tsquery('simple'::regconfig, :tsq)"
-                " OR c.content ILIKE ANY (CAST(:patterns AS text[]))"
-                f" OR {crumbs} ILIKE ANY (CAST(:patterns AS text[])))"
-            ),
-            hits=f"c.content ILIKE p OR {crumbs} ILIKE p",
+            match=f"(lower(c.content) LIKE ANY ({lowered}) OR {crumbs} LIKE ANY ({lowered}))",
+            hits=f"lower(c.content) LIKE lower(p) OR {crumbs} LIKE lower(p)",
             recency="ended_at",
             nearest=_nearest(" AND ".join(vector_where), " AND ".join(queue_where)),
         )

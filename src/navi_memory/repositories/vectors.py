@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import RowMapping, text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 __all__ = ["QUERY_VECTOR", "HybridSearch", "set_vector_search_options", "vector_param"]
 
@@ -53,7 +53,7 @@ class HybridSearch:
 
     async def run(
         self,
-        session: AsyncSession,
+        session: AsyncSession | AsyncConnection,
         params: dict[str, Any],
         query_vector: Sequence[float] | None,
         max_distance: float,
@@ -114,7 +114,9 @@ class HybridSearch:
         return list((await session.execute(text(sql), params)).mappings())
 
 
-async def set_vector_search_options(session: AsyncSession, ef_search: int) -> None:
+async def set_vector_search_options(
+    session: AsyncSession | AsyncConnection, ef_search: int
+) -> None:
     """Iterative HNSW scans (pgvector >= 0.8) and the search width, for this transaction only.
 
     With a per-user filter a plain HNSW scan stops after ``ef_search`` candidates, most of them
