@@ -52,7 +52,7 @@ from benchmarks.harness import (
 from navi_memory import EMBEDDING_DIM, Memory, Settings, open_memory
 from navi_memory.errors import EmbeddingError
 from navi_memory.schemas import ChunkDraft
-from navi_memory.text.terms import STOP_WORDS, query_terms
+from navi_memory.text.terms import STOP_WORDS
 
 __all__ = ["SECTION", "ChunksSection", "LookupEmbedder"]
 
@@ -78,7 +78,7 @@ MAINTENANCE_WORK_MEM: Final = "5GB"
 """Enough for the 1M-row halfvec HNSW graph to be built in memory (≈ 2 GiB)."""
 CONCURRENT_CALLERS: Final = 8
 PER_USER_BTREES: Final = ("ix_memory_chunks_user_id_session_id_ended_at",)
-GIN_INDEXES: Final = ("ix_memory_chunks_content_fts", "ix_memory_chunks_breadcrumbs")
+GIN_INDEXES: Final = ("ix_memory_chunks_breadcrumbs",)
 SIZE_BUCKETS: Final = ((1, 99), (100, 999), (1_000, 10**9))
 _ALPHA = re.compile(r"[a-z]{4,}")
 _VECTOR_LITERAL = re.compile(r"'[\[{][-0-9.,e]+[\]}]'")
@@ -422,8 +422,6 @@ async def relation_sizes(memory: Memory) -> str:
                     "pg_total_relation_size('memory_chunk_vectors') "
                     f"- pg_relation_size('{HNSW_INDEX}') "
                     f"UNION ALL SELECT 'its HNSW index', pg_relation_size('{HNSW_INDEX}') "
-                    "UNION ALL SELECT 'GIN full text', "
-                    "pg_relation_size('ix_memory_chunks_content_fts') "
                     "UNION ALL SELECT 'GIN breadcrumbs', "
                     "pg_relation_size('ix_memory_chunks_breadcrumbs') "
                     "UNION ALL SELECT 'btree (user, session, ended_at)', "
@@ -622,30 +620,6 @@ class ChunksBench:
                 )
                 label = f"{what} ({self.plans[u].size:,} chunks)"
                 self.report.plans.append(await self.explain(query, label, text_only=text_only))
-                if text_only:
-                    self.report.plans.append(await self.explain_indexable(query, label))
-
-    async def explain_indexable(self, query: Query, label: str) -> Plan:
-        """What-if (not the package's SQL): the text pass on conditions GIN indexes can answer —
-        full text on content OR breadcrumbs overlapping the terms exactly — without the ILIKEs
-        that make PostgreSQL recompute to_tsvector for every row of the user."""
-        terms = query_terms(query.text)
-        sql = (
-            "EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) SELECT c.id, c.ended_at FROM memory_chunks c "
-            "WHERE c.user_id = :uid AND (to_tsvector('simple'::regconfig, c.content) "
-            "@@ websearch_to_tsquery('simple'::regconfig, :tsq) "
-            "OR c.breadcrumbs && CAST(:terms AS text[])) ORDER BY c.ended_at DESC LIMIT 8"
-        )
-        async with self.memory.engine.connect() as conn:
-            result = await conn.execute(
-                text(sql), {"uid": query.user_id, "tsq": " or ".join(terms), "terms": terms}
-            )
-            plan = "\n".join(str(row[0]) for row in result)
-        return Plan(
-            f"what-if, text pass on indexable conditions only, {label}: {query.text!r}",
-            summarize_plan(plan),
-            plan,
-        )
 
     async def explain(self, query: Query, label: str, *, text_only: bool) -> Plan:
         """EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) of search_chunks' statement for one user,
@@ -945,9 +919,11 @@ class ChunksBench:
             )
         if not self.sizes.what_ifs:
             return
-        # Diagnosis: what the two GIN indexes cost the write path.
+        # Diagnosis: what the GIN index on breadcrumbs costs the write path.
         await self._ddl("; ".join(f"DROP INDEX {name}" for name in GIN_INDEXES))
-        rows.append(await self._add_round("  without both GIN indexes, 1–8 a call", n, small))
+        rows.append(
+            await self._add_round("  without the breadcrumbs GIN index, 1–8 a call", n, small)
+        )
 
 
 def _sha256(content: str) -> str:

@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain
 from typing import Any
 
 from sqlalchemy import ColumnElement, RowMapping, func, literal, select, text
@@ -39,11 +38,10 @@ class ChunkInsert:
     breadcrumbs: list[str]
 
 
-_DIM = EMBEDDING_DIM
 _HALFVEC = f"halfvec({EMBEDDING_DIM})"
 
 _INSERT = text(
-    f"""
+    """
     WITH owner AS (
         -- The session's row, if it has one, share-locked: a concurrent session delete waits,
         -- so it cannot miss these chunks.
@@ -58,12 +56,13 @@ _INSERT = text(
                                    end_seq, started_at, ended_at, breadcrumbs, embedding)
         SELECT :uid, :sid, r.content, r.content_hash, r.start_seq, r.end_seq, r.started_at,
                r.ended_at, ARRAY(SELECT jsonb_array_elements_text(CAST(r.crumbs AS jsonb))),
-               CAST((CAST(:vectors AS real[]))[(r.n - 1) * {_DIM} + 1 : r.n * {_DIM}] AS vector)
+               r.embedding
         FROM unnest(CAST(:content AS text[]), CAST(:hash AS text[]), CAST(:start_seq AS int[]),
                     CAST(:end_seq AS int[]), CAST(:started_at AS timestamptz[]),
-                    CAST(:ended_at AS timestamptz[]), CAST(:crumbs AS text[]))
-             WITH ORDINALITY
-             AS r(content, content_hash, start_seq, end_seq, started_at, ended_at, crumbs, n)
+                    CAST(:ended_at AS timestamptz[]), CAST(:crumbs AS text[]),
+                    CAST(:vectors AS vector[]))
+             AS r(content, content_hash, start_seq, end_seq, started_at, ended_at, crumbs,
+                  embedding)
         WHERE (SELECT ok FROM allowed)
         ON CONFLICT (user_id, session_id, content_hash) DO NOTHING
         RETURNING id, embedding IS NOT NULL AS has_vector
@@ -187,11 +186,6 @@ class ChunkRepository:
         written = 0
         for start in range(0, len(rows), INSERT_BATCH):
             batch = rows[start : start + INSERT_BATCH]
-            flat = (
-                None
-                if vectors is None
-                else list(chain.from_iterable(vectors[start : start + INSERT_BATCH]))
-            )
             params = {
                 "uid": user_id,
                 "sid": session_id,
@@ -203,7 +197,11 @@ class ChunkRepository:
                 "started_at": [r.started_at for r in batch],
                 "ended_at": [r.ended_at for r in batch],
                 "crumbs": [json.dumps(r.breadcrumbs) for r in batch],
-                "vectors": flat,
+                "vectors": (
+                    None
+                    if vectors is None
+                    else [vector_param(v) for v in vectors[start : start + INSERT_BATCH]]
+                ),
             }
             result = (await self.session.execute(_INSERT, params)).one()
             if not result.allowed:
@@ -307,7 +305,7 @@ class ChunkRepository:
         await self.session.execute(
             text(
                 "WITH filled AS ("
-                " UPDATE memory_chunks SET embedding = CAST(CAST(:vec AS real[]) AS vector)"
+                " UPDATE memory_chunks SET embedding = CAST(:vec AS vector)"
                 " WHERE id = :id AND embedding IS NULL RETURNING id, user_id)"
                 " INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)"
                 " SELECT id, user_id FROM filled ON CONFLICT (chunk_id) DO NOTHING"
