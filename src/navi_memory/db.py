@@ -40,6 +40,7 @@ __all__ = [
     "redact_url",
     "resolve_database_url",
     "to_async_url",
+    "vector_search_settings",
 ]
 
 logger = logging.getLogger(__name__)
@@ -110,11 +111,28 @@ def create_engine(settings: Settings, url: str) -> AsyncEngine:
             "server_settings": {
                 "plan_cache_mode": "force_custom_plan",
                 "application_name": "navi-memory",
+                # What every vector query wants, from the connection's start: no SET LOCAL
+                # round trips (nor a transaction) per search. See vector_search_settings.
+                **vector_search_settings(settings),
             },
         },
     )
     event.listen(engine.sync_engine, "connect", _register_vector_codec)
     return engine
+
+
+def vector_search_settings(settings: Settings) -> dict[str, str]:
+    """Iterative HNSW scans (pgvector >= 0.8) and the search width, for the engine's connections.
+
+    With a per-user filter a plain HNSW scan stops after ``ef_search`` candidates, most of them
+    other users' rows, and returns too few; an iterative scan keeps going until enough rows pass
+    the filter. ``relaxed_order`` is faster than ``strict_order``; callers re-sort by distance.
+    The engine's connections run only navi-memory's queries, so they can start with these.
+    """
+    return {
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.ef_search": str(settings.hnsw_ef_search),
+    }
 
 
 def _register_vector_codec(dbapi_connection: Any, _record: Any) -> None:

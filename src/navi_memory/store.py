@@ -25,7 +25,6 @@ from navi_memory.constants import (
     CHUNK_MAX_DISTANCE,
     EMBEDDING_DIM,
     FACT_MAX_DISTANCE,
-    FLOAT32_MAX,
     MAX_TEXT_CHARS,
     PERMISSION_READ_ALL,
 )
@@ -87,11 +86,13 @@ def storable_vector(vector: Sequence[float]) -> list[float]:
             f"vector({EMBEDDING_DIM})"
         )
     try:
-        values = array("d", vector)  # converts and type-checks in C
+        # float32, as pgvector stores it: converted and type-checked in C; a value beyond
+        # float32's range becomes an infinity here.
+        values = array("f", vector)
     except (TypeError, ValueError, OverflowError) as exc:
         raise EmbeddingError(f"the embedder gave a vector of non-numbers: {exc}") from exc
-    # A NaN or an infinity makes the sum non-finite; finite float32 values cannot overflow it.
-    if not math.isfinite(sum(values)) or not max(map(abs, values)) <= FLOAT32_MAX:
+    # A NaN or an infinity makes the sum non-finite; 768 finite float32 values cannot overflow it.
+    if not math.isfinite(sum(values)):
         raise EmbeddingError("the embedder gave a value pgvector cannot store (NaN, inf, huge)")
     return values.tolist()
 
@@ -182,6 +183,9 @@ class MemoryStore:
     ) -> None:
         self._sessionmaker = sessionmaker
         self._engine: AsyncEngine = sessionmaker.kw["bind"]
+        self._autocommit = async_sessionmaker(
+            self._engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
+        )
         self._settings = settings
         self._embedder = embedder
         self._indexer = ChunkIndexer(
@@ -289,12 +293,11 @@ class MemoryStore:
         limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
         terms = query_terms(query)
         vector = await self._embed_query(query) if terms else None
-        async with unit_of_work(self._sessionmaker) as session:
+        # One statement: no transaction (the connection's settings hold the HNSW options).
+        async with unit_of_work(self._autocommit) as session:
             repo = FactRepository(session=session)
             if not terms:
                 return [to_hit(row, via="recent") for row in await repo.recent(scope, limit)]
-            if vector is not None:
-                await repo.set_search_options(self._settings.hnsw_ef_search)
             rows = await repo.search(scope, vector, terms, limit, FACT_MAX_DISTANCE)
         return rank_hits(rows, limit, to_hit, recency="updated_at")
 
@@ -564,13 +567,12 @@ class MemoryStore:
             session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
         terms = query_terms(query)
         vector = await self._embed_query(query) if terms else None
-        async with unit_of_work(self._sessionmaker) as session:
-            repo = ChunkRepository(session=session)
+        # One statement: no transaction (the connection's settings hold the HNSW options).
+        async with single_statement(self._engine) as conn:
+            repo = ChunkRepository(session=conn)
             if not terms:
                 recent = await repo.recent(scope, session_id, limit)
                 return [to_chunk_hit(row, via="recent") for row in recent]
-            if vector is not None:
-                await repo.set_search_options(self._settings.hnsw_ef_search)
             rows = await repo.search(scope, session_id, vector, terms, limit, CHUNK_MAX_DISTANCE)
         return rank_hits(rows, limit, to_chunk_hit, recency="ended_at")
 

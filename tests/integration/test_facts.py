@@ -17,6 +17,7 @@ from navi_memory import (
     NotFoundError,
     PermissionDeniedError,
     StorageError,
+    open_memory,
     request_context,
 )
 from navi_memory.db import create_engine, create_sessionmaker
@@ -24,6 +25,7 @@ from navi_memory.schemas import Fact
 from navi_memory.store import MemoryStore
 from navi_memory.testing import FakeOllama
 from navi_memory.text.terms import query_terms
+from tests.conftest import make_settings
 from tests.integration.factories import new_session_row, new_user, scalar
 
 
@@ -460,20 +462,16 @@ async def test_legacy_unowned_facts_are_visible_only_to_global_reads(memory: Mem
         assert [f.value for f in await memory.store.search_facts("Utrecht")] == ["Utrecht"]
 
 
-async def test_vector_search_options_hold_for_the_transaction_only(memory: Memory) -> None:
-    from navi_memory.repositories.vectors import set_vector_search_options
-
-    async with memory.sessionmaker() as session, session.begin():
-        await set_vector_search_options(session, 123)
-        shown = (await session.execute(text("SHOW hnsw.iterative_scan"))).scalar()
-        ef = (await session.execute(text("SHOW hnsw.ef_search"))).scalar()
-        assert (shown, ef) == ("relaxed_order", "123")
-    async with memory.sessionmaker() as session, session.begin():
-        # The same pooled connection, the next transaction: back to the server's values.
-        assert (await session.execute(text("SHOW hnsw.ef_search"))).scalar() != "123"
-        assert (await session.execute(text("SHOW hnsw.iterative_scan"))).scalar() != (
-            "relaxed_order"
-        )
+async def test_every_connection_starts_with_the_vector_search_options(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    settings = make_settings(db_url, fake_ollama, hnsw_ef_search=123)
+    async with open_memory(settings) as memory:
+        for _ in range(2):  # a new connection, then the pooled one again
+            async with memory.engine.connect() as conn:
+                shown = (await conn.execute(text("SHOW hnsw.iterative_scan"))).scalar()
+                ef = (await conn.execute(text("SHOW hnsw.ef_search"))).scalar()
+                assert (shown, ef) == ("relaxed_order", "123")
 
 
 async def test_hits_say_whether_the_fact_has_a_vector_without_carrying_it(

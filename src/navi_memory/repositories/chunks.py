@@ -18,7 +18,6 @@ from navi_memory.repositories.facts import escape_like
 from navi_memory.repositories.vectors import (
     QUERY_VECTOR,
     HybridSearch,
-    set_vector_search_options,
     vector_param,
 )
 
@@ -208,9 +207,6 @@ class ChunkRepository:
                 return None
             written += int(result.written)
         return written
-
-    async def set_search_options(self, ef_search: int) -> None:
-        await set_vector_search_options(self.session, ef_search)
 
     async def search(
         self,

@@ -26,7 +26,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from navi_memory.errors import NotFoundError
 from navi_memory.models import FactRow, SessionMemoryStateRow, SessionRow, SummaryRow
-from navi_memory.repositories.vectors import HybridSearch, set_vector_search_options
+from navi_memory.repositories.vectors import HybridSearch
 
 __all__ = ["FACT_SORT_COLUMNS", "FactRepository", "escape_like"]
 
@@ -225,9 +225,6 @@ class FactRepository:
         return len(result.all())
 
     # --- reads ------------------------------------------------------------------------------
-
-    async def set_search_options(self, ef_search: int) -> None:
-        await set_vector_search_options(self.session, ef_search)
 
     async def search(
         self,

@@ -1,4 +1,4 @@
-"""What every vector query sets first, inside its own transaction."""
+"""The vector pass and text pass of a search, in one statement; vectors as bound parameters."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pgvector import Vector
 from sqlalchemy import RowMapping, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-__all__ = ["QUERY_VECTOR", "HybridSearch", "set_vector_search_options", "vector_param"]
+__all__ = ["QUERY_VECTOR", "HybridSearch", "vector_param"]
 
 QUERY_VECTOR = "CAST(:q AS vector)"
 """The query vector in SQL, bound with vector_param (binary, see db.register_vector_codec)."""
@@ -114,22 +114,3 @@ class HybridSearch:
             FROM {self.table} {a} {joins}
             WHERE {pick}"""
         return list((await session.execute(text(sql), params)).mappings())
-
-
-async def set_vector_search_options(
-    session: AsyncSession | AsyncConnection, ef_search: int
-) -> None:
-    """Iterative HNSW scans (pgvector >= 0.8) and the search width, for this transaction only.
-
-    With a per-user filter a plain HNSW scan stops after ``ef_search`` candidates, most of them
-    other users' rows, and returns too few; an iterative scan keeps going until enough rows pass
-    the filter. ``relaxed_order`` is faster than ``strict_order``; callers re-sort by distance.
-    """
-    # set_config(..., true) is SET LOCAL: both settings in one round trip.
-    await session.execute(
-        text(
-            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-            "set_config('hnsw.ef_search', :ef, true)"
-        ),
-        {"ef": str(int(ef_search))},
-    )
