@@ -15,7 +15,7 @@ import asyncpg
 from pgvector import Vector
 from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -118,7 +118,18 @@ def create_engine(settings: Settings, url: str) -> AsyncEngine:
         },
     )
     event.listen(engine.sync_engine, "connect", _register_vector_codec)
+    event.listen(engine.sync_engine.pool, "checkout", _replace_closed_connection)
     return engine
+
+
+def _replace_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """The free half of a pre-ping: a pooled connection whose socket the server closed (restart,
+    idle timeout, pg_terminate_backend) is known to asyncpg as closed once the event loop has
+    seen the EOF; raising DisconnectionError makes the pool replace it before anyone uses it.
+    A connection lost silently (no EOF: a dead network) is caught only by DB_POOL_PRE_PING."""
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    if driver is not None and driver.is_closed():
+        raise DisconnectionError("the server closed this pooled connection")
 
 
 def vector_search_settings(settings: Settings) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -104,6 +105,28 @@ async def test_an_unreachable_database_is_a_storage_error_naming_the_url_without
     message = str(caught.value)
     assert str(tmp_path) in message and "navi" in message
     assert "s3cret-pw" not in message
+
+
+@pytest.mark.parametrize("pre_ping", [False, True])
+async def test_a_pooled_connection_the_server_closed_is_replaced_without_a_failed_call(
+    db_url: str, fake_ollama: FakeOllama, pg_server: dbtools.EmbeddedServer, pre_ping: bool
+) -> None:
+    settings = make_settings(db_url, fake_ollama, db_pool_pre_ping=pre_ping)
+    async with open_memory(settings) as memory:
+        uid = uuid.uuid4()
+        await memory.users.ensure(uid)
+        async with memory.engine.connect() as conn:
+            pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar()
+        # As a server restart or an idle timeout would: the pooled connection's backend goes.
+        async with memory.engine.connect() as admin:
+            other = (await admin.execute(text("SELECT pg_backend_pid()"))).scalar()
+            assert other == pid  # the pool handed the same connection back
+        with pg_server.admin() as killer:
+            assert killer.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        await asyncio.sleep(0.2)  # the event loop sees the EOF
+        assert await memory.store.search_facts("anything", user_id=uid) == []
+        async with memory.engine.connect() as conn:
+            assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar() != pid
 
 
 async def test_users_ensure_get_and_delete(memory: Memory) -> None:
