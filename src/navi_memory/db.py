@@ -169,8 +169,11 @@ async def register_vector_codec(conn: asyncpg.Connection) -> None:
 
 
 def encode_vector(value: object) -> bytes:
-    """pgvector's binary form of a vector given as a list or sequence of floats, a
-    ``pgvector.Vector``, or pgvector's text form (what the ORM's Vector column type sends)."""
+    """pgvector's binary form of a vector given as that form already (bytes, from
+    repositories.vectors.vector_param), a list or sequence of floats, a ``pgvector.Vector``, or
+    pgvector's text form (what the ORM's Vector column type sends)."""
+    if isinstance(value, bytes):
+        return value
     if isinstance(value, Vector):
         return value.to_binary()
     if isinstance(value, str):

@@ -77,9 +77,10 @@ MAX_CATEGORY_CHARS: Final = 100
 MAX_LIMIT: Final = 1000
 
 
-def storable_vector(vector: Sequence[float]) -> list[float]:
-    """The vector, if a vector(768) column can hold it; else EmbeddingError. Any Embedder is
-    checked here, so a custom one that answers junk degrades like a failing one."""
+def storable_vector(vector: Sequence[float]) -> array[float]:
+    """The vector as float32 (``array('f')``, what pgvector stores), if a vector(768) column can
+    hold it; else EmbeddingError. Any Embedder is checked here, so a custom one that answers
+    junk degrades like a failing one."""
     if len(vector) != EMBEDDING_DIM:
         raise EmbeddingError(
             f"the embedder gave a {len(vector)}-dimensional vector; the columns are "
@@ -94,10 +95,10 @@ def storable_vector(vector: Sequence[float]) -> list[float]:
     # A NaN or an infinity makes the sum non-finite; 768 finite float32 values cannot overflow it.
     if not math.isfinite(sum(values)):
         raise EmbeddingError("the embedder gave a value pgvector cannot store (NaN, inf, huge)")
-    return values.tolist()
+    return values
 
 
-def storable_vectors(vectors: Sequence[Sequence[float]], expected: int) -> list[list[float]]:
+def storable_vectors(vectors: Sequence[Sequence[float]], expected: int) -> list[array[float]]:
     if len(vectors) != expected:
         raise EmbeddingError(f"the embedder gave {len(vectors)} vectors for {expected} texts")
     return [storable_vector(vector) for vector in vectors]
@@ -203,9 +204,9 @@ class MemoryStore:
 
     async def _embed_document(self, text: str) -> list[float] | None:
         vectors = await self._embed_documents([text])
-        return None if vectors is None else vectors[0]
+        return None if vectors is None else vectors[0].tolist()
 
-    async def _embed_documents(self, texts: Sequence[str]) -> list[list[float]] | None:
+    async def _embed_documents(self, texts: Sequence[str]) -> list[array[float]] | None:
         try:
             vectors = await self._embedder.embed_documents(texts)
             return storable_vectors(vectors, len(texts))
@@ -213,7 +214,7 @@ class MemoryStore:
             _log_embedding_failure(exc)
             return None
 
-    async def _embed_query(self, text: str) -> list[float] | None:
+    async def _embed_query(self, text: str) -> array[float] | None:
         try:
             return storable_vector(await self._embedder.embed_query(text))
         except EmbeddingError as exc:

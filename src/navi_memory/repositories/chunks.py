@@ -169,7 +169,7 @@ class ChunkRepository:
         user_id: uuid.UUID,
         session_id: str,
         rows: Sequence[ChunkInsert],
-        vectors: Sequence[list[float]] | None,
+        vectors: Sequence[Sequence[float]] | None,
         *,
         require_session: bool,
     ) -> int | None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import struct
+import sys
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pgvector import Vector
 from sqlalchemy import RowMapping, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -15,12 +17,17 @@ __all__ = ["QUERY_VECTOR", "HybridSearch", "vector_param"]
 QUERY_VECTOR = "CAST(:q AS vector)"
 """The query vector in SQL, bound with vector_param (binary, see db.register_vector_codec)."""
 
+_VECTOR_HEADER = struct.Struct(">HH")
 
-def vector_param(vector: Sequence[float]) -> Vector:
-    """A vector as a bound parameter of type ``vector``: a ``pgvector.Vector`` (float32), which
-    the connection's codec sends in binary, and which an array of vectors can hold as one
-    element (a list would be taken for a second dimension)."""
-    return vector if isinstance(vector, Vector) else Vector(list(vector))
+
+def vector_param(vector: Sequence[float]) -> bytes:
+    """A vector as a bound parameter of type ``vector``: pgvector's binary form (float32), which
+    the connection's codec passes through — and, being bytes, an array of vectors holds it as
+    one element (a list would be taken for a second dimension)."""
+    values = array("f", vector)  # a copy: the byte swap must not touch the caller's array
+    if sys.byteorder == "little":
+        values.byteswap()
+    return _VECTOR_HEADER.pack(len(values), 0) + values.tobytes()
 
 
 @dataclass(frozen=True, slots=True)
