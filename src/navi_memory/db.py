@@ -172,8 +172,8 @@ def encode_vector(value: object) -> bytes:
     """pgvector's binary form of a vector given as that form already (bytes, from
     repositories.vectors.vector_param), a list or sequence of floats, a ``pgvector.Vector``, or
     pgvector's text form (what the ORM's Vector column type sends)."""
-    if isinstance(value, bytes):
-        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
     if isinstance(value, Vector):
         return value.to_binary()
     if isinstance(value, str):
@@ -199,6 +199,8 @@ class Capabilities:
     pg_trgm: bool
     pg_trgm_version: str | None
     revision: str | None
+    hnsw_iterative_scan: str | None = "relaxed_order"
+    """What this connection's ``hnsw.iterative_scan`` is (vector_search_settings sets it)."""
 
     @property
     def vector_version_tuple(self) -> tuple[int, ...] | None:
@@ -232,7 +234,8 @@ async def _probe(conn: AsyncConnection) -> Capabilities:
                 "(SELECT extversion FROM pg_extension WHERE extname = 'vector'), "
                 "(SELECT default_version FROM pg_available_extensions WHERE name = 'vector'), "
                 "(SELECT extversion FROM pg_extension WHERE extname = 'pg_trgm'), "
-                "to_regclass('alembic_version') IS NOT NULL"
+                "to_regclass('alembic_version') IS NOT NULL, "
+                "current_setting('hnsw.iterative_scan', true)"
             )
         )
     ).one()
@@ -248,6 +251,7 @@ async def _probe(conn: AsyncConnection) -> Capabilities:
         pg_trgm=row[4] is not None,
         pg_trgm_version=row[4],
         revision=revision,
+        hnsw_iterative_scan=row[6],
     )
 
 
@@ -279,6 +283,15 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
         raise SchemaError(
             f"the database at {where} is at revision {found}, this code needs {SCHEMA_HEAD}: "
             "run `alembic upgrade head`"
+        )
+    if caps.hnsw_iterative_scan not in ("relaxed_order", "strict_order"):
+        # Without it a per-user HNSW scan silently returns too few hits.
+        raise ConfigError(
+            f"the connections to {where} do not carry hnsw.iterative_scan = relaxed_order "
+            f"(found {caps.hnsw_iterative_scan or 'nothing'}): a pooler dropping startup "
+            "parameters (PgBouncer in transaction mode)? Set them on the database: ALTER "
+            "DATABASE <name> SET hnsw.iterative_scan = relaxed_order; ALTER DATABASE <name> "
+            "SET hnsw.ef_search = 100"
         )
 
 

@@ -29,6 +29,7 @@ from navi_memory.constants import (
     PERMISSION_READ_ALL,
 )
 from navi_memory.errors import (
+    ConfigError,
     EmbeddingError,
     InvalidInputError,
     InvalidTypeError,
@@ -183,7 +184,14 @@ class MemoryStore:
         embedder: Embedder,
     ) -> None:
         self._sessionmaker = sessionmaker
-        self._engine: AsyncEngine = sessionmaker.kw["bind"]
+        bind = sessionmaker.kw.get("bind")
+        if not isinstance(bind, AsyncEngine):
+            raise ConfigError(
+                "MemoryStore needs a sessionmaker bound to an AsyncEngine (got "
+                f"{type(bind).__name__}): use open_memory(), or "
+                "async_sessionmaker(navi_memory.db.create_engine(settings, url))"
+            )
+        self._engine = bind
         self._autocommit = async_sessionmaker(
             self._engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
         )
@@ -442,8 +450,9 @@ class MemoryStore:
         progress: Callable[[BackfillProgress], Awaitable[None] | None] | None = None,
     ) -> int:
         """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
-        committing per batch. Returns how many rows got a vector. Raises EmbeddingError if the
-        model is down (finished batches stay; a rerun resumes)."""
+        committing per batch, and queue for the HNSW index every chunk vector that is in none
+        (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector. Raises
+        EmbeddingError if the model is down (finished batches stay; a rerun resumes)."""
         batch_size = check_int("batch_size", batch_size, minimum=1, maximum=1024)
         filled = await run_backfill(
             self._sessionmaker,
@@ -455,7 +464,15 @@ class MemoryStore:
             ),
             progress=progress,
         )
-        if filled.get(ChunkBackfill.table):
+        async with unit_of_work(self._sessionmaker) as session:
+            requeued = await ChunkRepository(session=session).requeue_unindexed()
+        if requeued:
+            logger.info(
+                "backfill.chunks_requeued: %d chunk vector(s) were in no index, queued",
+                requeued,
+                extra={"event": "backfill.chunks_requeued", "rows": requeued},
+            )
+        if filled.get(ChunkBackfill.table) or requeued:
             self._indexer.kick()
         return sum(filled.values())
 
@@ -557,7 +574,7 @@ class MemoryStore:
     ) -> list[ChunkHit]:
         """Vector hits (cosine distance < 0.45) first, then full-text hits up to ``limit``.
 
-        Text hits match any query term (full text on content, ILIKE on content and breadcrumbs),
+        Text hits contain any query term in their content or breadcrumbs (case-insensitive),
         ranked by distinct terms hit, then recency. An empty normalised query returns the most
         recent chunks. ``session_id`` narrows to one session of the user.
         """

@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
 from navi_memory.schemas import ChunkDraft
+from navi_memory.services.chunk_index import ChunkIndexer
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.factories import new_user, scalar
@@ -199,29 +200,100 @@ async def test_two_indexers_share_the_queue_without_doing_a_row_twice(
         assert await counts(one) == (0, 120)
 
 
-async def test_an_index_failure_is_logged_and_the_queue_keeps_its_rows(
+async def refuse_vectors(memory: Memory, refuse: bool) -> None:
+    """A real failure of the indexer's INSERT, not a stand-in: a constraint every row violates."""
+    sql = (
+        "ALTER TABLE memory_chunk_vectors ADD CONSTRAINT refuse CHECK (false) NOT VALID"
+        if refuse
+        else "ALTER TABLE memory_chunk_vectors DROP CONSTRAINT refuse"
+    )
+    async with memory.engine.begin() as conn:
+        await conn.execute(text(sql))
+
+
+async def test_a_failing_background_indexer_retries_and_the_queue_keeps_its_rows(
     memory: Memory, caplog: pytest.LogCaptureFixture
 ) -> None:
     uid = await new_user(memory)
-    # A real failure of the indexer's INSERT, not a stand-in: a constraint every row violates.
-    async with memory.engine.begin() as conn:
-        await conn.execute(
-            text("ALTER TABLE memory_chunk_vectors ADD CONSTRAINT refuse CHECK (false) NOT VALID")
-        )
-    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+    await refuse_vectors(memory, True)
+    with caplog.at_level(logging.INFO, logger="navi_memory"):
         await memory.store.add_chunks(drafts("f"), user_id=uid, session_id="s1")
+        for _ in range(100):  # until the first failure is seen
+            if any("chunks.index_retry" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.02)
+        assert await counts(memory) == (8, 0)
+        # Searchable meanwhile, exactly, from the queue.
+        hits = await memory.store.search_chunks(TOPICS[2], user_id=uid)
+        assert hits and hits[0].via == "vector"
+        await refuse_vectors(memory, False)  # the cause goes away: the next retry succeeds
         await memory.store.wait_chunk_indexing()
-    assert [r for r in caplog.records if "chunks.index_failed" in r.getMessage()]
-    assert await counts(memory) == (8, 0)
-    # Searchable meanwhile, exactly, from the queue.
-    hits = await memory.store.search_chunks(TOPICS[2], user_id=uid)
-    assert hits and hits[0].via == "vector"
-    with pytest.raises(StorageError):
-        await memory.store.index_pending_chunks()
-    async with memory.engine.begin() as conn:
-        await conn.execute(text("ALTER TABLE memory_chunk_vectors DROP CONSTRAINT refuse"))
-    assert await memory.store.index_pending_chunks() == 8
     assert await counts(memory) == (0, 8)
+    assert not [r for r in caplog.records if "chunks.index_failed" in r.getMessage()]
+
+
+async def test_a_background_indexer_that_keeps_failing_gives_up_and_says_so(
+    memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    uid = await new_user(memory)
+    await memory.store.add_chunks(drafts("g"), user_id=uid, session_id="s1")
+    await memory.store.wait_chunk_indexing()
+    await refuse_vectors(memory, True)
+    await memory.store.add_chunks(drafts("h"), user_id=uid, session_id="s1")
+    indexer = ChunkIndexer(
+        memory.sessionmaker, batch_size=8, background=True, retry_delays=(0.0, 0.01)
+    )
+    with caplog.at_level(logging.INFO, logger="navi_memory"):
+        indexer.kick()
+        await indexer.wait_idle()
+        await indexer.aclose()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("chunks.index_retry" in m for m in messages) >= 2
+    assert any("chunks.index_failed" in m and "backfill" in m for m in messages)
+    queued, _ = await counts(memory)
+    assert queued == 8  # nothing lost: `make backfill` or the next kick indexes them
+    with pytest.raises(StorageError, match="refuse"):
+        await memory.store.index_pending_chunks()
+    await refuse_vectors(memory, False)
+    assert await memory.store.index_pending_chunks() == 8
+
+
+@pytest.mark.parametrize("delete", ["session", "user"])
+async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
+    db_url: str, fake_ollama: FakeOllama, delete: str
+) -> None:
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=40
+    )
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        session = await memory.sessions.create(user_id=uid)
+        await memory.store.add_chunks(drafts("d", 40), user_id=uid, session_id=session.id)
+        # Each vector the indexer inserts takes 20 ms, as a slow HNSW insertion would: the
+        # delete arrives while the indexer holds the queue rows and has not reached the
+        # foreign key check on the chunks yet.
+        async with memory.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN PERFORM pg_sleep(0.02); RETURN NEW; END $$;"
+                )
+            )
+            await conn.execute(
+                text(
+                    "CREATE TRIGGER slow BEFORE INSERT ON memory_chunk_vectors "
+                    "FOR EACH ROW EXECUTE FUNCTION slow()"
+                )
+            )
+        indexing = asyncio.create_task(memory.store.index_pending_chunks())
+        await asyncio.sleep(0.2)
+        if delete == "session":
+            assert await memory.sessions.delete(session.id, user_id=uid)
+        else:
+            assert await memory.users.delete(uid)
+        await indexing
+        assert await counts(memory) == (0, 0)
+        assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
 
 
 async def test_backfilled_chunk_vectors_are_queued_then_indexed(
@@ -238,3 +310,39 @@ async def test_backfilled_chunk_vectors_are_queued_then_indexed(
     assert await manual.store.index_pending_chunks() == 8
     hits = await manual.store.search_chunks(TOPICS[4], user_id=uid)
     assert hits[0].via == "vector"
+
+
+async def test_backfill_queues_chunk_vectors_that_no_index_holds(manual: Memory) -> None:
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("kept"), user_id=uid, session_id="s1")
+    await manual.store.index_pending_chunks()
+    # A chunk written by SQL of its own (or by a process older than revision 0004): it has a
+    # vector, but neither the index table nor the queue knows it.
+    async with manual.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
+                "start_seq, end_seq, started_at, ended_at, embedding) "
+                "SELECT user_id, 's2', 'stray ' || content, 'stray', 1, 1, now(), now(), "
+                "embedding FROM memory_chunks WHERE content LIKE '%note 4:%'"
+            )
+        )
+    hits = await manual.store.search_chunks(TOPICS[4], user_id=uid, session_id="s2")
+    assert [h.via for h in hits] == ["text"]  # not in the vector pass yet
+    assert await manual.store.backfill_embeddings() == 0  # nothing lacked a vector
+    assert await counts(manual) == (1, 8)
+    assert await manual.store.index_pending_chunks() == 1
+    hits = await manual.store.search_chunks(TOPICS[4], user_id=uid, session_id="s2")
+    assert [h.via for h in hits] == ["vector"]
+
+
+async def test_a_store_on_a_sessionmaker_without_an_engine_is_refused(memory: Memory) -> None:
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
+    from navi_memory import ConfigError
+    from navi_memory.store import MemoryStore
+
+    with pytest.raises(ConfigError, match="AsyncEngine"):
+        MemoryStore(
+            sessionmaker=async_sessionmaker(), settings=memory.settings, embedder=memory.embedder
+        )

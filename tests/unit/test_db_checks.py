@@ -48,3 +48,12 @@ def test_urls_are_made_async_and_redacted() -> None:
         to_async_url("mysql://u:p@h/db")
     with pytest.raises(ConfigError, match="not a database URL"):
         to_async_url("not a url at all")
+
+
+@pytest.mark.parametrize("found", [None, "off"])
+def test_connections_without_iterative_hnsw_scans_are_refused_with_the_fix(
+    found: str | None,
+) -> None:
+    with pytest.raises(ConfigError, match=r"hnsw.iterative_scan.*ALTER DATABASE") as caught:
+        check_capabilities(caps(hnsw_iterative_scan=found), URL)
+    assert "secret" not in str(caught.value)

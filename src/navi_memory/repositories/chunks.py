@@ -42,8 +42,9 @@ _HALFVEC = f"halfvec({EMBEDDING_DIM})"
 _INSERT = text(
     """
     WITH owner AS (
-        -- The session's row, if it has one, share-locked: a concurrent session delete waits,
-        -- so it cannot miss these chunks.
+        -- The session's row, if it has one, share-locked: a session delete that has not
+        -- committed makes this wait and then see no row (refused if require_session), and one
+        -- that starts after waits for this statement, so it deletes these chunks too.
         SELECT user_id FROM sessions WHERE id = :sid FOR SHARE
     ),
     allowed AS (
@@ -317,6 +318,21 @@ class ChunkRepository:
         are skipped, so indexers in several processes share the queue."""
         row = (await self.session.execute(_INDEX_QUEUED, {"limit": limit})).one()
         return int(row.taken), int(row.indexed)
+
+    async def requeue_unindexed(self) -> int:
+        """Queue every chunk that has a vector but is in neither memory_chunk_vectors nor the
+        queue (written by SQL of its own, restored from a dump of memory_chunks alone, or by a
+        process older than revision 0004); returns how many. A full scan: for backfill."""
+        result = await self.session.execute(
+            text(
+                "INSERT INTO memory_chunk_vector_queue (chunk_id, user_id) "
+                "SELECT c.id, c.user_id FROM memory_chunks c "
+                "WHERE c.embedding IS NOT NULL AND NOT EXISTS "
+                "(SELECT 1 FROM memory_chunk_vectors v WHERE v.chunk_id = c.id) "
+                "ON CONFLICT (chunk_id) DO NOTHING RETURNING chunk_id"
+            )
+        )
+        return len(result.all())
 
     async def queued_count(self) -> int:
         return int(

@@ -10,7 +10,15 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from navi_memory.models import ChunkRow, KvRow, MessageRow, SessionMemoryStateRow, SessionRow, User
+from navi_memory.models import (
+    ChunkRow,
+    ChunkVectorQueueRow,
+    KvRow,
+    MessageRow,
+    SessionMemoryStateRow,
+    SessionRow,
+    User,
+)
 from navi_memory.schemas import Message
 
 __all__ = ["SessionRepository", "to_message"]
@@ -86,8 +94,20 @@ class SessionRepository:
         """Delete the session and everything keyed by it; messages go by the cascade.
 
         memory_chunks has no foreign key on session_id (spec), so its rows are deleted here, in
-        the caller's transaction, together with the extraction state and the sketches.
+        the caller's transaction, together with the extraction state and the sketches. Their
+        queued vectors go first: the chunk indexer locks queue rows, then (its foreign key
+        check) chunk rows, and taking them in the same order cannot deadlock with it.
         """
+        await self.session.execute(
+            delete(ChunkVectorQueueRow).where(
+                ChunkVectorQueueRow.user_id == user_id,
+                ChunkVectorQueueRow.chunk_id.in_(
+                    select(ChunkRow.id).where(
+                        ChunkRow.user_id == user_id, ChunkRow.session_id == session_id
+                    )
+                ),
+            )
+        )
         await self.session.execute(
             delete(ChunkRow).where(ChunkRow.user_id == user_id, ChunkRow.session_id == session_id)
         )

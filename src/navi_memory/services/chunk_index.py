@@ -14,7 +14,9 @@ several processes share the queue (``FOR UPDATE SKIP LOCKED``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -31,6 +33,10 @@ CLOSE_GRACE_SECONDS: Final = 10.0
 """How long aclose() waits for the batch in flight before cancelling it (it rolls back; the
 queue keeps its rows for the next indexer)."""
 
+RETRY_DELAYS: Final = (0.25, 1.0, 4.0)
+"""Seconds before each retry of a failed background drain (a deadlock victim, a dropped
+connection, a database restarting); then it gives up until the next kick."""
+
 
 class ChunkIndexer:
     def __init__(
@@ -39,13 +45,16 @@ class ChunkIndexer:
         *,
         batch_size: int,
         background: bool,
+        retry_delays: Sequence[float] = RETRY_DELAYS,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._batch_size = batch_size
         self._background = background
+        self._retry_delays = tuple(retry_delays)
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._closing = False
+        self._closed = asyncio.Event()
 
     @property
     def background(self) -> bool:
@@ -82,14 +91,31 @@ class ChunkIndexer:
         )
 
     async def _run(self) -> None:
+        failures = 0
         while True:
             self._again = False
             try:
                 indexed = await self.drain()
             except NaviMemoryError as exc:
-                # The queue keeps its rows: the next kick, or `navi-memory backfill`, retries.
+                # The queue keeps its rows, and search reads them exactly meanwhile.
+                if failures < len(self._retry_delays) and not self._closing:
+                    delay = self._retry_delays[failures]
+                    failures += 1
+                    logger.info(
+                        "chunks.index_retry: %s (retry %d in %.2g s)",
+                        exc,
+                        failures,
+                        delay,
+                        extra={"event": "chunks.index_retry"},
+                    )
+                    await self._sleep(delay)
+                    self._again = True
+                    continue
                 logger.warning(
-                    "chunks.index_failed: %s", exc, extra={"event": "chunks.index_failed"}
+                    "chunks.index_failed: %s (the next add_chunks or `navi-memory backfill` "
+                    "retries)",
+                    exc,
+                    extra={"event": "chunks.index_failed"},
                 )
                 return
             except Exception:
@@ -98,10 +124,16 @@ class ChunkIndexer:
                     extra={"event": "chunks.index_failed"},
                 )
                 return
+            failures = 0
             if indexed:
                 logger.debug("chunks.indexed", extra={"event": "chunks.indexed", "rows": indexed})
             if not self._again or self._closing:
                 return
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but wake at once when the indexer is closed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closed.wait(), seconds)
 
     async def wait_idle(self) -> None:
         """Wait until no background drain is running (tests, benchmarks, shutdown)."""
@@ -111,6 +143,7 @@ class ChunkIndexer:
     async def aclose(self) -> None:
         """Stop after the batch in flight; cancel it if it takes longer than the grace."""
         self._closing = True
+        self._closed.set()
         task = self._task
         if task is None or task.done():
             return
