@@ -52,7 +52,7 @@ def section_markdown(report: SectionReport) -> str:
     if report.plans:
         lines += [
             "",
-            "Plans (EXPLAIN (ANALYZE, BUFFERS, SERIALIZE), as search_facts sends them):",
+            "Plans (EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) of the statements the package sends):",
             "",
         ]
         lines += [f"- {plan.title}: {plan.summary}" for plan in report.plans]
