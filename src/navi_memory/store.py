@@ -39,7 +39,7 @@ from navi_memory.errors import (
 )
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.models import FactRow
-from navi_memory.repositories.chunks import INSERT_BATCH, ChunkInsert, ChunkRepository
+from navi_memory.repositories.chunks import INSERT_BATCH, ChunkRepository
 from navi_memory.repositories.facts import FACT_SORT_COLUMNS, FactRepository
 from navi_memory.request_context import (
     current_session_id,
@@ -512,29 +512,17 @@ class MemoryStore:
         if not drafts:
             return 0
         vectors = await self._embed_documents([draft.content for draft in drafts])
-        rows = [
-            ChunkInsert(
-                content=draft.content,
-                content_hash=draft.content_hash,
-                start_seq=draft.start_seq,
-                end_seq=draft.end_seq,
-                started_at=draft.started_at,
-                ended_at=draft.ended_at,
-                breadcrumbs=list(draft.breadcrumbs),
-            )
-            for draft in drafts
-        ]
         # One statement (up to INSERT_BATCH chunks) is its own transaction: no BEGIN and
         # COMMIT round trips. More chunks than that take one transaction.
-        if len(rows) <= INSERT_BATCH:
+        if len(drafts) <= INSERT_BATCH:
             async with single_statement(self._engine) as conn:
                 written = await ChunkRepository(session=conn).insert_many(
-                    uid, sid, rows, vectors, require_session=require_session
+                    uid, sid, drafts, vectors, require_session=require_session
                 )
         else:
             async with unit_of_work(self._sessionmaker) as session:
                 written = await ChunkRepository(session=session).insert_many(
-                    uid, sid, rows, vectors, require_session=require_session
+                    uid, sid, drafts, vectors, require_session=require_session
                 )
         if written is None:
             raise NotFoundError(f"no session {sid!r} for this user")

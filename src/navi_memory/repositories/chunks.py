@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,21 +19,9 @@ from navi_memory.repositories.vectors import (
     HybridSearch,
     vector_param,
 )
+from navi_memory.schemas import ChunkDraft
 
-__all__ = ["ChunkInsert", "ChunkRepository"]
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkInsert:
-    """One memory_chunks row to write (its vector goes apart, see insert_many)."""
-
-    content: str
-    content_hash: str
-    start_seq: int
-    end_seq: int
-    started_at: datetime
-    ended_at: datetime
-    breadcrumbs: list[str]
+__all__ = ["ChunkRepository"]
 
 
 _HALFVEC = f"halfvec({EMBEDDING_DIM})"
@@ -169,7 +156,7 @@ class ChunkRepository:
         self,
         user_id: uuid.UUID,
         session_id: str,
-        rows: Sequence[ChunkInsert],
+        rows: Sequence[ChunkDraft],
         vectors: Sequence[Sequence[float]] | None,
         *,
         require_session: bool,
@@ -196,7 +183,7 @@ class ChunkRepository:
                 "end_seq": [r.end_seq for r in batch],
                 "started_at": [r.started_at for r in batch],
                 "ended_at": [r.ended_at for r in batch],
-                "crumbs": [json.dumps(r.breadcrumbs) for r in batch],
+                "crumbs": [json.dumps(list(r.breadcrumbs)) for r in batch],
                 "vectors": (
                     None
                     if vectors is None
