@@ -41,7 +41,7 @@ backfill: $(STAMP) ## Embed every fact and chunk that has no vector yet
 bench: $(STAMP) ## Benchmarks at 100k rows (prints figures; see docs/benchmarks.md)
 	$(BIN)/python -m benchmarks.run
 
-bench-large: $(STAMP) ## Opt-in: 1M chunks over 10k users (~12 GB disk, ~1 hour here)
+bench-large: $(STAMP) ## Opt-in: 1M chunks over 10k users (~10 GB disk, ~20 min here)
 	$(BIN)/python -m benchmarks.run --large
 
 clean: ## Remove the virtualenv and caches (not the embedded data directory)
