@@ -71,11 +71,15 @@ def _progress_bar(progress: BackfillProgress) -> None:
 
 async def _backfill(settings: Settings) -> int:
     async with open_memory(settings) as memory:
+        recovered = await memory.sessions.index_dropped_history()
         total = await memory.store.backfill_embeddings(
             settings.backfill_batch_size, progress=_progress_bar
         )
         indexed = await memory.store.index_pending_chunks()
-    print(f"backfill: {total} row(s) embedded, {indexed} chunk vector(s) indexed")
+    print(
+        f"backfill: {recovered} chunk(s) of dropped history recovered, {total} row(s) "
+        f"embedded, {indexed} chunk vector(s) indexed"
+    )
     return 0
 
 
@@ -86,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser(
         "backfill",
         help=(
-            "embed every row without a vector (BACKFILL_BATCH_SIZE, BACKFILL_PAUSE_SECONDS), "
-            "then index every queued chunk vector"
+            "index demoted messages no chunk holds, embed every row without a vector "
+            "(BACKFILL_BATCH_SIZE, BACKFILL_PAUSE_SECONDS), then index every queued chunk vector"
         ),
     )
     args = parser.parse_args(argv)

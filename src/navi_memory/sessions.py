@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from itertools import groupby
 from typing import Any, Final, cast, get_args
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -22,6 +26,7 @@ from navi_memory.request_context import read_scope, write_scope
 from navi_memory.schemas import CompressionResult, Message, MessageRole, SessionInfo
 from navi_memory.services.compression import (
     AddChunks,
+    CompressionPlan,
     CompressionService,
     index_raw_chunks,
     nothing_demoted,
@@ -33,6 +38,7 @@ from navi_memory.unit_of_work import unit_of_work
 from navi_memory.validation import check_int, check_optional_text, check_text
 
 __all__ = [
+    "DROPPED_HISTORY_SETTLE",
     "MESSAGE_MAX_CHARS",
     "SESSION_ID_MAX_CHARS",
     "SessionStore",
@@ -49,6 +55,24 @@ TOOL_NAME_MAX_CHARS: Final = 200
 
 ROLES: Final = frozenset(get_args(MessageRole))
 _TOOL_NAME_ROLES: Final = frozenset({"tool_call", "tool"})
+
+DROPPED_HISTORY_SETTLE: Final = timedelta(minutes=10)
+"""index_dropped_history leaves alone sessions compressed more recently than this: a compression
+indexes its messages seconds after its commit."""
+
+logger = logging.getLogger(__name__)
+
+
+def _consecutive(messages: Sequence[Message]) -> Iterator[list[Message]]:
+    """``messages`` (by seq) split where a seq is missing: each run is one stretch of history."""
+    run: list[Message] = []
+    for message in messages:
+        if run and message.seq != run[-1].seq + 1:
+            yield run
+            run = []
+        run.append(message)
+    if run:
+        yield run
 
 
 def check_session_id(session_id: Any) -> str:
@@ -258,6 +282,43 @@ class SessionStore:
             return [to_message(r) for r in await repo.messages(sid, context_only=context_only)]
 
     # --- compression ------------------------------------------------------------------------
+
+    async def index_dropped_history(
+        self, *, settled_for: timedelta = DROPPED_HISTORY_SETTLE
+    ) -> int:
+        """Index as raw chunks the demoted messages that no chunk holds; returns chunks written.
+
+        A compression indexes its messages after its own commit; if that fails (the database
+        went away, the process died) they have left the context but are in no chunk, and no
+        search finds them. This finds them in every user's sessions (an operator's job:
+        ``make backfill`` runs it) and indexes each run of consecutive ones as a compression
+        would, with the breadcrumbs found in them. Sessions whose last summary is younger than
+        ``settled_for`` are left to the compression that may still be indexing them. A no-op
+        when MEMORY_SEARCH_ENABLED is false. Errors propagate (StorageError).
+        """
+        if not self._settings.memory_search_enabled:
+            return 0
+        settled_before = datetime.now(UTC) - settled_for
+        async with unit_of_work(self._sessionmaker) as session:
+            rows = await SessionRepository(session=session).unindexed_demoted(settled_before)
+        written = 0
+        for (user_id, session_id), group in groupby(rows, key=lambda r: (r[0], r[1].session_id)):
+            for run in _consecutive([to_message(row) for _, row in group]):
+                chunks, _ = raw_chunks(
+                    CompressionPlan(demoted=tuple(run)),
+                    [],
+                    max_chars=self._settings.chunk_max_chars,
+                    message_max_chars=self._settings.chunk_message_max_chars,
+                )
+                if chunks:
+                    written += await self._add_chunks(chunks, user_id, session_id)
+        if written:
+            logger.info(
+                "sessions.dropped_history_indexed: %d chunk(s)",
+                written,
+                extra={"event": "sessions.dropped_history_indexed", "rows": written},
+            )
+        return written
 
     async def compress(
         self,

@@ -117,4 +117,5 @@ async def test_backfill_command_reports_progress_and_fails_clearly_without_the_e
     assert done.returncode == 0, done.stderr
     assert "memory_facts" in done.stdout
     assert "3/3" in done.stdout
+    assert "3 row(s) embedded" in done.stdout
     assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0

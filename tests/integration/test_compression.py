@@ -444,3 +444,53 @@ async def test_an_ollama_failure_falls_back_to_truncation(
     assert result.summary is not None and result.summary.content == FALLBACK.format(n=4)
     assert len(fake_ollama.requests_to("/api/chat")) >= 1
     assert len(recorder.calls) == 1
+
+
+async def test_messages_whose_indexing_failed_are_indexed_by_the_repair_exactly_once(
+    memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    from datetime import timedelta
+
+    from sqlalchemy import text
+
+    store = SessionStore(
+        sessionmaker=memory.sessionmaker,
+        settings=memory.settings,
+        chat_model=ScriptedChatModel(["First.\nKEYS: NONE", "Second.\nKEYS: NONE"]),
+        add_chunks=memory.store.add_chunks_for_session,
+    )
+    uid = await new_user(memory)
+    await seed(store, uid, 6)
+    # A real failure of the chunk insert after each compression's commit.
+    async with memory.engine.begin() as conn:
+        await conn.execute(
+            text("ALTER TABLE memory_chunks ADD CONSTRAINT refuse CHECK (false) NOT VALID")
+        )
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        assert (await store.compress("s1", keep_last=2, user_id=uid)).chunks_written == 0
+        await seed(store, uid, 4, start=7)
+        assert (await store.compress("s1", keep_last=2, user_id=uid)).chunks_written == 0
+    assert len([r for r in caplog.records if "chunk_index_failed" in r.getMessage()]) == 2
+    async with memory.engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE memory_chunks DROP CONSTRAINT refuse"))
+    assert await chunk_rows(memory, "s1") == []
+
+    # Just compressed: left to the compression that may still be indexing.
+    assert await store.index_dropped_history() == 0
+    assert await store.index_dropped_history(settled_for=timedelta(0)) >= 1
+    # m001..m008 left the context; each is now in exactly one chunk; m009, m010 are in context.
+    assert token_counts(await chunk_rows(memory, "s1")) == {f"m{i:03d}": 1 for i in range(1, 9)}
+    assert await store.index_dropped_history(settled_for=timedelta(0)) == 0
+
+    # A later compression that indexes normally is not repeated by the repair either.
+    await seed(store, uid, 4, start=11)
+    store_ok = SessionStore(
+        sessionmaker=memory.sessionmaker,
+        settings=memory.settings,
+        chat_model=ScriptedChatModel(["Third.\nKEYS: NONE"]),
+        add_chunks=memory.store.add_chunks_for_session,
+    )
+    assert (await store_ok.compress("s1", keep_last=2, user_id=uid)).chunks_written >= 1
+    assert await store.index_dropped_history(settled_for=timedelta(0)) == 0
+    counts = token_counts(await chunk_rows(memory, "s1"))
+    assert counts == {f"m{i:03d}": 1 for i in range(1, 13)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -147,6 +148,42 @@ class SessionRepository:
         else:
             stmt = stmt.order_by(MessageRow.seq)
         return list((await self.session.scalars(stmt)).all())
+
+    async def unindexed_demoted(
+        self, settled_before: datetime
+    ) -> list[tuple[uuid.UUID, MessageRow]]:
+        """Every demoted conversation message (not system) that no raw chunk of its session
+        covers (start_seq..end_seq), with the session's owner, by session then seq — in
+        sessions whose last summary was written before ``settled_before``, so a compression
+        still indexing its own messages is left alone. Every user's: for backfill."""
+        last_summary = (
+            select(func.max(MessageRow.created_at))
+            .where(MessageRow.session_id == SessionRow.id, MessageRow.kind == "summary")
+            .correlate(SessionRow)
+            .scalar_subquery()
+        )
+        covered = (
+            select(ChunkRow.id)
+            .where(
+                ChunkRow.user_id == SessionRow.user_id,
+                ChunkRow.session_id == MessageRow.session_id,
+                MessageRow.seq.between(ChunkRow.start_seq, ChunkRow.end_seq),
+            )
+            .exists()
+        )
+        stmt = (
+            select(SessionRow.user_id, MessageRow)
+            .join(SessionRow, SessionRow.id == MessageRow.session_id)
+            .where(
+                MessageRow.is_context.is_(False),
+                MessageRow.kind == "message",
+                MessageRow.role != "system",
+                last_summary < settled_before,
+                ~covered,
+            )
+            .order_by(MessageRow.session_id, MessageRow.seq)
+        )
+        return [(row[0], row[1]) for row in (await self.session.execute(stmt)).all()]
 
     async def context_kinds(self, session_id: str) -> dict[int, str]:
         """id → kind of every message now in the session's context."""
