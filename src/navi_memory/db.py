@@ -286,12 +286,13 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
         )
     if caps.hnsw_iterative_scan not in ("relaxed_order", "strict_order"):
         # Without it a per-user HNSW scan silently returns too few hits.
+        database = make_url(url).database or "<database>"
         raise ConfigError(
             f"the connections to {where} do not carry hnsw.iterative_scan = relaxed_order "
             f"(found {caps.hnsw_iterative_scan or 'nothing'}): a pooler dropping startup "
             "parameters (PgBouncer in transaction mode)? Set them on the database: ALTER "
-            "DATABASE <name> SET hnsw.iterative_scan = relaxed_order; ALTER DATABASE <name> "
-            "SET hnsw.ef_search = 100"
+            f"DATABASE {database} SET hnsw.iterative_scan = relaxed_order; ALTER DATABASE "
+            f"{database} SET hnsw.ef_search = <HNSW_EF_SEARCH, 100 by default>"
         )
 
 

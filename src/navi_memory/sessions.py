@@ -12,17 +12,22 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
-from itertools import groupby
+from datetime import timedelta
 from typing import Any, Final, cast, get_args
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
-from navi_memory.errors import InvalidInputError, InvalidTypeError, NotFoundError
+from navi_memory.constants import PERMISSION_READ_ALL
+from navi_memory.errors import (
+    InvalidInputError,
+    InvalidTypeError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from navi_memory.llm.chat import ChatModel
 from navi_memory.repositories.sessions import SessionRepository, to_message
-from navi_memory.request_context import read_scope, write_scope
+from navi_memory.request_context import current_user_id, has_permission, read_scope, write_scope
 from navi_memory.schemas import CompressionResult, Message, MessageRole, SessionInfo
 from navi_memory.services.compression import (
     AddChunks,
@@ -292,26 +297,48 @@ class SessionStore:
         went away, the process died) they have left the context but are in no chunk, and no
         search finds them. This finds them in every user's sessions (an operator's job:
         ``make backfill`` runs it) and indexes each run of consecutive ones as a compression
-        would, with the breadcrumbs found in them. Sessions whose last summary is younger than
-        ``settled_for`` are left to the compression that may still be indexing them. A no-op
-        when MEMORY_SEARCH_ENABLED is false. Errors propagate (StorageError).
+        would, with the breadcrumbs found in them (old summaries, markers and system messages
+        ride along in a run and are skipped, as in a compression, so the packing is the
+        compression's). Sessions whose last summary is younger than ``settled_for`` (database
+        clock) are left to the compression that may still be indexing them; a session with
+        demoted messages and no summary at all (only SQL of its own makes one) is not visited.
+        A no-op when MEMORY_SEARCH_ENABLED is false. Inside a request context it needs
+        ``navi.memory.read_all``. A session deleted meanwhile is skipped; other errors
+        propagate (StorageError).
         """
+        if current_user_id() is not None and not has_permission(PERMISSION_READ_ALL):
+            raise PermissionDeniedError(
+                "index_dropped_history works on every user's sessions: run it outside a "
+                f"request context (an operator's job), or with {PERMISSION_READ_ALL}"
+            )
         if not self._settings.memory_search_enabled:
             return 0
-        settled_before = datetime.now(UTC) - settled_for
+        settle = settled_for.total_seconds()
         async with unit_of_work(self._sessionmaker) as session:
-            rows = await SessionRepository(session=session).unindexed_demoted(settled_before)
+            owned = await SessionRepository(session=session).sessions_with_dropped_history(settle)
         written = 0
-        for (user_id, session_id), group in groupby(rows, key=lambda r: (r[0], r[1].session_id)):
-            for run in _consecutive([to_message(row) for _, row in group]):
-                chunks, _ = raw_chunks(
-                    CompressionPlan(demoted=tuple(run)),
-                    [],
-                    max_chars=self._settings.chunk_max_chars,
-                    message_max_chars=self._settings.chunk_message_max_chars,
+        for user_id, session_id in owned:
+            async with unit_of_work(self._sessionmaker) as session:
+                rows = await SessionRepository(session=session).dropped_history(
+                    user_id, session_id, settle
                 )
-                if chunks:
-                    written += await self._add_chunks(chunks, user_id, session_id)
+            try:
+                for run in _consecutive([to_message(row) for row in rows]):
+                    chunks, _ = raw_chunks(
+                        CompressionPlan(demoted=tuple(run)),
+                        [],
+                        max_chars=self._settings.chunk_max_chars,
+                        message_max_chars=self._settings.chunk_message_max_chars,
+                    )
+                    if chunks:
+                        written += await self._add_chunks(chunks, user_id, session_id)
+            except NotFoundError:
+                # Deleted meanwhile: its messages went with it.
+                logger.info(
+                    "sessions.dropped_history_skipped: session %s was deleted meanwhile",
+                    session_id,
+                    extra={"event": "sessions.dropped_history_skipped"},
+                )
         if written:
             logger.info(
                 "sessions.dropped_history_indexed: %d chunk(s)",

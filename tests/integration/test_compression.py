@@ -494,3 +494,79 @@ async def test_messages_whose_indexing_failed_are_indexed_by_the_repair_exactly_
     assert await store.index_dropped_history(settled_for=timedelta(0)) == 0
     counts = token_counts(await chunk_rows(memory, "s1"))
     assert counts == {f"m{i:03d}": 1 for i in range(1, 13)}
+
+
+async def _refuse_chunks(memory: Memory, refuse: bool) -> None:
+    from sqlalchemy import text
+
+    sql = (
+        "ALTER TABLE memory_chunks ADD CONSTRAINT refuse CHECK (false) NOT VALID"
+        if refuse
+        else "ALTER TABLE memory_chunks DROP CONSTRAINT refuse"
+    )
+    async with memory.engine.begin() as conn:
+        await conn.execute(text(sql))
+
+
+def _store(memory: Memory, replies: list[str], add_chunks: object = None) -> SessionStore:
+    return SessionStore(
+        sessionmaker=memory.sessionmaker,
+        settings=memory.settings,
+        chat_model=ScriptedChatModel(replies),
+        add_chunks=add_chunks or memory.store.add_chunks_for_session,  # type: ignore[arg-type]
+    )
+
+
+async def test_the_repair_packs_a_failed_compression_as_the_compression_would_have(
+    memory: Memory,
+) -> None:
+    from datetime import timedelta
+
+    uid = await new_user(memory)
+    for sid in ("ok", "failed"):
+        store = _store(memory, ["S.\nKEYS: NONE"])
+        await store.create(sid, user_id=uid)
+        for i in range(1, 7):
+            # A system message in the middle: skipped by the chunks, it must not split them.
+            role = "system" if i == 3 else ("user" if i % 2 else "assistant")
+            await store.append(sid, role, f"m{i:03d} says something", user_id=uid)
+        if sid == "failed":
+            await _refuse_chunks(memory, True)
+        await store.compress(sid, keep_last=1, user_id=uid)
+        if sid == "failed":
+            await _refuse_chunks(memory, False)
+    assert await chunk_rows(memory, "failed") == []
+    assert await _store(memory, []).index_dropped_history(settled_for=timedelta(0)) >= 1
+    normal = [content for content, _ in await chunk_rows(memory, "ok")]
+    repaired = [content for content, _ in await chunk_rows(memory, "failed")]
+    assert repaired == normal and "m003" not in "".join(repaired)
+
+
+async def test_the_repair_is_an_operators_job_and_skips_sessions_deleted_meanwhile(
+    memory: Memory,
+) -> None:
+    from datetime import timedelta
+
+    from navi_memory import PERMISSION_READ_ALL, PermissionDeniedError, request_context
+
+    uid = await new_user(memory)
+    for sid in ("a", "b"):
+        store = _store(memory, ["S.\nKEYS: NONE"])
+        await seed(store, uid, 4, sid=sid)
+        await _refuse_chunks(memory, True)
+        await store.compress(sid, keep_last=1, user_id=uid)
+        await _refuse_chunks(memory, False)
+
+    with request_context(user_id=uid), pytest.raises(PermissionDeniedError, match="read_all"):
+        await _store(memory, []).index_dropped_history(settled_for=timedelta(0))
+
+    async def delete_a_first(chunks: object, user_id: uuid.UUID, session_id: str) -> int:
+        if session_id == "a":
+            assert await memory.sessions.delete("a", user_id=user_id)
+        return await memory.store.add_chunks_for_session(chunks, user_id, session_id)  # type: ignore[arg-type]
+
+    repair = _store(memory, [], add_chunks=delete_a_first)
+    with request_context(user_id=uid, permissions=[PERMISSION_READ_ALL]):
+        assert await repair.index_dropped_history(settled_for=timedelta(0)) == 1
+    assert await chunk_rows(memory, "a") == []
+    assert token_counts(await chunk_rows(memory, "b")) == {f"m{i:03d}": 1 for i in range(1, 4)}

@@ -310,16 +310,31 @@ class ChunkRepository:
         """Queue every chunk that has a vector but is in neither memory_chunk_vectors nor the
         queue (written by SQL of its own, restored from a dump of memory_chunks alone, or by a
         process older than revision 0004); returns how many. A full scan: for backfill."""
-        result = await self.session.execute(
-            text(
-                "INSERT INTO memory_chunk_vector_queue (chunk_id, user_id) "
-                "SELECT c.id, c.user_id FROM memory_chunks c "
-                "WHERE c.embedding IS NOT NULL AND NOT EXISTS "
-                "(SELECT 1 FROM memory_chunk_vectors v WHERE v.chunk_id = c.id) "
-                "ON CONFLICT (chunk_id) DO NOTHING RETURNING chunk_id"
+        queued = (
+            await self.session.execute(
+                text(
+                    "WITH added AS ("
+                    " INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)"
+                    " SELECT c.id, c.user_id FROM memory_chunks c"
+                    " WHERE c.embedding IS NOT NULL AND NOT EXISTS"
+                    " (SELECT 1 FROM memory_chunk_vectors v WHERE v.chunk_id = c.id)"
+                    " ON CONFLICT (chunk_id) DO NOTHING RETURNING chunk_id)"
+                    " SELECT count(*) FROM added"
+                )
             )
-        )
-        return len(result.all())
+        ).scalar_one()
+        # An indexer that committed while the INSERT ran took rows it did not see yet: a new
+        # statement sees that commit, and drops what is now queued and indexed both.
+        dropped = (
+            await self.session.execute(
+                text(
+                    "WITH gone AS (DELETE FROM memory_chunk_vector_queue q"
+                    " USING memory_chunk_vectors v WHERE v.chunk_id = q.chunk_id"
+                    " RETURNING q.chunk_id) SELECT count(*) FROM gone"
+                )
+            )
+        ).scalar_one()
+        return int(queued) - int(dropped)
 
     async def queued_count(self) -> int:
         return int(

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -149,41 +148,69 @@ class SessionRepository:
             stmt = stmt.order_by(MessageRow.seq)
         return list((await self.session.scalars(stmt)).all())
 
-    async def unindexed_demoted(
-        self, settled_before: datetime
-    ) -> list[tuple[uuid.UUID, MessageRow]]:
-        """Every demoted conversation message (not system) that no raw chunk of its session
-        covers (start_seq..end_seq), with the session's owner, by session then seq — in
-        sessions whose last summary was written before ``settled_before``, so a compression
-        still indexing its own messages is left alone. Every user's: for backfill."""
-        last_summary = (
-            select(func.max(MessageRow.created_at))
-            .where(MessageRow.session_id == SessionRow.id, MessageRow.kind == "summary")
-            .correlate(SessionRow)
+    async def sessions_with_dropped_history(
+        self, settle_seconds: float
+    ) -> list[tuple[uuid.UUID, str]]:
+        """(owner, session) of every session holding a demoted conversation message that no raw
+        chunk covers (start_seq..end_seq), among sessions whose last summary is older than
+        ``settle_seconds`` (database clock): a compression still indexing is left alone. Every
+        user's: for backfill. Linear: one pass over summaries, chunks and demoted messages."""
+        rows = await self.session.execute(
+            text(
+                """
+                WITH settled AS (
+                    SELECT session_id FROM session_messages WHERE kind = 'summary'
+                    GROUP BY session_id
+                    HAVING max(created_at) < now() - make_interval(secs => :settle)
+                ),
+                covered AS (
+                    SELECT c.user_id, c.session_id,
+                           range_agg(int4range(c.start_seq, c.end_seq, '[]')) AS seqs
+                    FROM memory_chunks c JOIN settled t ON t.session_id = c.session_id
+                    GROUP BY c.user_id, c.session_id
+                )
+                SELECT DISTINCT s.user_id, m.session_id
+                FROM session_messages m
+                JOIN settled t ON t.session_id = m.session_id
+                JOIN sessions s ON s.id = m.session_id
+                LEFT JOIN covered c ON c.user_id = s.user_id AND c.session_id = m.session_id
+                WHERE NOT m.is_context AND m.kind = 'message' AND m.role <> 'system'
+                  AND (c.seqs IS NULL OR NOT c.seqs @> m.seq)
+                ORDER BY m.session_id
+                """
+            ),
+            {"settle": settle_seconds},
+        )
+        return [(row[0], row[1]) for row in rows]
+
+    async def dropped_history(
+        self, user_id: uuid.UUID, session_id: str, settle_seconds: float
+    ) -> list[MessageRow]:
+        """The session's demoted rows (every kind: build_chunks skips what is not conversation,
+        and keeping them keeps a run whole) that no chunk covers, by seq; none unless the
+        session's last summary is older than ``settle_seconds``."""
+        covered = (
+            select(func.range_agg(func.int4range(ChunkRow.start_seq, ChunkRow.end_seq, "[]")))
+            .where(ChunkRow.user_id == user_id, ChunkRow.session_id == session_id)
             .scalar_subquery()
         )
-        covered = (
-            select(ChunkRow.id)
-            .where(
-                ChunkRow.user_id == SessionRow.user_id,
-                ChunkRow.session_id == MessageRow.session_id,
-                MessageRow.seq.between(ChunkRow.start_seq, ChunkRow.end_seq),
-            )
-            .exists()
+        last_summary = (
+            select(func.max(MessageRow.created_at))
+            .where(MessageRow.session_id == session_id, MessageRow.kind == "summary")
+            .scalar_subquery()
         )
         stmt = (
-            select(SessionRow.user_id, MessageRow)
-            .join(SessionRow, SessionRow.id == MessageRow.session_id)
+            select(MessageRow)
             .where(
+                MessageRow.session_id == session_id,
                 MessageRow.is_context.is_(False),
-                MessageRow.kind == "message",
-                MessageRow.role != "system",
-                last_summary < settled_before,
-                ~covered,
+                or_(covered.is_(None), ~covered.op("@>")(MessageRow.seq)),
+                last_summary
+                < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, settle_seconds),
             )
-            .order_by(MessageRow.session_id, MessageRow.seq)
+            .order_by(MessageRow.seq)
         )
-        return [(row[0], row[1]) for row in (await self.session.execute(stmt)).all()]
+        return list((await self.session.scalars(stmt)).all())
 
     async def context_kinds(self, session_id: str) -> dict[int, str]:
         """id → kind of every message now in the session's context."""

@@ -57,7 +57,8 @@ class HybridSearch:
     nearest: str | None = None
     """The nearest-neighbour CTE's body (``id`` and ``approx`` rows, at most ``:limit``) when
     the vectors are indexed elsewhere than ``table.embedding``. The vector pass then takes the
-    exact distance from ``table.embedding`` for those rows. Default: an exact-order scan of
+    exact distance from ``table.embedding`` for those rows, each once (a row found by two
+    branches of ``nearest`` is one hit). Default: an exact-order scan of
     ``table`` itself (the HNSW index on its ``embedding``)."""
 
     async def run(
@@ -99,7 +100,7 @@ class HybridSearch:
             nearest AS MATERIALIZED ({self.nearest}),
             exact AS (
                 SELECT {a}.id, {a}.embedding <=> {QUERY_VECTOR} AS distance
-                FROM nearest n JOIN {self.table} {a} ON {a}.id = n.id
+                FROM (SELECT DISTINCT id FROM nearest) n JOIN {self.table} {a} ON {a}.id = n.id
             ),
             vec AS (SELECT id, distance FROM exact WHERE distance < :max_distance)"""
             ctes = f"""
