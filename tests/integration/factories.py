@@ -28,3 +28,18 @@ async def new_session_row(memory: Memory, user_id: uuid.UUID, session_id: str | 
 async def scalar(memory: Memory, sql: str, **params: object) -> object:
     async with memory.engine.connect() as conn:
         return (await conn.execute(text(sql), params)).scalar()
+
+
+async def execute(memory: Memory, sql: str, **params: object) -> None:
+    """Run ``sql`` in a transaction of its own."""
+    async with memory.engine.begin() as conn:
+        await conn.execute(text(sql), params)
+
+
+async def refuse_inserts(memory: Memory, table: str, refuse: bool = True) -> None:
+    """A real failure of every later INSERT into ``table`` (a CHECK no row meets, NOT VALID so
+    the rows already there are not checked), or, with ``refuse=False``, its end."""
+    if refuse:
+        await execute(memory, f"ALTER TABLE {table} ADD CONSTRAINT refuse CHECK (false) NOT VALID")
+    else:
+        await execute(memory, f"ALTER TABLE {table} DROP CONSTRAINT refuse")

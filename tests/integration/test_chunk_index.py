@@ -17,7 +17,7 @@ from navi_memory.schemas import ChunkDraft
 from navi_memory.services.chunk_index import ChunkIndexer
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
-from tests.integration.factories import new_user, scalar
+from tests.integration.factories import execute, new_user, refuse_inserts, scalar
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 TOPICS = (
@@ -200,22 +200,11 @@ async def test_two_indexers_share_the_queue_without_doing_a_row_twice(
         assert await counts(one) == (0, 120)
 
 
-async def refuse_vectors(memory: Memory, refuse: bool) -> None:
-    """A real failure of the indexer's INSERT, not a stand-in: a constraint every row violates."""
-    sql = (
-        "ALTER TABLE memory_chunk_vectors ADD CONSTRAINT refuse CHECK (false) NOT VALID"
-        if refuse
-        else "ALTER TABLE memory_chunk_vectors DROP CONSTRAINT refuse"
-    )
-    async with memory.engine.begin() as conn:
-        await conn.execute(text(sql))
-
-
 async def test_a_failing_background_indexer_retries_and_the_queue_keeps_its_rows(
     memory: Memory, caplog: pytest.LogCaptureFixture
 ) -> None:
     uid = await new_user(memory)
-    await refuse_vectors(memory, True)
+    await refuse_inserts(memory, "memory_chunk_vectors", True)
     with caplog.at_level(logging.INFO, logger="navi_memory"):
         await memory.store.add_chunks(drafts("f"), user_id=uid, session_id="s1")
         for _ in range(100):  # until the first failure is seen
@@ -226,7 +215,8 @@ async def test_a_failing_background_indexer_retries_and_the_queue_keeps_its_rows
         # Searchable meanwhile, exactly, from the queue.
         hits = await memory.store.search_chunks(TOPICS[2], user_id=uid)
         assert hits and hits[0].via == "vector"
-        await refuse_vectors(memory, False)  # the cause goes away: the next retry succeeds
+        # The cause goes away: the next retry succeeds.
+        await refuse_inserts(memory, "memory_chunk_vectors", False)
         await memory.store.wait_chunk_indexing()
     assert await counts(memory) == (0, 8)
     assert not [r for r in caplog.records if "chunks.index_failed" in r.getMessage()]
@@ -239,7 +229,7 @@ async def test_a_background_indexer_that_keeps_failing_gives_up_and_says_so(
     uid = await new_user(memory)
     await memory.store.add_chunks(drafts("g"), user_id=uid, session_id="s1")
     await memory.store.index_pending_chunks()
-    await refuse_vectors(memory, True)
+    await refuse_inserts(memory, "memory_chunk_vectors", True)
     await memory.store.add_chunks(drafts("h"), user_id=uid, session_id="s1")
     indexer = ChunkIndexer(
         memory.sessionmaker, batch_size=8, background=True, retry_delays=(0.0, 0.01)
@@ -255,7 +245,7 @@ async def test_a_background_indexer_that_keeps_failing_gives_up_and_says_so(
     assert queued == 8  # nothing lost: `make backfill` or the next kick indexes them
     with pytest.raises(StorageError, match="refuse"):
         await memory.store.index_pending_chunks()
-    await refuse_vectors(memory, False)
+    await refuse_inserts(memory, "memory_chunk_vectors", False)
     assert await memory.store.index_pending_chunks() == 8
 
 
@@ -319,15 +309,13 @@ async def test_backfill_queues_chunk_vectors_that_no_index_holds(manual: Memory)
     await manual.store.index_pending_chunks()
     # A chunk written by SQL of its own (or by a process older than revision 0004): it has a
     # vector, but neither the index table nor the queue knows it.
-    async with manual.engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
-                "start_seq, end_seq, started_at, ended_at, embedding) "
-                "SELECT user_id, 's2', 'stray ' || content, 'stray', 1, 1, now(), now(), "
-                "embedding FROM memory_chunks WHERE content LIKE '%note 4:%'"
-            )
-        )
+    await execute(
+        manual,
+        "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
+        "start_seq, end_seq, started_at, ended_at, embedding) "
+        "SELECT user_id, 's2', 'stray ' || content, 'stray', 1, 1, now(), now(), "
+        "embedding FROM memory_chunks WHERE content LIKE '%note 4:%'",
+    )
     hits = await manual.store.search_chunks(TOPICS[4], user_id=uid, session_id="s2")
     assert [h.via for h in hits] == ["text"]  # not in the vector pass yet
     assert await manual.store.backfill_embeddings() == 0  # nothing lacked a vector
@@ -356,13 +344,11 @@ async def test_a_chunk_both_queued_and_indexed_is_one_hit_and_backfill_tidies_it
     await manual.store.add_chunks(drafts("both", 8), user_id=uid, session_id="s1")
     await manual.store.index_pending_chunks()
     # What a requeue racing an indexer's commit can leave: a chunk in both tables.
-    async with manual.engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO memory_chunk_vector_queue (chunk_id, user_id) "
-                "SELECT chunk_id, user_id FROM memory_chunk_vectors"
-            )
-        )
+    await execute(
+        manual,
+        "INSERT INTO memory_chunk_vector_queue (chunk_id, user_id) "
+        "SELECT chunk_id, user_id FROM memory_chunk_vectors",
+    )
     assert await counts(manual) == (8, 8)
     hits = await manual.store.search_chunks(TOPICS[0], user_id=uid, limit=50)
     ids = [h.id for h in hits]

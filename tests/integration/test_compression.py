@@ -25,7 +25,7 @@ from navi_memory.schemas import Message
 from navi_memory.services.compression import SUMMARY_PROMPT
 from navi_memory.sessions import SessionStore
 from navi_memory.testing import FakeOllama, ScriptedChatModel
-from tests.integration.factories import new_user, scalar
+from tests.integration.factories import new_user, refuse_inserts, scalar
 from tests.integration.test_sessions import chunk_rows, make_store
 
 FALLBACK = "Earlier conversation ({n} messages) was truncated; search memory for details."
@@ -451,7 +451,6 @@ async def test_messages_whose_indexing_failed_are_indexed_by_the_repair_exactly_
 ) -> None:
     from datetime import timedelta
 
-    from sqlalchemy import text
 
     store = SessionStore(
         sessionmaker=memory.sessionmaker,
@@ -462,17 +461,13 @@ async def test_messages_whose_indexing_failed_are_indexed_by_the_repair_exactly_
     uid = await new_user(memory)
     await seed(store, uid, 6)
     # A real failure of the chunk insert after each compression's commit.
-    async with memory.engine.begin() as conn:
-        await conn.execute(
-            text("ALTER TABLE memory_chunks ADD CONSTRAINT refuse CHECK (false) NOT VALID")
-        )
+    await refuse_inserts(memory, "memory_chunks")
     with caplog.at_level(logging.WARNING, logger="navi_memory"):
         assert (await store.compress("s1", keep_last=2, user_id=uid)).chunks_written == 0
         await seed(store, uid, 4, start=7)
         assert (await store.compress("s1", keep_last=2, user_id=uid)).chunks_written == 0
     assert len([r for r in caplog.records if "chunk_index_failed" in r.getMessage()]) == 2
-    async with memory.engine.begin() as conn:
-        await conn.execute(text("ALTER TABLE memory_chunks DROP CONSTRAINT refuse"))
+    await refuse_inserts(memory, "memory_chunks", False)
     assert await chunk_rows(memory, "s1") == []
 
     # Just compressed: left to the compression that may still be indexing.
@@ -494,18 +489,6 @@ async def test_messages_whose_indexing_failed_are_indexed_by_the_repair_exactly_
     assert await store.index_dropped_history(settled_for=timedelta(0)) == 0
     counts = token_counts(await chunk_rows(memory, "s1"))
     assert counts == {f"m{i:03d}": 1 for i in range(1, 13)}
-
-
-async def _refuse_chunks(memory: Memory, refuse: bool) -> None:
-    from sqlalchemy import text
-
-    sql = (
-        "ALTER TABLE memory_chunks ADD CONSTRAINT refuse CHECK (false) NOT VALID"
-        if refuse
-        else "ALTER TABLE memory_chunks DROP CONSTRAINT refuse"
-    )
-    async with memory.engine.begin() as conn:
-        await conn.execute(text(sql))
 
 
 def _store(memory: Memory, replies: list[str], add_chunks: object = None) -> SessionStore:
@@ -531,10 +514,10 @@ async def test_the_repair_packs_a_failed_compression_as_the_compression_would_ha
             role = "system" if i == 3 else ("user" if i % 2 else "assistant")
             await store.append(sid, role, f"m{i:03d} says something", user_id=uid)
         if sid == "failed":
-            await _refuse_chunks(memory, True)
+            await refuse_inserts(memory, "memory_chunks", True)
         await store.compress(sid, keep_last=1, user_id=uid)
         if sid == "failed":
-            await _refuse_chunks(memory, False)
+            await refuse_inserts(memory, "memory_chunks", False)
     assert await chunk_rows(memory, "failed") == []
     assert await _store(memory, []).index_dropped_history(settled_for=timedelta(0)) >= 1
     normal = [content for content, _ in await chunk_rows(memory, "ok")]
@@ -553,9 +536,9 @@ async def test_the_repair_is_an_operators_job_and_skips_sessions_deleted_meanwhi
     for sid in ("a", "b"):
         store = _store(memory, ["S.\nKEYS: NONE"])
         await seed(store, uid, 4, sid=sid)
-        await _refuse_chunks(memory, True)
+        await refuse_inserts(memory, "memory_chunks", True)
         await store.compress(sid, keep_last=1, user_id=uid)
-        await _refuse_chunks(memory, False)
+        await refuse_inserts(memory, "memory_chunks", False)
 
     with request_context(user_id=uid), pytest.raises(PermissionDeniedError, match="read_all"):
         await _store(memory, []).index_dropped_history(settled_for=timedelta(0))

@@ -54,6 +54,7 @@ def test_urls_are_made_async_and_redacted() -> None:
 def test_connections_without_iterative_hnsw_scans_are_refused_with_the_fix(
     found: str | None,
 ) -> None:
-    with pytest.raises(ConfigError, match=r"hnsw.iterative_scan.*ALTER DATABASE navi SET") as caught:
+    fix = r"hnsw.iterative_scan.*ALTER DATABASE navi SET"
+    with pytest.raises(ConfigError, match=fix) as caught:
         check_capabilities(caps(hnsw_iterative_scan=found), URL)
     assert "secret" not in str(caught.value)
