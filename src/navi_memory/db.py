@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -40,6 +44,7 @@ __all__ = [
     "redact_url",
     "resolve_database_url",
     "to_async_url",
+    "vector_binary",
     "vector_search_settings",
 ]
 
@@ -168,19 +173,30 @@ async def register_vector_codec(conn: asyncpg.Connection) -> None:
     )
 
 
+_VECTOR_HEADER = struct.Struct(">HH")
+
+
+def vector_binary(vector: Sequence[float]) -> bytes:
+    """pgvector's binary form of a vector (float32), built in one C pass: what the repositories
+    bind for a ``vector`` parameter. Being bytes, an array of vectors holds it as one element
+    (a list would be taken for a second dimension)."""
+    values = array("f", vector)  # a copy: the byte swap must not touch the caller's array
+    if sys.byteorder == "little":
+        values.byteswap()
+    return _VECTOR_HEADER.pack(len(values), 0) + values.tobytes()
+
+
 def encode_vector(value: object) -> bytes:
-    """pgvector's binary form of a vector given as that form already (bytes, from
-    repositories.vectors.vector_param), a list or sequence of floats, a ``pgvector.Vector``, or
-    pgvector's text form (what the ORM's Vector column type sends)."""
+    """The connection codec's encoder: a vector given in pgvector's binary form already
+    (vector_binary), as a ``pgvector.Vector``, as pgvector's text form (what the ORM's Vector
+    column type sends), or as a sequence of floats."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, Vector):
         return value.to_binary()
     if isinstance(value, str):
         return Vector.from_text(value).to_binary()
-    if not isinstance(value, list):
-        value = list(value)  # type: ignore[call-overload]
-    return Vector(value).to_binary()
+    return vector_binary(value)  # type: ignore[arg-type]
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

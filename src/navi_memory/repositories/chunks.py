@@ -12,12 +12,12 @@ from sqlalchemy import ColumnElement, RowMapping, func, literal, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.constants import EMBEDDING_DIM
+from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow, ChunkVectorQueueRow, MessageRow, SessionRow
 from navi_memory.repositories.facts import escape_like
 from navi_memory.repositories.vectors import (
     QUERY_VECTOR,
     HybridSearch,
-    vector_param,
 )
 from navi_memory.schemas import ChunkDraft
 
@@ -187,7 +187,7 @@ class ChunkRepository:
                 "vectors": (
                     None
                     if vectors is None
-                    else [vector_param(v) for v in vectors[start : start + INSERT_BATCH]]
+                    else [vector_binary(v) for v in vectors[start : start + INSERT_BATCH]]
                 ),
             }
             result = (await self.session.execute(_INSERT, params)).one()
@@ -251,12 +251,10 @@ class ChunkRepository:
         )
         return list((await self.session.execute(stmt)).mappings())
 
-    async def session_owner(self, session_id: str, *, lock: bool = False) -> uuid.UUID | None:
-        """The session's owner; ``lock`` holds a share lock on its row (a delete waits)."""
-        stmt = select(SessionRow.user_id).where(SessionRow.id == session_id)
-        if lock:
-            stmt = stmt.with_for_update(read=True)
-        return await self.session.scalar(stmt)
+    async def session_owner(self, session_id: str) -> uuid.UUID | None:
+        return await self.session.scalar(
+            select(SessionRow.user_id).where(SessionRow.id == session_id)
+        )
 
     async def latest_summary_at(self, session_id: str) -> datetime | None:
         return await self.session.scalar(
@@ -294,7 +292,7 @@ class ChunkRepository:
                 " INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)"
                 " SELECT id, user_id FROM filled ON CONFLICT (chunk_id) DO NOTHING"
             ),
-            {"id": chunk_id, "vec": vector_param(embedding)},
+            {"id": chunk_id, "vec": vector_binary(embedding)},
         )
 
     # --- the vector index -------------------------------------------------------------------

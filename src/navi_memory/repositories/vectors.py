@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import struct
-import sys
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,23 +9,12 @@ from typing import Any
 from sqlalchemy import RowMapping, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-__all__ = ["QUERY_VECTOR", "HybridSearch", "vector_param"]
+from navi_memory.db import vector_binary
+
+__all__ = ["QUERY_VECTOR", "HybridSearch"]
 
 QUERY_VECTOR = "CAST(:q AS vector)"
-"""The query vector in SQL, bound with vector_param (binary, see db.register_vector_codec)."""
-
-_VECTOR_HEADER = struct.Struct(">HH")
-
-
-def vector_param(vector: Sequence[float]) -> bytes:
-    """A vector as a bound parameter of type ``vector``: pgvector's binary form (float32), which
-    the connection's codec passes through — and, being bytes, an array of vectors holds it as
-    one element (a list would be taken for a second dimension)."""
-    values = array("f", vector)  # a copy: the byte swap must not touch the caller's array
-    if sys.byteorder == "little":
-        values.byteswap()
-    return _VECTOR_HEADER.pack(len(values), 0) + values.tobytes()
-
+"""The query vector in SQL, bound as db.vector_binary (see db.register_vector_codec)."""
 
 @dataclass(frozen=True, slots=True)
 class HybridSearch:
@@ -109,7 +95,7 @@ class HybridSearch:
             joins = f"LEFT JOIN vec v ON v.id = {a}.id LEFT JOIN txt t ON t.id = {a}.id"
             pick = f"{a}.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)"
             distance = "v.distance"
-            params["q"] = vector_param(query_vector)
+            params["q"] = vector_binary(query_vector)
             params["max_distance"] = max_distance
         else:
             ctes = f"WITH {text_cte.format(exclude='')}"

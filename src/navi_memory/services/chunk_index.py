@@ -56,10 +56,6 @@ class ChunkIndexer:
         self._closing = False
         self._closed = asyncio.Event()
 
-    @property
-    def background(self) -> bool:
-        return self._background
-
     async def drain(self, max_batches: int | None = None) -> int:
         """Index queued vectors until the queue is empty (or ``max_batches`` batches ran);
         returns how many were indexed. Raises StorageError if the database fails."""
