@@ -31,6 +31,12 @@ MIN_PGVECTOR: Final = (0, 8, 0)
 PERMISSION_READ_ALL: Final = "navi.memory.read_all"
 """The permission a global (all users) read needs."""
 
+PERMISSION_MAX_CHARS: Final = 200
+"""Longest permission name request_context accepts."""
+
+SESSION_ID_MAX_CHARS: Final = 200
+"""Longest session id accepted anywhere (a session id is caller-chosen text)."""
+
 MAX_TEXT_CHARS: Final = 100_000
 """Longest category/key/value/query text accepted; longer input is refused, not truncated."""
 

@@ -18,7 +18,7 @@ from typing import Any, Final, cast, get_args
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
-from navi_memory.constants import PERMISSION_READ_ALL
+from navi_memory.constants import PERMISSION_READ_ALL, SESSION_ID_MAX_CHARS
 from navi_memory.errors import (
     InvalidInputError,
     InvalidTypeError,
@@ -54,7 +54,6 @@ MESSAGE_MAX_CHARS: Final = 1_000_000
 """Longest message content (and serialised tool_args) accepted; a tool may return a whole file,
 but more than this is a bug upstream, refused rather than truncated."""
 
-SESSION_ID_MAX_CHARS: Final = 200
 TITLE_MAX_CHARS: Final = 1_000
 TOOL_NAME_MAX_CHARS: Final = 200
 

@@ -50,11 +50,6 @@ def test_user_ids_must_be_uuids() -> None:
         write_scope(42)  # type: ignore[arg-type]
 
 
-_DEFECT_1 = pytest.mark.xfail(
-    strict=True, reason="#9 defect 1: request_context sets the user before validating"
-)
-
-
 def _context() -> tuple[object, object, object]:
     from navi_memory.request_context import current_permissions, current_session_id
 
@@ -64,15 +59,15 @@ def _context() -> tuple[object, object, object]:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        pytest.param({"permissions": None}, "permissions", marks=_DEFECT_1),
+        pytest.param({"permissions": None}, "permissions"),
         # a str, not a list of them
-        pytest.param({"permissions": PERMISSION_READ_ALL}, "permissions", marks=_DEFECT_1),
-        pytest.param({"permissions": [PERMISSION_READ_ALL, 7]}, "permission", marks=_DEFECT_1),
-        pytest.param({"permissions": ["navi.memory\x00read_all"]}, "permission", marks=_DEFECT_1),
-        pytest.param({"session_id": 42}, "session_id", marks=_DEFECT_1),
-        pytest.param({"session_id": "s\x00"}, "session_id", marks=_DEFECT_1),
-        pytest.param({"session_id": "x" * 10_000}, "session_id", marks=_DEFECT_1),
-        pytest.param({"session_id": "   "}, "session_id", marks=_DEFECT_1),
+        pytest.param({"permissions": PERMISSION_READ_ALL}, "permissions"),
+        pytest.param({"permissions": [PERMISSION_READ_ALL, 7]}, "permission"),
+        pytest.param({"permissions": ["navi.memory\x00read_all"]}, "permission"),
+        pytest.param({"session_id": 42}, "session_id"),
+        pytest.param({"session_id": "s\x00"}, "session_id"),
+        pytest.param({"session_id": "x" * 10_000}, "session_id"),
+        pytest.param({"session_id": "   "}, "session_id"),
         ({"user_id": "not-a-uuid"}, "UUID"),
     ],
 )
@@ -84,14 +79,15 @@ def test_bad_arguments_leave_the_context_untouched(kwargs: dict[str, object], me
     arguments: dict[str, object] = {"user_id": ALICE, "session_id": "s1", **kwargs}
     with request_context(user_id=BOB, session_id="outer", permissions=["p"]):
         before = _context()
-        with pytest.raises(InvalidInputError, match=message):
-            with request_context(**arguments):  # type: ignore[arg-type]
-                pytest.fail("the block must not run")
+        with (
+            pytest.raises(InvalidInputError, match=message),
+            request_context(**arguments),  # type: ignore[arg-type]
+        ):
+            pytest.fail("the block must not run")
         assert _context() == before
     assert _context() == (None, None, frozenset())
 
 
-@_DEFECT_1
 def test_the_context_is_reset_on_every_exit_path() -> None:
     """An error raised inside the block, and a generator-style early exit, both restore the
     outer context."""
