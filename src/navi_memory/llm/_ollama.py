@@ -27,6 +27,7 @@ __all__ = [
     "new_async_client",
     "redact_host",
     "shorten",
+    "type_phrase",
 ]
 
 _MAX_REASON_CHARS: Final = 300
@@ -111,6 +112,14 @@ def describe_failure(exc: BaseException, timeout: float) -> str:
     if isinstance(exc, pydantic.ValidationError | TypeError):
         return f"answered JSON of the wrong shape: {shorten(str(exc))}"
     return f"failed: {type(exc).__name__}: {shorten(str(exc))}"
+
+
+def type_phrase(value: object) -> str:
+    """What ``value`` is, for a message: ``None``, ``an int``, ``a str``, ``a ChatReply``."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
 
 
 def shorten(text: str) -> str:

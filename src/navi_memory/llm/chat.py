@@ -31,6 +31,7 @@ from navi_memory.llm._ollama import (
     failure_types,
     redact_host,
     shorten,
+    type_phrase,
 )
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ def chat_turns(messages: ChatMessages) -> list[ChatTurn]:
     call id anywhere but on a tool turn: those are the caller's bugs, not the model's failures.
     """
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
-        raise InvalidTypeError(f"messages must be a list of messages, not a {type(messages)}")
+        raise InvalidTypeError(f"messages must be a list of messages, not {type_phrase(messages)}")
     if not messages:
         raise InvalidInputError("a chat needs at least one message")
     return [_turn(index, message) for index, message in enumerate(messages)]
@@ -199,13 +200,13 @@ def checked_tool_specs(tools: Sequence[ToolSpec] | None) -> list[dict[str, Any]]
     if tools is None:
         return []
     if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
-        raise InvalidTypeError(f"tools must be a list of tool specs, not a {type(tools)}")
+        raise InvalidTypeError(f"tools must be a list of tool specs, not {type_phrase(tools)}")
     names: set[str] = set()
     specs: list[dict[str, Any]] = []
     for index, spec in enumerate(tools):
         where = f"tool spec #{index}"
         if not isinstance(spec, Mapping):
-            raise InvalidTypeError(f"{where} is a {type(spec)}, not a mapping")
+            raise InvalidTypeError(f"{where} is {type_phrase(spec)}, not a mapping")
         if spec.get("type", "function") != "function":
             raise InvalidInputError(f"{where} has type {spec.get('type')!r}; only 'function'")
         function = spec.get("function")
@@ -256,13 +257,13 @@ def _turn(index: int, message: object) -> ChatTurn:
         raw_calls = message.get("tool_calls") or ()
         tool_name, call_id = message.get("tool_name"), message.get("tool_call_id")
     else:
-        raise InvalidTypeError(f"{where} is a {type(message)}, not a ChatTurn or a dict")
+        raise InvalidTypeError(f"{where} is {type_phrase(message)}, not a ChatTurn or a dict")
     if role not in _ROLES:
         raise InvalidInputError(
             f"{where} has role {role!r}; use one of {', '.join(sorted(_ROLES))}"
         )
     if not isinstance(content, str):
-        raise InvalidInputError(f"{where} has content of type {type(content)}")
+        raise InvalidInputError(f"{where} has content of type {type(content).__name__}")
     if raw_calls and role != "assistant":
         raise InvalidInputError(f"{where} has tool calls, but only an assistant turn makes them")
     if isinstance(raw_calls, str | bytes | Mapping) or not isinstance(raw_calls, Sequence):
@@ -328,18 +329,18 @@ def parse_tool_call(raw: object) -> ToolCall:
     elif isinstance(raw, Mapping):
         function = raw.get("function", raw)
         if not isinstance(function, Mapping):
-            raise InvalidInputError(f'"function" is a {type(function).__name__}, not an object')
+            raise InvalidInputError(f'"function" is {type_phrase(function)}, not an object')
         name, arguments, call_id = (
             function.get("name"),
             function.get("arguments", {}),
             raw.get("id"),
         )
     else:
-        raise InvalidInputError(f"a {type(raw).__name__} is not a tool call")
+        raise InvalidInputError(f"{type_phrase(raw)} is not a tool call")
     if not isinstance(name, str) or not name.strip():
         raise InvalidInputError("it names no tool")
     if call_id is not None and not isinstance(call_id, str):
-        raise InvalidInputError(f"{name}: its id is a {type(call_id).__name__}, not text")
+        raise InvalidInputError(f"{name}: its id is {type_phrase(call_id)}, not text")
     return ToolCall(name, _arguments(name, arguments), call_id)
 
 
@@ -353,7 +354,7 @@ def _arguments(name: str, arguments: object) -> dict[str, Any]:
             ) from None
     if not isinstance(arguments, Mapping):
         raise InvalidInputError(
-            f"{name}: its arguments are a {type(arguments).__name__}, not an object"
+            f"{name}: its arguments are {type_phrase(arguments)}, not an object"
         )
     if not all(isinstance(key, str) for key in arguments):
         raise InvalidInputError(f"{name}: its arguments have a name that is not text")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.errors import ChatModelError, ConfigError, EmbeddingError, NaviMemoryError
-from navi_memory.llm._ollama import ClientOwner, shorten
+from navi_memory.llm._ollama import ClientOwner, shorten, type_phrase
 from navi_memory.llm.chat import (
     ChatMessages,
     ChatModel,
@@ -167,7 +167,7 @@ class GuardedChatModel:
             lambda: chat(turns, tools=specs or None, json_format=json_format)
         )
         if not isinstance(answer, ChatReply):
-            raise self._junk(f"a {type(answer).__name__} instead of a ChatReply")
+            raise self._junk(f"{type_phrase(answer)} instead of a ChatReply")
         if not isinstance(answer.text, str):
             raise self._junk(f"reply text of type {type(answer.text).__name__}")
         calls = reply_tool_calls(answer.tool_calls, self._subject)
@@ -181,7 +181,7 @@ class GuardedChatModel:
 
     def _text(self, answer: object) -> str:
         if not isinstance(answer, str):
-            raise self._junk(f"a {type(answer).__name__} instead of text")
+            raise self._junk(f"{type_phrase(answer)} instead of text")
         if not answer.strip():
             raise self._junk("an empty reply")
         return answer

@@ -12,7 +12,7 @@ from typing import Final, cast
 
 from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.errors import EmbeddingError
-from navi_memory.llm._ollama import shorten
+from navi_memory.llm._ollama import shorten, type_phrase
 
 __all__ = ["storable_vector", "storable_vectors"]
 
@@ -82,7 +82,7 @@ def _checked(vector: object, *, dim: int, subject: str, where: str) -> array[flo
 
 def _as_list(value: object, message: str) -> list[object]:
     """The items of an ordered iterable, else EmbeddingError(``message`` naming the ``{kind}``)."""
-    kind = "None" if value is None else f"a {type(value).__name__}"
+    kind = type_phrase(value)
     if isinstance(value, _NOT_A_LIST) or not isinstance(value, Iterable):
         raise EmbeddingError(message.replace("{kind}", kind))
     try:
