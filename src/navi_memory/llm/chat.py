@@ -184,8 +184,8 @@ def message_dicts(messages: ChatMessages) -> list[dict[str, Any]]:
 
     Keys beyond role and content appear only when set: ``tool_calls`` (each
     ``{"function": {"name", "arguments"}}``, plus ``"id"`` when known), ``tool_name`` and
-    ``tool_call_id``. The ``ollama`` client sends the call ids on to no server: Ollama pairs a
-    result with its call by ``tool_name`` and order.
+    ``tool_call_id``. The ids are for models whose API pairs a result with its call by id: the
+    ``ollama`` client drops them, as Ollama pairs them by ``tool_name`` and order.
     """
     return [_turn_dict(turn) for turn in chat_turns(messages)]
 
