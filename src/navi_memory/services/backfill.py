@@ -49,7 +49,7 @@ class BackfillSource(Protocol):
     ) -> list[tuple[int, str]]: ...
 
     async def store(
-        self, session: AsyncSession, vectors: Sequence[tuple[int, str, list[float]]]
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
     ) -> None:
         """Store each (id, text embedded, vector), unless the row changed meanwhile."""
 
@@ -114,7 +114,7 @@ class FactBackfill:
         return [(row.id, embedding_text_for_fact(row.category, row.key, row.value)) for row in rows]
 
     async def store(
-        self, session: AsyncSession, vectors: Sequence[tuple[int, str, list[float]]]
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
     ) -> None:
         repo = FactRepository(session=session)
         for fact_id, embedded, vector in vectors:
@@ -135,7 +135,7 @@ class ChunkBackfill:
         return await ChunkRepository(session=session).missing_embeddings(after_id, limit)
 
     async def store(
-        self, session: AsyncSession, vectors: Sequence[tuple[int, str, list[float]]]
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
     ) -> None:
         repo = ChunkRepository(session=session)
         for chunk_id, embedded, vector in vectors:
