@@ -15,12 +15,12 @@ from navi_memory import (
     PERMISSION_READ_ALL,
     InvalidInputError,
     Memory,
+    MemoryStore,
     NotFoundError,
     PermissionDeniedError,
     request_context,
 )
-from navi_memory.services.backfill import FactBackfill
-from navi_memory.store import MemoryStore
+from navi_memory.jobs.backfill import FactBackfill
 from navi_memory.testing import FakeOllama, HashedEmbedder
 from navi_memory.unit_of_work import unit_of_work
 from tests.conftest import make_settings
