@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime
 
 import pytest
@@ -71,7 +71,7 @@ async def test_delete_fact_waits_for_a_writer_of_the_same_category(busy_memory: 
 async def test_concurrent_upserts_and_deletes_of_one_key_never_error(busy_memory: Memory) -> None:
     memory = busy_memory
     uid = await new_user(memory)
-    calls = []
+    calls: list[Awaitable[object]] = []
     for i in range(12):
         calls.append(memory.store.upsert_fact("p", "editor", f"editor {i}", user_id=uid))
         calls.append(memory.store.delete_fact("editor", user_id=uid))

@@ -88,7 +88,7 @@ def test_the_service_check_catches_each_kind_of_violation(source: str, expected:
 
 
 def _lint_imports(cwd: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
-    args = [str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache"]
+    args = [str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache", "--no-logo"]
     for contract in contracts:
         args += ["--contract", contract]
     # The package under check is the first navi_memory on the path: the copy in cwd, if any.

@@ -1,8 +1,8 @@
 """The public surface: what `import navi_memory` gives, and the error tree's built-in bases."""
 
 from __future__ import annotations
-
 import __future__
+
 import importlib
 import inspect
 import pkgutil
@@ -34,7 +34,7 @@ def test_all_is_exactly_the_public_namespace() -> None:
 def test_every_exported_name_imports() -> None:
     """`from navi_memory import X` works for every X in __all__."""
     namespace: dict[str, object] = {}
-    exec(f"from navi_memory import {', '.join(navi_memory.__all__)}", namespace)  # noqa: S102
+    exec(f"from navi_memory import {', '.join(navi_memory.__all__)}", namespace)
     assert all(namespace[name] is getattr(navi_memory, name) for name in navi_memory.__all__)
 
 
