@@ -5,14 +5,25 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Integer, case, cast, delete, func, literal, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    RowMapping,
+    case,
+    cast,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+)
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.models import KvRow
 from navi_memory.repositories.like import contains_pattern
 
-__all__ = ["KvRepository"]
+__all__ = ["KvRepository", "KvSearchRepository"]
 
 _UNIQUE = "uq_kv_store_user_id_scope_session_id_key"
 
@@ -88,6 +99,14 @@ class KvRepository:
         stmt = stmt.order_by(KvRow.key, KvRow.session_id.asc().nulls_first(), KvRow.id)
         return list((await self.session.scalars(stmt)).all())
 
+
+class KvSearchRepository:
+    """search_values's read: one statement, so it runs on an autocommit connection (unified
+    search) as well as in a transaction."""
+
+    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
+        self.session = session
+
     async def search(
         self,
         user_id: uuid.UUID | None,
@@ -97,10 +116,10 @@ class KvRepository:
         limit: int,
         session_id: str | None,
         prefer_session_id: str | None,
-    ) -> list[tuple[KvRow, int]]:
-        """Rows of the scope matching any term in key or value, with how many distinct terms
-        they match: most terms first, then rows of ``prefer_session_id``, then the newest.
-        No terms: the newest rows, ``prefer_session_id`` first, each with 0 terms hit."""
+    ) -> list[RowMapping]:
+        """Rows of the scope matching any term in key or value, each with ``terms_hit`` (how
+        many distinct terms it matches): rows of ``prefer_session_id`` first, then most terms,
+        then the newest. No terms: the newest rows, ``prefer_session_id`` first, 0 terms hit."""
         hits: ColumnElement[int] = literal(0)
         for index, term in enumerate(terms):
             hit: ColumnElement[int] = cast(_term_match(term), Integer)
@@ -110,7 +129,9 @@ class KvRepository:
             if prefer_session_id is None
             else case((KvRow.session_id == prefer_session_id, 1), else_=0)
         )
-        stmt = select(KvRow, hits.label("terms_hit")).where(_owner(user_id), KvRow.scope == scope)
+        stmt = select(*KvRow.__table__.columns, hits.label("terms_hit")).where(
+            _owner(user_id), KvRow.scope == scope
+        )
         if session_id is not None:
             stmt = stmt.where(KvRow.session_id == session_id)
         if terms:
@@ -118,5 +139,4 @@ class KvRepository:
         stmt = stmt.order_by(
             preferred.desc(), hits.desc(), KvRow.updated_at.desc(), KvRow.id.desc()
         ).limit(limit)
-        rows = await self.session.execute(stmt)
-        return [(row, int(count)) for row, count in rows]
+        return list((await self.session.execute(stmt)).mappings())
