@@ -20,6 +20,7 @@ from navi_memory.errors import (
     StorageError,
 )
 from navi_memory.facades.kv import KvStore
+from navi_memory.facades.search import UnifiedMemorySearch
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
 from navi_memory.memory import Memory, open_memory
@@ -33,10 +34,13 @@ from navi_memory.schemas import (
     FactHit,
     KvEntry,
     KvHit,
+    MemoryHit,
     Message,
     SessionInfo,
     UserInfo,
 )
+from navi_memory.text.hits import format_hits
+from navi_memory.tools import ToolContext
 
 __all__ = [
     "EMBEDDING_DIM",
@@ -58,6 +62,7 @@ __all__ = [
     "KvHit",
     "KvStore",
     "Memory",
+    "MemoryHit",
     "MemoryStore",
     "Message",
     "NaviMemoryError",
@@ -68,7 +73,10 @@ __all__ = [
     "SessionStore",
     "Settings",
     "StorageError",
+    "ToolContext",
+    "UnifiedMemorySearch",
     "UserInfo",
+    "format_hits",
     "open_memory",
     "request_context",
 ]

@@ -27,6 +27,7 @@ from navi_memory.db import (
     resolve_database_url,
 )
 from navi_memory.facades.kv import KvStore
+from navi_memory.facades.search import UnifiedMemorySearch
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
 from navi_memory.facades.users import Users
@@ -41,6 +42,7 @@ from navi_memory.llm import (
 )
 from navi_memory.services.chunks import ChunkService
 from navi_memory.services.embedding import EmbeddingService
+from navi_memory.tools import MemoryTools, memory_search_tool
 
 __all__ = ["Memory", "open_memory"]
 
@@ -61,6 +63,8 @@ class Memory:
     store: MemoryStore
     sessions: SessionStore
     kv: KvStore
+    search: UnifiedMemorySearch
+    tools: MemoryTools
 
 
 @asynccontextmanager
@@ -94,7 +98,8 @@ async def open_memory(
         sessionmaker = create_sessionmaker(engine)
         # One chunk service and one indexer, shared: compression writes its chunks through
         # the same service as add_chunks, and their vectors share one queue drain.
-        chunks = ChunkService(embedding=EmbeddingService(embedder))
+        embedding = EmbeddingService(embedder)
+        chunks = ChunkService(embedding=embedding)
         indexer = ChunkIndexer(
             sessionmaker,
             batch_size=settings.chunk_index_batch_size,
@@ -107,6 +112,7 @@ async def open_memory(
             chunks=chunks,
             indexer=indexer,
         )
+        search = UnifiedMemorySearch(sessionmaker=sessionmaker, embedding=embedding)
         memory = Memory(
             settings=settings,
             engine=engine,
@@ -124,6 +130,8 @@ async def open_memory(
                 indexer=indexer,
             ),
             kv=KvStore(sessionmaker=sessionmaker),
+            search=search,
+            tools=MemoryTools(memory_search=memory_search_tool(search)),
         )
         try:
             yield memory

@@ -83,7 +83,8 @@ class FactVersion:
 class RawExcerpt:
     """A raw chunk as freshness sees it: whose, which session, when it ended, what it says."""
 
-    user_id: uuid.UUID
+    user_id: uuid.UUID | None
+    """None (no owner known) is marked superseded by no fact."""
     session_id: str
     ended_at: datetime
     content: str
@@ -121,7 +122,11 @@ def mark_freshness(
         words = content_words(excerpt.content, *excerpt.breadcrumbs)
         best: tuple[int, datetime, str] | None = None
         for fact, words_of_fact in fact_words:
-            if fact.user_id != excerpt.user_id or fact.updated_at <= excerpt.ended_at:
+            if (
+                excerpt.user_id is None
+                or fact.user_id != excerpt.user_id
+                or fact.updated_at <= excerpt.ended_at
+            ):
                 continue
             shared = len(words & words_of_fact)
             if shared < FRESHNESS_MIN_SHARED_WORDS:

@@ -12,10 +12,12 @@ from navi_memory.tools.memory_search import (
     memory_search_tool,
     parse_memory_search_arguments,
 )
+from navi_memory.tools.toolset import MemoryTools
 
 __all__ = [
     "MEMORY_SEARCH",
     "MemorySearchArguments",
+    "MemoryTools",
     "Searcher",
     "Tool",
     "ToolContext",
