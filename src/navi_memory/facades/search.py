@@ -19,7 +19,6 @@ from navi_memory.schemas import MemoryHit
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.search import (
     SearchRequest,
-    Store,
     UnifiedSearchService,
     plan_search,
 )
@@ -86,12 +85,12 @@ class UnifiedMemorySearch:
             current_session_id=current_session_id,
             summary_at=summary_at,
         )
-        # One autocommit connection per store: the stores are read concurrently, and each read
-        # is one statement (raw: two), so none needs a transaction.
+        # One autocommit connection per lane of the plan: the lanes are read concurrently, and
+        # every read is one statement, so none needs a transaction.
         async with AsyncExitStack() as stack:
-            connections: dict[Store, AsyncConnection] = {}
-            for store in plan.stores:
-                connections[store] = await stack.enter_async_context(single_statement(self._engine))
+            connections: list[AsyncConnection] = [
+                await stack.enter_async_context(single_statement(self._engine)) for _ in plan.lanes
+            ]
             return await self._service.search(connections, request)
 
     @staticmethod

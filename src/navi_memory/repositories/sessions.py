@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import (
     ChunkRow,
@@ -22,7 +22,7 @@ from navi_memory.models import (
     User,
 )
 
-__all__ = ["SessionRepository", "SummaryBoundaryRepository"]
+__all__ = ["SessionRepository", "summary_at_of_chunk"]
 
 
 class SessionRepository:
@@ -277,33 +277,12 @@ class SessionRepository:
         )
 
 
-_SUMMARY_BOUNDARIES = text(
-    """
-    SELECT m.session_id, max(m.created_at) AS summary_at
-    FROM unnest(CAST(:sids AS text[]), CAST(:uids AS uuid[])) AS w(sid, uid)
-    JOIN sessions s ON s.id = w.sid AND s.user_id = w.uid
-    JOIN session_messages m ON m.session_id = s.id AND m.kind = 'summary'
-    GROUP BY m.session_id
-    """
-)
-
-
-class SummaryBoundaryRepository:
-    """The freshness boundaries unified search needs: one statement, so it runs on an
-    autocommit connection as well as in a transaction."""
-
-    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
-        self.session = session
-
-    async def latest_summaries(
-        self, sessions: Sequence[tuple[str, uuid.UUID]]
-    ) -> dict[str, datetime]:
-        """When each (session, owner) pair's last summary was written, in one query; a pair
-        whose session is not that user's (or has no summary, or no row) is left out."""
-        if not sessions:
-            return {}
-        rows = await self.session.execute(
-            _SUMMARY_BOUNDARIES,
-            {"sids": [sid for sid, _ in sessions], "uids": [uid for _, uid in sessions]},
-        )
-        return {row.session_id: row.summary_at for row in rows}
+def summary_at_of_chunk(alias: str) -> str:
+    """SQL for the freshness boundary of chunk ``alias`` (a memory_chunks row): when its
+    session's last summary was written — NULL when there is none, when the session has no row,
+    or when the row is another user's than the chunk's."""
+    return (
+        "(SELECT max(m.created_at) FROM sessions s JOIN session_messages m "
+        "ON m.session_id = s.id AND m.kind = 'summary' "
+        f"WHERE s.id = {alias}.session_id AND s.user_id = {alias}.user_id)"
+    )

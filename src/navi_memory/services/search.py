@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
 
@@ -26,10 +26,9 @@ from navi_memory.constants import (
 from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.kv import KvSearchRepository
-from navi_memory.repositories.sessions import SummaryBoundaryRepository
 from navi_memory.schemas import MemoryHit
 from navi_memory.services.ranking import rank_hits
-from navi_memory.text.freshness import FactVersion, RawExcerpt, mark_freshness
+from navi_memory.text.freshness import FactVersion, Freshness, RawExcerpt, mark_freshness
 from navi_memory.text.hits import SearchScope
 from navi_memory.text.terms import STOP_WORDS, query_terms
 
@@ -43,7 +42,7 @@ __all__ = [
 ]
 
 Store = Literal["facts", "raw", "sketches"]
-"""One store of unified search; each gets a connection of its own."""
+"""One store of unified search."""
 
 Connection = AsyncSession | AsyncConnection
 
@@ -51,12 +50,15 @@ FRESHNESS_FACTS: Final = SEARCH_K_MAX
 """How many of the facts matching the query the freshness rule compares raw excerpts with
 (the best-ranked ones; the first ``k`` of them are also the fact hits)."""
 
-_STORES: Final[dict[SearchScope, tuple[Store, ...]]] = {
-    "all": ("facts", "raw", "sketches"),
-    "facts": ("facts",),
+_LANES: Final[dict[SearchScope, tuple[tuple[Store, ...], ...]]] = {
+    # Raw history is the slow read: it gets a connection of its own, and the facts and the
+    # sketches (quick, index-served reads) share the other. More connections than cores
+    # buy nothing: the machine this runs on may have two.
+    "all": (("raw",), ("facts", "sketches")),
+    "facts": (("facts",),),
     # Raw hits need the facts matching the query for their freshness marks.
-    "raw": ("facts", "raw"),
-    "sketches": ("sketches",),
+    "raw": (("raw",), ("facts",)),
+    "sketches": (("sketches",),),
 }
 
 Via = Literal["vector", "text", "recent"]
@@ -65,14 +67,18 @@ Via = Literal["vector", "text", "recent"]
 @dataclass(frozen=True, slots=True)
 class SearchPlan:
     """What one search reads: its scope, ``k`` per store, the query's terms (none: the most
-    recent items of each store), the stores it needs a connection for, and whether the query
-    vector is wanted."""
+    recent items of each store), its lanes — the stores read one after the other on one
+    connection, the lanes concurrently — and whether the query vector is wanted."""
 
     scope: SearchScope
     k: int
     terms: tuple[str, ...]
-    stores: tuple[Store, ...]
+    lanes: tuple[tuple[Store, ...], ...]
     embed: bool
+
+    @property
+    def stores(self) -> frozenset[Store]:
+        return frozenset(store for lane in self.lanes for store in lane)
 
 
 def plan_search(query: str, scope: SearchScope, k: int) -> SearchPlan:
@@ -83,16 +89,17 @@ def plan_search(query: str, scope: SearchScope, k: int) -> SearchPlan:
     terms = query_terms(query)
     if all(term.casefold() in STOP_WORDS for term in terms):
         terms = []
-    stores = _STORES[scope]
+    lanes = _LANES[scope]
+    stores = {store for lane in lanes for store in lane}
     wants_vector = bool(terms) and ("facts" in stores or "raw" in stores)
-    return SearchPlan(scope=scope, k=k, terms=tuple(terms), stores=stores, embed=wants_vector)
+    return SearchPlan(scope=scope, k=k, terms=tuple(terms), lanes=lanes, embed=wants_vector)
 
 
 @dataclass(frozen=True, slots=True)
 class SearchRequest:
     """One validated search: the plan, whose memory (None: every user's, read_all checked by
     the caller), the query vector (None: text only), the session filter, the current session
-    and its summary boundary (None: looked up)."""
+    and its summary boundary (None: read with the excerpts)."""
 
     plan: SearchPlan
     owner: uuid.UUID | None
@@ -102,10 +109,19 @@ class SearchRequest:
     summary_at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Raw:
-    hits: list[MemoryHit]
-    boundaries: dict[str, datetime]
+Ranked = list[tuple[RowMapping, Via]]
+"""Search rows in their final order, each with how it was found."""
+
+
+@dataclass(slots=True)
+class _Found:
+    """What the lanes read; each store is filled by the one lane that reads it."""
+
+    facts: Ranked = field(default_factory=list)
+    raw: Ranked = field(default_factory=list)
+    boundaries: dict[str, datetime] = field(default_factory=dict)
+    """Summary boundaries of the raw rows' sessions."""
+    sketches: list[MemoryHit] = field(default_factory=list)
 
 
 def _score(via: Via, distance: float | None, terms_hit: int) -> float:
@@ -114,6 +130,10 @@ def _score(via: Via, distance: float | None, terms_hit: int) -> float:
     if via == "text":
         return float(terms_hit)
     return 0.0
+
+
+def _ranked(row: RowMapping, *, via: Via) -> tuple[RowMapping, Via]:
+    return row, via
 
 
 def _fact_hit(row: RowMapping, *, via: Via) -> MemoryHit:
@@ -135,7 +155,7 @@ def _fact_hit(row: RowMapping, *, via: Via) -> MemoryHit:
     )
 
 
-def _raw_hit(row: RowMapping, *, via: Via) -> MemoryHit:
+def _raw_hit(row: RowMapping, *, via: Via, freshness: Freshness) -> MemoryHit:
     distance = row.get("distance")
     terms_hit = int(row.get("terms_hit") or 0)
     return MemoryHit(
@@ -152,6 +172,8 @@ def _raw_hit(row: RowMapping, *, via: Via) -> MemoryHit:
         start_seq=row["start_seq"],
         end_seq=row["end_seq"],
         breadcrumbs=list(row["breadcrumbs"] or ()),
+        superseded_by=freshness.superseded_by,
+        before_summary=freshness.before_summary,
     )
 
 
@@ -174,51 +196,74 @@ class UnifiedSearchService:
     """The tiered merge and the freshness marks, on the connections each call is given."""
 
     async def search(
-        self, connections: Mapping[Store, Connection], request: SearchRequest
+        self, connections: Sequence[Connection], request: SearchRequest
     ) -> list[MemoryHit]:
         """Facts (curated truth) first, then raw excerpts by relevance with their freshness
         marks, then sketches (the current session's first); ``k`` of each at most.
 
-        ``connections`` holds one connection per store of ``request.plan.stores``; never one
-        shared by two stores, as the stores are read concurrently."""
+        ``connections``: one per lane of ``request.plan.lanes``, in that order (never one
+        shared by two lanes: the lanes are read concurrently)."""
         plan = request.plan
-        facts_call = (
-            self.facts(connections["facts"], request, self._facts_limit(plan))
-            if "facts" in plan.stores
-            else _nothing()
+        if len(connections) != len(plan.lanes):
+            raise ValueError(f"{len(plan.lanes)} connections needed, got {len(connections)}")
+        found = _Found()
+        await _concurrently(
+            *(
+                self._read(conn, lane, request, found)
+                for conn, lane in zip(connections, plan.lanes, strict=True)
+            )
         )
-        raw_call = self.raw(connections["raw"], request) if "raw" in plan.stores else _no_raw()
-        sketch_call = (
-            self.sketches(connections["sketches"], request)
-            if "sketches" in plan.stores
-            else _nothing()
+        # Every fact read marks excerpts (up to FRESHNESS_FACTS); only k are shown.
+        marks = mark_freshness(
+            [_excerpt(row) for row, _ in found.raw],
+            [_version(row) for row, _ in found.facts],
+            found.boundaries,
         )
-        fact_hits, raw, sketch_hits = await _concurrently(facts_call, raw_call, sketch_call)
-        marked = self.mark(raw.hits, fact_hits, raw.boundaries)
-        shown_facts = fact_hits[: plan.k] if plan.scope in ("all", "facts") else []
-        return [*shown_facts, *marked, *sketch_hits]
+        raw = [
+            _raw_hit(row, via=via, freshness=mark)
+            for (row, via), mark in zip(found.raw, marks, strict=True)
+        ]
+        facts = (
+            [_fact_hit(row, via=via) for row, via in found.facts[: plan.k]]
+            if plan.scope in ("all", "facts")
+            else []
+        )
+        return [*facts, *raw, *found.sketches]
 
-    @staticmethod
-    def _facts_limit(plan: SearchPlan) -> int:
-        return max(plan.k, FRESHNESS_FACTS) if "raw" in plan.stores else plan.k
+    async def _read(
+        self, conn: Connection, lane: Sequence[Store], request: SearchRequest, found: _Found
+    ) -> None:
+        for store in lane:
+            if store == "facts":
+                found.facts = await self._facts(conn, request)
+            elif store == "raw":
+                found.raw, found.boundaries = await self._raw(conn, request)
+            else:
+                found.sketches = await self._sketches(conn, request)
 
-    async def facts(self, conn: Connection, request: SearchRequest, limit: int) -> list[MemoryHit]:
+    async def _facts(self, conn: Connection, request: SearchRequest) -> Ranked:
         """The facts matching the query, best first: vector hits closer than
-        FACT_MAX_DISTANCE, then text hits; no terms: the most recently updated."""
+        FACT_MAX_DISTANCE, then text hits; no terms: the most recently updated. ``k`` of
+        them, or FRESHNESS_FACTS when raw excerpts are to be marked."""
+        plan = request.plan
+        limit = max(plan.k, FRESHNESS_FACTS) if "raw" in plan.stores else plan.k
         repo = FactSearchRepository(session=conn)
-        if not request.plan.terms:
-            return [_fact_hit(row, via="recent") for row in await repo.recent(request.owner, limit)]
+        if not plan.terms:
+            return [(row, "recent") for row in await repo.recent(request.owner, limit)]
         rows = await repo.search(
-            request.owner, request.query_vector, request.plan.terms, limit, FACT_MAX_DISTANCE
+            request.owner, request.query_vector, plan.terms, limit, FACT_MAX_DISTANCE
         )
-        return rank_hits(rows, limit, _fact_hit, recency="updated_at")
+        return rank_hits(rows, limit, _ranked, recency="updated_at")
 
-    async def raw(self, conn: Connection, request: SearchRequest) -> _Raw:
+    async def _raw(
+        self, conn: Connection, request: SearchRequest
+    ) -> tuple[Ranked, dict[str, datetime]]:
         """The raw excerpts (vector hits closer than CHUNK_MAX_DISTANCE, then text hits; no
-        terms: the most recent) and, in one more query on the same connection, the summary
-        boundaries of their sessions."""
+        terms: the most recent) with their sessions' summary boundaries, in one statement;
+        ``request.summary_at`` stands for the current session's."""
         repo = ChunkRepository(session=conn)
         k = request.plan.k
+        ranked: Ranked
         if request.plan.terms:
             rows = await repo.search(
                 request.owner,
@@ -227,27 +272,22 @@ class UnifiedSearchService:
                 request.plan.terms,
                 k,
                 CHUNK_MAX_DISTANCE,
+                with_summary_at=True,
             )
-            hits = rank_hits(rows, k, _raw_hit, recency="ended_at")
+            ranked = rank_hits(rows, k, _ranked, recency="ended_at")
         else:
-            recent = await repo.recent(request.owner, request.session_id, k)
-            hits = [_raw_hit(row, via="recent") for row in recent]
-        given = request.current_session_id if request.summary_at is not None else None
-        wanted = sorted(
-            {
-                (hit.session_id, hit.user_id)
-                for hit in hits
-                if hit.session_id is not None
-                and hit.user_id is not None
-                and hit.session_id != given
-            }
-        )
-        boundaries = await SummaryBoundaryRepository(session=conn).latest_summaries(wanted)
-        if given is not None and request.summary_at is not None:
-            boundaries[given] = request.summary_at
-        return _Raw(hits, boundaries)
+            recent = await repo.recent(request.owner, request.session_id, k, with_summary_at=True)
+            ranked = [(row, "recent") for row in recent]
+        boundaries = {
+            row["session_id"]: row["summary_at"]
+            for row, _ in ranked
+            if row["summary_at"] is not None
+        }
+        if request.current_session_id is not None and request.summary_at is not None:
+            boundaries[request.current_session_id] = request.summary_at
+        return ranked, boundaries
 
-    async def sketches(self, conn: Connection, request: SearchRequest) -> list[MemoryHit]:
+    async def _sketches(self, conn: Connection, request: SearchRequest) -> list[MemoryHit]:
         """The scratchpad's entries matching any term (current session first, then terms
         matched, then the newest); no terms: the newest, current session first."""
         rows = await KvSearchRepository(session=conn).search(
@@ -261,62 +301,27 @@ class UnifiedSearchService:
         via: Via = "text" if request.plan.terms else "recent"
         return [_sketch_hit(row, via=via) for row in rows]
 
-    @staticmethod
-    def mark(
-        raw_hits: Sequence[MemoryHit],
-        facts: Sequence[MemoryHit],
-        boundaries: Mapping[str, datetime],
-    ) -> list[MemoryHit]:
-        """``raw_hits`` with their freshness marks (text.freshness, docs/memory.md): a fact
-        marks only excerpts of its own user."""
-        excerpts = [
-            RawExcerpt(
-                user_id=hit.user_id,
-                session_id=hit.session_id or "",
-                ended_at=hit.timestamp,
-                content=hit.text,
-                breadcrumbs=hit.breadcrumbs,
-            )
-            for hit in raw_hits
-        ]
-        versions = [
-            FactVersion(
-                user_id=fact.user_id, key=fact.key or "", value=fact.text, updated_at=fact.timestamp
-            )
-            for fact in facts
-        ]
-        marks = mark_freshness(excerpts, versions, boundaries)
-        return [
-            hit.model_copy(
-                update={"superseded_by": mark.superseded_by, "before_summary": mark.before_summary}
-            )
-            for hit, mark in zip(raw_hits, marks, strict=True)
-        ]
 
-
-async def _nothing() -> list[MemoryHit]:
-    return []
-
-
-async def _no_raw() -> _Raw:
-    return _Raw([], {})
-
-
-async def _concurrently(
-    facts: Awaitable[list[MemoryHit]],
-    raw: Awaitable[_Raw],
-    sketches: Awaitable[list[MemoryHit]],
-) -> tuple[list[MemoryHit], _Raw, list[MemoryHit]]:
-    """The three store reads run concurrently and every one to its end; then the first failure,
-    if any, is raised. (Plain gather would leave the others running while the caller closes
-    their connections.)"""
-    fact_hits, raw_result, sketch_hits = await asyncio.gather(
-        facts, raw, sketches, return_exceptions=True
+def _excerpt(row: RowMapping) -> RawExcerpt:
+    return RawExcerpt(
+        user_id=row["user_id"],
+        session_id=row["session_id"],
+        ended_at=row["ended_at"],
+        content=row["content"],
+        breadcrumbs=row["breadcrumbs"] or (),
     )
-    if isinstance(fact_hits, BaseException):
-        raise fact_hits
-    if isinstance(raw_result, BaseException):
-        raise raw_result
-    if isinstance(sketch_hits, BaseException):
-        raise sketch_hits
-    return fact_hits, raw_result, sketch_hits
+
+
+def _version(row: RowMapping) -> FactVersion:
+    return FactVersion(
+        user_id=row["user_id"], key=row["key"], value=row["value"], updated_at=row["updated_at"]
+    )
+
+
+async def _concurrently(*reads: Awaitable[None]) -> None:
+    """The reads run concurrently and every one to its end; then the first failure, if any, is
+    raised. (Plain gather would leave the others running while the caller closes their
+    connections.)"""
+    for result in await asyncio.gather(*reads, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result

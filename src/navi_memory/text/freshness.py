@@ -56,13 +56,16 @@ _WORD = re.compile(r"[^\W_]+")
 
 
 def content_words(*texts: str) -> frozenset[str]:
-    """The content words of ``texts``: lowercased words, identifiers split on ``_ - . /`` and
-    camelCase (``server_port`` and ``serverPort`` → server, port), numbers kept (``8098``),
-    stop words and single letters dropped."""
+    """The content words of ``texts``: lowercased (Unicode case folding) words, identifiers
+    split on ``_ - . /`` and camelCase (``server_port`` and ``serverPort`` → server, port),
+    numbers kept (``8098``), stop words and single letters dropped.
+
+    Every word is a substring of its text case-folded (folding maps each character on its own),
+    which lets ``mark_freshness`` skip tokenizing an excerpt no fact can match."""
     words: set[str] = set()
     for text in texts:
         for word in _WORD.findall(_CAMEL_BOUNDARY.sub(" ", text)):
-            word = word.lower()
+            word = word.casefold()
             if word in FRESHNESS_STOP_WORDS or (len(word) == 1 and not word.isdigit()):
                 continue
             words.add(word)
@@ -119,15 +122,26 @@ def mark_freshness(
     fact_words = [(fact, content_words(fact.key, fact.value)) for fact in facts]
     marks: list[Freshness] = []
     for excerpt in excerpts:
-        words = content_words(excerpt.content, *excerpt.breadcrumbs)
+        newer = [
+            (fact, words_of_fact)
+            for fact, words_of_fact in fact_words
+            if excerpt.user_id is not None
+            and fact.user_id == excerpt.user_id
+            and fact.updated_at > excerpt.ended_at
+            and len(words_of_fact) >= FRESHNESS_MIN_SHARED_WORDS
+        ]
+        if newer:
+            # A shared word is a substring of the folded excerpt: facts with too few of their
+            # words in it cannot qualify, and most excerpts need no tokenizing at all.
+            folded = "\n".join((excerpt.content, *excerpt.breadcrumbs)).casefold()
+            newer = [
+                (fact, words_of_fact)
+                for fact, words_of_fact in newer
+                if sum(word in folded for word in words_of_fact) >= FRESHNESS_MIN_SHARED_WORDS
+            ]
+        words = content_words(excerpt.content, *excerpt.breadcrumbs) if newer else frozenset()
         best: tuple[int, datetime, str] | None = None
-        for fact, words_of_fact in fact_words:
-            if (
-                excerpt.user_id is None
-                or fact.user_id != excerpt.user_id
-                or fact.updated_at <= excerpt.ended_at
-            ):
-                continue
+        for fact, words_of_fact in newer:
             shared = len(words & words_of_fact)
             if shared < FRESHNESS_MIN_SHARED_WORDS:
                 continue

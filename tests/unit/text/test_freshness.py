@@ -158,3 +158,58 @@ def test_both_marks_can_hold_and_order_follows_the_excerpts() -> None:
     ]
     marks = mark_freshness(chunks, [fact()], {"s1": LATER})
     assert marks == [Freshness(superseded_by="server_port", before_summary=True), Freshness()]
+
+
+WORDS = ["server", "Port", "8098", "api", "ΣΑΣ", "straße", "İstanbul", "the", "user", "x"]
+SEPARATORS = [" ", "_", "-", ".", "/", "", "\n"]
+texts = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)), max_size=8).map(
+    lambda parts: "".join(word + sep for word, sep in parts)
+)
+
+
+@given(st.text(max_size=200))
+def test_every_content_word_is_a_substring_of_the_folded_text(text: str) -> None:
+    """What mark_freshness's pre-filter relies on: no word it could share is missed."""
+    folded = text.casefold()
+    assert all(word in folded for word in content_words(text))
+
+
+def reference_marks(excerpts: list[RawExcerpt], facts: list[FactVersion]) -> list[str | None]:
+    """The rule written plainly: every excerpt tokenized, every fact compared."""
+    marks: list[str | None] = []
+    for ex in excerpts:
+        words = content_words(ex.content, *ex.breadcrumbs)
+        best: tuple[int, datetime, str] | None = None
+        for f in facts:
+            shared = len(words & content_words(f.key, f.value))
+            if f.user_id != ex.user_id or f.updated_at <= ex.ended_at or shared < 2:
+                continue
+            key = (shared, f.updated_at, f.key)
+            if (
+                best is None
+                or (key[0], key[1]) > (best[0], best[1])
+                or ((key[0], key[1]) == (best[0], best[1]) and key[2] < best[2])
+            ):
+                best = key
+        marks.append(None if best is None else best[2])
+    return marks
+
+
+@given(
+    st.lists(st.tuples(texts, st.lists(texts, max_size=2), st.integers(0, 3)), max_size=4),
+    st.lists(st.tuples(texts, texts, st.integers(0, 3), st.booleans()), max_size=5),
+)
+def test_the_marks_equal_the_rule_written_plainly(
+    raw: list[tuple[str, list[str], int]], facts: list[tuple[str, str, int, bool]]
+) -> None:
+    """The pre-filtered mark_freshness gives exactly the marks of the plain rule."""
+    excerpts = [
+        excerpt(content, breadcrumbs=tuple(crumbs), ended_at=CHUNK_END + timedelta(days=day))
+        for content, crumbs, day in raw
+    ]
+    versions = [
+        fact(key, value, user_id=ALICE if mine else BOB, updated_at=CHUNK_END + timedelta(days=d))
+        for key, value, d, mine in facts
+    ]
+    got = [m.superseded_by for m in mark_freshness(excerpts, versions, {})]
+    assert got == reference_marks(excerpts, versions)
