@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from navi_memory import (
     PERMISSION_READ_ALL,
@@ -18,6 +20,7 @@ from navi_memory import (
     InvalidTypeError,
     Memory,
     MemoryHit,
+    NaviMemoryError,
     PermissionDeniedError,
     StorageError,
     format_hits,
@@ -530,3 +533,80 @@ async def test_concurrent_searches_each_get_their_own_answers(busy_memory: Memor
         *(memory.search.search(f"w{i % 4}x deploy", user_id=users[i % 4]) for i in range(20))
     )
     assert all(together[i] == alone[i % 4] for i in range(20))
+
+
+# --- generated inputs ----------------------------------------------------------------------------
+
+VOCABULARY = ["alpha", "deploy", "zebra", "server_port", "8098", "the", "%", "_", "\\", "'; --"]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    words=st.lists(st.sampled_from(VOCABULARY), max_size=4),
+    scope=st.sampled_from([*SCOPES, "other", " RAW "]),
+    k=st.integers(-5, 30),
+    session=st.sampled_from(["own", "other", None]),
+    current=st.sampled_from(["own", "other", None]),
+)
+async def test_generated_searches_never_show_another_users_rows(
+    memory: Memory,
+    words: list[str],
+    scope: str,
+    k: int,
+    session: str | None,
+    current: str | None,
+) -> None:
+    """Any query, scope, k and session choice, as Alice: every hit is hers, at most k a store."""
+    alice, _bob, sa, sb = await two_users(memory)
+    sessions = {"own": sa, "other": sb, None: None}
+    with request_context(user_id=alice):
+        hits = await memory.search.search(
+            " ".join(words),
+            scope,
+            k,
+            session_id=sessions[session],
+            current_session_id=sessions[current],
+        )
+    assert all(hit.user_id == alice for hit in hits)
+    for kind in ("fact", "raw", "sketch"):
+        assert kinds(hits).count(kind) <= max(1, min(20, k))
+    if session == "other":
+        assert set(kinds(hits)) <= {"fact"}
+
+
+async def two_users(memory: Memory) -> tuple[uuid.UUID, uuid.UUID, str, str]:
+    """Alice and Bob with the same words in every store, made once per database (hypothesis
+    runs many examples on one test's database)."""
+    if await scalar(memory, "SELECT id FROM navi_users WHERE name = 'gen-alice'") is None:
+        for name, sid in (("gen-alice", "gen-sa"), ("gen-bob", "gen-sb")):
+            uid = await new_user(memory, name)
+            await new_session_row(memory, uid, sid)
+            await seed_all_stores(memory, uid, sid, "alpha")
+            await fact_and_chunk(memory, uid, sid=sid)
+    alice = await scalar(memory, "SELECT id FROM navi_users WHERE name = 'gen-alice'")
+    bob = await scalar(memory, "SELECT id FROM navi_users WHERE name = 'gen-bob'")
+    assert isinstance(alice, uuid.UUID) and isinstance(bob, uuid.UUID)
+    return alice, bob, "gen-sa", "gen-sb"
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    query=st.one_of(st.text(max_size=60), st.none(), st.integers(), st.binary(max_size=5)),
+    scope=st.one_of(st.text(max_size=10), st.none(), st.integers()),
+    k=st.one_of(st.integers(), st.floats(allow_nan=True), st.text(max_size=3), st.none()),
+)
+async def test_generated_bad_input_is_a_result_or_a_navi_memory_error(
+    memory: Memory, query: object, scope: object, k: object
+) -> None:
+    """NUL bytes, lone surrogates, wrong types, huge numbers: hits or a navi_memory error."""
+    alice, _, _, _ = await two_users(memory)
+    with request_context(user_id=alice):
+        try:
+            hits = await memory.search.search(query, scope, k)  # type: ignore[arg-type]
+        except NaviMemoryError:
+            return
+    assert all(hit.user_id == alice for hit in hits)
