@@ -7,12 +7,13 @@ An agent application sets them once per request (``with request_context(...)``);
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 
-from navi_memory.constants import PERMISSION_READ_ALL
-from navi_memory.errors import InvalidTypeError, PermissionDeniedError
+from navi_memory.constants import PERMISSION_MAX_CHARS, PERMISSION_READ_ALL, SESSION_ID_MAX_CHARS
+from navi_memory.errors import InvalidInputError, InvalidTypeError, PermissionDeniedError
+from navi_memory.validation import check_text
 
 __all__ = [
     "as_user_id",
@@ -44,24 +45,72 @@ def as_user_id(value: uuid.UUID | str) -> uuid.UUID:
     raise InvalidTypeError(f"user_id must be a UUID, got {type(value).__name__}")
 
 
-@contextmanager
-def request_context(
-    user_id: uuid.UUID | str | None = None,
-    session_id: str | None = None,
-    permissions: Iterable[str] = (),
-) -> Iterator[None]:
-    """Set the current user, session and permissions for the code inside the block."""
-    tokens = (
-        _user.set(None if user_id is None else as_user_id(user_id)),
-        _session.set(session_id),
-        _permissions.set(frozenset(permissions)),
-    )
-    try:
-        yield
-    finally:
-        _permissions.reset(tokens[2])
-        _session.reset(tokens[1])
-        _user.reset(tokens[0])
+class request_context(AbstractContextManager[None]):  # lower case: it replaced a function
+    """Set the current user, session and permissions for the code inside the block.
+
+    Every argument is checked when the call is made, before anything is set: a bad one raises
+    InvalidInputError (InvalidTypeError for a wrong type) and the context stays as it was. On
+    leaving the block, by any path, the outer values come back.
+    """
+
+    __slots__ = ("_permissions", "_session_id", "_tokens", "_user_id")
+
+    def __init__(
+        self,
+        user_id: uuid.UUID | str | None = None,
+        session_id: str | None = None,
+        permissions: Iterable[str] = (),
+    ) -> None:
+        self._user_id = None if user_id is None else as_user_id(user_id)
+        self._session_id = (
+            None
+            if session_id is None
+            else check_text("session_id", session_id, max_chars=SESSION_ID_MAX_CHARS)
+        )
+        self._permissions = _check_permissions(permissions)
+        self._tokens: (
+            tuple[Token[uuid.UUID | None], Token[str | None], Token[frozenset[str]]] | None
+        ) = None
+
+    def __enter__(self) -> None:
+        if self._tokens is not None:
+            raise InvalidInputError("a request_context(...) block cannot be entered twice")
+        user = _user.set(self._user_id)
+        try:
+            session = _session.set(self._session_id)
+            try:
+                self._tokens = (user, session, _permissions.set(self._permissions))
+            except BaseException:
+                _session.reset(session)
+                raise
+        except BaseException:
+            _user.reset(user)
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._tokens is None:
+            raise InvalidInputError("a request_context(...) block was left without being entered")
+        user, session, permissions = self._tokens
+        self._tokens = None
+        try:
+            _permissions.reset(permissions)
+        finally:
+            try:
+                _session.reset(session)
+            finally:
+                _user.reset(user)
+
+
+def _check_permissions(permissions: object) -> frozenset[str]:
+    if isinstance(permissions, str | bytes) or not isinstance(permissions, Iterable):
+        raise InvalidTypeError(
+            "permissions must be an iterable of permission names such as "
+            f"[{PERMISSION_READ_ALL!r}], got {type(permissions).__name__}"
+        )
+    checked = [
+        check_text("permission", item, max_chars=PERMISSION_MAX_CHARS) for item in permissions
+    ]
+    return frozenset(checked)
 
 
 def current_user_id() -> uuid.UUID | None:

@@ -48,3 +48,57 @@ def test_user_ids_must_be_uuids() -> None:
         read_scope("alice")
     with pytest.raises(InvalidTypeError, match="UUID"):
         write_scope(42)  # type: ignore[arg-type]
+
+
+def _context() -> tuple[object, object, object]:
+    from navi_memory.request_context import current_permissions, current_session_id
+
+    return current_user_id(), current_session_id(), current_permissions()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        pytest.param({"permissions": None}, "permissions"),
+        # a str, not a list of them
+        pytest.param({"permissions": PERMISSION_READ_ALL}, "permissions"),
+        pytest.param({"permissions": [PERMISSION_READ_ALL, 7]}, "permission"),
+        pytest.param({"permissions": ["navi.memory\x00read_all"]}, "permission"),
+        pytest.param({"session_id": 42}, "session_id"),
+        pytest.param({"session_id": "s\x00"}, "session_id"),
+        pytest.param({"session_id": "x" * 10_000}, "session_id"),
+        pytest.param({"session_id": "   "}, "session_id"),
+        ({"user_id": "not-a-uuid"}, "UUID"),
+    ],
+)
+def test_bad_arguments_leave_the_context_untouched(kwargs: dict[str, object], message: str) -> None:
+    """Bad arguments raise InvalidInputError before any context variable is set, so code that
+    catches the error and carries on does not act as the user it named."""
+    from navi_memory.errors import InvalidInputError
+
+    arguments: dict[str, object] = {"user_id": ALICE, "session_id": "s1", **kwargs}
+    with request_context(user_id=BOB, session_id="outer", permissions=["p"]):
+        before = _context()
+        with (
+            pytest.raises(InvalidInputError, match=message),
+            request_context(**arguments),  # type: ignore[arg-type]
+        ):
+            pytest.fail("the block must not run")
+        assert _context() == before
+    assert _context() == (None, None, frozenset())
+
+
+def test_the_context_is_reset_on_every_exit_path() -> None:
+    """An error raised inside the block, and a generator-style early exit, both restore the
+    outer context."""
+    with pytest.raises(RuntimeError), request_context(user_id=ALICE, session_id="s1"):
+        raise RuntimeError("boom")
+    assert _context() == (None, None, frozenset())
+    manager = request_context(user_id=ALICE, session_id="s2", permissions=("a", "b"))
+    manager.__enter__()
+    assert _context() == (ALICE, "s2", frozenset({"a", "b"}))
+    manager.__exit__(None, None, None)
+    assert _context() == (None, None, frozenset())
+    # Bad arguments are refused at the call, before entering anything.
+    with pytest.raises(InvalidTypeError):
+        request_context(permissions=None)  # type: ignore[arg-type]
