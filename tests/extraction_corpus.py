@@ -54,7 +54,7 @@ class Conversation:
 def load_corpus() -> list[Conversation]:
     """Every conversation, in file-name order (the order a user's sessions happened in)."""
     conversations = []
-    for path in sorted(CORPUS_DIR.glob("*.json")):
+    for path in sorted(CORPUS_DIR.glob("[0-9][0-9]-*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         reply = path.with_name(path.stem + ".reply.txt").read_text(encoding="utf-8")
         conversations.append(

@@ -14,21 +14,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from navi_memory.constants import MAX_TEXT_CHARS
-from navi_memory.errors import ExtractionError
-from navi_memory.store import (
-    CONFIDENCE_BY_SOURCE,
+from navi_memory.constants import (
     DEFAULT_CONFIDENCE,
-    MAX_CATEGORY_CHARS,
-    MAX_KEY_CHARS,
-    SOURCES,
+    EXTRACTION_MAX_FACTS,
+    FACT_CATEGORY_MAX_CHARS,
+    FACT_KEY_MAX_CHARS,
+    FACT_SUMMARY_MAX_CHARS,
+    MAX_TEXT_CHARS,
 )
+from navi_memory.errors import ExtractionError
+from navi_memory.services.facts import CONFIDENCE_BY_SOURCE, SOURCES
 from navi_memory.text.chunks import elide_middle
 
 __all__ = [
     "DEFAULT_CATEGORY",
-    "EXTRACTION_MAX_FACTS",
-    "FACT_SUMMARY_MAX_CHARS",
     "FactDraft",
     "ParsedFacts",
     "confidence_for_source",
@@ -41,13 +40,6 @@ DEFAULT_CATEGORY: Final = "general"
 
 DEFAULT_SOURCE: Final = "conversation"
 """The source of a fact whose source is missing or not one of ``SOURCES``."""
-
-EXTRACTION_MAX_FACTS: Final = 100
-"""Facts taken from one session's reply; more are skipped (a runaway reply must not write, and
-embed, thousands of rows)."""
-
-FACT_SUMMARY_MAX_CHARS: Final = 4_000
-"""A longer summary reply is cut in the middle: the summary rides in every prompt."""
 
 # Where a JSON value may start: "[" before a value or "]", "{" before a key or "}". Brackets in
 # prose ("[as requested]", "{name}") do not qualify, so they are never mistaken for the reply.
@@ -355,7 +347,7 @@ def _draft(item: _Item) -> FactDraft | None:
     value = _text(fields.get("value"))
     if not key or value is None:
         return None
-    if len(category) > MAX_CATEGORY_CHARS or len(key) > MAX_KEY_CHARS:
+    if len(category) > FACT_CATEGORY_MAX_CHARS or len(key) > FACT_KEY_MAX_CHARS:
         return None
     if len(value) > MAX_TEXT_CHARS:
         return None

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final
 
+from navi_memory.constants import SUMMARY_FACT_MAX_CHARS, SUMMARY_MAX_FACTS
 from navi_memory.llm.chat import ChatTurn
 from navi_memory.schemas import Fact
 from navi_memory.text.chunks import elide_middle
@@ -17,8 +18,6 @@ from navi_memory.text.chunks import elide_middle
 __all__ = [
     "EXTRACTION_PROMPT",
     "FACT_SUMMARY_PROMPT",
-    "SUMMARY_FACT_MAX_CHARS",
-    "SUMMARY_MAX_FACTS",
     "extraction_messages",
     "summary_facts",
     "summary_messages",
@@ -60,12 +59,6 @@ who the user is, how they like to work, their environment and projects, the peop
 mention. Where two facts disagree, trust the one listed first. Say "probably" for a fact \
 below 80. Invent nothing. Do not list every fact: the assistant sees the facts themselves \
 as well; the note is the picture they make together."""
-
-SUMMARY_MAX_FACTS: Final = 200
-"""The summary is written from at most this many facts, the most recently verified."""
-
-SUMMARY_FACT_MAX_CHARS: Final = 300
-"""A fact's value is cut to this in the summary prompt (its middle elided)."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 

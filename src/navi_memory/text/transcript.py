@@ -9,23 +9,12 @@ import json
 from collections.abc import Iterable
 from typing import Final
 
+from navi_memory.constants import TRANSCRIPT_MAX_CHARS, TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import Message
 from navi_memory.text.chunks import elide_middle
 
-__all__ = [
-    "TRANSCRIPT_MAX_CHARS",
-    "TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS",
-    "render_transcript",
-    "transcript_line",
-]
-
-TRANSCRIPT_MAX_CHARS: Final = 12_000
-"""The whole transcript is cut to this many characters, its middle dropped (spec)."""
-
-TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS: Final = 500
-"""A tool result is cut to this many characters (spec); so are a tool call's arguments, which
-can be a whole file as easily as a result can."""
+__all__ = ["render_transcript", "transcript_line"]
 
 _SKIPPED_KINDS: Final = frozenset({"summary", "marker"})
 

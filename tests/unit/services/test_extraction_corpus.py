@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from navi_memory.constants import TRANSCRIPT_MAX_CHARS
 from navi_memory.services.extraction_parser import parse_extracted_facts
-from navi_memory.text.transcript import TRANSCRIPT_MAX_CHARS, render_transcript
+from navi_memory.text.transcript import render_transcript
 from tests.extraction_corpus import Conversation, load_corpus
 
 CORPUS = load_corpus()

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from navi_memory.constants import EXTRACTION_MAX_FACTS
 from navi_memory.errors import ExtractionError
 from navi_memory.services.extraction_parser import (
-    EXTRACTION_MAX_FACTS,
     FactDraft,
     ParsedFacts,
     confidence_for_source,

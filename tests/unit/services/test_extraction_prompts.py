@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from navi_memory.constants import SUMMARY_FACT_MAX_CHARS, SUMMARY_MAX_FACTS
 from navi_memory.schemas import Fact
 from navi_memory.services.extraction_parser import parse_extracted_facts
 from navi_memory.services.extraction_prompts import (
     EXTRACTION_PROMPT,
     FACT_SUMMARY_PROMPT,
-    SUMMARY_FACT_MAX_CHARS,
-    SUMMARY_MAX_FACTS,
     extraction_messages,
     summary_facts,
     summary_messages,

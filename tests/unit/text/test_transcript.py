@@ -7,14 +7,10 @@ from typing import Any
 
 import pytest
 
+from navi_memory.constants import TRANSCRIPT_MAX_CHARS, TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import Message
-from navi_memory.text.transcript import (
-    TRANSCRIPT_MAX_CHARS,
-    TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS,
-    render_transcript,
-    transcript_line,
-)
+from navi_memory.text.transcript import render_transcript, transcript_line
 
 T0 = datetime(2026, 11, 6, 18, 41, tzinfo=UTC)
 
