@@ -116,3 +116,8 @@ SUMMARY_FACT_MAX_CHARS: Final = 300
 
 FACT_SUMMARY_MAX_CHARS: Final = 4_000
 """A longer summary reply is cut in the middle: the user's summary rides in every prompt."""
+
+EXTRACTION_BACKGROUND_CONCURRENCY: Final = 2
+"""Background sweeps (started by sessions.create) that run at once in one Memory; more users
+wait their turn. Each holds a pooled connection for its claim, and one model server answers
+them in turn anyway."""

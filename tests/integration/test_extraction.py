@@ -605,6 +605,32 @@ async def test_closing_the_memory_cancels_a_running_extraction_cleanly(
         assert report.sessions_extracted == 1
 
 
+async def test_background_sweeps_run_two_at_a_time(
+    memory: Memory, triggering_memory: Memory, model: ExtractionModel
+) -> None:
+    """Three users starting sessions at once: two sweeps reach the model, the third waits for
+    a free turn and then runs; none is lost."""
+    model.facts = echo_facts
+    users = [await new_user(memory) for _ in range(3)]
+    stale = [await conversation(memory, uid, f"fact k{i} v{i}") for i, uid in enumerate(users)]
+    model.hold()
+    try:
+        for uid in users:
+            await triggering_memory.sessions.create(user_id=uid)
+        for _ in range(100):
+            if model.extraction_calls == 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # room for a third call, were it allowed
+        assert model.extraction_calls == 2
+    finally:
+        model.release()
+    await triggering_memory.extractor.wait_background()
+    assert model.extraction_calls == 3
+    for uid, sid in zip(users, stale, strict=True):
+        assert await memory.store.get_extracted_at(sid, uid) is not None
+
+
 async def test_trigger_off_extracts_nothing_on_create(
     memory: Memory, model: ExtractionModel
 ) -> None:

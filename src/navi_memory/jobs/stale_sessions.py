@@ -22,6 +22,7 @@ from typing import Literal, Protocol
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
+from navi_memory.constants import EXTRACTION_BACKGROUND_CONCURRENCY
 from navi_memory.errors import (
     ChatModelError,
     ExtractionError,
@@ -231,16 +232,20 @@ class StaleSessionTrigger(Protocol):
 
 
 class BackgroundExtraction:
-    """Runs the sweep for one user at a time per user, in background tasks the Memory owns.
+    """Runs a user's sweep in a background task the Memory owns: at most one per user, and at
+    most ``concurrency`` sweeping at once (the others wait their turn).
 
-    ``schedule`` returns at once (a user whose sweep is running is not scheduled twice); the
-    task runs with no current user (it acts for the user it was given), logs its errors and
-    never raises them. ``aclose`` cancels the running tasks and waits for them.
+    ``schedule`` returns at once (a user whose sweep is running or waiting is not scheduled
+    twice); the task runs with no current user (it acts for the user it was given), logs its
+    errors and never raises them. ``aclose`` cancels the tasks and waits for them.
     """
 
-    def __init__(self, sweep: StaleSessionSweep) -> None:
+    def __init__(
+        self, sweep: StaleSessionSweep, *, concurrency: int = EXTRACTION_BACKGROUND_CONCURRENCY
+    ) -> None:
         self._sweep = sweep
         self._tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(concurrency)
         self._closing = False
 
     def schedule(self, user_id: uuid.UUID) -> None:
@@ -265,7 +270,8 @@ class BackgroundExtraction:
 
     async def _run(self, user_id: uuid.UUID) -> None:
         try:
-            report = await self._sweep.run(user_id)
+            async with self._slots:
+                report = await self._sweep.run(user_id)
         except NaviMemoryError as exc:
             logger.warning(
                 "extractor.background_failed: user %s: %s",
@@ -290,10 +296,6 @@ class BackgroundExtraction:
                 report.failures,
                 extra={"event": "extractor.background_done"},
             )
-
-    def running(self) -> int:
-        """How many users' sweeps are running now."""
-        return sum(not task.done() for task in self._tasks.values())
 
     async def wait_idle(self) -> None:
         """Wait until no background sweep is running."""
