@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import platformdirs
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "default_data_dir"]
+from navi_memory.errors import ConfigError
+
+__all__ = ["Settings", "default_data_dir", "load_settings"]
 
 
 def default_data_dir() -> Path:
@@ -100,3 +103,16 @@ class Settings(BaseSettings):
         if self.embedding_ollama_host:
             return self.embedding_ollama_api_key
         return self.ollama_api_key
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """``Settings(**overrides)``, with a malformed value reported as one ConfigError line that
+    names the environment variable (``DB_POOL_SIZE=abc``), not as pydantic's report."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = ".".join(str(part) for part in error["loc"]).upper() or "settings"
+            problems.append(f"{name}={error.get('input')!r}: {error['msg']}")
+        raise ConfigError("bad setting " + "; ".join(problems)) from exc
