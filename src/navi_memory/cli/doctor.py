@@ -27,10 +27,10 @@ from navi_memory.db import (
     resolve_database_url,
 )
 from navi_memory.errors import NaviMemoryError
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.llm import OllamaChatModel, OllamaEmbedder
 from navi_memory.llm._ollama import redact_host
 from navi_memory.migrations import revisions
-from navi_memory.store import MemoryStore
 
 __all__ = ["Check", "diagnose", "doctor", "register"]
 
@@ -240,16 +240,11 @@ def _schema_check(caps: Capabilities) -> Check:
 
 
 async def _queue_check(settings: Settings, engine: AsyncEngine) -> Check:
+    indexer = ChunkIndexer(
+        create_sessionmaker(engine), batch_size=settings.chunk_index_batch_size, background=False
+    )
     try:
-        store = MemoryStore(
-            sessionmaker=create_sessionmaker(engine),
-            settings=settings,
-            embedder=OllamaEmbedder.from_settings(settings),  # never called: it only counts
-        )
-        try:
-            queued = await store.pending_chunk_count()
-        finally:
-            await store.aclose()
+        queued = await indexer.queued()
     except NaviMemoryError as exc:
         return Check("chunk queue", "finding", str(exc), _reach_fix(settings))
     if queued:

@@ -36,9 +36,9 @@ from navi_memory.errors import (
     PermissionDeniedError,
     SchemaError,
 )
+from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.memory import Memory, open_memory
 from navi_memory.request_context import request_context
-from navi_memory.services.backfill import BackfillProgress
 
 __all__ = [
     "EXIT_FAILURE",
