@@ -13,7 +13,12 @@ import platformdirs
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from navi_memory.constants import BACKFILL_BATCH_SIZE, BATCH_SIZE_MAX, CHUNK_CHARS_MIN
+from navi_memory.constants import (
+    BACKFILL_BATCH_SIZE,
+    BATCH_SIZE_MAX,
+    CHUNK_CHARS_MIN,
+    TEXT_ONLY_EMBEDDING_MODEL,
+)
 from navi_memory.errors import ConfigError
 from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS, DEFAULT_MESSAGE_MAX_CHARS
 
@@ -93,6 +98,11 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_host(cls, value: str) -> str:
         return value.strip().rstrip("/")
+
+    @property
+    def text_only(self) -> bool:
+        """EMBEDDING_MODEL=none: no embedding model; every search is a text search."""
+        return self.embedding_model.strip().lower() == TEXT_ONLY_EMBEDDING_MODEL
 
     @property
     def embedding_host(self) -> str:

@@ -93,3 +93,21 @@ indexes its messages seconds after its commit."""
 
 CHUNK_CHARS_MIN: Final = 200
 """Smallest CHUNK_MAX_CHARS / CHUNK_MESSAGE_MAX_CHARS a deployment may set."""
+
+EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS: Final = 60.0
+"""A failing embedding model is reported at most once per this many seconds, with the number of
+failures since the last report (one warning per call would drown the log)."""
+
+TEXT_ONLY_EMBEDDING_MODEL: Final = "none"
+"""EMBEDDING_MODEL=none: text-only mode, no embedding model at all."""
+
+INJECTED_LEDGER_KEY: Final = "injected_chunk_ids"
+"""The key of a session's session_metadata holding the recall ledger (chunk ids, spec)."""
+
+EXPORT_FORMAT: Final = "navi-memory-export"
+"""The first record of an export names the format and its version (EXPORT_FORMAT_VERSION)."""
+
+EXPORT_FORMAT_VERSION: Final = 1
+
+STATS_USERS_DEFAULT: Final = 20
+"""memory.admin.stats() breaks the counts down for this many users, the largest first."""

@@ -10,7 +10,7 @@ from typing import Annotated, Final
 import typer
 import typer.main
 
-from navi_memory.cli import doctor, facts, maintenance, server, summary
+from navi_memory.cli import admin, doctor, facts, maintenance, server, summary
 from navi_memory.cli.output import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -26,7 +26,7 @@ from navi_memory.errors import NaviMemoryError
 __all__ = ["REGISTRARS", "app", "main"]
 
 HELP: Final = """\
-The operator's tool for navi-memory: schema, health, facts, summaries, the embedded server.
+The operator's tool for navi-memory: schema, health, facts, export and import, the server.
 
 It acts as an administrator: no current user, with the `navi.memory.read_all` permission, so
 it can read and change every user's memory. It reads the same settings as the library
@@ -88,6 +88,7 @@ def root(
 REGISTRARS: Final[tuple[Callable[[typer.Typer], None], ...]] = (
     maintenance.register,
     doctor.register,
+    admin.register,
     facts.register,
     summary.register,
     server.register,

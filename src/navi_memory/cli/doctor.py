@@ -269,6 +269,15 @@ async def _model_check(
 
 
 async def _embedding_check(settings: Settings) -> Check:
+    if settings.text_only:
+        return Check(
+            "embedding model",
+            "note",
+            "none: text-only mode (EMBEDDING_MODEL=none): rows are stored without vectors and "
+            "every search is a text search",
+            f"to add vectors later: set EMBEDDING_MODEL to a {EMBEDDING_DIM}-dimensional model, "
+            "then navi-memory backfill",
+        )
     host = redact_host(settings.embedding_host)
     model = settings.embedding_model
 

@@ -85,21 +85,17 @@ def list_facts(
 
     async def work() -> list[Fact]:
         async with admin_memory(settings) as memory:
-            wanted = category is None
-            facts = await memory.store.get_all_facts(
+            return await memory.store.get_all_facts(
                 user_id=user,
                 all_users=all_users,
-                # The library has no category filter: with one, filter and page here.
-                limit=limit if wanted else None,
-                offset=offset if wanted else 0,
+                category=category,
+                limit=limit,
+                offset=offset,
                 search=search,
                 sort_by=sort,
                 sort_order=order,
                 include_merged=include_merged,
             )
-        if category is None:
-            return facts
-        return [f for f in facts if f.category == category][offset : offset + limit]
 
     facts = run(work)
     if as_json:
@@ -159,19 +155,19 @@ def show_fact(
     fact_id: Annotated[int, typer.Argument(metavar="ID", min=1, help="The fact's id.")],
     as_json: JsonOption = False,
 ) -> None:
-    """Everything about one fact, with the hidden rows merged into it."""
+    """Everything about one fact (hidden or expired alike), with the rows hidden behind it."""
     settings = load_settings()
 
     async def work() -> tuple[Fact, list[Fact]]:
         async with admin_memory(settings) as memory:
-            # There is no lookup by id in the library: the fact is found in its owner's rows.
-            every = await memory.store.get_all_facts(
-                all_users=True, include_merged=True, sort_by="id", sort_order="asc"
-            )
-        fact = next((f for f in every if f.id == fact_id), None)
-        if fact is None:
-            raise NotFoundError(f"fact {fact_id} does not exist (or has expired)")
-        return fact, [f for f in every if f.merged_into == fact_id]
+            fact = await memory.store.get_fact(fact_id)
+            merged: list[Fact] = []
+            if fact.user_id is not None:
+                owned = await memory.store.get_all_facts(
+                    user_id=fact.user_id, include_merged=True, sort_by="id", sort_order="asc"
+                )
+                merged = [f for f in owned if f.merged_into == fact_id]
+        return fact, merged
 
     fact, merged = run(work)
     if as_json:

@@ -51,13 +51,15 @@ def backfill() -> None:
     settings = load_settings()
     bars = TableProgress()
 
-    async def work() -> tuple[int, int, int]:
+    async def work() -> tuple[int, int | None, int]:
         async with admin_memory(settings) as memory:
             recovered = await memory.sessions.index_dropped_history()
-            with bars.shown():
-                embedded = await memory.store.backfill_embeddings(
-                    settings.backfill_batch_size, progress=bars
-                )
+            embedded = None
+            if memory.embedder is not None:
+                with bars.shown():
+                    embedded = await memory.store.backfill_embeddings(
+                        settings.backfill_batch_size, progress=bars
+                    )
             indexed = await memory.store.index_pending_chunks()
         return recovered, embedded, indexed
 
@@ -66,7 +68,13 @@ def backfill() -> None:
     except KeyboardInterrupt:
         err.print("navi-memory: interrupted; finished batches are saved, run it again to resume")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    made = (
+        "no vectors made (text-only mode: EMBEDDING_MODEL=none)"
+        if embedded is None
+        else f"{embedded} row(s) embedded"
+    )
     out.print(
-        f"backfill: {recovered} chunk(s) of dropped history recovered, {embedded} row(s) "
-        f"embedded, {indexed} chunk vector(s) indexed"
+        f"backfill: {recovered} chunk(s) of dropped history recovered, {made}, {indexed} chunk "
+        "vector(s) indexed",
+        markup=False,
     )
