@@ -101,6 +101,8 @@ async def diagnose(settings: Settings, *, check_models: bool = True) -> list[Che
     checks = await _database_checks(settings)
     if check_models:
         checks += await asyncio.gather(_embedding_check(settings), _chat_check(settings))
+    elif settings.text_only:
+        checks.append(await _embedding_check(settings))  # the mode, said without a model call
     return checks
 
 
