@@ -26,6 +26,9 @@ SUMMARY_MAX_KEYS: Final = 30
 INJECTED_LEDGER_MAX: Final = 100
 """Automatic recall remembers this many delivered chunk ids per session."""
 
+MIN_POSTGRES_MAJOR: Final = 15
+"""The oldest PostgreSQL navi-memory is built for (``navi-memory doctor`` reports older ones)."""
+
 MIN_PGVECTOR: Final = (0, 8, 0)
 """Iterative index scans (hnsw.iterative_scan) arrived in pgvector 0.8.0."""
 
@@ -111,3 +114,6 @@ EXPORT_FORMAT_VERSION: Final = 1
 
 STATS_USERS_DEFAULT: Final = 20
 """memory.admin.stats() breaks the counts down for this many users, the largest first."""
+
+EMBEDDED_STOP_TIMEOUT_SECONDS: Final = 60
+"""How long ``navi-memory server stop`` waits for the embedded server's shutdown checkpoint."""

