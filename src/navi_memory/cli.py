@@ -17,6 +17,7 @@ from navi_memory.db import redact_url
 from navi_memory.errors import NaviMemoryError
 from navi_memory.memory import Memory, open_memory
 from navi_memory.services.backfill import BackfillProgress
+from navi_memory.unit_of_work import single_statement
 
 __all__ = ["describe", "main"]
 
@@ -24,7 +25,7 @@ __all__ = ["describe", "main"]
 async def describe(memory: Memory) -> list[str]:
     """Lines saying what the database is and offers: versions, extensions, tables, revision."""
     caps = memory.capabilities
-    async with memory.engine.connect() as conn:
+    async with single_statement(memory.engine) as conn:
         tables = list(
             (
                 await conn.execute(

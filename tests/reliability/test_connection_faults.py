@@ -26,10 +26,6 @@ WORKERS = 6
 ROUNDS = 8
 SEED = 20261203
 
-pytestmark = pytest.mark.xfail(
-    strict=True, reason="#9 defect 2: killed connections surface as raw asyncpg errors"
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Outcome:

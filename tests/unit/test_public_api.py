@@ -18,6 +18,7 @@ def test_all_is_the_curated_public_surface() -> None:
             "ChunkHit",
             "CompressionResult",
             "ConfigError",
+            "ConnectionLostError",
             "EmbeddingError",
             "ExtractionError",
             "Fact",
@@ -55,3 +56,4 @@ def test_every_error_is_a_navi_memory_error_with_the_matching_builtin() -> None:
     assert issubclass(errors.InvalidTypeError, TypeError)
     assert issubclass(errors.PermissionDeniedError, PermissionError)
     assert issubclass(errors.NotFoundError, LookupError)
+    assert issubclass(errors.ConnectionLostError, errors.StorageError)
