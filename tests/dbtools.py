@@ -44,10 +44,11 @@ class EmbeddedServer:
     def url(self, dbname: str) -> str:
         return f"postgresql+asyncpg://{PG_USER}@/{dbname}?host={self.socket_dir}"
 
-    def create_database(self, prefix: str = "scratch") -> str:
+    def create_database(self, prefix: str = "scratch", template: str | None = None) -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        clone = f' TEMPLATE "{template}"' if template else ""
         with self.admin() as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{clone}')
         return name
 
     def drop_database(self, name: str) -> None:

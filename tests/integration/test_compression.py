@@ -451,7 +451,6 @@ async def test_messages_whose_indexing_failed_are_indexed_by_the_repair_exactly_
 ) -> None:
     from datetime import timedelta
 
-
     store = SessionStore(
         sessionmaker=memory.sessionmaker,
         settings=memory.settings,
