@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint migrate demo backfill bench bench-large doctor clean
+.PHONY: help install test soak lint migrate demo backfill bench bench-large doctor clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -25,6 +25,9 @@ lint: $(STAMP) ## ruff check and mypy --strict
 
 test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
 	$(BIN)/pytest
+
+soak: $(STAMP) ## The long reliability runs (fresh random inputs, faults, interleavings)
+	$(BIN)/pytest tests/reliability -m soak
 
 migrate: $(STAMP) ## alembic upgrade head (DATABASE_URL, or the embedded default when unset)
 	$(BIN)/alembic upgrade head

@@ -116,6 +116,13 @@ REFUSED: dict[str, Any] = {
         ),
         marks=DEFECT_4,
     ),
+    "get_all_facts(sort_by=bytearray)": pytest.param(
+        Case(
+            lambda m, w: m.store.get_all_facts(w.me, sort_by=bytearray(b"key")),  # type: ignore[arg-type]
+            InvalidTypeError,
+        ),
+        marks=DEFECT_4,
+    ),
     "fact_count(include_merged=1)": pytest.param(
         Case(
             lambda m, w: m.store.fact_count(w.me, include_merged=1),  # type: ignore[arg-type]
@@ -224,7 +231,8 @@ async def test_the_boundary_values_themselves_are_accepted(calm_memory: Memory) 
     world = await build_world(calm_memory)
     store = calm_memory.store
     assert await store.add_chunks([seq_draft(0, INT32_MAX)], world.me, world.my_session) == 1
-    assert len(await store.get_all_facts(world.me, limit=BIGINT_MAX, offset=0)) == 2
+    everything = await store.get_all_facts(world.me)
+    assert everything and await store.get_all_facts(world.me, limit=BIGINT_MAX) == everything
     assert await store.get_all_facts(world.me, offset=BIGINT_MAX) == []
     with pytest.raises(NotFoundError):
         await store.unmerge_fact(BIGINT_MAX)

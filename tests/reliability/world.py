@@ -12,6 +12,7 @@ from navi_memory import Memory
 from navi_memory.schemas import ChunkDraft
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+SPARE_KEY = "spare_key"
 
 
 def chunk_draft(content: str, seq: int = 1, breadcrumbs: list[str] | None = None) -> ChunkDraft:
@@ -38,9 +39,14 @@ class World:
     fact_ids: tuple[int, ...]
     """Every fact row, visible and hidden, of both users."""
     other_fact_ids: tuple[int, ...]
+    spare_user: uuid.UUID
+    """Destructive calls aim here (and at spare_session, SPARE_KEY), so the rows above stay."""
+    spare_session: str
 
-    def session_owner(self, session_id: str) -> uuid.UUID | None:
-        return {self.my_session: self.me, self.other_session: self.other}.get(session_id)
+    def session_owner(self, session_id: object) -> uuid.UUID | None:
+        owners = {self.my_session: self.me, self.other_session: self.other}
+        owners[self.spare_session] = self.me
+        return owners.get(session_id) if isinstance(session_id, str) else None
 
 
 async def build_world(memory: Memory) -> World:
@@ -75,6 +81,11 @@ async def build_world(memory: Memory) -> World:
         )
         await memory.kv.set("scratchpad", "plan", f"{name} plan", session_id=sid, user_id=uid)
         await memory.kv.set("notes", "global", f"{name} note", user_id=uid)
+        await memory.kv.set("notes", SPARE_KEY, "disposable", user_id=uid)
+        await memory.store.upsert_fact("tools", SPARE_KEY, "disposable", user_id=uid)
+    spare_user = uuid.uuid4()
+    await memory.users.ensure(spare_user, "spare")
+    spare_session = (await memory.sessions.create(f"spare-{me.hex[:8]}", user_id=me)).id
     return World(
         me=me,
         other=other,
@@ -82,4 +93,6 @@ async def build_world(memory: Memory) -> World:
         other_session=sessions[1],
         fact_ids=tuple(fact_ids),
         other_fact_ids=tuple(fact_ids[3:]),
+        spare_user=spare_user,
+        spare_session=spare_session,
     )
