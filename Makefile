@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test soak lint migrate demo backfill bench bench-large doctor clean
+.PHONY: help install test test-wheel soak lint migrate demo backfill bench bench-large doctor clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,12 +19,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install the package (editable) with the dev group
 
-lint: $(STAMP) ## ruff check and mypy --strict
+lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, the import contracts
 	$(BIN)/ruff check src tests alembic benchmarks
-	$(BIN)/mypy --strict src
+	$(BIN)/ruff format --check src tests alembic benchmarks
+	$(BIN)/mypy --strict src tests benchmarks alembic
+	$(BIN)/lint-imports --no-cache --no-logo
 
 test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
 	$(BIN)/pytest
+
+test-wheel: $(STAMP) ## Build the wheel, install it in a fresh venv, migrate and use it (CI runs it)
+	$(BIN)/pytest -m wheel
 
 soak: $(STAMP) ## The long reliability runs (fresh random inputs, faults, interleavings)
 	$(BIN)/pytest tests/reliability -m soak

@@ -10,8 +10,10 @@ import asyncio
 from logging.config import fileConfig
 
 from alembic import context
+from alembic.util import CommandError
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import async_engine_from_config
 
 from navi_memory.config import Settings
@@ -31,7 +33,40 @@ def include_object(
     return not (type_ == "index" and name is not None and name.endswith("_trgm"))
 
 
+def require_vector(connection: Connection) -> None:
+    """Stop before the first revision changes anything when pgvector cannot be had: the legacy
+    tables of 0001 would otherwise be committed and 0002 fail on CREATE EXTENSION."""
+    outer = connection.begin_nested() if connection.in_transaction() else connection.begin()
+    with outer:
+        if connection.exec_driver_sql(
+            "SELECT 1 FROM pg_extension WHERE extname = 'vector'"
+        ).first():
+            return
+        where = connection.engine.url.render_as_string(hide_password=True)
+        version = connection.exec_driver_sql("SHOW server_version").scalar_one()
+        major = str(version).split(".")[0]
+        if not connection.exec_driver_sql(
+            "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+        ).first():
+            raise CommandError(
+                f"pgvector is not installed on the PostgreSQL {version} server at {where}: "
+                f"install pgvector >= 0.8 there (Debian/Ubuntu: postgresql-{major}-pgvector) "
+                "and run the migration again; nothing was changed"
+            )
+        try:
+            with connection.begin_nested():
+                connection.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS vector")
+        except DBAPIError as exc:
+            reason = (str(exc.orig).strip().splitlines() or ["refused"])[0]
+            raise CommandError(
+                f"cannot create the vector extension in the database at {where} ({reason}): "
+                "have a superuser run CREATE EXTENSION vector; in it, then run the migration "
+                "again; nothing was changed"
+            ) from exc
+
+
 def do_run_migrations(connection: Connection) -> None:
+    require_vector(connection)
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

@@ -11,7 +11,6 @@ Create Date: 2026-12-02
 from collections.abc import Sequence
 
 from alembic import op
-from sqlalchemy import text
 
 revision: str = "0003"
 down_revision: str | Sequence[str] | None = "0002"
@@ -22,15 +21,19 @@ _COLUMNS = ("category", "key", "value")
 
 
 def upgrade() -> None:
-    bind = op.get_bind()
-    installed = bind.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")).scalar()
-    if not installed:
-        return
-    for column in _COLUMNS:
-        op.execute(
-            f"CREATE INDEX IF NOT EXISTS ix_memory_facts_{column}_trgm "
-            f"ON memory_facts USING gin ({column} gin_trgm_ops)"
-        )
+    # Decided by the server, not by Python, so `navi-memory migrate --sql` writes a script that
+    # does the right thing wherever it is run.
+    creates = "\n".join(
+        f"        CREATE INDEX IF NOT EXISTS ix_memory_facts_{column}_trgm "
+        f"ON memory_facts USING gin ({column} gin_trgm_ops);"
+        for column in _COLUMNS
+    )
+    op.execute(
+        "DO $$\nBEGIN\n"
+        "    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') THEN\n"
+        f"{creates}\n"
+        "    END IF;\nEND\n$$"
+    )
 
 
 def downgrade() -> None:

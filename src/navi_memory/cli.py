@@ -15,8 +15,8 @@ from sqlalchemy import text
 from navi_memory.config import Settings
 from navi_memory.db import redact_url
 from navi_memory.errors import NaviMemoryError
+from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.memory import Memory, open_memory
-from navi_memory.services.backfill import BackfillProgress
 from navi_memory.unit_of_work import single_statement
 
 __all__ = ["describe", "main"]
@@ -84,6 +84,17 @@ async def _backfill(settings: Settings) -> int:
     return 0
 
 
+def _migrate(settings: Settings, revision: str, sql: bool) -> int:
+    from navi_memory.migrations import upgrade
+
+    output = upgrade(settings, revision=revision, sql=sql)
+    if sql:
+        print(output, end="")
+    else:
+        print(f"migrate: the database is at {revision}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="navi-memory", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -95,6 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(BACKFILL_BATCH_SIZE, BACKFILL_PAUSE_SECONDS), then index every queued chunk vector"
         ),
     )
+    migrate = commands.add_parser(
+        "migrate", help="bring the database schema to head (the revisions ship with the package)"
+    )
+    migrate.add_argument("--to", default="head", help="the revision to reach (default: head)")
+    migrate.add_argument(
+        "--sql", action="store_true", help="print the SQL instead of running it (no database)"
+    )
     args = parser.parse_args(argv)
     settings = Settings()
     try:
@@ -102,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_doctor(settings))
         if args.command == "backfill":
             return asyncio.run(_backfill(settings))
+        if args.command == "migrate":
+            return _migrate(settings, args.to, args.sql)
     except NaviMemoryError as exc:
         print(f"\nnavi-memory: {exc}", file=sys.stderr)
         return 2

@@ -402,11 +402,11 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
                 f"PostgreSQL at {where} has no pgvector extension available: install pgvector "
                 f">= {minimum} on the server (e.g. the "
                 f"postgresql-{caps.server_version_num // 10000}-pgvector package), "
-                "then run `alembic upgrade head`"
+                "then run `navi-memory migrate`"
             )
         raise SchemaError(
             f"the vector extension is not created in the database at {where}: "
-            "run `alembic upgrade head` (it creates it)"
+            "run `navi-memory migrate` (it creates it)"
         )
     version = caps.vector_version_tuple or ()
     if version < MIN_PGVECTOR:
@@ -419,7 +419,7 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
         found = caps.revision or "no schema"
         raise SchemaError(
             f"the database at {where} is at revision {found}, this code needs {SCHEMA_HEAD}: "
-            "run `alembic upgrade head`"
+            "run `navi-memory migrate` (or `alembic upgrade head` in a checkout)"
         )
     if caps.hnsw_iterative_scan not in ("relaxed_order", "strict_order"):
         # Without it a per-user HNSW scan silently returns too few hits.

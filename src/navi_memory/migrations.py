@@ -1,0 +1,102 @@
+"""Running the Alembic revisions from Python: ``navi-memory migrate`` and a host's start-up.
+
+The revisions live in the checkout's top-level ``alembic/``; the wheel carries the same folder as
+``navi_memory/_alembic`` (pyproject.toml, force-include), so an installed package migrates itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import io
+from collections.abc import Callable
+from contextlib import redirect_stdout
+from importlib import resources
+from pathlib import Path
+from typing import Final
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+
+from navi_memory.config import Settings
+from navi_memory.db import resolve_database_url
+from navi_memory.errors import SchemaError
+
+__all__ = ["alembic_config", "head_revision", "script_location", "upgrade"]
+
+_PACKAGED: Final = "_alembic"
+
+
+def script_location() -> Path:
+    """The folder holding env.py and versions/: the wheel's copy, else the checkout's."""
+    packaged = Path(str(resources.files("navi_memory"))) / _PACKAGED
+    if (packaged / "env.py").is_file():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "alembic"
+    if (checkout / "env.py").is_file():
+        return checkout
+    raise SchemaError(
+        "this installation of navi-memory has no migrations (neither navi_memory/_alembic nor "
+        "a checkout's alembic/ folder): reinstall the package from its wheel"
+    )
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic Config for ``url`` (None: the one the settings name, or the embedded server)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(script_location()))
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes["configure_logger"] = False
+    return cfg
+
+
+def head_revision() -> str:
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    return ",".join(heads)
+
+
+def upgrade(
+    settings: Settings | None = None,
+    *,
+    revision: str = "head",
+    sql: bool = False,
+    url: str | None = None,
+) -> str:
+    """Bring the database to ``revision`` (default head); returns what Alembic printed (the SQL
+    itself with ``sql=True``, which touches no database). Raises SchemaError with one line when
+    Alembic refuses (pgvector missing, unknown revision)."""
+    if url is None and not sql:
+        url = resolve_database_url(settings or Settings())
+    elif url is None:
+        url = "postgresql+asyncpg://offline/navi_memory"
+    cfg = alembic_config(url)
+    return _run(lambda: command.upgrade(cfg, revision, sql=sql))
+
+
+def _run(action: Callable[[], None]) -> str:
+    """Run an Alembic command where env.py may call asyncio.run(): in a worker thread when an
+    event loop is running in this one."""
+    out = io.StringIO()
+
+    def call() -> None:
+        with redirect_stdout(out):
+            action()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        running = False
+    else:
+        running = True
+    try:
+        if running:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                pool.submit(call).result()
+        else:
+            call()
+    except CommandError as exc:
+        raise SchemaError(str(exc)) from exc
+    return out.getvalue()

@@ -1,0 +1,117 @@
+"""`navi-memory migrate`: the revisions run from the package, and a server that cannot give
+pgvector is refused in one line before anything changes."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from navi_memory import SchemaError, Settings
+from navi_memory.cli import main
+from navi_memory.db import SCHEMA_HEAD
+from navi_memory.migrations import head_revision, script_location, upgrade
+from tests import dbtools
+
+
+def _public_tables(server: dbtools.EmbeddedServer, db: str) -> set[str]:
+    with server.admin(db) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        return {r[0] for r in rows.fetchall()}
+
+
+def _settings(url: str) -> Settings:
+    return Settings(_env_file=None, database_url=url)
+
+
+def test_the_package_finds_its_revisions_and_their_head_is_the_code_s() -> None:
+    """script_location() points at a folder with env.py, and its head is SCHEMA_HEAD."""
+    assert (script_location() / "env.py").is_file()
+    assert head_revision() == SCHEMA_HEAD
+
+
+def test_migrate_command_brings_an_empty_database_to_head(
+    pg_server: dbtools.EmbeddedServer,
+    scratch_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The console command migrates the database DATABASE_URL names, and says so."""
+    monkeypatch.setenv("DATABASE_URL", pg_server.url(scratch_db))
+    assert main(["migrate"]) == 0
+    assert "head" in capsys.readouterr().out
+    with pg_server.admin(scratch_db) as conn:
+        version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    assert version == (SCHEMA_HEAD,)
+
+
+def test_migrate_to_a_revision_stops_there(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """--to names the revision to reach; a later call reaches head from there."""
+    upgrade(_settings(pg_server.url(scratch_db)), revision="0002")
+    with pg_server.admin(scratch_db) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0002",)
+    upgrade(_settings(pg_server.url(scratch_db)))
+    with pg_server.admin(scratch_db) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (SCHEMA_HEAD,)
+
+
+def test_migrate_sql_prints_the_ddl_and_touches_no_database(
+    pg_server: dbtools.EmbeddedServer,
+    scratch_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--sql writes the statements to stdout and leaves the database empty."""
+    monkeypatch.setenv("DATABASE_URL", pg_server.url(scratch_db))
+    assert main(["migrate", "--sql"]) == 0
+    out = capsys.readouterr().out
+    assert "CREATE TABLE IF NOT EXISTS memory_facts" in out
+    assert "CREATE EXTENSION IF NOT EXISTS vector" in out
+    assert _public_tables(pg_server, scratch_db) == set()
+
+
+def test_an_unknown_revision_is_a_schema_error(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """Alembic's refusal comes back as SchemaError, not as Alembic's own exception."""
+    with pytest.raises(SchemaError, match="nope"):
+        upgrade(_settings(pg_server.url(scratch_db)), revision="nope")
+
+
+@pytest.fixture
+def limited_role(pg_server: dbtools.EmbeddedServer, scratch_db: str) -> Any:
+    """A login role that owns the database's public schema but may not create extensions."""
+    role = f"limited_{uuid.uuid4().hex[:8]}"
+    with pg_server.admin(scratch_db) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f'GRANT ALL ON DATABASE "{scratch_db}" TO "{role}"')
+        conn.execute(f'GRANT ALL ON SCHEMA public TO "{role}"')
+    yield role
+    with pg_server.admin(scratch_db) as conn:
+        conn.execute(f'DROP OWNED BY "{role}"')
+    with pg_server.admin() as conn:
+        conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_migrate_without_the_right_to_create_vector_changes_nothing(
+    pg_server: dbtools.EmbeddedServer,
+    scratch_db: str,
+    limited_role: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A role that cannot CREATE EXTENSION vector gets one line saying what to do (exit 2), and
+    the database is left as it was: no legacy tables, no alembic_version."""
+    url = f"postgresql+asyncpg://{limited_role}@/{scratch_db}?host={pg_server.socket_dir}"
+    monkeypatch.setenv("DATABASE_URL", url)
+    assert main(["migrate"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "CREATE EXTENSION vector" in err and "nothing was changed" in err
+    assert _public_tables(pg_server, scratch_db) == set()
+    with psycopg.connect(host=pg_server.socket_dir, user="postgres", dbname=scratch_db) as conn:
+        assert not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
