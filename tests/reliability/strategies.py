@@ -188,7 +188,7 @@ FAMILIES: Final = {
 # --- parameters: the valid values, mixed with everything hostile ------------------------------
 
 plain_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"),
     min_size=1,
     max_size=40,
 )

@@ -26,10 +26,6 @@ UNINDEXED = pytest.mark.xfail(
     strict=True,
     reason="#9 defect 3: compress commits the demotion before it indexes the demoted messages",
 )
-TRUSTED_MODELS = pytest.mark.xfail(
-    strict=True,
-    reason="#9 defect 3, model side: custom models are trusted (the llm guard wraps them)",
-)
 
 
 async def seeded_session(memory: Memory, uid: uuid.UUID, count: int = 8) -> str:
@@ -89,7 +85,6 @@ async def _never_unindexed(
             assert after == before, changed_tables(before, after)
 
 
-@UNINDEXED
 async def test_an_embedder_raising_connection_error_leaves_no_demoted_message_unindexed(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:
@@ -100,7 +95,6 @@ async def test_an_embedder_raising_connection_error_leaves_no_demoted_message_un
     )
 
 
-@UNINDEXED
 async def test_an_embedder_returning_none_leaves_no_demoted_message_unindexed(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:
@@ -138,7 +132,6 @@ async def test_a_failed_chunk_write_rolls_the_compression_back(memory: Memory) -
 # --- the documented degradation, whatever model is plugged in --------------------------------
 
 
-@TRUSTED_MODELS
 @pytest.mark.parametrize("fault", ["raises", "none", "hangs"])
 async def test_compress_with_a_broken_custom_embedder_stores_chunks_without_vectors(
     db_url: str, fake_ollama: FakeOllama, fault: EmbedderFault
@@ -162,7 +155,6 @@ async def test_compress_with_a_broken_custom_embedder_stores_chunks_without_vect
         assert unindexed(history, chunks) == []
 
 
-@TRUSTED_MODELS
 @pytest.mark.parametrize("fault", ["raises", "none", "not_text", "hangs"])
 async def test_compress_with_a_broken_custom_chat_model_falls_back_to_truncation(
     db_url: str, fake_ollama: FakeOllama, fault: ChatFault

@@ -85,12 +85,10 @@ async def run_op(
             await memory.sessions.compress(me.sid, keep_last=1)
         elif op == "search":
             prefix = f"u-{who}-"
-            found = [
-                *await store.search_facts(prefix),
-                *await store.search_chunks(prefix),
-                *await store.get_all_facts(),
-            ]
-            assert {f.user_id for f in found} <= {me.uid}
+            owners = {f.user_id for f in await store.search_facts(prefix)}
+            owners |= {c.user_id for c in await store.search_chunks(prefix)}
+            owners |= {f.user_id for f in await store.get_all_facts()}
+            assert owners <= {me.uid}
             hits = await memory.kv.search_values(None, "notes", [prefix])
             assert {h.user_id for h in hits} <= {me.uid}
         else:  # peek: reach for the neighbour's rows every way the API allows

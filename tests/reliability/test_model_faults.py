@@ -59,7 +59,7 @@ async def degrades_like_a_model_that_is_down(
         == 1
     )
     hits = await bounded(store.search_facts("terminal kitty", user_id=uid))
-    assert [h.key for h in hits] == ["terminal"] and hits[0].via == "text"  # type: ignore[attr-defined]
+    assert [(h.key, h.via) for h in hits] == [("terminal", "text")]  # type: ignore[attr-defined]
     chunk_hits = await bounded(store.search_chunks("kitty", user_id=uid))
     assert chunk_hits and all(h.via == "text" for h in chunk_hits)  # type: ignore[attr-defined]
     result = await bounded(sessions.compress(sid, keep_last=2, user_id=uid))
@@ -122,29 +122,7 @@ async def test_ollama_faults_degrade_the_documented_way(
         )
 
 
-TRUSTED = pytest.mark.xfail(
-    strict=True,
-    reason="#9 defect 3, model side: custom models are trusted (the llm guard wraps them)",
-)
-GUARDED_FAULTS: Final = {"raises", "none", "zero", "hangs"}
-"""Custom embedder faults only the llm guard turns into an EmbeddingError."""
-UNCHECKED_BACKFILL = pytest.mark.xfail(
-    strict=True,
-    reason="found here: backfill stores a custom embedder's vectors unchecked, so PostgreSQL "
-    "refuses them (a StorageError, not the EmbeddingError backfill documents)",
-)
-UNCHECKED_FAULTS: Final = {"junk", "wrong_dim", "nan", "huge"}
-
-
-def _mark(fault: EmbedderFault) -> object:
-    if fault in GUARDED_FAULTS:
-        return pytest.param(fault, marks=TRUSTED)
-    if fault in UNCHECKED_FAULTS:
-        return pytest.param(fault, marks=UNCHECKED_BACKFILL)
-    return fault
-
-
-@pytest.mark.parametrize("fault", [_mark(f) for f in EMBEDDER_FAULTS])
+@pytest.mark.parametrize("fault", EMBEDDER_FAULTS)
 async def test_a_broken_custom_embedder_degrades_like_ollama(
     db_url: str, fake_ollama: FakeOllama, fault: EmbedderFault
 ) -> None:
