@@ -40,13 +40,7 @@ CONTEXTS: Final = ("none", "me", "me with session", "me with read_all", "read_al
 """Who is calling: no request context, the acting user (with the session, with read_all), an
 admin context without a user, or the foreign tenant."""
 
-_DEFECT_4 = "#9 defect 4: unchecked input reaches SQL or Python (a bare TypeError)"
-KNOWN: dict[str, str] = {
-    "store.add_chunks": _DEFECT_4,
-    "store.add_chunks_for_session": _DEFECT_4,
-    "store.index_pending_chunks": _DEFECT_4,
-    "sessions.index_dropped_history": _DEFECT_4,
-}
+KNOWN: dict[str, str] = {}
 """Entry points with a finding that is not fixed yet: name → reason (strict xfail)."""
 
 

@@ -42,139 +42,91 @@ def seq_draft(start: int, end: int) -> Any:
     )
 
 
-DEFECT_4 = pytest.mark.xfail(strict=True, reason="#9 defect 4: unchecked input reaches SQL")
-
 REFUSED: dict[str, Any] = {
-    "add_chunks(5)": pytest.param(
-        Case(lambda m, w: m.store.add_chunks(5, w.me, w.my_session), InvalidTypeError),  # type: ignore[arg-type]
-        marks=DEFECT_4,
+    "add_chunks(5)": Case(
+        lambda m, w: m.store.add_chunks(5, w.me, w.my_session),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "add_chunks(None)": pytest.param(
-        Case(lambda m, w: m.store.add_chunks(None, w.me, w.my_session), InvalidTypeError),  # type: ignore[arg-type]
-        marks=DEFECT_4,
+    "add_chunks(None)": Case(
+        lambda m, w: m.store.add_chunks(None, w.me, w.my_session),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "add_chunks(object())": pytest.param(
-        Case(lambda m, w: m.store.add_chunks(object(), w.me, w.my_session), InvalidTypeError),  # type: ignore[arg-type]
-        marks=DEFECT_4,
+    "add_chunks(object())": Case(
+        lambda m, w: m.store.add_chunks(object(), w.me, w.my_session),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "add_chunks(start_seq=2**31)": pytest.param(
-        Case(
-            lambda m, w: m.store.add_chunks([seq_draft(2**31, 2**31)], w.me, w.my_session),
-            InvalidInputError,
+    "add_chunks(start_seq=2**31)": Case(
+        lambda m, w: m.store.add_chunks([seq_draft(2**31, 2**31)], w.me, w.my_session),
+        InvalidInputError,
+    ),
+    "add_chunks(end_seq=2**31)": Case(
+        lambda m, w: m.store.add_chunks([seq_draft(1, 2**31)], w.me, w.my_session),
+        InvalidInputError,
+    ),
+    "add_chunks(start_seq=-1)": Case(
+        lambda m, w: m.store.add_chunks([seq_draft(-1, 1)], w.me, w.my_session),
+        InvalidInputError,
+    ),
+    "add_chunks(require_session='yes')": Case(
+        lambda m, w: m.store.add_chunks(
+            [chunk_draft("x")],
+            w.me,
+            w.my_session,
+            require_session="yes",  # type: ignore[arg-type]
         ),
-        marks=DEFECT_4,
+        InvalidTypeError,
     ),
-    "add_chunks(end_seq=2**31)": pytest.param(
-        Case(
-            lambda m, w: m.store.add_chunks([seq_draft(1, 2**31)], w.me, w.my_session),
-            InvalidInputError,
-        ),
-        marks=DEFECT_4,
+    "get_all_facts(limit=10**30)": Case(
+        lambda m, w: m.store.get_all_facts(w.me, limit=10**30), InvalidInputError
     ),
-    "add_chunks(start_seq=-1)": pytest.param(
-        Case(
-            lambda m, w: m.store.add_chunks([seq_draft(-1, 1)], w.me, w.my_session),
-            InvalidInputError,
-        ),
-        marks=DEFECT_4,
+    "get_all_facts(limit=2**63)": Case(
+        lambda m, w: m.store.get_all_facts(w.me, limit=2**63), InvalidInputError
     ),
-    "add_chunks(require_session='yes')": pytest.param(
-        Case(
-            lambda m, w: m.store.add_chunks(
-                [chunk_draft("x")],
-                w.me,
-                w.my_session,
-                require_session="yes",  # type: ignore[arg-type]
-            ),
-            InvalidTypeError,
-        ),
-        marks=DEFECT_4,
+    "get_all_facts(offset=10**30)": Case(
+        lambda m, w: m.store.get_all_facts(w.me, offset=10**30), InvalidInputError
     ),
-    "get_all_facts(limit=10**30)": pytest.param(
-        Case(lambda m, w: m.store.get_all_facts(w.me, limit=10**30), InvalidInputError),
-        marks=DEFECT_4,
+    "get_all_facts(include_merged='no')": Case(
+        lambda m, w: m.store.get_all_facts(w.me, include_merged="no"),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "get_all_facts(limit=2**63)": pytest.param(
-        Case(lambda m, w: m.store.get_all_facts(w.me, limit=2**63), InvalidInputError),
-        marks=DEFECT_4,
+    "get_all_facts(all_users='no')": Case(
+        lambda m, w: m.store.get_all_facts(w.me, all_users="no"),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "get_all_facts(offset=10**30)": pytest.param(
-        Case(lambda m, w: m.store.get_all_facts(w.me, offset=10**30), InvalidInputError),
-        marks=DEFECT_4,
+    "get_all_facts(sort_by=bytearray)": Case(
+        lambda m, w: m.store.get_all_facts(w.me, sort_by=bytearray(b"key")),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "get_all_facts(include_merged='no')": pytest.param(
-        Case(
-            lambda m, w: m.store.get_all_facts(w.me, include_merged="no"),  # type: ignore[arg-type]
-            InvalidTypeError,
-        ),
-        marks=DEFECT_4,
+    "fact_count(include_merged=1)": Case(
+        lambda m, w: m.store.fact_count(w.me, include_merged=1),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "get_all_facts(all_users='no')": pytest.param(
-        Case(
-            lambda m, w: m.store.get_all_facts(w.me, all_users="no"),  # type: ignore[arg-type]
-            InvalidTypeError,
-        ),
-        marks=DEFECT_4,
+    "unmerge_fact(2**63)": Case(lambda m, w: m.store.unmerge_fact(2**63), InvalidInputError),
+    "backfill_embeddings(pause_seconds='1')": Case(
+        lambda m, w: m.store.backfill_embeddings(pause_seconds="1"),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "get_all_facts(sort_by=bytearray)": pytest.param(
-        Case(
-            lambda m, w: m.store.get_all_facts(w.me, sort_by=bytearray(b"key")),  # type: ignore[arg-type]
-            InvalidTypeError,
-        ),
-        marks=DEFECT_4,
+    "backfill_embeddings(pause_seconds=inf)": Case(
+        lambda m, w: m.store.backfill_embeddings(pause_seconds=math.inf), InvalidInputError
     ),
-    "fact_count(include_merged=1)": pytest.param(
-        Case(
-            lambda m, w: m.store.fact_count(w.me, include_merged=1),  # type: ignore[arg-type]
-            InvalidTypeError,
-        ),
-        marks=DEFECT_4,
+    "backfill_embeddings(pause_seconds=nan)": Case(
+        lambda m, w: m.store.backfill_embeddings(pause_seconds=math.nan), InvalidInputError
     ),
-    "unmerge_fact(2**63)": pytest.param(
-        Case(lambda m, w: m.store.unmerge_fact(2**63), InvalidInputError), marks=DEFECT_4
+    "backfill_embeddings(progress=5)": Case(
+        lambda m, w: m.store.backfill_embeddings(progress=5),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "backfill_embeddings(pause_seconds='1')": pytest.param(
-        Case(
-            lambda m, w: m.store.backfill_embeddings(pause_seconds="1"),  # type: ignore[arg-type]
-            InvalidTypeError,
-        ),
-        marks=DEFECT_4,
+    "index_pending_chunks(max_batches='2')": Case(
+        lambda m, w: m.store.index_pending_chunks("2"),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "backfill_embeddings(pause_seconds=inf)": pytest.param(
-        Case(lambda m, w: m.store.backfill_embeddings(pause_seconds=math.inf), InvalidInputError),
-        marks=DEFECT_4,
+    "index_dropped_history(settled_for=5)": Case(
+        lambda m, w: m.sessions.index_dropped_history(settled_for=5),  # type: ignore[arg-type]
+        InvalidTypeError,
     ),
-    "backfill_embeddings(pause_seconds=nan)": pytest.param(
-        Case(lambda m, w: m.store.backfill_embeddings(pause_seconds=math.nan), InvalidInputError),
-        marks=DEFECT_4,
-    ),
-    "backfill_embeddings(progress=5)": pytest.param(
-        Case(
-            lambda m, w: m.store.backfill_embeddings(progress=5),  # type: ignore[arg-type]
-            InvalidTypeError,
-        ),
-        marks=DEFECT_4,
-    ),
-    "index_pending_chunks(max_batches='2')": pytest.param(
-        Case(
-            lambda m, w: m.store.index_pending_chunks("2"),  # type: ignore[arg-type]
-            InvalidTypeError,
-        ),
-        marks=DEFECT_4,
-    ),
-    "index_dropped_history(settled_for=5)": pytest.param(
-        Case(
-            lambda m, w: m.sessions.index_dropped_history(settled_for=5),  # type: ignore[arg-type]
-            InvalidTypeError,
-        ),
-        marks=DEFECT_4,
-    ),
-    "compress(keep_last=2**31)": pytest.param(
-        Case(
-            lambda m, w: m.sessions.compress(w.my_session, keep_last=2**31, user_id=w.me),
-            InvalidInputError,
-        ),
-        marks=DEFECT_4,
+    "compress(keep_last=2**31)": Case(
+        lambda m, w: m.sessions.compress(w.my_session, keep_last=2**31, user_id=w.me),
+        InvalidInputError,
     ),
     # Checked already; kept here so the audit stays whole.
     "search_facts(limit=10**30)": Case(
@@ -256,7 +208,6 @@ async def test_a_chunk_ending_at_the_largest_seq_does_not_break_the_history_repa
     assert await calm_memory.sessions.index_dropped_history(settled_for=timedelta(0)) == 0
 
 
-@DEFECT_4
 async def test_open_memory_refuses_settings_that_are_not_settings() -> None:
     """open_memory("postgresql://...") is an InvalidTypeError saying to pass Settings, not an
     AttributeError from deep inside."""

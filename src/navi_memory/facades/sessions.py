@@ -19,7 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
 from navi_memory.constants import (
+    DROPPED_HISTORY_MAX_SETTLE,
     DROPPED_HISTORY_SETTLE,
+    INT32_MAX,
     MESSAGE_MAX_CHARS,
     SESSION_TITLE_MAX_CHARS,
     TOOL_NAME_MAX_CHARS,
@@ -257,6 +259,15 @@ class SessionStore:
         when MEMORY_SEARCH_ENABLED is false; inside a request context it needs
         ``navi.memory.read_all``.
         """
+        if not isinstance(settled_for, timedelta):
+            raise InvalidTypeError(
+                f"settled_for must be a datetime.timedelta, got {type(settled_for).__name__}"
+            )
+        if not timedelta(0) <= settled_for <= DROPPED_HISTORY_MAX_SETTLE:
+            raise InvalidInputError(
+                f"settled_for must be between 0 and {DROPPED_HISTORY_MAX_SETTLE.days} days, "
+                f"got {settled_for}"
+            )
         return await self._history_repair.run(settled_for=settled_for)
 
     async def compress(
@@ -278,7 +289,7 @@ class SessionStore:
         uid = write_scope(user_id)
         sid = check_session_id(session_id)
         keep = self._settings.memory_compress_keep_last if keep_last is None else keep_last
-        keep = check_int("keep_last", keep, minimum=0)
+        keep = check_int("keep_last", keep, minimum=0, maximum=INT32_MAX)
 
         async with unit_of_work(self._sessionmaker) as session:
             context = await self._compression.context(session, uid, sid)
