@@ -96,9 +96,10 @@ messages are still indexed whole)."""
 SUMMARY_MAX_CHARS: Final = 12_000
 """A longer summary is cut in the middle: it rides in every prompt from now on."""
 
-DROPPED_HISTORY_SETTLE: Final = timedelta(minutes=10)
-"""index_dropped_history leaves alone sessions compressed more recently than this: a compression
-indexes its messages seconds after its commit."""
+DROPPED_HISTORY_SETTLE: Final = timedelta(0)
+"""index_dropped_history leaves alone sessions compressed more recently than this: none, since
+a compression writes its chunks in the transaction that demotes the messages (no indexing of a
+committed demotion is ever still to come)."""
 DROPPED_HISTORY_MAX_SETTLE: Final = timedelta(days=36_500)
 """The longest ``settled_for`` index_dropped_history accepts (beyond it ``now() - settle`` leaves
 PostgreSQL's timestamp range)."""

@@ -22,11 +22,6 @@ SUMMARY = "They settled on port 8099.\nKEYS: 8099"
 COMPRESS_DEADLINE = 5.0
 """No compression in these tests may take longer (the model timeouts are 1 s)."""
 
-UNINDEXED = pytest.mark.xfail(
-    strict=True,
-    reason="#9 defect 3: compress commits the demotion before it indexes the demoted messages",
-)
-
 
 async def seeded_session(memory: Memory, uid: uuid.UUID, count: int = 8) -> str:
     await memory.users.ensure(uid)
@@ -112,7 +107,6 @@ async def test_a_chat_model_raising_runtime_error_leaves_no_demoted_message_unin
     await _never_unindexed(db_url, fake_ollama, chat=BrokenChatModel("raises"))
 
 
-@UNINDEXED
 async def test_a_failed_chunk_write_rolls_the_compression_back(memory: Memory) -> None:
     """When the chunk rows cannot be written, compress raises StorageError and the context is
     as it was: the demotion, the summary and the chunks land together or not at all."""
@@ -190,9 +184,6 @@ async def test_a_chat_reply_with_nul_and_surrogates_is_cleaned_not_fatal(memory:
 # --- the repair: index_dropped_history (make backfill) ---------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="#9 defect 3: the repair skips sessions that have no summary"
-)
 async def test_the_repair_indexes_demoted_messages_of_a_session_without_a_summary(
     memory: Memory,
 ) -> None:
@@ -210,9 +201,6 @@ async def test_the_repair_indexes_demoted_messages_of_a_session_without_a_summar
     assert unindexed(history, await stored_chunks(memory, uid, sid)) == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="#9 defect 3: the repair skips sessions compressed in the last 10 minutes"
-)
 async def test_the_repair_indexes_a_session_compressed_a_moment_ago(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:

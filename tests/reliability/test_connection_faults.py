@@ -11,7 +11,6 @@ import contextlib
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from datetime import timedelta
 
 import pytest
 from sqlalchemy import text as sql_text
@@ -207,8 +206,9 @@ async def test_compressions_under_backend_kills_raise_only_storage_errors_and_st
     fault_memory: Memory, pg_server: EmbeddedServer
 ) -> None:
     """Appends and compressions of several sessions under random kills: only StorageErrors;
-    every context holds at most one summary, first; every compression's messages and summary
-    landed together; after the repair every demoted message is in a chunk."""
+    every context holds one summary, first; every compression's demotion, summary and chunks
+    landed together, so every demoted message is in a chunk with no repair; and the repair then
+    finds nothing to do."""
     await compressions_under_kills(
         fault_memory, pg_server, workers=WORKERS, rounds=ROUNDS, seed=SEED + 1
     )
@@ -259,7 +259,6 @@ async def compressions_under_kills(
         # A summary follows every demoted message: no demotion committed without its summary.
         last_summary_seq = max(m.seq for m in history if m.kind == "summary")
         assert all(m.seq < last_summary_seq for m in demoted)
-    await memory.sessions.index_dropped_history(settled_for=timedelta(0))
     for sid in sids:
         history = await memory.sessions.history(sid, user_id=uid)
         chunks = await memory.store.search_chunks("", user_id=uid, session_id=sid, limit=1000)
@@ -273,6 +272,7 @@ async def compressions_under_kills(
             and m.seq not in covered
         ]
         assert missing == [], f"session {sid}: demoted but in no chunk: {missing}"
+    assert await memory.sessions.index_dropped_history() == 0
 
 
 async def test_backfill_under_backend_kills_raises_only_storage_errors_and_resumes(

@@ -194,10 +194,6 @@ async def test_the_boundary_values_themselves_are_accepted(calm_memory: Memory) 
     assert result.demoted == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found here: the repair's int4range(start_seq, end_seq, '[]') overflows at int32's max",
-)
 async def test_a_chunk_ending_at_the_largest_seq_does_not_break_the_history_repair(
     calm_memory: Memory,
 ) -> None:
