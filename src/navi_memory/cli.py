@@ -10,11 +10,12 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
 from sqlalchemy import text
 
 from navi_memory.config import Settings
 from navi_memory.db import redact_url
-from navi_memory.errors import NaviMemoryError
+from navi_memory.errors import ConfigError, NaviMemoryError
 from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.memory import Memory, open_memory
 from navi_memory.unit_of_work import single_statement
@@ -95,6 +96,19 @@ def _migrate(settings: Settings, revision: str, sql: bool) -> int:
     return 0
 
 
+def _settings() -> Settings:
+    """Settings from the environment; a malformed one is a ConfigError naming each variable
+    (never its value: it may be a password or an API key)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']).upper() or 'settings'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ConfigError(f"a setting is malformed: {problems}") from exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="navi-memory", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -114,8 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sql", action="store_true", help="print the SQL instead of running it (no database)"
     )
     args = parser.parse_args(argv)
-    settings = Settings()
     try:
+        settings = _settings()
         if args.command == "doctor":
             return asyncio.run(_doctor(settings))
         if args.command == "backfill":
