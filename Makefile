@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-wheel lint migrate demo backfill extract bench bench-large doctor clean
+.PHONY: help install test test-wheel soak lint migrate demo backfill extract bench bench-large doctor clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,6 +30,9 @@ test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
 
 test-wheel: $(STAMP) ## Build the wheel, install it in a fresh venv, migrate and use it (CI runs it)
 	$(BIN)/pytest -m wheel
+
+soak: $(STAMP) ## The long reliability runs (fresh random inputs, faults, interleavings)
+	$(BIN)/pytest tests/reliability -m soak
 
 migrate: $(STAMP) ## alembic upgrade head (DATABASE_URL, or the embedded default when unset)
 	$(BIN)/alembic upgrade head

@@ -9,6 +9,7 @@ from navi_memory.db import Capabilities
 from navi_memory.errors import (
     ChatModelError,
     ConfigError,
+    ConnectionLostError,
     EmbeddingError,
     ExtractionError,
     InvalidInputError,
@@ -55,6 +56,7 @@ __all__ = [
     "ChunkHit",
     "CompressionResult",
     "ConfigError",
+    "ConnectionLostError",
     "EmbeddingError",
     "ExportRecord",
     "ExtractionError",

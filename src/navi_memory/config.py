@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from navi_memory.constants import (
     BACKFILL_BATCH_SIZE,
+    BACKFILL_PAUSE_MAX_SECONDS,
     BATCH_SIZE_MAX,
     CHUNK_CHARS_MIN,
     TEXT_ONLY_EMBEDDING_MODEL,
@@ -51,7 +52,7 @@ class Settings(BaseSettings):
     navi_memory_data_dir: Path = Field(default_factory=default_data_dir)
     db_pool_size: int = Field(default=5, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)
-    db_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    db_connect_timeout_seconds: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     db_pool_pre_ping: bool = Field(
         default=False,
         description=(
@@ -59,7 +60,7 @@ class Settings(BaseSettings):
             "~0.4 ms a call). Off, a connection the server closed is still replaced at checkout."
         ),
     )
-    db_pool_recycle_seconds: float = Field(default=1800.0, gt=0)
+    db_pool_recycle_seconds: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
 
     # --- models ---------------------------------------------------------------------------
     ollama_host: str = "http://127.0.0.1:11434"
@@ -70,9 +71,9 @@ class Settings(BaseSettings):
     embedding_document_prefix: str = "search_document: "
     embedding_query_prefix: str = "search_query: "
     embedding_batch_size: int = Field(default=32, ge=1, le=BATCH_SIZE_MAX)
-    embedding_timeout_seconds: float = Field(default=30.0, gt=0)
+    embedding_timeout_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     memory_llm_model: str = "llama3.1:8b"
-    memory_llm_timeout_seconds: float = Field(default=120.0, gt=0)
+    memory_llm_timeout_seconds: float = Field(default=120.0, gt=0, allow_inf_nan=False)
 
     # --- behaviour ------------------------------------------------------------------------
     memory_search_enabled: bool = True
@@ -99,7 +100,9 @@ class Settings(BaseSettings):
 
     # --- backfill -------------------------------------------------------------------------
     backfill_batch_size: int = Field(default=BACKFILL_BATCH_SIZE, ge=1, le=BATCH_SIZE_MAX)
-    backfill_pause_seconds: float = Field(default=2.0, ge=0)
+    backfill_pause_seconds: float = Field(
+        default=2.0, ge=0, le=BACKFILL_PAUSE_MAX_SECONDS, allow_inf_nan=False
+    )
 
     @field_validator("ollama_host", "embedding_ollama_host")
     @classmethod

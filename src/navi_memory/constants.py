@@ -50,6 +50,15 @@ MAX_LIMIT: Final = 1000
 """Largest ``limit`` a search accepts (search_facts, search_chunks, search_values), and the
 most sessions one process_stale_sessions call takes when given a limit."""
 
+INT32_MAX: Final = 2**31 - 1
+"""Largest value of an ``integer`` column (message and chunk seqs): no seq or count beyond it is
+accepted at the edge, rather than PostgreSQL refusing it as out of range."""
+BIGINT_MAX: Final = 2**63 - 1
+"""Largest ``bigint`` (row ids) and the largest LIMIT or OFFSET PostgreSQL takes."""
+
+BACKFILL_PAUSE_MAX_SECONDS: Final = 3600.0
+"""Longest pause between backfill batches a caller may ask for (an hour; more is a mistake)."""
+
 FACT_CATEGORY_MAX_CHARS: Final = 100
 FACT_KEY_MAX_CHARS: Final = 200
 FACT_EXPIRES_MAX_DAYS: Final = 36_500
@@ -91,9 +100,13 @@ messages are still indexed whole)."""
 SUMMARY_MAX_CHARS: Final = 12_000
 """A longer summary is cut in the middle: it rides in every prompt from now on."""
 
-DROPPED_HISTORY_SETTLE: Final = timedelta(minutes=10)
-"""index_dropped_history leaves alone sessions compressed more recently than this: a compression
-indexes its messages seconds after its commit."""
+DROPPED_HISTORY_SETTLE: Final = timedelta(0)
+"""index_dropped_history leaves alone sessions compressed more recently than this: none, since
+a compression writes its chunks in the transaction that demotes the messages (no indexing of a
+committed demotion is ever still to come)."""
+DROPPED_HISTORY_MAX_SETTLE: Final = timedelta(days=36_500)
+"""The longest ``settled_for`` index_dropped_history accepts (beyond it ``now() - settle`` leaves
+PostgreSQL's timestamp range)."""
 
 CHUNK_CHARS_MIN: Final = 200
 """Smallest CHUNK_MAX_CHARS / CHUNK_MESSAGE_MAX_CHARS a deployment may set."""

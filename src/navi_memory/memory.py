@@ -27,6 +27,7 @@ from navi_memory.db import (
     probe,
     resolve_database_url,
 )
+from navi_memory.errors import InvalidTypeError
 from navi_memory.facades.admin import Admin
 from navi_memory.facades.extractor import Extractor
 from navi_memory.facades.kv import KvStore
@@ -73,6 +74,26 @@ class Memory:
     """Operators' calls (stats, purge_expired, export_user, import_user); need read_all."""
 
 
+def _check_arguments(settings: object, embedder: object, chat_model: object) -> None:
+    """Refuse what cannot be a Settings or a model at once, not at the first call that uses it
+    (a model that is one but misbehaves is the guard's business)."""
+    if settings is not None and not isinstance(settings, Settings):
+        raise InvalidTypeError(
+            f"settings must be a navi_memory.Settings, got {type(settings).__name__}: "
+            "open_memory(Settings(database_url=...))"
+        )
+    for name, value, methods in (
+        ("embedder", embedder, ("embed_documents", "embed_query")),
+        ("chat_model", chat_model, ("complete",)),
+    ):
+        if value is None or (name == "embedder" and value is False):  # False: text-only mode
+            continue
+        if not all(callable(getattr(value, m, None)) for m in methods):
+            raise InvalidTypeError(
+                f"{name} must have {' and '.join(methods)} methods, got {type(value).__name__}"
+            )
+
+
 @asynccontextmanager
 async def open_memory(
     settings: Settings | None = None,
@@ -90,6 +111,7 @@ async def open_memory(
     Refuses, with a SchemaError saying what to do, a server without pgvector >= 0.8 or a schema
     that is not at head; a server that cannot be reached is a StorageError naming the URL.
     """
+    _check_arguments(settings, embedder, chat_model)
     settings = settings or Settings()
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(settings, url)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, Row, Select, delete, func, or_, select, text, update
+from sqlalchemy import BigInteger, Float, Row, Select, cast, delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -162,31 +162,36 @@ class SessionRepository:
         self, settle_seconds: float
     ) -> list[tuple[uuid.UUID, str]]:
         """(owner, session) of every session holding a demoted conversation message that no raw
-        chunk covers (start_seq..end_seq), among sessions whose last summary is older than
-        ``settle_seconds`` (database clock): a compression still indexing is left alone. Every
-        user's: for backfill. Linear: one pass over summaries, chunks and demoted messages."""
+        chunk covers (start_seq..end_seq), except sessions whose last summary is younger than
+        ``settle_seconds`` (database clock); a session with no summary at all is visited. Every
+        user's: for backfill. Linear: one pass over summaries, chunks and demoted messages.
+        Ranges are int8: an int4 range ending at int4's largest seq would overflow."""
         rows = await self.session.execute(
             text(
                 """
-                WITH settled AS (
+                WITH unsettled AS (
                     SELECT session_id FROM session_messages WHERE kind = 'summary'
                     GROUP BY session_id
-                    HAVING max(created_at) < now() - make_interval(secs => :settle)
+                    HAVING max(created_at) >= now() - make_interval(secs => :settle)
+                ),
+                dropped AS (
+                    SELECT m.session_id, m.seq FROM session_messages m
+                    WHERE NOT m.is_context AND m.kind = 'message' AND m.role <> 'system'
+                      AND NOT EXISTS (SELECT 1 FROM unsettled u WHERE u.session_id = m.session_id)
                 ),
                 covered AS (
                     SELECT c.user_id, c.session_id,
-                           range_agg(int4range(c.start_seq, c.end_seq, '[]')) AS seqs
-                    FROM memory_chunks c JOIN settled t ON t.session_id = c.session_id
+                           range_agg(int8range(c.start_seq, c.end_seq, '[]')) AS seqs
+                    FROM memory_chunks c
+                    WHERE c.session_id IN (SELECT session_id FROM dropped)
                     GROUP BY c.user_id, c.session_id
                 )
-                SELECT DISTINCT s.user_id, m.session_id
-                FROM session_messages m
-                JOIN settled t ON t.session_id = m.session_id
-                JOIN sessions s ON s.id = m.session_id
-                LEFT JOIN covered c ON c.user_id = s.user_id AND c.session_id = m.session_id
-                WHERE NOT m.is_context AND m.kind = 'message' AND m.role <> 'system'
-                  AND (c.seqs IS NULL OR NOT c.seqs @> m.seq)
-                ORDER BY m.session_id
+                SELECT DISTINCT s.user_id, d.session_id
+                FROM dropped d
+                JOIN sessions s ON s.id = d.session_id
+                LEFT JOIN covered c ON c.user_id = s.user_id AND c.session_id = d.session_id
+                WHERE c.seqs IS NULL OR NOT c.seqs @> d.seq::bigint
+                ORDER BY d.session_id
                 """
             ),
             {"settle": settle_seconds},
@@ -197,10 +202,10 @@ class SessionRepository:
         self, user_id: uuid.UUID, session_id: str, settle_seconds: float
     ) -> list[MessageRow]:
         """The session's demoted rows (every kind: build_chunks skips what is not conversation,
-        and keeping them keeps a run whole) that no chunk covers, by seq; none unless the
-        session's last summary is older than ``settle_seconds``."""
+        and keeping them keeps a run whole) that no chunk covers, by seq; none when the
+        session's last summary is younger than ``settle_seconds`` (no summary: all of them)."""
         covered = (
-            select(func.range_agg(func.int4range(ChunkRow.start_seq, ChunkRow.end_seq, "[]")))
+            select(func.range_agg(func.int8range(ChunkRow.start_seq, ChunkRow.end_seq, "[]")))
             .where(ChunkRow.user_id == user_id, ChunkRow.session_id == session_id)
             .scalar_subquery()
         )
@@ -209,13 +214,14 @@ class SessionRepository:
             .where(MessageRow.session_id == session_id, MessageRow.kind == "summary")
             .scalar_subquery()
         )
+        settled_before = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, settle_seconds)
         stmt = (
             select(MessageRow)
             .where(
                 MessageRow.session_id == session_id,
                 MessageRow.is_context.is_(False),
-                or_(covered.is_(None), ~covered.op("@>")(MessageRow.seq)),
-                last_summary < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, settle_seconds),
+                or_(covered.is_(None), ~covered.op("@>")(cast(MessageRow.seq, BigInteger))),
+                or_(last_summary.is_(None), last_summary < settled_before),
             )
             .order_by(MessageRow.seq)
         )
