@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install the package (editable) with the dev group
 
-lint: $(STAMP) ## ruff check and mypy --strict
+lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, the import contracts
 	$(BIN)/ruff check src tests alembic benchmarks
-	$(BIN)/mypy --strict src
+	$(BIN)/ruff format --check src tests alembic benchmarks
+	$(BIN)/mypy --strict src tests benchmarks alembic
+	$(BIN)/lint-imports --no-cache --no-logo
 
 test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
 	$(BIN)/pytest

@@ -6,7 +6,6 @@ by size — and the plans PostgreSQL picks for the per-user queries."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import random
 import re
@@ -19,7 +18,6 @@ from typing import Final
 
 import asyncpg
 from pgvector import Vector
-from pgvector.asyncpg import register_vector
 from sqlalchemy import text
 
 from benchmarks.chunks_data import (
@@ -32,7 +30,6 @@ from benchmarks.chunks_data import (
     topic_lines,
     topics_for,
 )
-from benchmarks.facts import summarize_plan
 from benchmarks.harness import (
     BenchContext,
     Plan,
@@ -45,11 +42,22 @@ from benchmarks.harness import (
     fmt_count,
     fmt_ms,
     fmt_rate,
-    migrate,
     percentile,
     timed,
 )
-from navi_memory import EMBEDDING_DIM, Memory, Settings, open_memory
+from benchmarks.sections import (
+    WARMUP_CALLS,
+    bench_database,
+    latency_rows,
+    loader,
+    p50_p95,
+    quiet_embedding_failures,
+    relation_sizes,
+    replay_explained,
+    summarize_plan,
+    timed_memory,
+)
+from navi_memory import EMBEDDING_DIM, Memory, Settings
 from navi_memory.errors import EmbeddingError
 from navi_memory.schemas import ChunkDraft
 from navi_memory.text.terms import STOP_WORDS
@@ -63,7 +71,6 @@ SIGMA: Final = 0.8
 """Noise around a topic's centroid in a stored chunk's vector (|noise| / |centroid|)."""
 TAU: Final = 0.5
 """Noise around the target chunk's vector in a query's vector."""
-WARMUP_CALLS: Final = 40
 WEIGHTED_WARMUP_CALLS: Final = 5
 ADD_WARMUP_CALLS: Final = 10
 SEARCH_P50_TARGET: Final = 0.010
@@ -79,7 +86,6 @@ PER_USER_BTREES: Final = ("ix_memory_chunks_user_id_session_id_ended_at",)
 GIN_INDEXES: Final = ("ix_memory_chunks_breadcrumbs",)
 SIZE_BUCKETS: Final = ((1, 99), (100, 999), (1_000, 10**9))
 _ALPHA = re.compile(r"[a-z]{4,}")
-_VECTOR_LITERAL = re.compile(r"'\[[-0-9.,e]+\]'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,17 +163,24 @@ class ChunksSection:
         rng = random.Random(ctx.seed)
         sizes = Sizes.of(ctx)
         tag = "chunks-large" if ctx.large else "chunks"
-        ctx.log(f"{tag}: creating and migrating {DATABASE}")
-        url = await ctx.server.create_database(DATABASE)
-        await migrate(url)
+        async with bench_database(ctx, DATABASE, tag) as url:
+            await self._run(ctx, url, tag, report, rng, sizes)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    async def _run(
+        self,
+        ctx: BenchContext,
+        url: str,
+        tag: str,
+        report: SectionReport,
+        rng: random.Random,
+        sizes: Sizes,
+    ) -> None:
         plans = plan_users(rng, users=sizes.users, chunks=sizes.chunks, largest=sizes.largest)
         held = sorted(plan.size for plan in plans)
-        conn = await ctx.server.connect(DATABASE)
-        try:
-            await register_vector(conn)
+        async with loader(ctx, DATABASE) as conn:
             load = await bulk_load(conn, plans, ctx, tag)
-        finally:
-            await conn.close()
         report.setup += [
             f"{fmt_count(sizes.chunks)} chunks in memory_chunks over {fmt_count(sizes.users)} "
             f"users (Zipf sizes: min {held[0]}, median {held[len(held) // 2]}, max {held[-1]} "
@@ -198,35 +211,20 @@ class ChunksSection:
         )
         lookup = LookupEmbedder()
         embedder = TimingEmbedder(lookup)
-        try:
-            async with open_memory(settings, embedder=embedder) as memory:
-                async with memory.engine.connect() as c:
-                    vector_oid = await c.scalar(text("SELECT 'vector'::regtype::oid"))
-                clock = SqlClock(memory.engine, vector_oid=vector_oid)
-                try:
-                    report.setup.append(
-                        f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
-                        "hnsw.iterative_scan relaxed_order, plan_cache_mode force_custom_plan; "
-                        "one caller, calls one after another; embedder: a lookup of the "
-                        "vectors made beforehand, behind the timing wrapper."
-                    )
-                    report.setup.append(await relation_sizes(memory))
-                    bench = ChunksBench(
-                        memory, clock, embedder, lookup, plans, load.ids, report, ctx, rng, sizes
-                    )
-                    await bench.explain_plans()
-                    await bench.search()
-                    await bench.adds()
-                finally:
-                    clock.close()
-        finally:
-            admin = await ctx.server.connect()
-            try:
-                await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-            finally:
-                await admin.close()
-        report.seconds = time.perf_counter() - started
-        return report
+        async with timed_memory(settings, embedder) as (memory, clock):
+            report.setup.append(
+                f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
+                "hnsw.iterative_scan relaxed_order, plan_cache_mode force_custom_plan; "
+                "one caller, calls one after another; embedder: a lookup of the "
+                "vectors made beforehand, behind the timing wrapper."
+            )
+            report.setup.append(await relation_sizes(memory, SIZE_PARTS))
+            bench = ChunksBench(
+                memory, clock, embedder, lookup, plans, load.ids, report, ctx, rng, sizes
+            )
+            await bench.explain_plans()
+            await bench.search()
+            await bench.adds()
 
 
 SECTION = ChunksSection()
@@ -408,31 +406,22 @@ async def bulk_load(
     )
 
 
-async def relation_sizes(memory: Memory) -> str:
-    async with memory.engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                text(
-                    "SELECT 'table' AS what, pg_relation_size('memory_chunks') AS bytes "
-                    "UNION ALL SELECT 'TOAST (vectors, long texts)', "
-                    "pg_total_relation_size(reltoastrelid) FROM pg_class "
-                    "WHERE relname = 'memory_chunks' "
-                    "UNION ALL SELECT 'memory_chunk_vectors (halfvec)', "
-                    "pg_total_relation_size('memory_chunk_vectors') "
-                    f"- pg_relation_size('{HNSW_INDEX}') "
-                    f"UNION ALL SELECT 'its HNSW index', pg_relation_size('{HNSW_INDEX}') "
-                    "UNION ALL SELECT 'GIN breadcrumbs', "
-                    "pg_relation_size('ix_memory_chunks_breadcrumbs') "
-                    "UNION ALL SELECT 'btree (user, session, ended_at)', "
-                    f"pg_relation_size('{PER_USER_BTREES[0]}') "
-                    "UNION ALL SELECT 'shared_buffers', "
-                    "pg_size_bytes(current_setting('shared_buffers'))"
-                )
-            )
-        ).all()
-    return (
-        "Sizes: " + ", ".join(f"{what} {int(size) / 2**20:,.0f} MiB" for what, size in rows) + "."
-    )
+SIZE_PARTS: Final = (
+    ("table", "pg_relation_size('memory_chunks')"),
+    (
+        "TOAST (vectors, long texts)",
+        "SELECT pg_total_relation_size(reltoastrelid) FROM pg_class "
+        "WHERE relname = 'memory_chunks'",
+    ),
+    (
+        "memory_chunk_vectors (halfvec)",
+        f"pg_total_relation_size('memory_chunk_vectors') - pg_relation_size('{HNSW_INDEX}')",
+    ),
+    ("its HNSW index", f"pg_relation_size('{HNSW_INDEX}')"),
+    ("GIN breadcrumbs", "pg_relation_size('ix_memory_chunks_breadcrumbs')"),
+    ("btree (user, session, ended_at)", f"pg_relation_size('{PER_USER_BTREES[0]}')"),
+)
+"""What relation_sizes reports for this section."""
 
 
 # --- queries ----------------------------------------------------------------------------------
@@ -515,16 +504,9 @@ async def make_queries(
 def search_rows(
     results: Sequence[tuple[Query, Sample, Outcome]], label: str, *, vector: bool
 ) -> list[Row]:
-    samples = [s for _, s, _ in results]
-    times = [s.without_embedding for s in samples]
     n = len(results)
     hits = sum(o.vector_hits + o.text_hits for _, _, o in results) / max(1, n)
-    detail = (
-        f"{n} queries, embedding excluded; p50 of parts: SQL "
-        f"{fmt_ms(percentile([s.sql for s in samples], 50))} ms, Python "
-        f"{fmt_ms(percentile([s.python for s in samples], 50))} ms, embedding "
-        f"{fmt_ms(percentile([s.embed for s in samples], 50))} ms (apart); "
-    )
+    detail = "; "
     if vector:
         with_vector = sum(1 for _, _, o in results if o.vector_hits) / max(1, n)
         target = sum(1 for _, _, o in results if o.found_target) / max(1, n)
@@ -538,22 +520,12 @@ def search_rows(
         detail += (
             f"{some:.0%} with a text hit, {hits:.1f} hits per query, source chunk {target:.0%}"
         )
-    rows = [
-        Row(f"{label} p50", fmt_ms(percentile(times, 50)), "ms", detail),
-        Row(f"{label} p95", fmt_ms(percentile(times, 95)), "ms"),
-    ]
+    rows = latency_rows(label, [s for _, s, _ in results], detail)
     for low, high in SIZE_BUCKETS:
         picked = [s.without_embedding for q, s, _ in results if low <= q.size <= high]
         if picked:
             span = f"{low:,}+" if high >= 10**9 else f"{low:,}–{high:,}"
-            rows.append(
-                Row(
-                    f"  users with {span} chunks p50 / p95",
-                    f"{fmt_ms(percentile(picked, 50))} / {fmt_ms(percentile(picked, 95))}",
-                    "ms",
-                    f"{len(picked)} queries",
-                )
-            )
+            rows.append(p50_p95(f"  users with {span} chunks", picked, f"{len(picked)} queries"))
     return rows
 
 
@@ -626,24 +598,15 @@ class ChunksBench:
         transaction, under the package's own engine settings."""
         self.lookup.failing = text_only
         try:
-            with self.clock.capture() as statements, quiet_store():
+            with self.clock.capture() as statements, quiet_embedding_failures():
                 await self.memory.store.search_chunks(query.text, user_id=query.user_id)
         finally:
             self.lookup.failing = False
-        plans: list[str] = []
-        async with self.memory.engine.connect() as conn:
-            transaction = await conn.begin()
-            try:
-                for statement in statements:
-                    sql, parameters = statement.sql, statement.parameters
-                    if sql.lstrip().upper().startswith("WITH") and "memory_chunks" in sql:
-                        sql = "EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) " + sql
-                    result = await conn.exec_driver_sql(sql, parameters)
-                    if sql.startswith("EXPLAIN"):
-                        plan = "\n".join(str(row[0]) for row in result)
-                        plans.append(_VECTOR_LITERAL.sub("'[query vector]'", plan))
-            finally:
-                await transaction.rollback()
+        plans = await replay_explained(
+            self.memory,
+            statements,
+            lambda sql: sql.lstrip().upper().startswith("WITH") and "memory_chunks" in sql,
+        )
         what = "text path (embedder down)" if text_only else "vector path"
         plan = plans[0] if plans else "(no statement captured)"
         return Plan(f"{what}, {label}: {query.text!r}", summarize_plan(plan), plan)
@@ -697,7 +660,7 @@ class ChunksBench:
         results = []
         self.lookup.failing = text_only
         try:
-            with quiet_store():
+            with quiet_embedding_failures():
                 for index, query in enumerate(queries):
                     hits, sample = await timed(
                         self.memory.store.search_chunks(query.text, user_id=query.user_id),
@@ -928,15 +891,3 @@ def _sha256(content: str) -> str:
     import hashlib
 
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
-
-
-class quiet_store:
-    """Silences the store's ``memory.embedding_failed`` warnings while the embedder is down."""
-
-    def __enter__(self) -> None:
-        self.logger = logging.getLogger("navi_memory.store")
-        self.level = self.logger.level
-        self.logger.setLevel(logging.ERROR)
-
-    def __exit__(self, *_: object) -> None:
-        self.logger.setLevel(self.level)

@@ -20,6 +20,7 @@ from typing import Final
 from benchmarks.facts_data import CITIES, DATABASES, FIRST_NAMES, FRAMEWORKS, LANGS, WORDS
 from navi_memory.constants import MAX_BREADCRUMBS
 from navi_memory.text.breadcrumbs import extract_breadcrumbs
+from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS
 
 __all__ = [
     "ChunkSeed",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 CHUNK_MIN_CHARS: Final = 1000
-CHUNK_MAX_CHARS: Final = 4000
+CHUNK_MAX_CHARS: Final = DEFAULT_CHUNK_MAX_CHARS
 """build_chunks packs up to 4,000 characters (CHUNK_MAX_CHARS); a compression's last chunk is
 shorter, so the target length is drawn between these."""
 

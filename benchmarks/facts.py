@@ -17,7 +17,6 @@ from typing import Final, Literal
 
 import asyncpg
 from pgvector import Vector
-from pgvector.asyncpg import register_vector
 from sqlalchemy import text
 
 from benchmarks.facts_data import (
@@ -40,11 +39,21 @@ from benchmarks.harness import (
     fmt_count,
     fmt_ms,
     fmt_rate,
-    migrate,
     percentile,
     timed,
 )
-from navi_memory import EMBEDDING_DIM, Memory, Settings, open_memory
+from benchmarks.sections import (
+    WARMUP_CALLS,
+    bench_database,
+    latency_rows,
+    loader,
+    p50_p95,
+    relation_sizes,
+    replay_explained,
+    summarize_plan,
+    timed_memory,
+)
+from navi_memory import EMBEDDING_DIM, Memory, Settings
 from navi_memory.db import ensure_trgm_indexes
 from navi_memory.llm import embedding_text_for_fact
 from navi_memory.testing import HashedEmbedder, hashed_embedding
@@ -63,7 +72,6 @@ UPSERT_CALLS: Final = 2_000
 SEARCH_QUERIES: Final = 400
 LARGE_USER_QUERIES: Final = 60
 LARGEST_USERS: Final = 10
-WARMUP_CALLS: Final = 40
 BACKFILL_ROWS: Final = 10_000
 BACKFILL_BATCHES: Final = (64, 8)
 SEARCH_P50_TARGET: Final = 0.005
@@ -92,10 +100,14 @@ class FactsSection:
         rng = random.Random(ctx.seed)
         sizes = Sizes.scaled(ctx.scale)
 
-        ctx.log(f"facts: creating and migrating {DATABASE}")
-        url = await ctx.server.create_database(DATABASE)
-        await migrate(url)
+        async with bench_database(ctx, DATABASE, "facts") as url:
+            await self._run(ctx, url, report, rng, sizes)
+        report.seconds = time.perf_counter() - started
+        return report
 
+    async def _run(
+        self, ctx: BenchContext, url: str, report: SectionReport, rng: random.Random, sizes: Sizes
+    ) -> None:
         ctx.log(f"facts: generating {sizes.facts:,} facts over {sizes.users:,} users")
         data = build_fact_set(
             rng,
@@ -104,12 +116,8 @@ class FactsSection:
             hidden_share=HIDDEN_SHARE,
             expiring_share=EXPIRING_SHARE,
         )
-        conn = await ctx.server.connect(DATABASE)
-        try:
-            await register_vector(conn)
+        async with loader(ctx, DATABASE) as conn:
             load = await bulk_load(conn, data, ctx)
-        finally:
-            await conn.close()
         held = data.sizes()
         report.setup += [
             f"{fmt_count(len(data.rows))} rows in memory_facts: {fmt_count(sizes.facts)} visible "
@@ -124,29 +132,21 @@ class FactsSection:
 
         settings = Settings(_env_file=None, database_url=url, backfill_pause_seconds=0)
         embedder = TimingEmbedder(HashedEmbedder())
-        async with open_memory(settings, embedder=embedder) as memory:
-            async with memory.engine.connect() as conn:
-                vector_oid = await conn.scalar(text("SELECT 'vector'::regtype::oid"))
-            clock = SqlClock(memory.engine, vector_oid=vector_oid)
-            try:
-                report.setup.append(
-                    f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
-                    "plan_cache_mode force_custom_plan (db.py); one caller, calls one after "
-                    "another; embedder: HashedEmbedder (in-process) behind a timing wrapper."
-                )
-                report.setup.append(await relation_sizes(memory))
-                bench = FactsBench(memory, clock, embedder, data, report, ctx, rng, sizes)
-                await bench.plans()
-                await bench.search()
-                await bench.search_with_trgm()
-                await bench.upserts()
-                await bench.backfill()
-            finally:
-                clock.close()
+        async with timed_memory(settings, embedder) as (memory, clock):
+            report.setup.append(
+                f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
+                "plan_cache_mode force_custom_plan (db.py); one caller, calls one after "
+                "another; embedder: HashedEmbedder (in-process) behind a timing wrapper."
+            )
+            report.setup.append(await relation_sizes(memory, SIZE_PARTS))
+            bench = FactsBench(memory, clock, embedder, data, report, ctx, rng, sizes)
+            await bench.plans()
+            await bench.search()
+            await bench.search_with_trgm()
+            await bench.upserts()
+            await bench.backfill()
         # After the pool is closed every backend has flushed its statistics.
         report.setup.append(await update_statistics(ctx))
-        report.seconds = time.perf_counter() - started
-        return report
 
 
 SECTION = FactsSection()
@@ -445,24 +445,16 @@ async def bulk_load(conn: asyncpg.Connection, data: FactSet, ctx: BenchContext) 
     return LoadTimes(copied - started, built - copied, time.perf_counter() - built)
 
 
-async def relation_sizes(memory: Memory) -> str:
-    """The sizes that decide what stays in shared_buffers."""
-    async with memory.engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                text(
-                    "SELECT 'table' AS what, pg_relation_size('memory_facts') AS bytes "
-                    "UNION ALL SELECT 'TOAST (the vectors)', pg_relation_size(reltoastrelid) "
-                    "FROM pg_class WHERE relname = 'memory_facts' "
-                    "UNION ALL SELECT 'HNSW index', "
-                    "pg_relation_size('ix_memory_facts_embedding_hnsw') "
-                    f"UNION ALL SELECT 'per-user btree', pg_relation_size('{PER_USER_BTREE}') "
-                    "UNION ALL SELECT 'shared_buffers', "
-                    "pg_size_bytes(current_setting('shared_buffers'))"
-                )
-            )
-        ).all()
-    return "Sizes: " + ", ".join(f"{what} {int(size) / 2**20:.0f} MiB" for what, size in rows) + "."
+SIZE_PARTS: Final = (
+    ("table", "pg_relation_size('memory_facts')"),
+    (
+        "TOAST (the vectors)",
+        "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'memory_facts'",
+    ),
+    ("HNSW index", "pg_relation_size('ix_memory_facts_embedding_hnsw')"),
+    ("per-user btree", f"pg_relation_size('{PER_USER_BTREE}')"),
+)
+"""What relation_sizes reports for this section."""
 
 
 async def update_statistics(ctx: BenchContext) -> str:
@@ -553,20 +545,7 @@ def search_rows(
     detail_hits: bool = False,
     overall_only: bool = False,
 ) -> list[Row]:
-    samples = [sample for _, sample, _ in results]
-    times = [s.without_embedding for s in samples]
-    rows = [
-        Row(
-            f"{label} p50",
-            fmt_ms(percentile(times, 50)),
-            "ms",
-            f"{len(results)} queries, embedding excluded; p50 of parts: SQL "
-            f"{fmt_ms(percentile([s.sql for s in samples], 50))} ms, Python "
-            f"{fmt_ms(percentile([s.python for s in samples], 50))} ms, embedding "
-            f"{fmt_ms(percentile([s.embed for s in samples], 50))} ms (apart)",
-        ),
-        Row(f"{label} p95", fmt_ms(percentile(times, 95)), "ms"),
-    ]
+    rows = latency_rows(label, [sample for _, sample, _ in results])
     if overall_only:
         return rows
     for kind in ("meaning", "identifier"):
@@ -581,14 +560,7 @@ def search_rows(
             detail += (
                 f"; {with_vector / len(picked):.0%} with a vector hit, {hits:.1f} hits per query"
             )
-        rows.append(
-            Row(
-                f"  {kind} queries p50 / p95",
-                f"{fmt_ms(percentile(kind_times, 50))} / {fmt_ms(percentile(kind_times, 95))}",
-                "ms",
-                detail,
-            )
-        )
+        rows.append(p50_p95(f"  {kind} queries", kind_times, detail))
     return rows
 
 
@@ -776,32 +748,6 @@ def backfill_rows_of(backfills: Sequence[tuple[int, int, Sample]]) -> list[Row]:
 
 # --- plans ------------------------------------------------------------------------------------
 
-_SCAN = re.compile(
-    r"(Index Only Scan|Bitmap Index Scan|Index Scan|Seq Scan)(?: Backward)?"
-    r"(?: using (\w+))?(?: on (\w+))?"
-)
-_EXECUTION = re.compile(r"Execution Time: ([\d.]+) ms")
-_SERIALIZATION = re.compile(r"Serialization: time=([\d.]+) ms\s+output=(\d+)kB")
-_VECTOR_LITERAL = re.compile(r"'\[[-0-9.,e]+\]'")
-_PLANNING = re.compile(r"Planning Time: ([\d.]+) ms")
-
-
-def summarize_plan(plan: str) -> str:
-    """Which scans the plan ran (index names), and its planning and execution time."""
-    scans = [f"{node} {index or table or ''}".strip() for node, index, table in _SCAN.findall(plan)]
-    execution = _EXECUTION.search(plan)
-    planning = _PLANNING.search(plan)
-    timing = ""
-    if execution and planning:
-        timing = f"; planning {planning.group(1)} ms, execution {execution.group(1)} ms"
-    serialization = _SERIALIZATION.search(plan)
-    if serialization:
-        timing += (
-            f" (of which serializing {serialization.group(2)} kB of output "
-            f"{serialization.group(1)} ms)"
-        )
-    return (" + ".join(dict.fromkeys(scans)) or "no scan") + timing
-
 
 async def explain_search(
     memory: Memory,
@@ -823,25 +769,12 @@ async def explain_search(
     with clock.capture() as statements:
         await memory.store.search_facts(query, user_id=uid)
     marker = "<=>" if vector else "ILIKE"
-    plans: list[str] = []
-    async with memory.engine.connect() as conn:
-        # SERIALIZE (PostgreSQL >= 17) adds the cost of turning result rows into text: the
-        # vectors' output is part of what a SELECT of whole rows costs.
-        serialize = ", SERIALIZE" if memory.capabilities.server_version_num >= 170000 else ""
-        transaction = await conn.begin()
-        try:
-            if hide_btree:
-                await conn.execute(text(f"DROP INDEX {PER_USER_BTREE}"))
-            for statement in statements:
-                sql, parameters = statement.sql, statement.parameters
-                if sql.lstrip().upper().startswith(("SELECT", "WITH")) and marker in sql.upper():
-                    sql = f"EXPLAIN (ANALYZE, BUFFERS{serialize}) " + sql
-                result = await conn.exec_driver_sql(sql, parameters)
-                if sql.startswith("EXPLAIN"):
-                    plan = "\n".join(str(row[0]) for row in result)
-                    plans.append(_VECTOR_LITERAL.sub("'[query vector]'", plan))
-        finally:
-            await transaction.rollback()
+    plans = await replay_explained(
+        memory,
+        statements,
+        lambda sql: sql.lstrip().upper().startswith(("SELECT", "WITH")) and marker in sql.upper(),
+        before=[f"DROP INDEX {PER_USER_BTREE}"] if hide_btree else [],
+    )
     what = "vector query" if vector else "text query"
     if hide_btree:
         what += " with the per-user btree hidden"

@@ -234,7 +234,7 @@ class TimingEmbedder:
         self.seconds = 0.0
         self.texts = 0
 
-    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_documents(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
         started = time.perf_counter()
         try:
             return await self.inner.embed_documents(texts)
@@ -242,7 +242,7 @@ class TimingEmbedder:
             self.seconds += time.perf_counter() - started
             self.texts += len(texts)
 
-    async def embed_query(self, text: str) -> list[float]:
+    async def embed_query(self, text: str) -> Sequence[float]:
         started = time.perf_counter()
         try:
             return await self.inner.embed_query(text)

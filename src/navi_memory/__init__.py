@@ -19,7 +19,9 @@ from navi_memory.errors import (
     SchemaError,
     StorageError,
 )
-from navi_memory.kv import KvStore
+from navi_memory.facades.kv import KvStore
+from navi_memory.facades.sessions import SessionStore
+from navi_memory.facades.store import MemoryStore
 from navi_memory.memory import Memory, open_memory
 from navi_memory.request_context import request_context
 from navi_memory.schemas import (
@@ -35,8 +37,6 @@ from navi_memory.schemas import (
     SessionInfo,
     UserInfo,
 )
-from navi_memory.sessions import SessionStore
-from navi_memory.store import MemoryStore
 
 __all__ = [
     "EMBEDDING_DIM",

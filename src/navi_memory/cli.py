@@ -15,8 +15,8 @@ from sqlalchemy import text
 from navi_memory.config import Settings
 from navi_memory.db import redact_url
 from navi_memory.errors import NaviMemoryError
+from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.memory import Memory, open_memory
-from navi_memory.services.backfill import BackfillProgress
 
 __all__ = ["describe", "main"]
 

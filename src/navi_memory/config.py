@@ -12,6 +12,9 @@ import platformdirs
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from navi_memory.constants import BACKFILL_BATCH_SIZE, BATCH_SIZE_MAX, CHUNK_CHARS_MIN
+from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS, DEFAULT_MESSAGE_MAX_CHARS
+
 __all__ = ["Settings", "default_data_dir"]
 
 
@@ -59,7 +62,7 @@ class Settings(BaseSettings):
     embedding_model: str = "nomic-embed-text:latest"
     embedding_document_prefix: str = "search_document: "
     embedding_query_prefix: str = "search_query: "
-    embedding_batch_size: int = Field(default=32, ge=1, le=1024)
+    embedding_batch_size: int = Field(default=32, ge=1, le=BATCH_SIZE_MAX)
     embedding_timeout_seconds: float = Field(default=30.0, gt=0)
     memory_llm_model: str = "llama3.1:8b"
     memory_llm_timeout_seconds: float = Field(default=120.0, gt=0)
@@ -71,8 +74,8 @@ class Settings(BaseSettings):
     memory_recall_min_similarity: float = Field(default=0.55, ge=0, le=1)
     memory_compress_keep_last: int = Field(default=20, ge=0)
     memory_stale_minutes: int = Field(default=30, ge=0)
-    chunk_max_chars: int = Field(default=4000, ge=200)
-    chunk_message_max_chars: int = Field(default=12000, ge=200)
+    chunk_max_chars: int = Field(default=DEFAULT_CHUNK_MAX_CHARS, ge=CHUNK_CHARS_MIN)
+    chunk_message_max_chars: int = Field(default=DEFAULT_MESSAGE_MAX_CHARS, ge=CHUNK_CHARS_MIN)
     hnsw_ef_search: int = Field(default=100, ge=10, le=1000)
     chunk_index_in_background: bool = Field(
         default=True,
@@ -81,7 +84,7 @@ class Settings(BaseSettings):
     chunk_index_batch_size: int = Field(default=64, ge=1, le=1000)
 
     # --- backfill -------------------------------------------------------------------------
-    backfill_batch_size: int = Field(default=8, ge=1, le=1024)
+    backfill_batch_size: int = Field(default=BACKFILL_BATCH_SIZE, ge=1, le=BATCH_SIZE_MAX)
     backfill_pause_seconds: float = Field(default=2.0, ge=0)
 
     @field_validator("ollama_host", "embedding_ollama_host")

@@ -5,6 +5,7 @@ Tunables a deployment may change live in ``config.Settings``; these are part of 
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Final
 
 EMBEDDING_DIM: Final = 768
@@ -34,11 +35,61 @@ PERMISSION_READ_ALL: Final = "navi.memory.read_all"
 PERMISSION_MAX_CHARS: Final = 200
 """Longest permission name request_context accepts."""
 
-SESSION_ID_MAX_CHARS: Final = 200
-"""Longest session id accepted anywhere (a session id is caller-chosen text)."""
-
 MAX_TEXT_CHARS: Final = 100_000
 """Longest category/key/value/query text accepted; longer input is refused, not truncated."""
 
 FLOAT32_MAX: Final = 3.4028234663852886e38
 """pgvector stores single-precision floats: a larger value cannot be written."""
+
+# --- limits at the API edge (validation refuses more; nothing is truncated) ---------------------
+
+MAX_LIMIT: Final = 1000
+"""Largest ``limit`` a search accepts (search_facts, search_chunks, search_values)."""
+
+FACT_CATEGORY_MAX_CHARS: Final = 100
+FACT_KEY_MAX_CHARS: Final = 200
+FACT_EXPIRES_MAX_DAYS: Final = 36_500
+"""``expires_days`` may reach a hundred years; beyond that a fact should not expire at all."""
+
+DEFAULT_CONFIDENCE: Final = 70
+"""A fact's confidence when the caller gives none and its source has no default of its own."""
+
+SESSION_ID_MAX_CHARS: Final = 200
+"""Longest session id accepted anywhere (a session id is caller-chosen text)."""
+SESSION_TITLE_MAX_CHARS: Final = 1_000
+TOOL_NAME_MAX_CHARS: Final = 200
+MESSAGE_MAX_CHARS: Final = 1_000_000
+"""Longest message content (and serialised tool_args) accepted; a tool may return a whole file,
+but more than this is a bug upstream, refused rather than truncated."""
+
+KV_SCOPE_MAX_CHARS: Final = 100
+KV_KEY_MAX_CHARS: Final = 500
+KV_TERM_MAX_CHARS: Final = 500
+
+# --- batches ------------------------------------------------------------------------------------
+
+BATCH_SIZE_MAX: Final = 1024
+"""Largest batch a model call or a backfill batch may take (Settings and backfill_embeddings)."""
+
+BACKFILL_BATCH_SIZE: Final = 8
+"""Rows embedded per backfill batch when neither the caller nor BACKFILL_BATCH_SIZE says."""
+
+CHUNK_INSERT_BATCH: Final = 1000
+"""Chunks per INSERT statement (bounds one statement's arrays); add_chunks of at most this many
+chunks is one autocommit statement, more take one transaction."""
+
+# --- compression --------------------------------------------------------------------------------
+
+SUMMARY_INPUT_MAX_CHARS: Final = 24_000
+"""What the summarizer is shown at most; a longer transcript loses its middle (the demoted
+messages are still indexed whole)."""
+
+SUMMARY_MAX_CHARS: Final = 12_000
+"""A longer summary is cut in the middle: it rides in every prompt from now on."""
+
+DROPPED_HISTORY_SETTLE: Final = timedelta(minutes=10)
+"""index_dropped_history leaves alone sessions compressed more recently than this: a compression
+indexes its messages seconds after its commit."""
+
+CHUNK_CHARS_MIN: Final = 200
+"""Smallest CHUNK_MAX_CHARS / CHUNK_MESSAGE_MAX_CHARS a deployment may set."""

@@ -82,9 +82,7 @@ async def show_facts(memory: Memory) -> None:
         ("preferences", "preferred_language", "Dutch", True),
     ]
     for category, key, value, dedupe in writes:
-        fact = await store.upsert_fact(
-            category, key, value, source="user_explicit", dedupe=dedupe
-        )
+        fact = await store.upsert_fact(category, key, value, source="user_explicit", dedupe=dedupe)
         note = " (dedupe)" if dedupe else ""
         print(f"  saved{note:9} [{fact.category}] {fact.key} -> {fact.value}")
 

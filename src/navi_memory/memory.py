@@ -1,5 +1,10 @@
 """open_memory(): the entry point. It connects (or starts the embedded server), checks the schema
-and hands back a Memory that holds every facade; on exit it disposes all it opened."""
+and hands back a Memory that holds every facade; on exit it disposes all it opened.
+
+Wiring only: the facades, the services two of them share and the jobs they start are built
+here and passed in as typed constructor arguments; nothing in the package imports this module
+except the package itself and the entry points (cli, demo).
+"""
 
 from __future__ import annotations
 
@@ -21,11 +26,21 @@ from navi_memory.db import (
     probe,
     resolve_database_url,
 )
-from navi_memory.kv import KvStore
-from navi_memory.llm import ChatModel, Embedder, OllamaChatModel, OllamaEmbedder
-from navi_memory.sessions import SessionStore
-from navi_memory.store import MemoryStore
-from navi_memory.users import Users
+from navi_memory.facades.kv import KvStore
+from navi_memory.facades.sessions import SessionStore
+from navi_memory.facades.store import MemoryStore
+from navi_memory.facades.users import Users
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.llm import (
+    ChatModel,
+    Embedder,
+    OllamaChatModel,
+    OllamaEmbedder,
+    guard_chat_model,
+    guard_embedder,
+)
+from navi_memory.services.chunks import ChunkService
+from navi_memory.services.embedding import EmbeddingService
 
 __all__ = ["Memory", "open_memory"]
 
@@ -67,15 +82,31 @@ async def open_memory(
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(settings, url)
     owned_embedder, owned_chat = embedder is None, chat_model is None
-    embedder = embedder or OllamaEmbedder.from_settings(settings)
-    chat_model = chat_model or OllamaChatModel.from_settings(settings)
+    # Any model, ours or the caller's, fails the same way: a navi_memory error within the
+    # configured timeout, junk answers refused (#9: a custom model was trusted).
+    embedder = guard_embedder(embedder or OllamaEmbedder.from_settings(settings), settings)
+    chat_model = guard_chat_model(chat_model or OllamaChatModel.from_settings(settings), settings)
     try:
         capabilities = await probe(engine)
         check_capabilities(capabilities, engine.url)
         if capabilities.pg_trgm:
             await ensure_trgm_indexes(engine)
         sessionmaker = create_sessionmaker(engine)
-        store = MemoryStore(sessionmaker=sessionmaker, settings=settings, embedder=embedder)
+        # One chunk service and one indexer, shared: compression writes its chunks through
+        # the same service as add_chunks, and their vectors share one queue drain.
+        chunks = ChunkService(embedding=EmbeddingService(embedder))
+        indexer = ChunkIndexer(
+            sessionmaker,
+            batch_size=settings.chunk_index_batch_size,
+            background=settings.chunk_index_in_background,
+        )
+        store = MemoryStore(
+            sessionmaker=sessionmaker,
+            settings=settings,
+            embedder=embedder,
+            chunks=chunks,
+            indexer=indexer,
+        )
         memory = Memory(
             settings=settings,
             engine=engine,
@@ -89,7 +120,8 @@ async def open_memory(
                 sessionmaker=sessionmaker,
                 settings=settings,
                 chat_model=chat_model,
-                add_chunks=store.add_chunks_for_session,
+                chunks=chunks,
+                indexer=indexer,
             ),
             kv=KvStore(sessionmaker=sessionmaker),
         )

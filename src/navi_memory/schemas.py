@@ -68,7 +68,8 @@ class Fact(_Model):
     """A curated fact about a user."""
 
     id: int
-    user_id: Any | None
+    user_id: uuid.UUID | None
+    """None only on legacy rows, from before memory had owners."""
     category: str
     key: str
     value: str
@@ -86,7 +87,7 @@ class Fact(_Model):
 class UserInfo(_Model):
     """A row of navi_users."""
 
-    id: Any
+    id: uuid.UUID
     name: str | None = None
     created_at: datetime
 
@@ -105,7 +106,7 @@ class Chunk(_Model):
     """A stored raw chunk: verbatim demoted messages of one session."""
 
     id: int
-    user_id: Any
+    user_id: uuid.UUID
     session_id: str
     content: str
     content_hash: str

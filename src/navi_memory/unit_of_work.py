@@ -1,20 +1,26 @@
-"""The unit of work every facade call runs in: one AsyncSession, one transaction, committed on
-success and rolled back on any error — or, for a call that is one statement, an autocommit
-connection (``single_statement``). Both translate driver errors into StorageError.
+"""The unit of work every facade call (and every batch of a job) runs in: one AsyncSession, one
+transaction, committed on success and rolled back on any error — or, for a call that is one
+statement, an autocommit connection (``single_statement``, the package's only way to get one).
+Both translate driver errors into StorageError. Services and repositories never open either.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.db import redact_url
-from navi_memory.errors import NotFoundError, StorageError
+from navi_memory.errors import ConfigError, NotFoundError, StorageError
 
-__all__ = ["single_statement", "unit_of_work"]
+__all__ = [
+    "engine_of",
+    "single_statement",
+    "statement_or_transaction",
+    "unit_of_work",
+]
 
 
 @asynccontextmanager
@@ -35,6 +41,28 @@ async def single_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection
         async with engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             yield conn
+
+
+def statement_or_transaction(
+    sessionmaker: async_sessionmaker[AsyncSession], *, one_statement: bool
+) -> AbstractAsyncContextManager[AsyncSession | AsyncConnection]:
+    """``single_statement`` when the work is one statement, else ``unit_of_work``: one
+    statement is its own transaction, without the BEGIN and COMMIT round trips."""
+    if one_statement:
+        return single_statement(engine_of(sessionmaker))
+    return unit_of_work(sessionmaker)
+
+
+def engine_of(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncEngine:
+    """The engine ``sessionmaker`` is bound to; ConfigError when it is bound to none."""
+    bind = sessionmaker.kw.get("bind")
+    if not isinstance(bind, AsyncEngine):
+        raise ConfigError(
+            "navi-memory needs a sessionmaker bound to an AsyncEngine (got "
+            f"{type(bind).__name__}): use open_memory(), or "
+            "async_sessionmaker(navi_memory.db.create_engine(settings, url))"
+        )
+    return bind
 
 
 @contextmanager

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from navi_memory.constants import MAX_TEXT_CHARS
+from navi_memory.constants import MAX_TEXT_CHARS, SESSION_ID_MAX_CHARS
 from navi_memory.errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["check_int", "check_optional_text", "check_text"]
+__all__ = [
+    "check_int",
+    "check_optional_session_id",
+    "check_optional_text",
+    "check_session_id",
+    "check_text",
+]
 
 
 def check_text(
@@ -52,3 +58,12 @@ def check_int(
     if maximum is not None and value > maximum:
         raise InvalidInputError(f"{name} must be <= {maximum}, got {value}")
     return value
+
+
+def check_session_id(session_id: Any) -> str:
+    """A session id as given: non-blank text without NUL, at most SESSION_ID_MAX_CHARS."""
+    return check_text("session_id", session_id, max_chars=SESSION_ID_MAX_CHARS)
+
+
+def check_optional_session_id(session_id: Any) -> str | None:
+    return None if session_id is None else check_session_id(session_id)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from navi_memory import EmbeddingError, Memory
-from navi_memory.services.backfill import BackfillProgress
+from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.testing import FakeOllama
 from tests.integration.factories import new_user, scalar
 

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.schemas import ChunkDraft
-from navi_memory.services.chunk_index import ChunkIndexer
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_user, refuse_inserts, scalar
@@ -328,8 +328,7 @@ async def test_backfill_queues_chunk_vectors_that_no_index_holds(manual: Memory)
 async def test_a_store_on_a_sessionmaker_without_an_engine_is_refused(memory: Memory) -> None:
     from sqlalchemy.ext.asyncio import async_sessionmaker
 
-    from navi_memory import ConfigError
-    from navi_memory.store import MemoryStore
+    from navi_memory import ConfigError, MemoryStore
 
     with pytest.raises(ConfigError, match="AsyncEngine"):
         MemoryStore(

@@ -7,9 +7,10 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory import (
     ChatModelError,
@@ -18,12 +19,14 @@ from navi_memory import (
     InvalidTypeError,
     Memory,
     NotFoundError,
+    SessionStore,
     StorageError,
 )
 from navi_memory.llm.chat import ChatMessages, OllamaChatModel, message_dicts
-from navi_memory.schemas import Message
+from navi_memory.schemas import ChunkDraft, Message
+from navi_memory.services.chunks import ChunkService
 from navi_memory.services.compression import SUMMARY_PROMPT
-from navi_memory.sessions import SessionStore
+from navi_memory.services.embedding import EmbeddingService
 from navi_memory.testing import FakeOllama, ScriptedChatModel
 from tests.integration.factories import new_user, refuse_inserts, scalar
 from tests.integration.test_sessions import chunk_rows, make_store
@@ -451,13 +454,7 @@ async def test_messages_whose_indexing_failed_are_indexed_by_the_repair_exactly_
 ) -> None:
     from datetime import timedelta
 
-
-    store = SessionStore(
-        sessionmaker=memory.sessionmaker,
-        settings=memory.settings,
-        chat_model=ScriptedChatModel(["First.\nKEYS: NONE", "Second.\nKEYS: NONE"]),
-        add_chunks=memory.store.add_chunks_for_session,
-    )
+    store = _store(memory, ["First.\nKEYS: NONE", "Second.\nKEYS: NONE"])
     uid = await new_user(memory)
     await seed(store, uid, 6)
     # A real failure of the chunk insert after each compression's commit.
@@ -479,24 +476,19 @@ async def test_messages_whose_indexing_failed_are_indexed_by_the_repair_exactly_
 
     # A later compression that indexes normally is not repeated by the repair either.
     await seed(store, uid, 4, start=11)
-    store_ok = SessionStore(
-        sessionmaker=memory.sessionmaker,
-        settings=memory.settings,
-        chat_model=ScriptedChatModel(["Third.\nKEYS: NONE"]),
-        add_chunks=memory.store.add_chunks_for_session,
-    )
+    store_ok = _store(memory, ["Third.\nKEYS: NONE"])
     assert (await store_ok.compress("s1", keep_last=2, user_id=uid)).chunks_written >= 1
     assert await store.index_dropped_history(settled_for=timedelta(0)) == 0
     counts = token_counts(await chunk_rows(memory, "s1"))
     assert counts == {f"m{i:03d}": 1 for i in range(1, 13)}
 
 
-def _store(memory: Memory, replies: list[str], add_chunks: object = None) -> SessionStore:
+def _store(memory: Memory, replies: list[str], chunks: ChunkService | None = None) -> SessionStore:
     return SessionStore(
         sessionmaker=memory.sessionmaker,
         settings=memory.settings,
         chat_model=ScriptedChatModel(replies),
-        add_chunks=add_chunks or memory.store.add_chunks_for_session,  # type: ignore[arg-type]
+        chunks=chunks or ChunkService(embedding=EmbeddingService(memory.embedder)),
     )
 
 
@@ -543,12 +535,26 @@ async def test_the_repair_is_an_operators_job_and_skips_sessions_deleted_meanwhi
     with request_context(user_id=uid), pytest.raises(PermissionDeniedError, match="read_all"):
         await _store(memory, []).index_dropped_history(settled_for=timedelta(0))
 
-    async def delete_a_first(chunks: object, user_id: uuid.UUID, session_id: str) -> int:
-        if session_id == "a":
-            assert await memory.sessions.delete("a", user_id=user_id)
-        return await memory.store.add_chunks_for_session(chunks, user_id, session_id)  # type: ignore[arg-type]
+    class DeleteAFirst(ChunkService):
+        """Session "a" is deleted just before its chunks are written."""
 
-    repair = _store(memory, [], add_chunks=delete_a_first)
+        async def write(
+            self,
+            conn: AsyncSession | AsyncConnection,
+            user_id: uuid.UUID,
+            session_id: str,
+            drafts: Sequence[ChunkDraft],
+            vectors: Sequence[Sequence[float]] | None,
+            *,
+            require_session: bool,
+        ) -> int:
+            if session_id == "a":
+                assert await memory.sessions.delete("a", user_id=user_id)
+            return await super().write(
+                conn, user_id, session_id, drafts, vectors, require_session=require_session
+            )
+
+    repair = _store(memory, [], chunks=DeleteAFirst(embedding=EmbeddingService(memory.embedder)))
     with request_context(user_id=uid, permissions=[PERMISSION_READ_ALL]):
         assert await repair.index_dropped_history(settled_for=timedelta(0)) == 1
     assert await chunk_rows(memory, "a") == []

@@ -14,6 +14,7 @@ from navi_memory import (
     InvalidInputError,
     InvalidTypeError,
     Memory,
+    MemoryStore,
     NotFoundError,
     PermissionDeniedError,
     StorageError,
@@ -22,7 +23,6 @@ from navi_memory import (
 )
 from navi_memory.db import create_engine, create_sessionmaker
 from navi_memory.schemas import Fact
-from navi_memory.store import MemoryStore
 from navi_memory.testing import FakeOllama
 from navi_memory.text.terms import query_terms
 from tests.conftest import make_settings

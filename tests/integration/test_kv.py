@@ -12,12 +12,12 @@ from navi_memory import (
     PERMISSION_READ_ALL,
     InvalidInputError,
     InvalidTypeError,
+    KvStore,
     Memory,
     NotFoundError,
     PermissionDeniedError,
     request_context,
 )
-from navi_memory.kv import KvStore
 from tests.integration.factories import new_session_row, new_user, scalar
 
 PAD = "scratchpad"

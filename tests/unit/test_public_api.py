@@ -1,53 +1,82 @@
 """The public surface: what `import navi_memory` gives, and the error tree's built-in bases."""
 
 from __future__ import annotations
+import __future__
+
+import importlib
+import inspect
+import pkgutil
+from types import ModuleType
+from typing import get_type_hints
 
 import navi_memory
+import navi_memory.facades
 from navi_memory import errors
 
 
-def test_all_is_the_curated_public_surface() -> None:
-    assert sorted(navi_memory.__all__) == sorted(
-        [
-            "EMBEDDING_DIM",
-            "PERMISSION_READ_ALL",
-            "Capabilities",
-            "ChatModelError",
-            "Chunk",
-            "ChunkDraft",
-            "ChunkHit",
-            "CompressionResult",
-            "ConfigError",
-            "EmbeddingError",
-            "ExtractionError",
-            "Fact",
-            "FactHit",
-            "InvalidInputError",
-            "InvalidTypeError",
-            "KvEntry",
-            "KvHit",
-            "KvStore",
-            "Memory",
-            "MemoryStore",
-            "Message",
-            "NaviMemoryError",
-            "NotFoundError",
-            "PermissionDeniedError",
-            "SchemaError",
-            "SessionInfo",
-            "SessionStore",
-            "Settings",
-            "StorageError",
-            "UserInfo",
-            "open_memory",
-            "request_context",
-        ]
-    )
-    for name in navi_memory.__all__:
-        assert getattr(navi_memory, name) is not None
+def _public_names(module: ModuleType) -> set[str]:
+    """The names a module's namespace offers: not private, not a module, not a __future__ flag."""
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and not isinstance(value, ModuleType)
+        and not isinstance(value, __future__._Feature)
+    }
+
+
+def test_all_is_exactly_the_public_namespace() -> None:
+    """__all__ lists every public name of the package namespace, each once, and nothing else."""
+    assert len(navi_memory.__all__) == len(set(navi_memory.__all__))
+    assert set(navi_memory.__all__) == _public_names(navi_memory)
+
+
+def test_every_exported_name_imports() -> None:
+    """`from navi_memory import X` works for every X in __all__."""
+    namespace: dict[str, object] = {}
+    exec(f"from navi_memory import {', '.join(navi_memory.__all__)}", namespace)
+    assert all(namespace[name] is getattr(navi_memory, name) for name in navi_memory.__all__)
+
+
+def _facade_modules() -> list[ModuleType]:
+    return [
+        importlib.import_module(f"navi_memory.facades.{info.name}")
+        for info in pkgutil.iter_modules(navi_memory.facades.__path__)
+    ]
+
+
+def test_every_facade_is_reachable_from_the_package() -> None:
+    """Each public class or function of facades/ is exported by navi_memory or is the type of a
+    Memory attribute: a caller never imports a facade module."""
+    reachable = {id(getattr(navi_memory, name)) for name in navi_memory.__all__}
+    reachable |= {id(kind) for kind in get_type_hints(navi_memory.Memory).values()}
+    modules = _facade_modules()
+    assert {m.__name__.rsplit(".", 1)[-1] for m in modules} >= {"kv", "sessions", "store", "users"}
+    unreachable = [
+        f"{module.__name__}.{name}"
+        for module in modules
+        for name in module.__all__
+        if (inspect.isclass(obj := getattr(module, name)) or inspect.isfunction(obj))
+        and id(obj) not in reachable
+    ]
+    assert unreachable == []
+
+
+def test_each_facade_module_exports_what_it_defines() -> None:
+    """A facade module's __all__ names exactly the public classes and functions defined in it."""
+    for module in _facade_modules():
+        defined = {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_")
+            and (inspect.isclass(value) or inspect.isfunction(value))
+            and value.__module__ == module.__name__
+        }
+        assert set(module.__all__) == defined, module.__name__
 
 
 def test_every_error_is_a_navi_memory_error_with_the_matching_builtin() -> None:
+    """Each error subclasses NaviMemoryError, and the leaves also their built-in kin."""
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), errors.NaviMemoryError)
     assert issubclass(errors.ConfigError, ValueError)

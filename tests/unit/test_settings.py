@@ -14,7 +14,7 @@ from navi_memory.config import default_data_dir
 def settings_from(monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return Settings(_env_file=None)  # type: ignore[call-arg]
+    return Settings(_env_file=None)
 
 
 def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> None:

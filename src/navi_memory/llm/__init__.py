@@ -1,4 +1,5 @@
-"""The models navi-memory talks to: an ``Embedder`` for vectors, a ``ChatModel`` for text.
+"""The models navi-memory talks to: an ``Embedder`` for vectors, a ``ChatModel`` for text and
+tool calls, the Ollama implementations of both, and the guards that make any model fail like them.
 
 The Ollama implementations reach the server through the ``ollama`` client, created on first use.
 """
@@ -8,21 +9,42 @@ from __future__ import annotations
 from navi_memory.llm.chat import (
     ChatMessages,
     ChatModel,
+    ChatReply,
     ChatRole,
     ChatTurn,
     OllamaChatModel,
+    ToolCall,
+    ToolChatModel,
+    ToolSpec,
     message_dicts,
 )
 from navi_memory.llm.embedder import Embedder, OllamaEmbedder, embedding_text_for_fact
+from navi_memory.llm.guard import (
+    GuardedChatModel,
+    GuardedEmbedder,
+    guard_chat_model,
+    guard_embedder,
+)
+from navi_memory.llm.vectors import storable_vector, storable_vectors
 
 __all__ = [
     "ChatMessages",
     "ChatModel",
+    "ChatReply",
     "ChatRole",
     "ChatTurn",
     "Embedder",
+    "GuardedChatModel",
+    "GuardedEmbedder",
     "OllamaChatModel",
     "OllamaEmbedder",
+    "ToolCall",
+    "ToolChatModel",
+    "ToolSpec",
     "embedding_text_for_fact",
+    "guard_chat_model",
+    "guard_embedder",
     "message_dicts",
+    "storable_vector",
+    "storable_vectors",
 ]

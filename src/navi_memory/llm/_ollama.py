@@ -26,6 +26,8 @@ __all__ = [
     "failure_types",
     "new_async_client",
     "redact_host",
+    "shorten",
+    "type_phrase",
 ]
 
 _MAX_REASON_CHARS: Final = 300
@@ -104,15 +106,24 @@ def describe_failure(exc: BaseException, timeout: float) -> str:
     if isinstance(exc, ConnectionError | httpx.ConnectError):
         return "could not be reached (connection failed: is Ollama running there?)"
     if isinstance(exc, ollama.ResponseError):
-        return f"answered HTTP {exc.status_code}: {_shorten(str(exc.error))}"
+        return f"answered HTTP {exc.status_code}: {shorten(str(exc.error))}"
     if isinstance(exc, json.JSONDecodeError):
         return f"answered something that is not JSON ({exc.msg})"
     if isinstance(exc, pydantic.ValidationError | TypeError):
-        return f"answered JSON of the wrong shape: {_shorten(str(exc))}"
-    return f"failed: {type(exc).__name__}: {_shorten(str(exc))}"
+        return f"answered JSON of the wrong shape: {shorten(str(exc))}"
+    return f"failed: {type(exc).__name__}: {shorten(str(exc))}"
 
 
-def _shorten(text: str) -> str:
+def type_phrase(value: object) -> str:
+    """What ``value`` is, for a message: ``None``, ``an int``, ``a str``, ``a ChatReply``."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
+
+
+def shorten(text: str) -> str:
+    """``text`` on one line, cut to the first ``_MAX_REASON_CHARS`` characters."""
     text = " ".join(text.split())
     if len(text) <= _MAX_REASON_CHARS:
         return text

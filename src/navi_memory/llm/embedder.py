@@ -6,11 +6,10 @@ Documents and queries get nomic-embed-text's task prefixes; every failure is an 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
-from navi_memory.constants import EMBEDDING_DIM, FLOAT32_MAX
+from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.errors import ConfigError, EmbeddingError
 from navi_memory.llm._ollama import (
     ClientOwner,
@@ -19,6 +18,7 @@ from navi_memory.llm._ollama import (
     failure_types,
     redact_host,
 )
+from navi_memory.llm.vectors import storable_vectors
 
 if TYPE_CHECKING:
     import ollama
@@ -30,16 +30,20 @@ __all__ = ["Embedder", "OllamaEmbedder", "embedding_text_for_fact"]
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Something that embeds texts into vectors of ``dim`` floats, for storing and for searching."""
+    """Something that embeds texts into vectors of ``dim`` floats, for storing and for searching.
+
+    Any ordered sequence of numbers will do as a vector (a list, an ``array``, a numpy row):
+    ``GuardedEmbedder`` checks every answer and hands the rest of the package float32 arrays.
+    """
 
     dim: int
     """Length of every vector returned; the ``vector`` columns are ``EMBEDDING_DIM`` wide."""
 
-    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_documents(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
         """One vector per text, in order, for texts that will be stored (an empty list: ``[]``)."""
         ...
 
-    async def embed_query(self, text: str) -> list[float]:
+    async def embed_query(self, text: str) -> Sequence[float]:
         """The vector of a search query, to compare against stored document vectors."""
         ...
 
@@ -137,28 +141,13 @@ class OllamaEmbedder(ClientOwner):
         return self._checked(response.embeddings, len(batch))
 
     def _checked(self, embeddings: Sequence[Sequence[float]], expected: int) -> list[list[float]]:
-        if len(embeddings) != expected:
-            raise self._error(f"returned {len(embeddings)} embeddings for {expected} inputs")
-        vectors: list[list[float]] = []
-        for index, embedding in enumerate(embeddings):
-            if len(embedding) != self.dim:
-                raise self._error(
-                    f"returned {len(embedding)}-dimensional embeddings, expected {self.dim}: "
-                    f"set EMBEDDING_MODEL to a {self.dim}-dimensional model "
-                    "(such as nomic-embed-text), or re-embed the stored vectors for the new model"
-                )
-            vector = [float(x) for x in embedding]
-            if not all(math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in vector):
-                raise self._error(
-                    f"returned a non-finite or out-of-range value in #{index} (NaN, infinity, or "
-                    "beyond float32: pgvector cannot store it)"
-                )
-            if not any(vector):
-                raise self._error(
-                    f"returned an all-zero vector for #{index}, which has no direction"
-                )
-            vectors.append(vector)
-        return vectors
+        # The shared check (count, dimension, finite float32, not all zero); the values go back
+        # as the server sent them, not rounded to float32.
+        storable_vectors(embeddings, expected, dim=self.dim, subject=self._subject())
+        return [[float(x) for x in embedding] for embedding in embeddings]
+
+    def _subject(self) -> str:
+        return f"embedding model {self.model!r} at {redact_host(self.host)}"
 
     def _error(self, what: str) -> EmbeddingError:
-        return EmbeddingError(f"embedding model {self.model!r} at {redact_host(self.host)} {what}")
+        return EmbeddingError(f"{self._subject()} {what}")

@@ -1,8 +1,9 @@
 """SQLAlchemy 2.0 typed declarative models, one module per table group."""
 
 from navi_memory.models.base import NAMING_CONVENTION, Base
-from navi_memory.models.chunks import ChunkRow, ChunkVectorQueueRow, ChunkVectorRow, KvRow
+from navi_memory.models.chunks import ChunkRow, ChunkVectorQueueRow, ChunkVectorRow
 from navi_memory.models.facts import FactRow, SessionMemoryStateRow, SummaryRow
+from navi_memory.models.kv import KvRow
 from navi_memory.models.sessions import MessageRow, SessionRow
 from navi_memory.models.users import User
 

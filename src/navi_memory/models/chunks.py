@@ -1,4 +1,4 @@
-"""memory_chunks and kv_store: verbatim dropped history, and a session's sketches."""
+"""memory_chunks and its vector index tables: verbatim dropped history, searchable."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from navi_memory.constants import EMBEDDING_DIM
-from navi_memory.models.base import Base, created_at_column, updated_at_column
+from navi_memory.models.base import Base, created_at_column
 from navi_memory.models.facts import HNSW_OPTIONS
 
 
@@ -100,24 +100,3 @@ class ChunkVectorQueueRow(Base):
     user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
 
     __table_args__ = (Index("ix_memory_chunk_vector_queue_user_id", "user_id"),)
-
-
-class KvRow(Base):
-    __tablename__ = "kv_store"
-
-    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    user_id: Mapped[uuid.UUID] = mapped_column(
-        UUID(as_uuid=True), ForeignKey("navi_users.id", ondelete="CASCADE"), nullable=False
-    )
-    scope: Mapped[str] = mapped_column(Text, nullable=False)
-    session_id: Mapped[str | None] = mapped_column(Text)
-    key: Mapped[str] = mapped_column(Text, nullable=False)
-    value: Mapped[str] = mapped_column(Text, nullable=False)
-    created_at: Mapped[datetime] = created_at_column()
-    updated_at: Mapped[datetime] = updated_at_column()
-
-    __table_args__ = (
-        UniqueConstraint(
-            "user_id", "scope", "session_id", "key", postgresql_nulls_not_distinct=True
-        ),
-    )

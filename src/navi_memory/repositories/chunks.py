@@ -1,20 +1,19 @@
-"""SQL for memory_chunks (raw history) and the session facts chunk search needs."""
+"""SQL for memory_chunks (raw history) and its vector index tables."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, RowMapping, func, literal, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from navi_memory.constants import EMBEDDING_DIM
+from navi_memory.constants import CHUNK_INSERT_BATCH, EMBEDDING_DIM
 from navi_memory.db import vector_binary
-from navi_memory.models import ChunkRow, ChunkVectorQueueRow, MessageRow, SessionRow
-from navi_memory.repositories.facts import escape_like
+from navi_memory.models import ChunkRow, ChunkVectorQueueRow
+from navi_memory.repositories.like import contains_pattern
 from navi_memory.repositories.vectors import (
     QUERY_VECTOR,
     HybridSearch,
@@ -92,9 +91,6 @@ def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElem
     return where or [literal(True)]
 
 
-INSERT_BATCH = 1000
-"""Rows per INSERT statement (bounds the size of one statement's arrays)."""
-
 _CHUNK_COLUMNS = (
     "c.id, c.user_id, c.session_id, c.content, c.content_hash, c.start_seq, c.end_seq, "
     "c.started_at, c.ended_at, c.breadcrumbs, c.created_at"
@@ -145,7 +141,7 @@ def _nearest(vector_where: str, queue_where: str) -> str:
 
 
 def _patterns(terms: Sequence[str]) -> list[str]:
-    return [f"%{escape_like(term)}%" for term in terms]
+    return [contains_pattern(term) for term in terms]
 
 
 class ChunkRepository:
@@ -166,13 +162,13 @@ class ChunkRepository:
         when the session has a row of another user (or none and ``require_session``).
 
         ``vectors``: one per row, or None (the rows land without; backfill fills them). One
-        fixed-shape statement per INSERT_BATCH rows, the columns sent as arrays (unnest) and the
-        vectors as one flat binary ``real[]``: prepared once per connection whatever the number
-        of rows, no vector formatted as text, and — with one batch — one round trip, so the
-        caller can run it as its own transaction (autocommit)."""
+        fixed-shape statement per CHUNK_INSERT_BATCH rows, the columns sent as arrays (unnest)
+        and the vectors as one flat binary ``real[]``: prepared once per connection whatever the
+        number of rows, no vector formatted as text, and — with one batch — one round trip, so
+        the caller can run it as its own transaction (autocommit)."""
         written = 0
-        for start in range(0, len(rows), INSERT_BATCH):
-            batch = rows[start : start + INSERT_BATCH]
+        for start in range(0, len(rows), CHUNK_INSERT_BATCH):
+            batch = rows[start : start + CHUNK_INSERT_BATCH]
             params = {
                 "uid": user_id,
                 "sid": session_id,
@@ -187,7 +183,7 @@ class ChunkRepository:
                 "vectors": (
                     None
                     if vectors is None
-                    else [vector_binary(v) for v in vectors[start : start + INSERT_BATCH]]
+                    else [vector_binary(v) for v in vectors[start : start + CHUNK_INSERT_BATCH]]
                 ),
             }
             result = (await self.session.execute(_INSERT, params)).one()
@@ -250,18 +246,6 @@ class ChunkRepository:
             .limit(limit)
         )
         return list((await self.session.execute(stmt)).mappings())
-
-    async def session_owner(self, session_id: str) -> uuid.UUID | None:
-        return await self.session.scalar(
-            select(SessionRow.user_id).where(SessionRow.id == session_id)
-        )
-
-    async def latest_summary_at(self, session_id: str) -> datetime | None:
-        return await self.session.scalar(
-            select(func.max(MessageRow.created_at)).where(
-                MessageRow.session_id == session_id, MessageRow.kind == "summary"
-            )
-        )
 
     # --- backfill ---------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""SQL for memory_facts, memory_summary and session_memory_state."""
+"""SQL for memory_facts and memory_summary."""
 
 from __future__ import annotations
 
@@ -21,14 +21,15 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from navi_memory.errors import NotFoundError
-from navi_memory.models import FactRow, SessionMemoryStateRow, SessionRow, SummaryRow
+from navi_memory.models import FactRow, SummaryRow
+from navi_memory.repositories.like import contains_pattern
 from navi_memory.repositories.vectors import HybridSearch
 
-__all__ = ["FACT_SORT_COLUMNS", "FactRepository", "escape_like"]
+__all__ = ["FACT_SORT_COLUMNS", "FactRepository", "FactSearchRepository"]
 
 FACT_SORT_COLUMNS = {
     "id": FactRow.id,
@@ -78,15 +79,6 @@ def fact_embedding_text() -> ColumnElement[str]:
     return FactRow.category + " / " + FactRow.key + ": " + FactRow.value
 
 
-def escape_like(term: str) -> str:
-    """``term`` as a literal inside a LIKE pattern (escape character ``\\``)."""
-    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _contains(term: str) -> str:
-    return f"%{escape_like(term)}%"
-
-
 def owner_filter(user_id: uuid.UUID | None) -> ColumnElement[bool]:
     """Rows of one user, or every row for a global read (None)."""
     if user_id is None:
@@ -108,7 +100,7 @@ def text_match(terms: Sequence[str]) -> ColumnElement[bool]:
     # this shape, which it cannot do for `ILIKE ANY (array)`.
     return or_(
         *(
-            column.ilike(_contains(term), escape="\\")
+            column.ilike(contains_pattern(term), escape="\\")
             for term in terms
             for column in (FactRow.category, FactRow.key, FactRow.value)
         )
@@ -131,6 +123,11 @@ class FactRepository:
             text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))"),
             {"scope": f"memory_facts:{user_id}:{category}"},
         )
+
+    async def now(self) -> datetime:
+        """The transaction's time (``now()``): expiry and verification are stamped with it."""
+        now: datetime = await self.session.scalar(select(func.now()))  # type: ignore[assignment]
+        return now
 
     # --- single rows ------------------------------------------------------------------------
 
@@ -226,50 +223,6 @@ class FactRepository:
 
     # --- reads ------------------------------------------------------------------------------
 
-    async def search(
-        self,
-        user_id: uuid.UUID | None,
-        query_vector: Sequence[float] | None,
-        terms: Sequence[str],
-        limit: int,
-        max_distance: float,
-    ) -> list[RowMapping]:
-        """Both passes of search_facts in one statement: the ``limit`` nearest visible facts
-        closer than ``max_distance`` (when there is a vector), and the visible facts whose
-        category, key or value contains any term, most terms first (the vector hits left out).
-
-        One fixed shape whatever the number of terms — a ``text[]`` of escaped patterns — so it
-        is prepared once per connection; the vector is never sent back (only whether there is
-        one). Rows carry ``distance`` (vector hits) or ``terms_hit``; the caller orders them.
-        """
-        owner = "f.user_id = :uid" if user_id is not None else "TRUE"
-        document = "concat_ws(E'\\n', f.category, f.key, f.value)"
-        search = HybridSearch(
-            table="memory_facts",
-            alias="f",
-            columns=_FACT_COLUMNS,
-            where=(
-                f"{owner} AND f.merged_into IS NULL "
-                "AND (f.expires_at IS NULL OR f.expires_at > now())"
-            ),
-            match=f"{document} ILIKE ANY (CAST(:patterns AS text[]))",
-            hits=f"{document} ILIKE p",
-            recency="updated_at",
-        )
-        params: dict[str, Any] = {"limit": limit, "patterns": [_contains(t) for t in terms]}
-        if user_id is not None:
-            params["uid"] = user_id
-        return await search.run(self.session, params, query_vector, max_distance)
-
-    async def recent(self, user_id: uuid.UUID | None, limit: int) -> list[RowMapping]:
-        stmt = (
-            select(*fact_columns())
-            .where(owner_filter(user_id), visible())
-            .order_by(FactRow.updated_at.desc(), FactRow.id.desc())
-            .limit(limit)
-        )
-        return list((await self.session.execute(stmt)).mappings())
-
     def _listing(
         self, user_id: uuid.UUID | None, search: str | None, include_merged: bool
     ) -> Select[Any]:
@@ -341,7 +294,7 @@ class FactRepository:
             .values(embedding=list(embedding))
         )
 
-    # --- summary and extraction state -------------------------------------------------------
+    # --- summary ----------------------------------------------------------------------------
 
     async def get_summary(self, user_id: uuid.UUID | None) -> str | None:
         stmt = select(SummaryRow.content)
@@ -359,36 +312,54 @@ class FactRepository:
             )
         )
 
-    async def session_state_owner(self, session_id: str) -> uuid.UUID | None:
-        """Whose session this is: the sessions row's owner, else the user who marked it."""
-        owner = await self.session.scalar(
-            select(SessionRow.user_id).where(SessionRow.id == session_id)
-        )
-        if owner is not None:
-            return owner
-        return await self.session.scalar(
-            select(SessionMemoryStateRow.user_id).where(
-                SessionMemoryStateRow.session_id == session_id
-            )
-        )
 
-    async def mark_extracted(self, session_id: str, user_id: uuid.UUID) -> datetime:
-        stmt = insert(SessionMemoryStateRow).values(
-            session_id=session_id, extracted_at=func.now(), user_id=user_id
-        )
-        result = await self.session.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[SessionMemoryStateRow.session_id],
-                set_={"extracted_at": func.now(), "user_id": user_id},
-            ).returning(SessionMemoryStateRow.extracted_at)
-        )
-        extracted: datetime | None = result.scalar_one()
-        assert extracted is not None  # now() was just written
-        return extracted
+class FactSearchRepository:
+    """The read paths of search_facts: each one statement, so they run on an autocommit
+    connection as well as in a transaction."""
 
-    async def extracted_at(self, session_id: str) -> datetime | None:
-        return await self.session.scalar(
-            select(SessionMemoryStateRow.extracted_at).where(
-                SessionMemoryStateRow.session_id == session_id
-            )
+    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
+        self.session = session
+
+    async def search(
+        self,
+        user_id: uuid.UUID | None,
+        query_vector: Sequence[float] | None,
+        terms: Sequence[str],
+        limit: int,
+        max_distance: float,
+    ) -> list[RowMapping]:
+        """Both passes of search_facts in one statement: the ``limit`` nearest visible facts
+        closer than ``max_distance`` (when there is a vector), and the visible facts whose
+        category, key or value contains any term, most terms first (the vector hits left out).
+
+        One fixed shape whatever the number of terms — a ``text[]`` of escaped patterns — so it
+        is prepared once per connection; the vector is never sent back (only whether there is
+        one). Rows carry ``distance`` (vector hits) or ``terms_hit``; the caller orders them.
+        """
+        owner = "f.user_id = :uid" if user_id is not None else "TRUE"
+        document = "concat_ws(E'\\n', f.category, f.key, f.value)"
+        search = HybridSearch(
+            table="memory_facts",
+            alias="f",
+            columns=_FACT_COLUMNS,
+            where=(
+                f"{owner} AND f.merged_into IS NULL "
+                "AND (f.expires_at IS NULL OR f.expires_at > now())"
+            ),
+            match=f"{document} ILIKE ANY (CAST(:patterns AS text[]))",
+            hits=f"{document} ILIKE p",
+            recency="updated_at",
         )
+        params: dict[str, Any] = {"limit": limit, "patterns": [contains_pattern(t) for t in terms]}
+        if user_id is not None:
+            params["uid"] = user_id
+        return await search.run(self.session, params, query_vector, max_distance)
+
+    async def recent(self, user_id: uuid.UUID | None, limit: int) -> list[RowMapping]:
+        stmt = (
+            select(*fact_columns())
+            .where(owner_filter(user_id), visible())
+            .order_by(FactRow.updated_at.desc(), FactRow.id.desc())
+            .limit(limit)
+        )
+        return list((await self.session.execute(stmt)).mappings())

@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import KvRow
-from navi_memory.repositories.facts import escape_like
+from navi_memory.repositories.like import contains_pattern
 
 __all__ = ["KvRepository"]
 
@@ -27,7 +27,7 @@ def _owner(user_id: uuid.UUID | None) -> ColumnElement[bool]:
 
 
 def _term_match(term: str) -> ColumnElement[bool]:
-    pattern = f"%{escape_like(term)}%"
+    pattern = contains_pattern(term)
     return or_(KvRow.key.ilike(pattern, escape="\\"), KvRow.value.ilike(pattern, escape="\\"))
 
 

@@ -1,9 +1,11 @@
-"""SQL for sessions and session_messages, and for the rows a deleted session takes with it."""
+"""SQL for sessions, session_messages and session_memory_state, and for the rows a deleted
+session takes with it. Every "whose session is this" question is answered here."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, or_, select, text, update
@@ -19,13 +21,8 @@ from navi_memory.models import (
     SessionRow,
     User,
 )
-from navi_memory.schemas import Message
 
-__all__ = ["SessionRepository", "to_message"]
-
-
-def to_message(row: MessageRow) -> Message:
-    return Message.model_validate(row)
+__all__ = ["SessionRepository"]
 
 
 class SessionRepository:
@@ -205,8 +202,7 @@ class SessionRepository:
                 MessageRow.session_id == session_id,
                 MessageRow.is_context.is_(False),
                 or_(covered.is_(None), ~covered.op("@>")(MessageRow.seq)),
-                last_summary
-                < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, settle_seconds),
+                last_summary < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, settle_seconds),
             )
             .order_by(MessageRow.seq)
         )
@@ -236,3 +232,46 @@ class SessionRepository:
             .returning(MessageRow.id)
         )
         return len(result.scalars().all())
+
+    # --- extraction state -------------------------------------------------------------------
+
+    async def extraction_owner(self, session_id: str) -> uuid.UUID | None:
+        """Whose session this is: the sessions row's owner, else the user who marked it (an
+        application may keep its sessions outside ``sessions``)."""
+        owner = await self.owner(session_id)
+        if owner is not None:
+            return owner
+        return await self.session.scalar(
+            select(SessionMemoryStateRow.user_id).where(
+                SessionMemoryStateRow.session_id == session_id
+            )
+        )
+
+    async def mark_extracted(self, session_id: str, user_id: uuid.UUID) -> datetime:
+        stmt = insert(SessionMemoryStateRow).values(
+            session_id=session_id, extracted_at=func.now(), user_id=user_id
+        )
+        result = await self.session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[SessionMemoryStateRow.session_id],
+                set_={"extracted_at": func.now(), "user_id": user_id},
+            ).returning(SessionMemoryStateRow.extracted_at)
+        )
+        extracted: datetime | None = result.scalar_one()
+        assert extracted is not None  # now() was just written
+        return extracted
+
+    async def extracted_at(self, session_id: str) -> datetime | None:
+        return await self.session.scalar(
+            select(SessionMemoryStateRow.extracted_at).where(
+                SessionMemoryStateRow.session_id == session_id
+            )
+        )
+
+    async def latest_summary_at(self, session_id: str) -> datetime | None:
+        """When the session's last summary was written (None: never)."""
+        return await self.session.scalar(
+            select(func.max(MessageRow.created_at)).where(
+                MessageRow.session_id == session_id, MessageRow.kind == "summary"
+            )
+        )

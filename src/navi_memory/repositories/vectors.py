@@ -16,6 +16,7 @@ __all__ = ["QUERY_VECTOR", "HybridSearch"]
 QUERY_VECTOR = "CAST(:q AS vector)"
 """The query vector in SQL, bound as db.vector_binary (see db.register_vector_codec)."""
 
+
 @dataclass(frozen=True, slots=True)
 class HybridSearch:
     """One statement for both passes of a search over a table with an ``embedding`` column.

@@ -1,10 +1,11 @@
 """Context compression: older messages leave the context behind a summary, and are kept verbatim
 as raw chunks with breadcrumbs (spec: "Raw chunks and breadcrumbs").
 
-The steps are separate so that no lock is held while the model answers: ``plan_compression``
-picks the rows from a read, ``summarize`` asks the model outside any transaction,
-``CompressionService.apply`` re-checks and writes under the session lock, and
-``index_raw_chunks`` hands the demoted messages to ``add_chunks`` after the commit.
+The steps are separate so that no lock is held while the model answers (the sessions facade
+runs each in its own unit of work): ``CompressionService.context`` reads the rows,
+``plan_compression`` picks what leaves, ``summarize`` asks the model outside any transaction,
+``CompressionService.apply`` re-checks and writes under the session lock, and after that commit
+``CompressionService.write_chunks`` stores the demoted messages through the chunk service.
 """
 
 from __future__ import annotations
@@ -12,17 +13,21 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from navi_memory.constants import SUMMARY_MAX_KEYS
-from navi_memory.errors import ChatModelError, NaviMemoryError, NotFoundError
+from navi_memory.config import Settings
+from navi_memory.constants import SUMMARY_INPUT_MAX_CHARS, SUMMARY_MAX_CHARS, SUMMARY_MAX_KEYS
+from navi_memory.errors import ChatModelError, NotFoundError
 from navi_memory.llm.chat import ChatModel, ChatTurn
-from navi_memory.repositories.sessions import SessionRepository, to_message
+from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.schemas import ChunkDraft, CompressionResult, Message
+from navi_memory.services.chunks import ChunkService
+from navi_memory.services.sessions import to_message
 from navi_memory.text import (
     build_chunks,
     elide_middle,
@@ -34,12 +39,10 @@ from navi_memory.text import (
 
 __all__ = [
     "SUMMARY_PROMPT",
-    "AddChunks",
     "CompressionPlan",
     "CompressionService",
     "Summary",
     "fallback_summary",
-    "index_raw_chunks",
     "nothing_demoted",
     "plan_compression",
     "raw_chunks",
@@ -47,10 +50,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-AddChunks = Callable[[Sequence[ChunkDraft], uuid.UUID, str], Awaitable[int]]
-"""``MemoryStore.add_chunks``: embeds and stores chunks, skipping ones already stored; returns
-how many rows it wrote."""
 
 SUMMARY_PROMPT: Final = (
     "You compress the older part of a conversation between a user and an assistant. Your "
@@ -65,21 +64,11 @@ SUMMARY_PROMPT: Final = (
     "Write KEYS: NONE when nothing is worth indexing."
 )
 
-SUMMARY_INPUT_MAX_CHARS: Final = 24_000
-"""What the summarizer is shown at most; a longer transcript loses its middle (the demoted
-messages are still indexed whole)."""
-
-SUMMARY_MAX_CHARS: Final = 12_000
-"""A longer summary is cut in the middle: it rides in every prompt from now on."""
-
 _FALLBACK_NOTE = "Earlier conversation ({count} {noun}) was truncated; search memory for details."
 _FALLBACK_NOTE_LINE = re.compile(
     r"\AEarlier conversation \((\d+) messages?\) was truncated; search memory for details\."
     r"[ \t]*(?:\n+|\Z)"
 )
-
-
-
 
 
 def nothing_demoted() -> CompressionResult:
@@ -203,33 +192,67 @@ def raw_chunks(
     return [c.model_copy(update={"breadcrumbs": breadcrumbs}) for c in chunks], breadcrumbs
 
 
-async def index_raw_chunks(
-    add_chunks: AddChunks, chunks: Sequence[ChunkDraft], user_id: uuid.UUID, session_id: str
-) -> int:
-    """Store the chunks; a failure is logged (``compressor.chunk_index_failed``), never raised:
-    the compression it belongs to has already happened."""
-    if not chunks:
-        return 0
-    try:
-        return await add_chunks(chunks, user_id, session_id)
-    except NaviMemoryError as exc:
-        logger.warning(
-            "compressor.chunk_index_failed: session %s, %d chunk(s): %s",
-            session_id,
-            len(chunks),
-            exc,
-            extra={"event": "compressor.chunk_index_failed"},
-        )
-        return 0
-
-
 class CompressionService:
-    def __init__(self, *, session: AsyncSession) -> None:
-        self.session = session
-        self.sessions = SessionRepository(session=session)
+    """Compression's rules; chunk writing goes through the ChunkService it is given."""
+
+    def __init__(
+        self, *, settings: Settings, chat_model: ChatModel | None, chunks: ChunkService
+    ) -> None:
+        self.settings = settings
+        self.chat_model = chat_model
+        self.chunks = chunks
+
+    async def context(
+        self, session: AsyncSession, user_id: uuid.UUID, session_id: str
+    ) -> list[Message]:
+        """The session's context as compression plans from it; NotFoundError if not theirs."""
+        repo = SessionRepository(session=session)
+        if await repo.get(session_id, user_id) is None:
+            raise NotFoundError(f"no session {session_id!r} for this user")
+        return [to_message(r) for r in await repo.messages(session_id, context_only=True)]
+
+    async def summarize(self, plan: CompressionPlan) -> Summary:
+        """``summarize`` with this service's model; never inside a transaction."""
+        return await summarize(
+            self.chat_model, plan, message_max_chars=self.settings.chunk_message_max_chars
+        )
+
+    def raw_chunks(
+        self, plan: CompressionPlan, keys: Sequence[str]
+    ) -> tuple[list[ChunkDraft], list[str]]:
+        """``raw_chunks`` at the configured chunk sizes."""
+        return raw_chunks(
+            plan,
+            keys,
+            max_chars=self.settings.chunk_max_chars,
+            message_max_chars=self.settings.chunk_message_max_chars,
+        )
+
+    async def embed_chunks(self, chunks: Sequence[ChunkDraft]) -> list[array[float]] | None:
+        """The chunks' vectors (None when the model fails); never inside a transaction."""
+        return await self.chunks.embed(chunks)
+
+    async def write_chunks(
+        self,
+        conn: AsyncSession | AsyncConnection,
+        user_id: uuid.UUID,
+        session_id: str,
+        chunks: Sequence[ChunkDraft],
+        vectors: Sequence[Sequence[float]] | None,
+    ) -> int:
+        """Store the demoted messages' chunks; the session row must still exist (a session
+        deleted meanwhile took its messages with it: NotFoundError)."""
+        return await self.chunks.write(
+            conn, user_id, session_id, chunks, vectors, require_session=True
+        )
 
     async def apply(
-        self, user_id: uuid.UUID, session_id: str, plan: CompressionPlan, summary: str
+        self,
+        session: AsyncSession,
+        user_id: uuid.UUID,
+        session_id: str,
+        plan: CompressionPlan,
+        summary: str,
     ) -> Message | None:
         """Flip exactly the planned rows out of the context and add the summary after them.
 
@@ -237,9 +260,10 @@ class CompressionService:
         if another compression got there first (a planned row already left, or a summary the
         plan did not see arrived) nothing is written and None comes back.
         """
-        if await self.sessions.lock_owned(session_id, user_id) is None:
+        sessions = SessionRepository(session=session)
+        if await sessions.lock_owned(session_id, user_id) is None:
             raise NotFoundError(f"no session {session_id!r} for this user")
-        in_context = await self.sessions.context_kinds(session_id)
+        in_context = await sessions.context_kinds(session_id)
         planned = [m.id for m in plan.demoted if m.id is not None]
         planned_ids = set(planned)
         if not planned_ids <= in_context.keys() or any(
@@ -251,11 +275,11 @@ class CompressionService:
                 extra={"event": "compressor.already_compressed"},
             )
             return None
-        await self.sessions.demote(session_id, planned)
-        row = await self.sessions.insert_message(
+        await sessions.demote(session_id, planned)
+        row = await sessions.insert_message(
             {
                 "session_id": session_id,
-                "seq": await self.sessions.next_seq(session_id),
+                "seq": await sessions.next_seq(session_id),
                 "role": "system",
                 "content": summary,
                 "kind": "summary",

@@ -13,18 +13,18 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Final, Literal, Self, get_args
+from typing import Any, Final, Literal, Self, TypeAlias, get_args
 
 from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.testing.hashing import hashed_embedding
 
-__all__ = ["FakeOllama", "FakeOllamaMode", "RecordedRequest"]
+__all__ = ["FakeChatReply", "FakeOllama", "FakeOllamaMode", "RecordedRequest"]
 
 FakeOllamaMode = Literal["ok", "fail", "stall", "junk", "wrong_dim"]
 """How ``POST /api/embed`` and ``POST /api/chat`` answer (the GET health endpoints always work).
@@ -35,6 +35,10 @@ FakeOllamaMode = Literal["ok", "fail", "stall", "junk", "wrong_dim"]
 - ``junk``: HTTP 200 whose body is ``junk_body`` (by default not JSON at all).
 - ``wrong_dim``: embeddings of ``wrong_dim`` floats instead of ``dim``; chat answers properly.
 """
+
+FakeChatReply: TypeAlias = str | dict[str, Any]
+"""A scripted chat answer: the reply's text, or the assistant message as Ollama sends it
+(``{"content": ..., "tool_calls": [{"function": {"name": ..., "arguments": {...}}}]}``)."""
 
 _MODES: Final = frozenset(get_args(FakeOllamaMode))
 VERSION: Final = "0.0.0-navi-memory-fake"
@@ -65,10 +69,12 @@ class FakeOllama:
     All switches may be changed at any time from any thread.
 
     Embeddings are ``hashed_embedding(text, dim)`` of each input: deterministic, and close for
-    texts sharing words. Chat replies come from ``chat_replies`` (consumed in order), then from
+    texts sharing words. Chat replies come from ``chat_replies`` (consumed in order; text, or a
+    whole assistant message such as ``script_chat`` queues with tool calls), then from
     ``chat_handler(request_json)``, then ``default_chat_reply``. That default is ``""``, which
     ``OllamaChatModel`` reports as a ``ChatModelError``: a test that forgot to script a reply
-    fails loudly instead of passing on an invented answer.
+    fails loudly instead of passing on an invented answer. ``chat_requests`` holds what the
+    client sent to ``/api/chat`` (messages, tools, format).
     """
 
     def __init__(
@@ -80,7 +86,7 @@ class FakeOllama:
         wrong_dim: int | None = None,
         junk_body: bytes = DEFAULT_JUNK_BODY,
         default_chat_reply: str = "",
-        chat_handler: Callable[[dict[str, Any]], str] | None = None,
+        chat_handler: Callable[[dict[str, Any]], FakeChatReply] | None = None,
     ) -> None:
         if wrong_dim is None:
             wrong_dim = dim // 2 if dim > 1 else 2
@@ -97,7 +103,7 @@ class FakeOllama:
         self.junk_body = junk_body
         self.default_chat_reply = default_chat_reply
         self.chat_handler = chat_handler
-        self.chat_replies: collections.deque[str] = collections.deque()
+        self.chat_replies: collections.deque[FakeChatReply] = collections.deque()
         """Scripted chat replies, consumed in order (a deque: append from any thread)."""
         self._lock = threading.Lock()
         self._mode: FakeOllamaMode = "ok"
@@ -135,6 +141,21 @@ class FakeOllama:
         with self._lock:
             self._stall_seconds = seconds
 
+    def script_chat(
+        self, content: str = "", *, tool_calls: Iterable[Mapping[str, Any]] = ()
+    ) -> None:
+        """Queue a chat reply of ``content`` and ``tool_calls``, as Ollama sends a tool call.
+
+        Each tool call is ``{"name": ..., "arguments": {...}}``, sent as
+        ``{"function": {"name": ..., "arguments": {...}}}``; one that already has a
+        ``"function"`` key is sent exactly as given, so a test can script a malformed one.
+        """
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        calls = [dict(c) if "function" in c else {"function": dict(c)} for c in tool_calls]
+        if calls:
+            message["tool_calls"] = calls
+        self.chat_replies.append(message)
+
     # --- what was asked -------------------------------------------------------------------
 
     @property
@@ -151,6 +172,11 @@ class FakeOllama:
     def requests_to(self, path: str) -> list[RecordedRequest]:
         """The recorded requests for ``path`` (such as ``"/api/embed"``), oldest first."""
         return [r for r in self.recorded if r.path == path]
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies sent to ``/api/chat`` (``messages``, ``tools``, ...), oldest first."""
+        return [r.json for r in self.requests_to("/api/chat") if isinstance(r.json, dict)]
 
     def clear(self) -> None:
         """Forget the recorded requests and any scripted chat replies left."""
@@ -233,7 +259,7 @@ class FakeOllama:
     def _stall(self) -> None:
         self._stopping.wait(self.stall_seconds)
 
-    def _next_chat_reply(self, body: dict[str, Any]) -> str:
+    def _next_chat_reply(self, body: dict[str, Any]) -> FakeChatReply:
         try:
             return self.chat_replies.popleft()
         except IndexError:
@@ -390,27 +416,30 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a test's chat_handler broke: say so instead of hanging
             self._send_error(HTTPStatus.INTERNAL_SERVER_ERROR, f"chat_handler raised {exc!r}")
             return
+        if isinstance(reply, str):
+            message: dict[str, Any] = {"role": "assistant", "content": reply}
+        elif isinstance(reply, dict):
+            message = {"role": "assistant", "content": ""} | reply
+        else:
+            self._send_error(HTTPStatus.INTERNAL_SERVER_ERROR, f"chat reply {reply!r} is no reply")
+            return
+        text = message["content"] if isinstance(message["content"], str) else ""
         created_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         final = {
             "model": model,
             "created_at": created_at,
-            "message": {"role": "assistant", "content": reply},
+            "message": message,
             "done": True,
             "done_reason": "stop",
             "total_duration": time.perf_counter_ns() - started,
             "load_duration": 0,
             "prompt_eval_count": sum(len(str(m).split()) for m in messages),
             "prompt_eval_duration": 0,
-            "eval_count": len(reply.split()),
+            "eval_count": len(text.split()),
             "eval_duration": 0,
         }
         if body.get("stream", True):  # Ollama streams unless told not to
-            first = {
-                "model": model,
-                "created_at": created_at,
-                "message": {"role": "assistant", "content": reply},
-                "done": False,
-            }
+            first = {"model": model, "created_at": created_at, "message": message, "done": False}
             final["message"] = {"role": "assistant", "content": ""}
             lines = b"".join(json.dumps(part).encode() + b"\n" for part in (first, final))
             self._send(HTTPStatus.OK, lines, "application/x-ndjson")

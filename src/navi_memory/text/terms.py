@@ -11,6 +11,7 @@ MAX_QUERY_TERMS: Final = 16
 """More terms than this add SQL, not recall."""
 
 # Words that match almost every row as substrings and say nothing about what is wanted.
+# fmt: off
 STOP_WORDS: Final = frozenset(
     {
         "a", "about", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could",
@@ -22,6 +23,7 @@ STOP_WORDS: Final = frozenset(
         "will", "with", "would", "you", "your", "yours",
     }
 )
+# fmt: on
 
 # A term is a run of word characters, keeping the inner punctuation of identifiers, paths,
 # versions and addresses together: "server_port", "v1.2.3", "/etc/nginx.conf", "a@b.c".

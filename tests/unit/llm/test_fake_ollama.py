@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import httpx
 import ollama
@@ -159,3 +160,93 @@ def test_reset_restores_every_switch_and_forgets_everything() -> None:
             fake.url + "/api/chat", json={"model": "m", "messages": [], "stream": False}
         ).json()
         assert reply["message"]["content"] == "default"
+
+
+# --- tool calls ---------------------------------------------------------------------------------
+
+
+def chat(fake: FakeOllama, **body: object) -> dict[str, Any]:
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False}
+    response = httpx.post(fake.url + "/api/chat", json=request | body, timeout=5)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def test_script_chat_answers_tool_calls_in_ollamas_wire_shape(fake: FakeOllama) -> None:
+    """Each {"name", "arguments"} is sent as {"function": {...}} in the assistant message."""
+    fake.script_chat("Looking.", tool_calls=[{"name": "memory", "arguments": {"action": "list"}}])
+    message = chat(fake)["message"]
+    assert message == {
+        "role": "assistant",
+        "content": "Looking.",
+        "tool_calls": [{"function": {"name": "memory", "arguments": {"action": "list"}}}],
+    }
+
+
+def test_a_scripted_tool_call_with_a_function_key_is_sent_exactly_as_given(
+    fake: FakeOllama,
+) -> None:
+    """So a test can script the malformed calls a real server might send."""
+    junk = {"function": {"arguments": "not an object"}, "extra": 1}
+    fake.script_chat(tool_calls=[junk])
+    assert chat(fake)["message"]["tool_calls"] == [junk]
+
+
+def test_a_whole_message_can_be_queued_or_answered_by_the_handler(fake: FakeOllama) -> None:
+    """chat_replies and chat_handler take a message dict as well as text; role and content
+    default to an assistant's empty text."""
+    fake.chat_replies.append({"tool_calls": [{"function": {"name": "a", "arguments": {}}}]})
+    fake.chat_handler = lambda request: {"content": f"{len(request['tools'])} tools"}
+    first = chat(fake, tools=[])["message"]
+    assert first == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"function": {"name": "a", "arguments": {}}}],
+    }
+    assert chat(fake, tools=[{"x": 1}, {"y": 2}])["message"]["content"] == "2 tools"
+
+
+def test_a_reply_that_is_neither_text_nor_a_message_gives_a_500(fake: FakeOllama) -> None:
+    """A test's handler answering junk is reported, not turned into a hang."""
+    fake.chat_handler = lambda request: 42  # type: ignore[assignment,return-value]
+    response = httpx.post(
+        fake.url + "/api/chat", json={"model": "m", "messages": [], "stream": False}, timeout=5
+    )
+    assert response.status_code == 500
+    assert "42" in response.json()["error"]
+
+
+def test_chat_requests_hold_what_the_client_sent(fake: FakeOllama) -> None:
+    """Only /api/chat bodies, oldest first, with their messages and tools."""
+    fake.chat_replies.extend(["one", "two"])
+    httpx.post(fake.url + "/api/embed", json={"model": "e", "input": ["x"]})
+    chat(fake, tools=[{"type": "function", "function": {"name": "t"}}])
+    chat(fake, messages=[{"role": "user", "content": "second"}])
+    first, second = fake.chat_requests
+    assert first["tools"] == [{"type": "function", "function": {"name": "t"}}]
+    assert second["messages"] == [{"role": "user", "content": "second"}]
+    fake.clear()
+    assert fake.chat_requests == []
+
+
+async def test_streamed_chat_carries_scripted_tool_calls_through_the_real_client(
+    fake: FakeOllama,
+) -> None:
+    """Streaming, the tool calls arrive in a chunk the real client parses."""
+    fake.script_chat(tool_calls=[{"name": "memory_search", "arguments": {"query": "port"}}])
+    client = ollama.AsyncClient(host=fake.url, timeout=5)
+    try:
+        parts = [
+            part
+            async for part in await client.chat(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        ]
+    finally:
+        await client.close()  # type: ignore[no-untyped-call]
+    calls = [call for part in parts for call in part.message.tool_calls or ()]
+    assert [(c.function.name, dict(c.function.arguments)) for c in calls] == [
+        ("memory_search", {"query": "port"})
+    ]
+    assert parts[-1].done is True

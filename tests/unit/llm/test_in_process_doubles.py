@@ -6,7 +6,15 @@ import pytest
 
 from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.errors import ChatModelError, EmbeddingError, InvalidInputError
-from navi_memory.llm import ChatModel, ChatTurn, Embedder, OllamaEmbedder
+from navi_memory.llm import (
+    ChatModel,
+    ChatReply,
+    ChatTurn,
+    Embedder,
+    OllamaEmbedder,
+    ToolCall,
+    ToolChatModel,
+)
 from navi_memory.testing import (
     FakeOllama,
     HashedEmbedder,
@@ -82,3 +90,74 @@ async def test_scripted_chat_model_checks_messages_like_the_real_one() -> None:
     with pytest.raises(InvalidInputError, match="role"):
         await chat.complete([{"role": "robot", "content": "a"}])
     assert list(chat.replies) == ["unused"]
+
+
+# --- ScriptedChatModel and tools ----------------------------------------------------------------
+
+MEMORY_TOOL = {"type": "function", "function": {"name": "memory", "description": "facts"}}
+
+
+async def test_scripted_chat_model_answers_scripted_tool_calls_and_records_the_tools() -> None:
+    """script_chat queues tool calls; chat returns them parsed and records the specs offered."""
+    chat = ScriptedChatModel()
+    chat.script_chat(
+        "Saving.", tool_calls=[{"name": "memory", "arguments": '{"action": "save"}', "id": "c1"}]
+    )
+    chat.script_chat(tool_calls=[ToolCall("memory", {"action": "list"})])
+    assert isinstance(chat, ToolChatModel)
+    first = await chat.chat([ChatTurn("user", "remember vim")], tools=[MEMORY_TOOL])
+    assert first == ChatReply("Saving.", (ToolCall("memory", {"action": "save"}, "c1"),))
+    conversation = [ChatTurn("user", "remember vim"), first.as_turn()]
+    conversation.append(ChatTurn.tool_result(first.tool_calls[0], "saved"))
+    second = await chat.chat(conversation, tools=[MEMORY_TOOL], json_format=True)
+    assert second.tool_calls == (ToolCall("memory", {"action": "list"}),)
+    assert [call.tools for call in chat.calls] == [[MEMORY_TOOL], [MEMORY_TOOL]]
+    assert chat.calls[1].json_format is True
+    assert chat.calls[1].messages[1:] == [
+        {
+            "role": "assistant",
+            "content": "Saving.",
+            "tool_calls": [
+                {"function": {"name": "memory", "arguments": {"action": "save"}}, "id": "c1"}
+            ],
+        },
+        {"role": "tool", "content": "saved", "tool_name": "memory", "tool_call_id": "c1"},
+    ]
+
+
+async def test_scripted_text_and_handler_replies_serve_chat_too() -> None:
+    """A scripted string is a text reply to chat; the handler may answer a whole ChatReply."""
+    chat = ScriptedChatModel(
+        ["plain"], handler=lambda messages: ChatReply("", (ToolCall("memory", {}),))
+    )
+    assert await chat.chat([ChatTurn("user", "a")]) == ChatReply("plain")
+    assert (await chat.chat([ChatTurn("user", "b")])).tool_calls == (ToolCall("memory", {}),)
+    assert [call.tools for call in chat.calls] == [None, None]
+
+
+async def test_scripted_junk_tool_calls_and_empty_replies_fail_like_the_real_model() -> None:
+    """A call with no name or non-object arguments, or a reply of nothing: ChatModelError."""
+    chat = ScriptedChatModel()
+    chat.script_chat(tool_calls=[{"name": "", "arguments": {}}])
+    chat.script_chat(tool_calls=[{"name": "memory", "arguments": "[1]"}])
+    chat.script_chat("")
+    for expected in ("names no tool", "arguments are a list", "empty reply"):
+        with pytest.raises(ChatModelError, match=expected):
+            await chat.chat([ChatTurn("user", "a")], tools=[MEMORY_TOOL])
+
+
+async def test_a_tool_call_scripted_for_complete_is_a_script_error() -> None:
+    """complete offers no tools, so a scripted tool call there fails the test loudly."""
+    chat = ScriptedChatModel()
+    chat.script_chat("text", tool_calls=[{"name": "memory", "arguments": {}}])
+    with pytest.raises(ChatModelError, match="tool calls for complete"):
+        await chat.complete([ChatTurn("user", "a")])
+
+
+async def test_scripted_chat_model_checks_tool_specs_before_using_a_reply() -> None:
+    """A malformed tool spec is InvalidInputError, and the scripted reply stays queued."""
+    chat = ScriptedChatModel(["unused"])
+    with pytest.raises(InvalidInputError, match="no function name"):
+        await chat.chat([ChatTurn("user", "a")], tools=[{"function": {}}])
+    assert list(chat.replies) == ["unused"]
+    assert chat.calls == []

@@ -20,25 +20,37 @@ import navi_memory.testing
             {
                 "ChatMessages",
                 "ChatModel",
+                "ChatReply",
                 "ChatRole",
                 "ChatTurn",
                 "Embedder",
+                "GuardedChatModel",
+                "GuardedEmbedder",
                 "OllamaChatModel",
                 "OllamaEmbedder",
+                "ToolCall",
+                "ToolChatModel",
+                "ToolSpec",
                 "embedding_text_for_fact",
+                "guard_chat_model",
+                "guard_embedder",
                 "message_dicts",
+                "storable_vector",
+                "storable_vectors",
             },
         ),
         (
             navi_memory.testing,
             {
                 "KNOWN_TASK_PREFIXES",
+                "FakeChatReply",
                 "FakeOllama",
                 "FakeOllamaMode",
                 "HashedEmbedder",
                 "RecordedRequest",
                 "ScriptedChatCall",
                 "ScriptedChatModel",
+                "ScriptedReply",
                 "hashed_embedding",
             },
         ),
@@ -57,9 +69,11 @@ def test_importing_and_configuring_builds_no_client() -> None:
         "import sys\n"
         "import navi_memory.llm, navi_memory.testing\n"
         "from navi_memory.config import Settings\n"
-        "from navi_memory.llm import OllamaChatModel, OllamaEmbedder\n"
+        "from navi_memory.llm import OllamaChatModel, OllamaEmbedder, guard_chat_model, "
+        "guard_embedder\n"
         "s = Settings(_env_file=None, ollama_host='http://127.0.0.1:9')\n"
-        "OllamaEmbedder.from_settings(s); OllamaChatModel.from_settings(s)\n"
+        "guard_embedder(OllamaEmbedder.from_settings(s), s)\n"
+        "guard_chat_model(OllamaChatModel.from_settings(s), s)\n"
         "assert 'ollama' not in sys.modules, 'ollama was imported'\n"
     )
     result = subprocess.run(

@@ -189,7 +189,7 @@ async def test_server_not_listening_is_a_chat_model_error(
     ("messages", "expected"),
     [
         ([], "at least one message"),
-        ([{"role": "tool", "content": "x"}], "role 'tool'"),
+        ([{"role": "function", "content": "x"}], "role 'function'"),
         ([{"content": "no role"}], "role ''"),
         ([{"role": "user", "content": 42}], "content"),
     ],

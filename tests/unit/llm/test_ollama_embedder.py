@@ -253,7 +253,7 @@ async def test_wrong_dimension_says_how_to_fix_it(
     fake.mode = "wrong_dim"
     with pytest.raises(EmbeddingError) as caught:
         await make_embedder(fake.url).embed_query("a")
-    assert "set EMBEDDING_MODEL to a 768-dimensional model" in str(caught.value)
+    assert "use a 768-dimensional model (with Ollama: set EMBEDDING_MODEL" in str(caught.value)
     assert "re-embed" in str(caught.value)
 
 

@@ -7,170 +7,66 @@ one ``memory.embedding_failed`` log event) and reads fall back to text search.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
 import uuid
-from array import array
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Final, TypeVar
 
-from pydantic import ValidationError
-from sqlalchemy import RowMapping
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
 from navi_memory.constants import (
-    CHUNK_MAX_DISTANCE,
-    EMBEDDING_DIM,
-    FACT_MAX_DISTANCE,
-    MAX_TEXT_CHARS,
+    BACKFILL_BATCH_SIZE,
+    BATCH_SIZE_MAX,
+    DEFAULT_CONFIDENCE,
+    FACT_CATEGORY_MAX_CHARS,
+    FACT_EXPIRES_MAX_DAYS,
+    FACT_KEY_MAX_CHARS,
+    MAX_LIMIT,
     PERMISSION_READ_ALL,
 )
 from navi_memory.errors import (
-    ConfigError,
-    EmbeddingError,
     InvalidInputError,
-    InvalidTypeError,
     NaviMemoryError,
-    NotFoundError,
     PermissionDeniedError,
 )
+from navi_memory.jobs.backfill import Backfill, ProgressCallback
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.llm import Embedder, embedding_text_for_fact
-from navi_memory.models import FactRow
-from navi_memory.repositories.chunks import INSERT_BATCH, ChunkRepository
-from navi_memory.repositories.facts import FACT_SORT_COLUMNS, FactRepository
 from navi_memory.request_context import (
     current_session_id,
-    current_user_id,
     has_permission,
     read_scope,
     write_scope,
 )
 from navi_memory.schemas import ChunkDraft, ChunkHit, Fact, FactHit
-from navi_memory.services.backfill import (
-    BackfillProgress,
-    BackfillSource,
-    ChunkBackfill,
-    FactBackfill,
-    run_backfill,
+from navi_memory.services.chunks import ChunkService, checked_draft
+from navi_memory.services.embedding import EmbeddingService
+from navi_memory.services.facts import (
+    CONFIDENCE_BY_SOURCE,
+    FACT_SORT_KEYS,
+    SOURCES,
+    FactService,
+    FactWrite,
 )
-from navi_memory.services.chunk_index import ChunkIndexer
-from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.text.terms import query_terms
-from navi_memory.unit_of_work import single_statement, unit_of_work
-from navi_memory.validation import check_int, check_optional_text, check_text
+from navi_memory.unit_of_work import (
+    engine_of,
+    single_statement,
+    statement_or_transaction,
+    unit_of_work,
+)
+from navi_memory.validation import (
+    check_int,
+    check_optional_session_id,
+    check_optional_text,
+    check_session_id,
+    check_text,
+)
 
-__all__ = ["CONFIDENCE_BY_SOURCE", "SOURCES", "MemoryStore"]
+__all__ = ["MemoryStore"]
 
 logger = logging.getLogger(__name__)
-
-SOURCES: Final = ("conversation", "tool_call", "auto_discovery", "user_explicit")
-"""Where a fact came from (spec: memory tool)."""
-
-CONFIDENCE_BY_SOURCE: Final = {"tool_call": 95, "auto_discovery": 95, "user_explicit": 90}
-"""Confidence when the caller gives none (spec: extractor); anything else gets DEFAULT."""
-
-DEFAULT_CONFIDENCE: Final = 70
-MAX_KEY_CHARS: Final = 200
-MAX_CATEGORY_CHARS: Final = 100
-MAX_LIMIT: Final = 1000
-
-
-def storable_vector(vector: Sequence[float]) -> array[float]:
-    """The vector as float32 (``array('f')``, what pgvector stores), if a vector(768) column can
-    hold it; else EmbeddingError. Any Embedder is checked here, so a custom one that answers
-    junk degrades like a failing one."""
-    if len(vector) != EMBEDDING_DIM:
-        raise EmbeddingError(
-            f"the embedder gave a {len(vector)}-dimensional vector; the columns are "
-            f"vector({EMBEDDING_DIM})"
-        )
-    try:
-        # float32, as pgvector stores it: converted and type-checked in C; a value beyond
-        # float32's range becomes an infinity here.
-        values = array("f", vector)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise EmbeddingError(f"the embedder gave a vector of non-numbers: {exc}") from exc
-    # A NaN or an infinity makes the sum non-finite; 768 finite float32 values cannot overflow it.
-    if not math.isfinite(sum(values)):
-        raise EmbeddingError("the embedder gave a value pgvector cannot store (NaN, inf, huge)")
-    return values
-
-
-def storable_vectors(vectors: Sequence[Sequence[float]], expected: int) -> list[array[float]]:
-    if len(vectors) != expected:
-        raise EmbeddingError(f"the embedder gave {len(vectors)} vectors for {expected} texts")
-    return [storable_vector(vector) for vector in vectors]
-
-
-def _log_embedding_failure(exc: EmbeddingError) -> None:
-    logger.warning("memory.embedding_failed: %s", exc, extra={"event": "memory.embedding_failed"})
-
-
-def to_fact(row: FactRow | RowMapping) -> Fact:
-    """A Fact from an ORM row (vector loaded) or a Core row with ``has_embedding``."""
-    if isinstance(row, FactRow):
-        return Fact.model_validate(row, from_attributes=True).model_copy(
-            update={"has_embedding": row.embedding is not None}
-        )
-    return Fact.model_validate(dict(row))
-
-
-def _scored(row: RowMapping, score: dict[str, Any]) -> dict[str, Any]:
-    data = {k: v for k, v in row.items() if not (k in ("distance", "terms_hit") and v is None)}
-    return {**data, **score}
-
-
-def to_hit(row: RowMapping, **score: Any) -> FactHit:
-    return FactHit.model_validate(_scored(row, score))
-
-
-def to_chunk_hit(row: RowMapping, **score: Any) -> ChunkHit:
-    return ChunkHit.model_validate(_scored(row, score))
-
-
-HitT = TypeVar("HitT", FactHit, ChunkHit)
-
-
-def rank_hits(
-    rows: Sequence[RowMapping], limit: int, make: Callable[..., HitT], recency: str
-) -> list[HitT]:
-    """Vector hits nearest first, then text hits by terms matched, then the ``recency`` column
-    (the SQL ranks them the same way; the final join does not keep that order)."""
-    vector = sorted((r for r in rows if r["distance"] is not None), key=lambda r: r["distance"])
-    by_text = sorted(
-        (r for r in rows if r["distance"] is None),
-        key=lambda r: (-r["terms_hit"], -r[recency].timestamp(), -r["id"]),
-    )
-    hits = [make(r, via="vector") for r in vector]
-    hits += [make(r, via="text") for r in by_text]
-    return hits[:limit]
-
-
-def _checked_draft(chunk: object) -> ChunkDraft:
-    """A chunk to store: a ChunkDraft (or its dict) whose hash really is its content's."""
-    if isinstance(chunk, dict):
-        try:
-            chunk = ChunkDraft.model_validate(chunk)
-        except ValidationError as exc:
-            raise InvalidInputError(f"a chunk is malformed: {exc.errors()[0]['msg']}") from exc
-    if not isinstance(chunk, ChunkDraft):
-        raise InvalidTypeError(f"chunks must be ChunkDraft objects, got {type(chunk).__name__}")
-    check_text("chunk content", chunk.content, max_chars=MAX_TEXT_CHARS)
-    digest = hashlib.sha256(chunk.content.encode("utf-8")).hexdigest()
-    if chunk.content_hash != digest:
-        raise InvalidInputError(
-            f"chunk content_hash {chunk.content_hash[:12]}… is not the sha256 of its content"
-        )
-    if chunk.started_at.tzinfo is None or chunk.ended_at.tzinfo is None:
-        raise InvalidInputError("a chunk's started_at and ended_at must carry a time zone")
-    if chunk.end_seq < chunk.start_seq or chunk.ended_at < chunk.started_at:
-        raise InvalidInputError("a chunk must not end before it starts (seq or time)")
-    for crumb in chunk.breadcrumbs:
-        check_text("breadcrumb", crumb, max_chars=MAX_KEY_CHARS)
-    return chunk
 
 
 class MemoryStore:
@@ -182,52 +78,31 @@ class MemoryStore:
         sessionmaker: async_sessionmaker[AsyncSession],
         settings: Settings,
         embedder: Embedder,
+        chunks: ChunkService | None = None,
+        indexer: ChunkIndexer | None = None,
+        backfill: Backfill | None = None,
     ) -> None:
+        """``chunks``, ``indexer`` and ``backfill`` default to ones of this store's own;
+        open_memory passes the ones it shares with the SessionStore (one indexer per Memory)."""
         self._sessionmaker = sessionmaker
-        bind = sessionmaker.kw.get("bind")
-        if not isinstance(bind, AsyncEngine):
-            raise ConfigError(
-                "MemoryStore needs a sessionmaker bound to an AsyncEngine (got "
-                f"{type(bind).__name__}): use open_memory(), or "
-                "async_sessionmaker(navi_memory.db.create_engine(settings, url))"
-            )
-        self._engine = bind
-        self._autocommit = async_sessionmaker(
-            self._engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
-        )
+        self._engine = engine_of(sessionmaker)  # refuses a sessionmaker bound to no engine
         self._settings = settings
-        self._embedder = embedder
-        self._indexer = ChunkIndexer(
+        self._embedding = EmbeddingService(embedder)
+        self._facts = FactService()
+        self._chunks = chunks or ChunkService(embedding=self._embedding)
+        self._indexer = indexer or ChunkIndexer(
             sessionmaker,
             batch_size=settings.chunk_index_batch_size,
             background=settings.chunk_index_in_background,
+        )
+        self._backfill = backfill or Backfill(
+            sessionmaker, embedder=embedder, indexer=self._indexer
         )
 
     async def aclose(self) -> None:
         """Stop the background chunk indexer (the batch in flight finishes; open_memory calls
         this on exit). Queued vectors stay queued for the next indexer."""
         await self._indexer.aclose()
-
-    # --- embeddings (never inside a transaction) -------------------------------------------
-
-    async def _embed_document(self, text: str) -> list[float] | None:
-        vectors = await self._embed_documents([text])
-        return None if vectors is None else vectors[0].tolist()
-
-    async def _embed_documents(self, texts: Sequence[str]) -> list[array[float]] | None:
-        try:
-            vectors = await self._embedder.embed_documents(texts)
-            return storable_vectors(vectors, len(texts))
-        except EmbeddingError as exc:
-            _log_embedding_failure(exc)
-            return None
-
-    async def _embed_query(self, text: str) -> array[float] | None:
-        try:
-            return storable_vector(await self._embedder.embed_query(text))
-        except EmbeddingError as exc:
-            _log_embedding_failure(exc)
-            return None
 
     # --- facts ------------------------------------------------------------------------------
 
@@ -250,8 +125,8 @@ class MemoryStore:
         expiry). New value: value, vector, source, confidence, expiry and ``updated_at`` change.
         """
         uid = write_scope(user_id)
-        category = check_text("category", category, max_chars=MAX_CATEGORY_CHARS).strip()
-        key = check_text("key", key, max_chars=MAX_KEY_CHARS).strip()
+        category = check_text("category", category, max_chars=FACT_CATEGORY_MAX_CHARS).strip()
+        key = check_text("key", key, max_chars=FACT_KEY_MAX_CHARS).strip()
         value = check_text("value", value)
         source_context = check_optional_text("source_context", source_context)
         if source not in SOURCES:
@@ -264,14 +139,15 @@ class MemoryStore:
                 raise InvalidInputError(
                     f"expires_days must be a number of days, got {type(expires_days).__name__}"
                 )
-            if not 0 < expires_days <= 36_500:
+            if not 0 < expires_days <= FACT_EXPIRES_MAX_DAYS:
                 raise InvalidInputError(
-                    f"expires_days must be between 0 (exclusive) and 36500, got {expires_days}"
+                    f"expires_days must be between 0 (exclusive) and {FACT_EXPIRES_MAX_DAYS}, "
+                    f"got {expires_days}"
                 )
         if not isinstance(dedupe, bool):
             raise InvalidInputError(f"dedupe must be a bool, got {type(dedupe).__name__}")
 
-        embedding = await self._embed_document(embedding_text_for_fact(category, key, value))
+        embedding = await self._embedding.document(embedding_text_for_fact(category, key, value))
         write = FactWrite(
             user_id=uid,
             category=category,
@@ -284,9 +160,9 @@ class MemoryStore:
             embedding=embedding,
         )
         async with unit_of_work(self._sessionmaker) as session:
-            row, outcome = await FactService(session=session).upsert(write, dedupe=dedupe)
-            logger.debug("memory.fact_%s", outcome, extra={"fact_id": row.id})
-            return to_fact(row)
+            fact, outcome = await self._facts.upsert(session, write, dedupe=dedupe)
+        logger.debug("memory.fact_%s", outcome, extra={"fact_id": fact.id})
+        return fact
 
     async def search_facts(
         self, query: str, user_id: uuid.UUID | str | None = None, limit: int = 15
@@ -301,14 +177,10 @@ class MemoryStore:
         query = check_text("query", query, allow_empty=True)
         limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
         terms = query_terms(query)
-        vector = await self._embed_query(query) if terms else None
+        vector = await self._embedding.query(query) if terms else None
         # One statement: no transaction (the connection's settings hold the HNSW options).
-        async with unit_of_work(self._autocommit) as session:
-            repo = FactRepository(session=session)
-            if not terms:
-                return [to_hit(row, via="recent") for row in await repo.recent(scope, limit)]
-            rows = await repo.search(scope, vector, terms, limit, FACT_MAX_DISTANCE)
-        return rank_hits(rows, limit, to_hit, recency="updated_at")
+        async with single_statement(self._engine) as conn:
+            return await self._facts.search(conn, scope, vector, terms, limit)
 
     async def delete_fact(
         self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
@@ -316,13 +188,13 @@ class MemoryStore:
         """Delete the user's fact(s) named ``key`` — directly or by a hidden spelling — with the
         hidden rows behind them. Returns how many visible facts were deleted."""
         uid = write_scope(user_id)
-        key = check_text("key", key, max_chars=MAX_KEY_CHARS).strip()
+        key = check_text("key", key, max_chars=FACT_KEY_MAX_CHARS).strip()
         category = check_optional_text(
-            "category", category, max_chars=MAX_CATEGORY_CHARS, allow_empty=False
+            "category", category, max_chars=FACT_CATEGORY_MAX_CHARS, allow_empty=False
         )
         async with unit_of_work(self._sessionmaker) as session:
-            return await FactService(session=session).delete(
-                uid, key, None if category is None else category.strip()
+            return await self._facts.delete(
+                session, uid, key, None if category is None else category.strip()
             )
 
     async def get_all_facts(
@@ -338,9 +210,9 @@ class MemoryStore:
     ) -> list[Fact]:
         """The user's facts (every user's with ``all_users``, which needs read_all), sorted."""
         scope = self._listing_scope(user_id, all_users)
-        if sort_by not in FACT_SORT_COLUMNS:
+        if sort_by not in FACT_SORT_KEYS:
             raise InvalidInputError(
-                f"sort_by must be one of {', '.join(sorted(FACT_SORT_COLUMNS))}; got {sort_by!r}"
+                f"sort_by must be one of {', '.join(sorted(FACT_SORT_KEYS))}; got {sort_by!r}"
             )
         if not isinstance(sort_order, str) or sort_order.lower() not in {"asc", "desc"}:
             raise InvalidInputError(f"sort_order must be 'asc' or 'desc'; got {sort_order!r}")
@@ -349,7 +221,8 @@ class MemoryStore:
         offset = check_int("offset", offset, minimum=0)
         search = check_optional_text("search", search)
         async with unit_of_work(self._sessionmaker) as session:
-            rows = await FactRepository(session=session).list_facts(
+            return await self._facts.list_facts(
+                session,
                 scope,
                 search=search or None,
                 include_merged=include_merged,
@@ -358,7 +231,6 @@ class MemoryStore:
                 limit=limit,
                 offset=offset,
             )
-            return [to_fact(row) for row in rows]
 
     def _listing_scope(self, user_id: uuid.UUID | str | None, all_users: bool) -> uuid.UUID | None:
         if all_users:
@@ -374,27 +246,14 @@ class MemoryStore:
     ) -> int:
         scope = read_scope(user_id)
         async with unit_of_work(self._sessionmaker) as session:
-            return await FactRepository(session=session).count(scope, include_merged=include_merged)
+            return await self._facts.count(session, scope, include_merged=include_merged)
 
     async def unmerge_fact(self, fact_id: int) -> Fact:
         """Make a hidden row visible again (the row it was merged into stays as it is): the
         current user's own row, or — with no current user — any row with read_all (admin)."""
         fact_id = check_int("fact_id", fact_id, minimum=1)
         async with unit_of_work(self._sessionmaker) as session:
-            row = await FactRepository(session=session).get(fact_id)
-            if row is None or not self._may_change(row.user_id):
-                raise NotFoundError(f"fact {fact_id} does not exist")
-            if row.user_id is not None:
-                await FactRepository(session=session).lock_category(row.user_id, row.category)
-            return to_fact(await FactService(session=session).unmerge(row))
-
-    def _may_change(self, owner: uuid.UUID | None) -> bool:
-        """A row found by id: the current user's own; with no current user (an admin context),
-        anyone's with read_all. Acting for one user never changes another's row."""
-        current = current_user_id()
-        if current is not None:
-            return owner == current
-        return has_permission(PERMISSION_READ_ALL)
+            return await self._facts.unmerge(session, fact_id)
 
     # --- summary ----------------------------------------------------------------------------
 
@@ -402,13 +261,13 @@ class MemoryStore:
         """The user's narrative summary (a global read: the legacy unowned one)."""
         scope = read_scope(user_id)
         async with unit_of_work(self._sessionmaker) as session:
-            return await FactRepository(session=session).get_summary(scope)
+            return await self._facts.get_summary(session, scope)
 
     async def set_summary(self, content: str, user_id: uuid.UUID | str | None = None) -> None:
         uid = write_scope(user_id)
         content = check_text("content", content, allow_empty=True)
         async with unit_of_work(self._sessionmaker) as session:
-            await FactRepository(session=session).set_summary(uid, content)
+            await self._facts.set_summary(session, uid, content)
 
     # --- extraction state -------------------------------------------------------------------
 
@@ -421,63 +280,40 @@ class MemoryStore:
         it is, or when it was marked before, it must be the user's (else NotFoundError).
         """
         uid = write_scope(user_id)
-        session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
+        session_id = check_session_id(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            repo = FactRepository(session=session)
-            if await repo.session_state_owner(session_id) not in (None, uid):
-                raise NotFoundError(f"no session {session_id!r} for this user")
-            return await repo.mark_extracted(session_id, uid)
+            return await self._facts.mark_extracted(session, uid, session_id)
 
     async def get_extracted_at(
         self, session_id: str, user_id: uuid.UUID | str | None = None
     ) -> datetime | None:
         """When the session was processed; None if never — or if it is not the caller's."""
         scope = read_scope(user_id)
-        session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
+        session_id = check_session_id(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            repo = FactRepository(session=session)
-            if scope is not None and await repo.session_state_owner(session_id) != scope:
-                return None
-            return await repo.extracted_at(session_id)
+            return await self._facts.extracted_at(session, scope, session_id)
 
     # --- backfill ---------------------------------------------------------------------------
 
     async def backfill_embeddings(
         self,
-        batch_size: int = 8,
+        batch_size: int = BACKFILL_BATCH_SIZE,
         *,
         pause_seconds: float | None = None,
-        progress: Callable[[BackfillProgress], Awaitable[None] | None] | None = None,
+        progress: ProgressCallback | None = None,
     ) -> int:
         """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
         committing per batch, and queue for the HNSW index every chunk vector that is in none
         (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector. Raises
         EmbeddingError if the model is down (finished batches stay; a rerun resumes)."""
-        batch_size = check_int("batch_size", batch_size, minimum=1, maximum=1024)
-        filled = await run_backfill(
-            self._sessionmaker,
-            self._embedder,
-            self._backfill_sources(),
+        batch_size = check_int("batch_size", batch_size, minimum=1, maximum=BATCH_SIZE_MAX)
+        return await self._backfill.run(
             batch_size=batch_size,
             pause_seconds=(
                 self._settings.backfill_pause_seconds if pause_seconds is None else pause_seconds
             ),
             progress=progress,
         )
-        async with unit_of_work(self._sessionmaker) as session:
-            requeued = await ChunkRepository(session=session).requeue_unindexed()
-        if requeued:
-            logger.info(
-                "backfill.chunks_requeued: %d chunk vector(s) were in no index, queued",
-                requeued,
-                extra={"event": "backfill.chunks_requeued", "rows": requeued},
-            )
-        if filled.get(ChunkBackfill.table) or requeued:
-            self._indexer.kick()
-        return sum(filled.values())
-
-    def _backfill_sources(self) -> Sequence[BackfillSource]:
-        return [FactBackfill(), ChunkBackfill()]
 
     # --- raw chunks -------------------------------------------------------------------------
 
@@ -507,25 +343,19 @@ class MemoryStore:
                 "add_chunks needs a session: pass session_id=... or set it with "
                 "request_context(session_id=...)"
             )
-        sid = check_text("session_id", sid, max_chars=MAX_KEY_CHARS)
-        drafts = [_checked_draft(chunk) for chunk in chunks]
+        sid = check_session_id(sid)
+        drafts = [checked_draft(chunk) for chunk in chunks]
         if not drafts:
             return 0
-        vectors = await self._embed_documents([draft.content for draft in drafts])
-        # One statement (up to INSERT_BATCH chunks) is its own transaction: no BEGIN and
-        # COMMIT round trips. More chunks than that take one transaction.
-        if len(drafts) <= INSERT_BATCH:
-            async with single_statement(self._engine) as conn:
-                written = await ChunkRepository(session=conn).insert_many(
-                    uid, sid, drafts, vectors, require_session=require_session
-                )
-        else:
-            async with unit_of_work(self._sessionmaker) as session:
-                written = await ChunkRepository(session=session).insert_many(
-                    uid, sid, drafts, vectors, require_session=require_session
-                )
-        if written is None:
-            raise NotFoundError(f"no session {sid!r} for this user")
+        vectors = await self._chunks.embed(drafts)
+        # Up to CHUNK_INSERT_BATCH chunks are one statement, its own transaction (no BEGIN and
+        # COMMIT round trips); more take one transaction.
+        async with statement_or_transaction(
+            self._sessionmaker, one_statement=self._chunks.one_statement(len(drafts))
+        ) as conn:
+            written = await self._chunks.write(
+                conn, uid, sid, drafts, vectors, require_session=require_session
+            )
         if written and vectors is not None:
             self._indexer.kick()
         return written
@@ -569,18 +399,12 @@ class MemoryStore:
         scope = read_scope(user_id)
         query = check_text("query", query, allow_empty=True)
         limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
-        if session_id is not None:
-            session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
+        session_id = check_optional_session_id(session_id)
         terms = query_terms(query)
-        vector = await self._embed_query(query) if terms else None
+        vector = await self._embedding.query(query) if terms else None
         # One statement: no transaction (the connection's settings hold the HNSW options).
         async with single_statement(self._engine) as conn:
-            repo = ChunkRepository(session=conn)
-            if not terms:
-                recent = await repo.recent(scope, session_id, limit)
-                return [to_chunk_hit(row, via="recent") for row in recent]
-            rows = await repo.search(scope, session_id, vector, terms, limit, CHUNK_MAX_DISTANCE)
-        return rank_hits(rows, limit, to_chunk_hit, recency="ended_at")
+            return await self._chunks.search(conn, scope, session_id, vector, terms, limit)
 
     async def latest_summary_at(self, session_id: str) -> datetime | None:
         """When the session's last summary was written: the freshness boundary for raw
@@ -588,12 +412,9 @@ class MemoryStore:
         failure (logged as ``memory.latest_summary_at_failed``)."""
         try:
             scope = read_scope(None)
-            session_id = check_text("session_id", session_id, max_chars=MAX_KEY_CHARS)
+            session_id = check_session_id(session_id)
             async with unit_of_work(self._sessionmaker) as session:
-                repo = ChunkRepository(session=session)
-                if scope is not None and await repo.session_owner(session_id) != scope:
-                    return None
-                return await repo.latest_summary_at(session_id)
+                return await self._chunks.latest_summary_at(session, scope, session_id)
         except NaviMemoryError as exc:
             logger.warning(
                 "memory.latest_summary_at_failed: %s",

@@ -9,42 +9,34 @@ from __future__ import annotations
 import builtins
 import uuid
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from navi_memory.constants import MAX_TEXT_CHARS
-from navi_memory.errors import InvalidInputError, InvalidTypeError, NotFoundError
-from navi_memory.models import KvRow
-from navi_memory.repositories.kv import KvRepository
-from navi_memory.repositories.sessions import SessionRepository
+from navi_memory.constants import (
+    KV_KEY_MAX_CHARS,
+    KV_SCOPE_MAX_CHARS,
+    KV_TERM_MAX_CHARS,
+    MAX_LIMIT,
+    MAX_TEXT_CHARS,
+)
+from navi_memory.errors import InvalidInputError, InvalidTypeError
 from navi_memory.request_context import read_scope, write_scope
 from navi_memory.schemas import KvEntry, KvHit
-from navi_memory.sessions import check_session_id
+from navi_memory.services.kv import KvService
 from navi_memory.text.terms import MAX_QUERY_TERMS
 from navi_memory.unit_of_work import unit_of_work
-from navi_memory.validation import check_int, check_text
+from navi_memory.validation import check_int, check_optional_session_id, check_text
 
 __all__ = ["KvStore"]
 
-SCOPE_MAX_CHARS: Final = 100
-KEY_MAX_CHARS: Final = 500
-TERM_MAX_CHARS: Final = 500
-MAX_LIMIT: Final = 1000
-
-
-
 
 def _check_scope(scope: Any) -> str:
-    return check_text("scope", scope, max_chars=SCOPE_MAX_CHARS)
+    return check_text("scope", scope, max_chars=KV_SCOPE_MAX_CHARS)
 
 
 def _check_key(key: Any) -> str:
-    return check_text("key", key, max_chars=KEY_MAX_CHARS)
-
-
-def _check_optional_session(session_id: Any) -> str | None:
-    return None if session_id is None else check_session_id(session_id)
+    return check_text("key", key, max_chars=KV_KEY_MAX_CHARS)
 
 
 def _check_terms(terms: Any) -> list[str]:
@@ -54,23 +46,11 @@ def _check_terms(terms: Any) -> list[str]:
     kept: list[str] = []
     seen: set[str] = set()
     for term in terms:
-        term = check_text("term", term, max_chars=TERM_MAX_CHARS, allow_empty=True).strip()
+        term = check_text("term", term, max_chars=KV_TERM_MAX_CHARS, allow_empty=True).strip()
         if term and term.casefold() not in seen:
             seen.add(term.casefold())
             kept.append(term)
     return kept[:MAX_QUERY_TERMS]
-
-
-def _hit(row: KvRow, terms_hit: int) -> KvHit:
-    return KvHit(
-        user_id=row.user_id,
-        scope=row.scope,
-        session_id=row.session_id,
-        key=row.key,
-        value=row.value,
-        updated_at=row.updated_at,
-        terms_hit=terms_hit,
-    )
 
 
 class KvStore:
@@ -83,6 +63,7 @@ class KvStore:
 
     def __init__(self, *, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         self._sessionmaker = sessionmaker
+        self._kv = KvService()
 
     async def set(
         self,
@@ -98,13 +79,9 @@ class KvStore:
         scope = _check_scope(scope)
         key = _check_key(key)
         value = check_text("value", value, max_chars=MAX_TEXT_CHARS, allow_empty=True)
-        sid = _check_optional_session(session_id)
+        sid = check_optional_session_id(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            owner = await SessionRepository(session=session).owner(sid, lock=True) if sid else None
-            if sid is not None and owner != uid:
-                raise NotFoundError(f"no session {sid!r} for this user")
-            row = await KvRepository(session=session).upsert(uid, scope, sid, key, value)
-            return KvEntry.model_validate(row)
+            return await self._kv.set(session, uid, scope, sid, key, value)
 
     async def get(
         self,
@@ -120,12 +97,9 @@ class KvStore:
             raise InvalidInputError("get reads one user's entry: pass user_id=...")
         scope = _check_scope(scope)
         key = _check_key(key)
-        sid = _check_optional_session(session_id)
+        sid = check_optional_session_id(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            if not await self._session_visible(session, sid, uid):
-                return None
-            row = await KvRepository(session=session).get(uid, scope, sid, key)
-            return None if row is None else row.value
+            return await self._kv.get(session, uid, scope, sid, key)
 
     async def delete(
         self,
@@ -139,9 +113,9 @@ class KvStore:
         uid = write_scope(user_id)
         scope = _check_scope(scope)
         key = _check_key(key)
-        sid = _check_optional_session(session_id)
+        sid = check_optional_session_id(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            return await KvRepository(session=session).delete(uid, scope, sid, key)
+            return await self._kv.delete(session, uid, scope, sid, key)
 
     async def list(
         self,
@@ -154,12 +128,9 @@ class KvStore:
         to that session's. A global read (read_all) lists every user's."""
         uid = read_scope(user_id)
         scope = _check_scope(scope)
-        sid = _check_optional_session(session_id)
+        sid = check_optional_session_id(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            if not await self._session_visible(session, sid, uid):
-                return []
-            rows = await KvRepository(session=session).list_entries(uid, scope, sid)
-            return [KvEntry.model_validate(row) for row in rows]
+            return await self._kv.list_entries(session, uid, scope, sid)
 
     async def search_values(
         self,
@@ -183,21 +154,15 @@ class KvStore:
         scope = _check_scope(scope)
         checked_terms = _check_terms(terms)
         limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
-        sid = _check_optional_session(session_id)
-        prefer = _check_optional_session(prefer_session_id)
+        sid = check_optional_session_id(session_id)
+        prefer = check_optional_session_id(prefer_session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            if not await self._session_visible(session, sid, uid):
-                return []
-            found = await KvRepository(session=session).search(
-                uid, scope, checked_terms, limit=limit, session_id=sid, prefer_session_id=prefer
+            return await self._kv.search_values(
+                session,
+                uid,
+                scope,
+                checked_terms,
+                limit=limit,
+                session_id=sid,
+                prefer_session_id=prefer,
             )
-            return [_hit(row, hits) for row, hits in found]
-
-    @staticmethod
-    async def _session_visible(
-        session: AsyncSession, session_id: str | None, user_id: uuid.UUID | None
-    ) -> bool:
-        # A filter naming someone else's session finds nothing, as if it did not exist.
-        if session_id is None or user_id is None:
-            return True
-        return await SessionRepository(session=session).owner(session_id) == user_id

@@ -1,7 +1,8 @@
-"""Backfill: give a vector to every row that was written without one.
+"""Backfill: give a vector to every row that was written without one, and queue for the HNSW
+index every chunk vector that is in none.
 
-A batch job, so the one exception to "a public call is one transaction": it commits per batch,
-and can be interrupted and run again (it only touches rows whose embedding is still NULL).
+A batch job: it commits per batch, and can be interrupted and run again (it only touches rows
+whose embedding is still NULL).
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FactRepository
 from navi_memory.unit_of_work import unit_of_work
 
 __all__ = [
+    "Backfill",
     "BackfillProgress",
     "BackfillSource",
     "ChunkBackfill",
     "FactBackfill",
+    "ProgressCallback",
     "run_backfill",
 ]
 
@@ -49,9 +53,60 @@ class BackfillSource(Protocol):
     ) -> list[tuple[int, str]]: ...
 
     async def store(
-        self, session: AsyncSession, vectors: Sequence[tuple[int, str, list[float]]]
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
     ) -> None:
         """Store each (id, text embedded, vector), unless the row changed meanwhile."""
+
+
+ProgressCallback = Callable[[BackfillProgress], Awaitable[None] | None]
+"""Called after every batch (a progress bar); may be a coroutine function."""
+
+
+class Backfill:
+    """The backfill job of one Memory: embeds facts then chunks, and hands the chunk vectors
+    it stored (and any found in no index) to the chunk indexer."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        embedder: Embedder,
+        indexer: ChunkIndexer,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._embedder = embedder
+        self._indexer = indexer
+
+    async def run(
+        self,
+        *,
+        batch_size: int,
+        pause_seconds: float,
+        progress: ProgressCallback | None = None,
+    ) -> int:
+        """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
+        committing per batch, and queue for the HNSW index every chunk vector that is in none
+        (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector. Raises
+        EmbeddingError if the model is down (finished batches stay; a rerun resumes)."""
+        filled = await run_backfill(
+            self._sessionmaker,
+            self._embedder,
+            [FactBackfill(), ChunkBackfill()],
+            batch_size=batch_size,
+            pause_seconds=pause_seconds,
+            progress=progress,
+        )
+        async with unit_of_work(self._sessionmaker) as session:
+            requeued = await ChunkRepository(session=session).requeue_unindexed()
+        if requeued:
+            logger.info(
+                "backfill.chunks_requeued: %d chunk vector(s) were in no index, queued",
+                requeued,
+                extra={"event": "backfill.chunks_requeued", "rows": requeued},
+            )
+        if filled.get(ChunkBackfill.table) or requeued:
+            self._indexer.kick()
+        return sum(filled.values())
 
 
 async def run_backfill(
@@ -61,7 +116,7 @@ async def run_backfill(
     *,
     batch_size: int,
     pause_seconds: float,
-    progress: Callable[[BackfillProgress], Awaitable[None] | None] | None = None,
+    progress: ProgressCallback | None = None,
 ) -> dict[str, int]:
     """Embed and store every missing vector of ``sources``; returns rows filled per table.
 
@@ -114,7 +169,7 @@ class FactBackfill:
         return [(row.id, embedding_text_for_fact(row.category, row.key, row.value)) for row in rows]
 
     async def store(
-        self, session: AsyncSession, vectors: Sequence[tuple[int, str, list[float]]]
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
     ) -> None:
         repo = FactRepository(session=session)
         for fact_id, embedded, vector in vectors:
@@ -135,7 +190,7 @@ class ChunkBackfill:
         return await ChunkRepository(session=session).missing_embeddings(after_id, limit)
 
     async def store(
-        self, session: AsyncSession, vectors: Sequence[tuple[int, str, list[float]]]
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
     ) -> None:
         repo = ChunkRepository(session=session)
         for chunk_id, embedded, vector in vectors:

@@ -11,77 +11,46 @@ import builtins
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Final, cast, get_args
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
-from navi_memory.constants import PERMISSION_READ_ALL, SESSION_ID_MAX_CHARS
-from navi_memory.errors import (
-    InvalidInputError,
-    InvalidTypeError,
-    NotFoundError,
-    PermissionDeniedError,
+from navi_memory.constants import (
+    DROPPED_HISTORY_SETTLE,
+    MESSAGE_MAX_CHARS,
+    SESSION_TITLE_MAX_CHARS,
+    TOOL_NAME_MAX_CHARS,
 )
+from navi_memory.errors import InvalidInputError, InvalidTypeError, NaviMemoryError
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.history_repair import HistoryRepair
 from navi_memory.llm.chat import ChatModel
-from navi_memory.repositories.sessions import SessionRepository, to_message
-from navi_memory.request_context import current_user_id, has_permission, read_scope, write_scope
-from navi_memory.schemas import CompressionResult, Message, MessageRole, SessionInfo
+from navi_memory.request_context import read_scope, write_scope
+from navi_memory.schemas import ChunkDraft, CompressionResult, Message, MessageRole, SessionInfo
+from navi_memory.services.chunks import ChunkService
 from navi_memory.services.compression import (
-    AddChunks,
-    CompressionPlan,
     CompressionService,
-    index_raw_chunks,
     nothing_demoted,
     plan_compression,
-    raw_chunks,
-    summarize,
 )
-from navi_memory.unit_of_work import unit_of_work
-from navi_memory.validation import check_int, check_optional_text, check_text
+from navi_memory.services.sessions import SessionService
+from navi_memory.unit_of_work import statement_or_transaction, unit_of_work
+from navi_memory.validation import (
+    check_int,
+    check_optional_text,
+    check_session_id,
+    check_text,
+)
 
-__all__ = [
-    "DROPPED_HISTORY_SETTLE",
-    "MESSAGE_MAX_CHARS",
-    "SESSION_ID_MAX_CHARS",
-    "SessionStore",
-    "check_session_id",
-]
-
-MESSAGE_MAX_CHARS: Final = 1_000_000
-"""Longest message content (and serialised tool_args) accepted; a tool may return a whole file,
-but more than this is a bug upstream, refused rather than truncated."""
-
-TITLE_MAX_CHARS: Final = 1_000
-TOOL_NAME_MAX_CHARS: Final = 200
+__all__ = ["SessionStore"]
 
 ROLES: Final = frozenset(get_args(MessageRole))
 _TOOL_NAME_ROLES: Final = frozenset({"tool_call", "tool"})
 
-DROPPED_HISTORY_SETTLE: Final = timedelta(minutes=10)
-"""index_dropped_history leaves alone sessions compressed more recently than this: a compression
-indexes its messages seconds after its commit."""
-
 logger = logging.getLogger(__name__)
-
-
-def _consecutive(messages: Sequence[Message]) -> Iterator[list[Message]]:
-    """``messages`` (by seq) split where a seq is missing: each run is one stretch of history."""
-    run: list[Message] = []
-    for message in messages:
-        if run and message.seq != run[-1].seq + 1:
-            yield run
-            run = []
-        run.append(message)
-    if run:
-        yield run
-
-
-def check_session_id(session_id: Any) -> str:
-    """A session id as given: non-blank text without NUL, at most 200 characters."""
-    return check_text("session_id", session_id, max_chars=SESSION_ID_MAX_CHARS)
 
 
 def _check_encodable(name: str, value: str) -> None:
@@ -133,8 +102,10 @@ def _check_tool_args(tool_args: Any) -> dict[str, Any] | None:
 class SessionStore:
     """Sessions and their messages; ``compress`` demotes old messages behind a summary.
 
-    ``add_chunks(chunks, user_id, session_id) -> int`` stores raw chunks (``MemoryStore.
-    add_chunks``); ``chat_model`` writes summaries (None: always the truncation fallback).
+    ``chat_model`` writes summaries (None: always the truncation fallback). ``chunks`` stores
+    the demoted messages as raw chunks (the service ``MemoryStore.add_chunks`` uses too), and
+    ``indexer`` — the Memory's one ChunkIndexer — moves their vectors into the HNSW index
+    (None: they stay queued, searched exactly, until ``index_pending_chunks`` or backfill).
     """
 
     def __init__(
@@ -143,12 +114,24 @@ class SessionStore:
         sessionmaker: async_sessionmaker[AsyncSession],
         settings: Settings,
         chat_model: ChatModel | None,
-        add_chunks: AddChunks,
+        chunks: ChunkService,
+        indexer: ChunkIndexer | None = None,
+        history_repair: HistoryRepair | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._settings = settings
-        self._chat_model = chat_model
-        self._add_chunks = add_chunks
+        self._sessions = SessionService()
+        self._compression = CompressionService(
+            settings=settings, chat_model=chat_model, chunks=chunks
+        )
+        self._indexer = indexer
+        self._history_repair = history_repair or HistoryRepair(
+            sessionmaker,
+            settings=settings,
+            sessions=self._sessions,
+            compression=self._compression,
+            indexer=indexer,
+        )
 
     # --- sessions ---------------------------------------------------------------------------
 
@@ -166,18 +149,9 @@ class SessionStore:
         """
         uid = write_scope(user_id)
         sid = str(uuid.uuid4()) if session_id is None else check_session_id(session_id)
-        title = check_optional_text("title", title, max_chars=TITLE_MAX_CHARS)
+        title = check_optional_text("title", title, max_chars=SESSION_TITLE_MAX_CHARS)
         async with unit_of_work(self._sessionmaker) as session:
-            repo = SessionRepository(session=session)
-            if not await repo.user_exists(uid):
-                raise NotFoundError(f"no user {uid}: create it with memory.users.ensure() first")
-            row = await repo.insert_session(sid, uid, title)
-            if row is None:
-                raise InvalidInputError(
-                    f"session id {sid!r} is already taken; choose another, or pass None to have "
-                    "one generated"
-                )
-            return SessionInfo.model_validate(row)
+            return await self._sessions.create(session, uid, sid, title)
 
     async def get(
         self, session_id: str, user_id: uuid.UUID | str | None = None
@@ -186,15 +160,13 @@ class SessionStore:
         scope = read_scope(user_id)
         sid = check_session_id(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            row = await SessionRepository(session=session).get(sid, scope)
-            return None if row is None else SessionInfo.model_validate(row)
+            return await self._sessions.get(session, scope, sid)
 
     async def list(self, user_id: uuid.UUID | str | None = None) -> builtins.list[SessionInfo]:
         """The user's sessions, most recently active first (every user's for a global read)."""
         scope = read_scope(user_id)
         async with unit_of_work(self._sessionmaker) as session:
-            rows = await SessionRepository(session=session).list_sessions(scope)
-            return [SessionInfo.model_validate(row) for row in rows]
+            return await self._sessions.list_sessions(session, scope)
 
     async def delete(self, session_id: str, *, user_id: uuid.UUID | str | None = None) -> bool:
         """Delete the session with its messages, raw chunks, extraction state and sketches, in
@@ -202,11 +174,7 @@ class SessionStore:
         uid = write_scope(user_id)
         sid = check_session_id(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            repo = SessionRepository(session=session)
-            if await repo.lock_owned(sid, uid) is None:
-                return False
-            await repo.delete_session(sid, uid)
-            return True
+            return await self._sessions.delete(session, uid, sid)
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -242,23 +210,15 @@ class SessionStore:
         if args is not None and checked_role != "tool_call":
             raise InvalidInputError(f"a {checked_role} message takes no tool_args")
         async with unit_of_work(self._sessionmaker) as session:
-            repo = SessionRepository(session=session)
-            if await repo.lock_owned(sid, uid) is None:
-                raise NotFoundError(f"no session {sid!r} for this user")
-            row = await repo.insert_message(
-                {
-                    "session_id": sid,
-                    "seq": await repo.next_seq(sid),
-                    "role": checked_role,
-                    "content": content,
-                    "tool_name": tool_name,
-                    "tool_args": args,
-                    "kind": "message",
-                    "is_context": True,
-                }
+            return await self._sessions.append(
+                session,
+                uid,
+                sid,
+                role=checked_role,
+                content=content,
+                tool_name=tool_name,
+                tool_args=args,
             )
-            await repo.touch(sid)
-            return to_message(row)
 
     async def context(
         self, session_id: str, *, user_id: uuid.UUID | str | None = None
@@ -280,10 +240,7 @@ class SessionStore:
         scope = read_scope(user_id)
         sid = check_session_id(session_id)
         async with unit_of_work(self._sessionmaker) as session:
-            repo = SessionRepository(session=session)
-            if await repo.get(sid, scope) is None:
-                return []
-            return [to_message(r) for r in await repo.messages(sid, context_only=context_only)]
+            return await self._sessions.messages(session, scope, sid, context_only=context_only)
 
     # --- compression ------------------------------------------------------------------------
 
@@ -293,58 +250,14 @@ class SessionStore:
         """Index as raw chunks the demoted messages that no chunk holds; returns chunks written.
 
         A compression indexes its messages after its own commit; if that fails (the database
-        went away, the process died) they have left the context but are in no chunk, and no
-        search finds them. This finds them in every user's sessions (an operator's job:
-        ``make backfill`` runs it) and indexes each run of consecutive ones as a compression
-        would, with the breadcrumbs found in them (old summaries, markers and system messages
-        ride along in a run and are skipped, as in a compression, so the packing is the
-        compression's). Sessions whose last summary is younger than ``settled_for`` (database
-        clock) are left to the compression that may still be indexing them; a session with
-        demoted messages and no summary at all (only SQL of its own makes one) is not visited.
-        A no-op when MEMORY_SEARCH_ENABLED is false. Inside a request context it needs
-        ``navi.memory.read_all``. A session deleted meanwhile is skipped; other errors
-        propagate (StorageError).
+        went away, the process died) they have left the context but are in no chunk. This runs
+        the history repair job (jobs/history_repair.py) over every user's sessions: an
+        operator's job, ``make backfill`` runs it. Sessions whose last summary is younger than
+        ``settled_for`` are left to the compression that may still be indexing them. A no-op
+        when MEMORY_SEARCH_ENABLED is false; inside a request context it needs
+        ``navi.memory.read_all``.
         """
-        if current_user_id() is not None and not has_permission(PERMISSION_READ_ALL):
-            raise PermissionDeniedError(
-                "index_dropped_history works on every user's sessions: run it outside a "
-                f"request context (an operator's job), or with {PERMISSION_READ_ALL}"
-            )
-        if not self._settings.memory_search_enabled:
-            return 0
-        settle = settled_for.total_seconds()
-        async with unit_of_work(self._sessionmaker) as session:
-            owned = await SessionRepository(session=session).sessions_with_dropped_history(settle)
-        written = 0
-        for user_id, session_id in owned:
-            async with unit_of_work(self._sessionmaker) as session:
-                rows = await SessionRepository(session=session).dropped_history(
-                    user_id, session_id, settle
-                )
-            try:
-                for run in _consecutive([to_message(row) for row in rows]):
-                    chunks, _ = raw_chunks(
-                        CompressionPlan(demoted=tuple(run)),
-                        [],
-                        max_chars=self._settings.chunk_max_chars,
-                        message_max_chars=self._settings.chunk_message_max_chars,
-                    )
-                    if chunks:
-                        written += await self._add_chunks(chunks, user_id, session_id)
-            except NotFoundError:
-                # Deleted meanwhile: its messages went with it.
-                logger.info(
-                    "sessions.dropped_history_skipped: session %s was deleted meanwhile",
-                    session_id,
-                    extra={"event": "sessions.dropped_history_skipped"},
-                )
-        if written:
-            logger.info(
-                "sessions.dropped_history_indexed: %d chunk(s)",
-                written,
-                extra={"event": "sessions.dropped_history_indexed", "rows": written},
-            )
-        return written
+        return await self._history_repair.run(settled_for=settled_for)
 
     async def compress(
         self,
@@ -368,32 +281,22 @@ class SessionStore:
         keep = check_int("keep_last", keep, minimum=0)
 
         async with unit_of_work(self._sessionmaker) as session:
-            repo = SessionRepository(session=session)
-            if await repo.get(sid, uid) is None:
-                raise NotFoundError(f"no session {sid!r} for this user")
-            context = [to_message(r) for r in await repo.messages(sid, context_only=True)]
+            context = await self._compression.context(session, uid, sid)
         plan = plan_compression(context, keep)
         if plan is None:
             return nothing_demoted()
 
-        summary = await summarize(
-            self._chat_model, plan, message_max_chars=self._settings.chunk_message_max_chars
-        )
+        summary = await self._compression.summarize(plan)
 
         async with unit_of_work(self._sessionmaker) as session:
-            written = await CompressionService(session=session).apply(uid, sid, plan, summary.text)
+            written = await self._compression.apply(session, uid, sid, plan, summary.text)
         if written is None:
             return nothing_demoted()
 
-        chunks, breadcrumbs = raw_chunks(
-            plan,
-            summary.keys,
-            max_chars=self._settings.chunk_max_chars,
-            message_max_chars=self._settings.chunk_message_max_chars,
-        )
+        chunks, breadcrumbs = self._compression.raw_chunks(plan, summary.keys)
         chunks_written = 0
         if self._settings.memory_search_enabled:
-            chunks_written = await index_raw_chunks(self._add_chunks, chunks, uid, sid)
+            chunks_written = await self._index_chunks(chunks, uid, sid)
         return CompressionResult(
             demoted=len(plan.demoted),
             summary=written,
@@ -401,3 +304,33 @@ class SessionStore:
             breadcrumbs=breadcrumbs,
             used_fallback=summary.used_fallback,
         )
+
+    async def _index_chunks(
+        self, chunks: Sequence[ChunkDraft], user_id: uuid.UUID, session_id: str
+    ) -> int:
+        """Store a compression's chunks after its commit; a failure is logged
+        (``compressor.chunk_index_failed``), never raised: the compression has happened, and
+        the history repair finds what is missing."""
+        if not chunks:
+            return 0
+        try:
+            vectors = await self._compression.embed_chunks(chunks)
+            async with statement_or_transaction(
+                self._sessionmaker,
+                one_statement=self._compression.chunks.one_statement(len(chunks)),
+            ) as conn:
+                written = await self._compression.write_chunks(
+                    conn, user_id, session_id, chunks, vectors
+                )
+        except NaviMemoryError as exc:
+            logger.warning(
+                "compressor.chunk_index_failed: session %s, %d chunk(s): %s",
+                session_id,
+                len(chunks),
+                exc,
+                extra={"event": "compressor.chunk_index_failed"},
+            )
+            return 0
+        if written and vectors is not None and self._indexer is not None:
+            self._indexer.kick()
+        return written

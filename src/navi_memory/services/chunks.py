@@ -1,0 +1,124 @@
+"""Raw chunks: what a stored chunk must be, writing chunks of one session, and their search.
+
+Chunk writing is one service both facades call: ``MemoryStore.add_chunks`` (any caller) and
+``SessionStore.compress`` (the messages a compression demoted); the history repair job too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from array import array
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from navi_memory.constants import CHUNK_INSERT_BATCH, CHUNK_MAX_DISTANCE, MAX_TEXT_CHARS
+from navi_memory.errors import InvalidInputError, InvalidTypeError, NotFoundError
+from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory.repositories.sessions import SessionRepository
+from navi_memory.schemas import ChunkDraft, ChunkHit
+from navi_memory.services.embedding import EmbeddingService
+from navi_memory.services.ranking import hit_fields, rank_hits
+from navi_memory.text import BREADCRUMB_MAX_CHARS
+from navi_memory.validation import check_text
+
+__all__ = ["ChunkService", "checked_draft"]
+
+
+def checked_draft(chunk: object) -> ChunkDraft:
+    """A chunk to store: a ChunkDraft (or its dict) whose hash really is its content's."""
+    if isinstance(chunk, dict):
+        try:
+            chunk = ChunkDraft.model_validate(chunk)
+        except ValidationError as exc:
+            raise InvalidInputError(f"a chunk is malformed: {exc.errors()[0]['msg']}") from exc
+    if not isinstance(chunk, ChunkDraft):
+        raise InvalidTypeError(f"chunks must be ChunkDraft objects, got {type(chunk).__name__}")
+    check_text("chunk content", chunk.content, max_chars=MAX_TEXT_CHARS)
+    digest = hashlib.sha256(chunk.content.encode("utf-8")).hexdigest()
+    if chunk.content_hash != digest:
+        raise InvalidInputError(
+            f"chunk content_hash {chunk.content_hash[:12]}… is not the sha256 of its content"
+        )
+    if chunk.started_at.tzinfo is None or chunk.ended_at.tzinfo is None:
+        raise InvalidInputError("a chunk's started_at and ended_at must carry a time zone")
+    if chunk.end_seq < chunk.start_seq or chunk.ended_at < chunk.started_at:
+        raise InvalidInputError("a chunk must not end before it starts (seq or time)")
+    for crumb in chunk.breadcrumbs:
+        check_text("breadcrumb", crumb, max_chars=BREADCRUMB_MAX_CHARS)
+    return chunk
+
+
+def to_chunk_hit(row: RowMapping, **score: Any) -> ChunkHit:
+    return ChunkHit.model_validate(hit_fields(row, score))
+
+
+class ChunkService:
+    """Chunk writing and chunk search, on the session or connection each call is given."""
+
+    def __init__(self, *, embedding: EmbeddingService) -> None:
+        self.embedding = embedding
+
+    @staticmethod
+    def one_statement(count: int) -> bool:
+        """Whether writing ``count`` chunks is one statement (then it needs no transaction)."""
+        return count <= CHUNK_INSERT_BATCH
+
+    async def embed(self, drafts: Sequence[ChunkDraft]) -> list[array[float]] | None:
+        """The drafts' vectors in batches, or None when the model fails (the chunks then land
+        without; backfill fills them). Never inside a transaction."""
+        return await self.embedding.documents([draft.content for draft in drafts])
+
+    async def write(
+        self,
+        conn: AsyncSession | AsyncConnection,
+        user_id: uuid.UUID,
+        session_id: str,
+        drafts: Sequence[ChunkDraft],
+        vectors: Sequence[Sequence[float]] | None,
+        *,
+        require_session: bool,
+    ) -> int:
+        """Store the chunks of one session, skipping ones already stored (same content hash);
+        returns how many were new. A session with a row must be the user's (and is
+        share-locked against a concurrent delete); ``require_session`` also refuses one that
+        has no row. Refusals are NotFoundError."""
+        written = await ChunkRepository(session=conn).insert_many(
+            user_id, session_id, drafts, vectors, require_session=require_session
+        )
+        if written is None:
+            raise NotFoundError(f"no session {session_id!r} for this user")
+        return written
+
+    async def search(
+        self,
+        conn: AsyncSession | AsyncConnection,
+        scope: uuid.UUID | None,
+        session_id: str | None,
+        query_vector: Sequence[float] | None,
+        terms: Sequence[str],
+        limit: int,
+    ) -> list[ChunkHit]:
+        """Vector hits closer than CHUNK_MAX_DISTANCE first, then text hits; no terms: the most
+        recent chunks."""
+        repo = ChunkRepository(session=conn)
+        if not terms:
+            recent = await repo.recent(scope, session_id, limit)
+            return [to_chunk_hit(row, via="recent") for row in recent]
+        rows = await repo.search(scope, session_id, query_vector, terms, limit, CHUNK_MAX_DISTANCE)
+        return rank_hits(rows, limit, to_chunk_hit, recency="ended_at")
+
+    async def latest_summary_at(
+        self, session: AsyncSession, scope: uuid.UUID | None, session_id: str
+    ) -> datetime | None:
+        """When the session's last summary was written; None when there is none or the
+        session is not ``scope``'s."""
+        repo = SessionRepository(session=session)
+        if scope is not None and await repo.owner(session_id) != scope:
+            return None
+        return await repo.latest_summary_at(session_id)
