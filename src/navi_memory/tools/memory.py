@@ -10,7 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
-from navi_memory.store import MAX_CATEGORY_CHARS, MAX_KEY_CHARS, SOURCES
+from navi_memory.constants import (
+    FACT_CATEGORY_MAX_CHARS,
+    FACT_EXPIRES_MAX_DAYS,
+    FACT_KEY_MAX_CHARS,
+)
+from navi_memory.services.facts import SOURCES
 from navi_memory.tools.arguments import (
     choice,
     optional_int,
@@ -20,7 +25,6 @@ from navi_memory.tools.arguments import (
 )
 
 __all__ = [
-    "FACT_EXPIRES_MAX_DAYS",
     "MEMORY",
     "MEMORY_ACTIONS",
     "MEMORY_DESCRIPTION",
@@ -38,9 +42,6 @@ MEMORY: Final = "memory"
 
 MemoryAction: TypeAlias = Literal["save", "search", "forget", "list"]
 MEMORY_ACTIONS: Final[tuple[MemoryAction, ...]] = get_args(MemoryAction)
-
-FACT_EXPIRES_MAX_DAYS: Final = 36_500
-"""The longest expiry ``upsert_fact`` takes; beyond that a fact should not expire at all."""
 
 MEMORY_DESCRIPTION: Final = (
     "Curated facts about the user: save, search, forget or list them. "
@@ -159,11 +160,11 @@ def parse_memory_arguments(arguments: Mapping[str, Any]) -> MemoryRequest:
             category=required_text(
                 arguments,
                 "category",
-                max_chars=MAX_CATEGORY_CHARS,
+                max_chars=FACT_CATEGORY_MAX_CHARS,
                 why="a category such as preferences, personal, technical or work",
             ).strip(),
             key=required_text(
-                arguments, "key", max_chars=MAX_KEY_CHARS, why="the fact's name"
+                arguments, "key", max_chars=FACT_KEY_MAX_CHARS, why="the fact's name"
             ).strip(),
             value=required_text(arguments, "value", why="the fact to remember"),
             source=choice(arguments, "source", SOURCES, default="conversation"),
@@ -180,10 +181,10 @@ def parse_memory_arguments(arguments: Mapping[str, Any]) -> MemoryRequest:
     if action == "forget":
         return ForgetFact(
             key=required_text(
-                arguments, "key", max_chars=MAX_KEY_CHARS, why="the key of the fact to delete"
+                arguments, "key", max_chars=FACT_KEY_MAX_CHARS, why="the key of the fact to delete"
             ).strip(),
             category=_optional_stripped(
-                optional_text(arguments, "category", max_chars=MAX_CATEGORY_CHARS)
+                optional_text(arguments, "category", max_chars=FACT_CATEGORY_MAX_CHARS)
             ),
         )
     return ListCategories()

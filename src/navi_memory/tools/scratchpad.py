@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
+from navi_memory.constants import KV_KEY_MAX_CHARS
 from navi_memory.errors import InvalidInputError
-from navi_memory.kv import KEY_MAX_CHARS
 from navi_memory.tools.arguments import choice, optional_text, required_text
 
 __all__ = [
@@ -90,7 +90,7 @@ def parse_scratchpad_arguments(arguments: Mapping[str, Any]) -> ScratchpadReques
     if action == "list":
         return ListSections()
     section = required_text(
-        arguments, "section", max_chars=KEY_MAX_CHARS, why="the name of the section"
+        arguments, "section", max_chars=KV_KEY_MAX_CHARS, why="the name of the section"
     ).strip()
     if action == "read":
         return ReadSection(section=section)
