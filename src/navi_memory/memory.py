@@ -41,6 +41,7 @@ from navi_memory.llm import (
 )
 from navi_memory.services.chunks import ChunkService
 from navi_memory.services.embedding import EmbeddingService
+from navi_memory.tools import MemoryTools, memory_tools
 
 __all__ = ["Memory", "open_memory"]
 
@@ -61,6 +62,8 @@ class Memory:
     store: MemoryStore
     sessions: SessionStore
     kv: KvStore
+    tools: MemoryTools
+    """The agent's memory tools: ``specs()`` for the model, ``call(name, arguments, context)``."""
 
 
 @asynccontextmanager
@@ -107,6 +110,7 @@ async def open_memory(
             chunks=chunks,
             indexer=indexer,
         )
+        kv = KvStore(sessionmaker=sessionmaker)
         memory = Memory(
             settings=settings,
             engine=engine,
@@ -123,7 +127,8 @@ async def open_memory(
                 chunks=chunks,
                 indexer=indexer,
             ),
-            kv=KvStore(sessionmaker=sessionmaker),
+            kv=kv,
+            tools=memory_tools(store=store, kv=kv),
         )
         try:
             yield memory

@@ -248,6 +248,15 @@ class MemoryStore:
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.count(session, scope, include_merged=include_merged)
 
+    async def fact_categories(
+        self, user_id: uuid.UUID | str | None = None
+    ) -> list[tuple[str, int]]:
+        """The categories that hold visible facts, with how many each, the fullest first (the
+        ``memory`` tool's ``list``: what there is, not the facts themselves)."""
+        scope = read_scope(user_id)
+        async with unit_of_work(self._sessionmaker) as session:
+            return await self._facts.categories(session, scope)
+
     async def unmerge_fact(self, fact_id: int) -> Fact:
         """Make a hidden row visible again (the row it was merged into stays as it is): the
         current user's own row, or — with no current user — any row with read_all (admin)."""

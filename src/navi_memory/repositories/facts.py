@@ -259,6 +259,17 @@ class FactRepository:
         stmt = self._listing(user_id, None, include_merged).with_only_columns(func.count())
         return int(await self.session.scalar(stmt) or 0)
 
+    async def category_counts(self, user_id: uuid.UUID | None) -> list[tuple[str, int]]:
+        """(category, visible facts in it), the fullest first, then by name."""
+        count = func.count().label("facts")
+        stmt = (
+            select(FactRow.category, count)
+            .where(owner_filter(user_id), visible())
+            .group_by(FactRow.category)
+            .order_by(count.desc(), FactRow.category)
+        )
+        return [(category, int(n)) for category, n in await self.session.execute(stmt)]
+
     # --- backfill ---------------------------------------------------------------------------
 
     async def missing_embeddings(self, after_id: int, limit: int) -> list[FactRow]:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import cast, delete, func, or_, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import (
@@ -65,6 +65,19 @@ class SessionRepository:
             select(SessionRow)
             .where(SessionRow.id == session_id, SessionRow.user_id == user_id)
             .with_for_update()
+        )
+
+    async def set_metadata_value(self, session_id: str, key: str, value: Any) -> None:
+        """Set one key of the session's ``session_metadata`` (a JSON value), leaving the other
+        keys as they are. Callers that read the key first hold ``lock_owned``."""
+        await self.session.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id)
+            .values(
+                session_metadata=SessionRow.session_metadata.op("||")(
+                    func.jsonb_build_object(key, cast(value, JSONB))
+                )
+            )
         )
 
     async def owner(self, session_id: str, *, lock: bool = False) -> uuid.UUID | None:

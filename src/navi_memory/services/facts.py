@@ -228,6 +228,11 @@ class FactService:
     ) -> int:
         return await FactRepository(session=session).count(scope, include_merged=include_merged)
 
+    async def categories(
+        self, session: AsyncSession, scope: uuid.UUID | None
+    ) -> list[tuple[str, int]]:
+        return await FactRepository(session=session).category_counts(scope)
+
     # --- summary ----------------------------------------------------------------------------
 
     async def get_summary(self, session: AsyncSession, scope: uuid.UUID | None) -> str | None:

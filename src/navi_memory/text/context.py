@@ -95,14 +95,15 @@ def _one_line(text: str, limit: int = FACT_LINE_TEXT_MAX_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
-def fact_line(fact: Fact, *, now: datetime) -> str:
+def fact_line(fact: Fact, *, now: datetime, text_max_chars: int = FACT_LINE_TEXT_MAX_CHARS) -> str:
     """``• [preferences] editor → neovim (confidence: 90%, updated 34d ago)``; an unknown
-    confidence reads ``confidence: ?``."""
+    confidence reads ``confidence: ?``. Each text is put on one line and cut at
+    ``text_max_chars``, the cut marked with "…"."""
     confidence = "?" if fact.confidence is None else f"{fact.confidence}%"
-    return (
-        f"• [{_one_line(fact.category)}] {_one_line(fact.key)} → {_one_line(fact.value)} "
-        f"(confidence: {confidence}, {fact_age(fact, now=now)})"
-    )
+    category = _one_line(fact.category, text_max_chars)
+    key = _one_line(fact.key, text_max_chars)
+    value = _one_line(fact.value, text_max_chars)
+    return f"• [{category}] {key} → {value} (confidence: {confidence}, {fact_age(fact, now=now)})"
 
 
 def facts_block_text(

@@ -6,16 +6,22 @@ Its function-calling spec and its argument rules; what each action does is the h
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias, get_args
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, Protocol, TypeAlias, get_args
 
 from navi_memory.constants import (
     FACT_CATEGORY_MAX_CHARS,
     FACT_EXPIRES_MAX_DAYS,
     FACT_KEY_MAX_CHARS,
+    HIT_TEXT_MAX_CHARS,
+    QUERY_ECHO_MAX_CHARS,
 )
+from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.facts import SOURCES
+from navi_memory.text.context import fact_line
 from navi_memory.tools.arguments import (
     choice,
     optional_int,
@@ -23,18 +29,21 @@ from navi_memory.tools.arguments import (
     optional_text,
     required_text,
 )
+from navi_memory.tools.base import Tool, ToolContext
 
 __all__ = [
     "MEMORY",
     "MEMORY_ACTIONS",
     "MEMORY_DESCRIPTION",
     "MEMORY_PARAMETERS",
+    "FactStore",
     "ForgetFact",
     "ListCategories",
     "MemoryAction",
     "MemoryRequest",
     "SaveFact",
     "SearchFacts",
+    "memory_tool",
     "parse_memory_arguments",
 ]
 
@@ -192,3 +201,112 @@ def parse_memory_arguments(arguments: Mapping[str, Any]) -> MemoryRequest:
 
 def _optional_stripped(value: str | None) -> str | None:
     return None if value is None else value.strip()
+
+
+# --- the handler ------------------------------------------------------------------------------
+
+
+class FactStore(Protocol):
+    """What the tool needs of ``memory.store`` (``MemoryStore`` provides it)."""
+
+    async def upsert_fact(
+        self,
+        category: str,
+        key: str,
+        value: str,
+        *,
+        source: str = "conversation",
+        confidence: int | None = None,
+        expires_days: float | None = None,
+        source_context: str | None = None,
+        user_id: uuid.UUID | str | None = None,
+        dedupe: bool = False,
+    ) -> Fact: ...
+
+    async def search_facts(
+        self, query: str, user_id: uuid.UUID | str | None = None, limit: int = 15
+    ) -> list[FactHit]: ...
+
+    async def delete_fact(
+        self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
+    ) -> int: ...
+
+    async def fact_categories(
+        self, user_id: uuid.UUID | str | None = None
+    ) -> list[tuple[str, int]]: ...
+
+
+def memory_tool(store: FactStore) -> Tool:
+    """The ``memory`` tool on ``store``: every action acts for the context's user (the request
+    context's, when the ToolContext names none); ``save`` writes with ``dedupe=True``, and
+    without a confidence takes the store's default for the source."""
+
+    async def handle(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        request = parse_memory_arguments(arguments)
+        with context.applied():
+            if isinstance(request, SaveFact):
+                return await _save(store, request)
+            if isinstance(request, SearchFacts):
+                return await _search(store, request)
+            if isinstance(request, ForgetFact):
+                return await _forget(store, request)
+            return await _list(store)
+
+    return Tool(
+        name=MEMORY,
+        description=MEMORY_DESCRIPTION,
+        parameters=MEMORY_PARAMETERS,
+        handler=handle,
+    )
+
+
+async def _save(store: FactStore, request: SaveFact) -> str:
+    fact = await store.upsert_fact(
+        request.category,
+        request.key,
+        request.value,
+        source=request.source,
+        confidence=request.confidence,
+        expires_days=request.expires_days,
+        source_context=request.source_context,
+        dedupe=True,
+    )
+    line = fact_line(fact, now=datetime.now(UTC), text_max_chars=HIT_TEXT_MAX_CHARS)
+    expiry = (
+        ""
+        if fact.expires_at is None
+        else f"; it expires {fact.expires_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    )
+    return f"memory: saved\n{line}\nsource: {fact.source}{expiry}"
+
+
+async def _search(store: FactStore, request: SearchFacts) -> str:
+    hits = await store.search_facts(request.query)
+    echo = " ".join(request.query.split())[:QUERY_ECHO_MAX_CHARS]
+    if not hits:
+        return f'memory search "{echo}": no stored fact matches.'
+    now = datetime.now(UTC)
+    lines = [f'memory search "{echo}": {len(hits)} fact(s)', ""]
+    lines.extend(fact_line(hit, now=now, text_max_chars=HIT_TEXT_MAX_CHARS) for hit in hits)
+    return "\n".join(lines)
+
+
+async def _forget(store: FactStore, request: ForgetFact) -> str:
+    removed = await store.delete_fact(request.key, request.category)
+    where = f"[{request.category}] " if request.category is not None else ""
+    if removed == 0:
+        scope = f" in category {request.category!r}" if request.category is not None else ""
+        return f"memory: nothing to forget, no stored fact has the key {request.key!r}{scope}."
+    noun = "fact" if removed == 1 else "facts"
+    every = "" if request.category is not None or removed == 1 else " (in every category)"
+    return f"memory: forgot {removed} {noun}: {where}{request.key}{every}"
+
+
+async def _list(store: FactStore) -> str:
+    categories = await store.fact_categories()
+    if not categories:
+        return "memory: no facts are stored yet."
+    total = sum(count for _, count in categories)
+    lines = [f"memory: {total} fact(s) in {len(categories)} categories", ""]
+    lines.extend(f"• {category}: {count}" for category, count in categories)
+    return "\n".join(lines)

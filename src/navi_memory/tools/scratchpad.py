@@ -7,13 +7,18 @@ Its function-calling spec and its argument rules; what each action does is the h
 
 from __future__ import annotations
 
+import builtins
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias, get_args
+from datetime import UTC
+from typing import Any, Final, Literal, Protocol, TypeAlias, get_args
 
-from navi_memory.constants import KV_KEY_MAX_CHARS
+from navi_memory.constants import KV_KEY_MAX_CHARS, SKETCH_SCOPE
 from navi_memory.errors import InvalidInputError
+from navi_memory.schemas import KvEntry
 from navi_memory.tools.arguments import choice, optional_text, required_text
+from navi_memory.tools.base import Tool, ToolContext
 
 __all__ = [
     "SCRATCHPAD",
@@ -24,8 +29,10 @@ __all__ = [
     "ReadSection",
     "ScratchpadAction",
     "ScratchpadRequest",
+    "SketchStore",
     "WriteSection",
     "parse_scratchpad_arguments",
+    "scratchpad_tool",
 ]
 
 SCRATCHPAD: Final = "scratchpad"
@@ -98,3 +105,82 @@ def parse_scratchpad_arguments(arguments: Mapping[str, Any]) -> ScratchpadReques
     if text is None:
         raise InvalidInputError("text is required: the section's whole new text")
     return WriteSection(section=section, text=text)
+
+
+# --- the handler ------------------------------------------------------------------------------
+
+
+class SketchStore(Protocol):
+    """What the tool needs of ``memory.kv`` (``KvStore`` provides it)."""
+
+    async def set(
+        self,
+        scope: str,
+        key: str,
+        value: str,
+        *,
+        session_id: str | None = None,
+        user_id: uuid.UUID | str | None = None,
+    ) -> KvEntry: ...
+
+    async def get(
+        self,
+        scope: str,
+        key: str,
+        *,
+        session_id: str | None = None,
+        user_id: uuid.UUID | str | None = None,
+    ) -> str | None: ...
+
+    async def list(
+        self,
+        scope: str,
+        *,
+        session_id: str | None = None,
+        user_id: uuid.UUID | str | None = None,
+    ) -> builtins.list[KvEntry]: ...
+
+
+def scratchpad_tool(kv: SketchStore) -> Tool:
+    """The ``scratchpad`` tool on ``kv``: the notes of the context's session (kv_store scope
+    ``scratchpad``), for the context's user; a context without a session has no notes."""
+
+    async def handle(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        request = parse_scratchpad_arguments(arguments)
+        session_id = context.session_id
+        if session_id is None:
+            raise InvalidInputError(
+                "the scratchpad keeps the notes of one conversation, and this call belongs to "
+                "none (the host sets no session)"
+            )
+        with context.applied():
+            if isinstance(request, WriteSection):
+                entry = await kv.set(
+                    SKETCH_SCOPE, request.section, request.text, session_id=session_id
+                )
+                return f"scratchpad: wrote section {entry.key!r} ({len(entry.value):,} characters)"
+            if isinstance(request, ReadSection):
+                text = await kv.get(SKETCH_SCOPE, request.section, session_id=session_id)
+                if text is None:
+                    return (
+                        f"scratchpad: there is no section {request.section!r} in this "
+                        'conversation\'s notes (action "list" names the sections).'
+                    )
+                return f"scratchpad section {request.section!r}:\n{text}"
+            entries = await kv.list(SKETCH_SCOPE, session_id=session_id)
+        if not entries:
+            return "scratchpad: this conversation has no notes yet."
+        lines = [f"scratchpad: {len(entries)} section(s) in this conversation's notes", ""]
+        lines.extend(
+            f"• {entry.key} ({len(entry.value):,} characters, written "
+            f"{entry.updated_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)"
+            for entry in entries
+        )
+        return "\n".join(lines)
+
+    return Tool(
+        name=SCRATCHPAD,
+        description=SCRATCHPAD_DESCRIPTION,
+        parameters=SCRATCHPAD_PARAMETERS,
+        handler=handle,
+    )
