@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-wheel lint migrate demo backfill bench bench-large doctor clean
+.PHONY: help install test test-wheel lint migrate demo backfill extract bench bench-large doctor clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,6 +42,9 @@ doctor: $(STAMP) ## Say what the configured database offers and whether it is at
 
 backfill: $(STAMP) ## Embed every fact and chunk that has no vector yet
 	$(BIN)/navi-memory backfill
+
+extract: $(STAMP) ## Turn every stale session into facts and rewrite the users' summaries
+	$(BIN)/navi-memory extract
 
 bench: $(STAMP) ## Benchmarks at 100k rows (prints figures; see docs/benchmarks.md)
 	$(BIN)/python -m benchmarks.run

@@ -19,6 +19,7 @@ from navi_memory.errors import (
     SchemaError,
     StorageError,
 )
+from navi_memory.facades.extractor import Extractor
 from navi_memory.facades.kv import KvStore
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
@@ -29,6 +30,7 @@ from navi_memory.schemas import (
     ChunkDraft,
     ChunkHit,
     CompressionResult,
+    ExtractionReport,
     Fact,
     FactHit,
     KvEntry,
@@ -50,6 +52,8 @@ __all__ = [
     "ConfigError",
     "EmbeddingError",
     "ExtractionError",
+    "ExtractionReport",
+    "Extractor",
     "Fact",
     "FactHit",
     "InvalidInputError",

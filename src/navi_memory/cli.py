@@ -1,6 +1,8 @@
-"""The ``navi-memory`` command: doctor and backfill, for operators and ``make``.
+"""The ``navi-memory`` command: doctor, backfill, migrate and extract, for operators and
+``make``.
 
-Exit codes: 0 done, 2 a navi-memory error (message on stderr), 130 interrupted.
+Exit codes: 0 done, 1 some sessions failed to extract (they are retried next run), 2 a
+navi-memory error (message on stderr), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from navi_memory.config import Settings
 from navi_memory.db import redact_url
 from navi_memory.errors import NaviMemoryError
 from navi_memory.jobs.backfill import BackfillProgress
+from navi_memory.jobs.stale_sessions import ExtractionProgress
 from navi_memory.memory import Memory, open_memory
 
 __all__ = ["describe", "main"]
@@ -61,12 +64,20 @@ async def _doctor(settings: Settings) -> int:
     return 0
 
 
-def _progress_bar(progress: BackfillProgress) -> None:
+def _bar(label: str, done: int, total: int) -> None:
     width = 30
-    filled = width * progress.done // max(progress.total, 1)
+    filled = width * done // max(total, 1)
     bar = "#" * filled + "-" * (width - filled)
-    end = "\n" if progress.done >= progress.total else "\r"
-    print(f"{progress.table:<14} [{bar}] {progress.done}/{progress.total}", end=end, flush=True)
+    end = "\n" if done >= total else "\r"
+    print(f"{label:<14} [{bar}] {done}/{total}", end=end, flush=True)
+
+
+def _progress_bar(progress: BackfillProgress) -> None:
+    _bar(progress.table, progress.done, progress.total)
+
+
+def _extraction_bar(progress: ExtractionProgress) -> None:
+    _bar("sessions", progress.done, progress.total)
 
 
 async def _backfill(settings: Settings) -> int:
@@ -81,6 +92,24 @@ async def _backfill(settings: Settings) -> int:
         f"embedded, {indexed} chunk vector(s) indexed"
     )
     return 0
+
+
+async def _extract(settings: Settings, user: str | None, as_json: bool) -> int:
+    async with open_memory(settings) as memory:
+        report = await memory.extractor.process_stale_sessions(
+            user, progress=None if as_json else _extraction_bar
+        )
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(
+            f"extract: {report.sessions_seen} stale session(s), {report.sessions_extracted} "
+            f"extracted, {report.sessions_skipped} skipped, {report.failures} failed; "
+            f"{report.facts_written} fact(s) written, {report.facts_merged} merged, "
+            f"{report.facts_skipped} unusable item(s) skipped; "
+            f"{report.summaries_written} summary(ies) rewritten"
+        )
+    return 1 if report.failures else 0
 
 
 def _migrate(settings: Settings, revision: str, sql: bool) -> int:
@@ -112,6 +141,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     migrate.add_argument(
         "--sql", action="store_true", help="print the SQL instead of running it (no database)"
     )
+    extract = commands.add_parser(
+        "extract",
+        help=(
+            "turn every stale session (idle MEMORY_STALE_MINUTES, not extracted since) into "
+            "facts with the chat model, and rewrite each user's summary; exit 1 if some failed"
+        ),
+    )
+    extract.add_argument("--user", help="only this user's sessions (a user id)")
+    extract.add_argument(
+        "--json", action="store_true", help="print the report as JSON (no progress bar)"
+    )
     args = parser.parse_args(argv)
     settings = Settings()
     try:
@@ -121,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_backfill(settings))
         if args.command == "migrate":
             return _migrate(settings, args.to, args.sql)
+        if args.command == "extract":
+            return asyncio.run(_extract(settings, args.user, args.json))
     except NaviMemoryError as exc:
         print(f"\nnavi-memory: {exc}", file=sys.stderr)
         return 2

@@ -75,6 +75,13 @@ class Settings(BaseSettings):
     memory_prompt_max_facts: int = Field(default=50, ge=0, le=1000)
     memory_compress_keep_last: int = Field(default=20, ge=0)
     memory_stale_minutes: int = Field(default=30, ge=0)
+    memory_extract_on_create: bool = Field(
+        default=True,
+        description=(
+            "sessions.create extracts the user's stale sessions in the background; off for "
+            "hosts that run `navi-memory extract` as a job instead."
+        ),
+    )
     chunk_max_chars: int = Field(default=DEFAULT_CHUNK_MAX_CHARS, ge=CHUNK_CHARS_MIN)
     chunk_message_max_chars: int = Field(default=DEFAULT_MESSAGE_MAX_CHARS, ge=CHUNK_CHARS_MIN)
     hnsw_ef_search: int = Field(default=100, ge=10, le=1000)

@@ -44,7 +44,8 @@ FLOAT32_MAX: Final = 3.4028234663852886e38
 # --- limits at the API edge (validation refuses more; nothing is truncated) ---------------------
 
 MAX_LIMIT: Final = 1000
-"""Largest ``limit`` a search accepts (search_facts, search_chunks, search_values)."""
+"""Largest ``limit`` a search accepts (search_facts, search_chunks, search_values), and the
+most sessions one process_stale_sessions call takes when given a limit."""
 
 FACT_CATEGORY_MAX_CHARS: Final = 100
 FACT_KEY_MAX_CHARS: Final = 200
@@ -113,3 +114,30 @@ HIT_TEXT_MAX_CHARS: Final = 1500
 
 QUERY_ECHO_MAX_CHARS: Final = 200
 """format_hits echoes at most this much of the query in its header."""
+
+# --- extraction ---------------------------------------------------------------------------------
+
+TRANSCRIPT_MAX_CHARS: Final = 12_000
+"""The extractor's transcript is cut to this many characters, its middle dropped (spec)."""
+
+TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS: Final = 500
+"""A tool result in the transcript is cut to this many characters (spec); so are a tool call's
+arguments, which can be a whole file as easily as a result can."""
+
+EXTRACTION_MAX_FACTS: Final = 100
+"""Facts taken from one session's reply; more are skipped (a runaway reply must not write, and
+embed, thousands of rows)."""
+
+SUMMARY_MAX_FACTS: Final = 200
+"""The user's summary is written from at most this many facts, the most recently verified."""
+
+SUMMARY_FACT_MAX_CHARS: Final = 300
+"""A fact's value is cut to this in the summary prompt (its middle elided)."""
+
+FACT_SUMMARY_MAX_CHARS: Final = 4_000
+"""A longer summary reply is cut in the middle: the user's summary rides in every prompt."""
+
+EXTRACTION_BACKGROUND_CONCURRENCY: Final = 2
+"""Background sweeps (started by sessions.create) that run at once in one Memory; more users
+wait their turn. Each holds a pooled connection for its claim, and one model server answers
+them in turn anyway."""

@@ -26,11 +26,13 @@ from navi_memory.db import (
     probe,
     resolve_database_url,
 )
+from navi_memory.facades.extractor import Extractor
 from navi_memory.facades.kv import KvStore
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
 from navi_memory.facades.users import Users
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.stale_sessions import BackgroundExtraction, StaleSessionSweep
 from navi_memory.llm import (
     ChatModel,
     Embedder,
@@ -41,6 +43,8 @@ from navi_memory.llm import (
 )
 from navi_memory.services.chunks import ChunkService
 from navi_memory.services.embedding import EmbeddingService
+from navi_memory.services.extraction import ExtractionService
+from navi_memory.services.facts import FactService
 from navi_memory.tools import MemoryTools, memory_tools
 
 __all__ = ["Memory", "open_memory"]
@@ -62,6 +66,7 @@ class Memory:
     store: MemoryStore
     sessions: SessionStore
     kv: KvStore
+    extractor: Extractor
     tools: MemoryTools
     """The agent's memory tools: ``specs()`` for the model, ``call(name, arguments, context)``."""
 
@@ -103,6 +108,16 @@ async def open_memory(
             batch_size=settings.chunk_index_batch_size,
             background=settings.chunk_index_in_background,
         )
+        # One sweep: on demand (memory.extractor), and in the background for a user who starts
+        # a session; the background tasks end with the Memory.
+        sweep = StaleSessionSweep(
+            sessionmaker,
+            settings=settings,
+            service=ExtractionService(
+                chat_model=chat_model, embedding=EmbeddingService(embedder), facts=FactService()
+            ),
+        )
+        background = BackgroundExtraction(sweep)
         store = MemoryStore(
             sessionmaker=sessionmaker,
             settings=settings,
@@ -126,14 +141,19 @@ async def open_memory(
                 chat_model=chat_model,
                 chunks=chunks,
                 indexer=indexer,
+                extraction=background if settings.memory_extract_on_create else None,
             ),
             kv=kv,
+            extractor=Extractor(sweep=sweep, background=background),
             tools=memory_tools(store=store, kv=kv),
         )
         try:
             yield memory
         finally:
-            await store.aclose()
+            try:
+                await background.aclose()
+            finally:
+                await store.aclose()
     finally:
         if owned_chat:
             await chat_model.aclose()

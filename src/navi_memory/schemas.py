@@ -13,6 +13,7 @@ __all__ = [
     "ChunkDraft",
     "ChunkHit",
     "CompressionResult",
+    "ExtractionReport",
     "Fact",
     "FactHit",
     "KvEntry",
@@ -154,6 +155,33 @@ class CompressionResult(_Model):
     """The KEYS: line's items merged with the deterministic ones, attached to every chunk."""
     used_fallback: bool
     """True when the summary is the deterministic truncation note (no model, or it failed)."""
+
+
+class ExtractionReport(_Model):
+    """What one run of the extractor did (``memory.extractor``)."""
+
+    sessions_seen: int = 0
+    """Sessions looked at: stale ones for a sweep, the one named for ``extract_session``."""
+    sessions_extracted: int = 0
+    """Sessions whose facts were written and which are now marked extracted."""
+    sessions_skipped: int = 0
+    """Sessions left alone: another extractor holds or has just done them, they became active
+    again, there was nothing new since their last extraction, or they were deleted meanwhile."""
+    failures: int = 0
+    """Sessions whose extraction failed (model down, a reply with no JSON, a database error):
+    left unmarked, so the next run retries them; facts already written stay."""
+    facts_written: int = 0
+    """Facts inserted, updated or confirmed (the same value again)."""
+    facts_merged: int = 0
+    """Facts whose key merged other spellings of it for the user (``dedupe``)."""
+    facts_skipped: int = 0
+    """Items of the model's replies that were no usable fact."""
+    summaries_written: int = 0
+    """Users' summaries regenerated from their facts."""
+
+    def __add__(self, other: ExtractionReport) -> ExtractionReport:
+        fields = type(self).model_fields
+        return ExtractionReport(**{f: getattr(self, f) + getattr(other, f) for f in fields})
 
 
 class KvEntry(_Model):

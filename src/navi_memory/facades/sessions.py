@@ -27,6 +27,7 @@ from navi_memory.constants import (
 from navi_memory.errors import InvalidInputError, InvalidTypeError, NaviMemoryError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.history_repair import HistoryRepair
+from navi_memory.jobs.stale_sessions import StaleSessionTrigger
 from navi_memory.llm.chat import ChatModel
 from navi_memory.request_context import read_scope, write_scope
 from navi_memory.schemas import ChunkDraft, CompressionResult, Message, MessageRole, SessionInfo
@@ -106,6 +107,8 @@ class SessionStore:
     the demoted messages as raw chunks (the service ``MemoryStore.add_chunks`` uses too), and
     ``indexer`` — the Memory's one ChunkIndexer — moves their vectors into the HNSW index
     (None: they stay queued, searched exactly, until ``index_pending_chunks`` or backfill).
+    ``extraction`` is told of every new session, to extract the user's stale ones in the
+    background (None: extraction runs only on demand or as a job).
     """
 
     def __init__(
@@ -117,8 +120,10 @@ class SessionStore:
         chunks: ChunkService,
         indexer: ChunkIndexer | None = None,
         history_repair: HistoryRepair | None = None,
+        extraction: StaleSessionTrigger | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
+        self._extraction = extraction
         self._settings = settings
         self._sessions = SessionService()
         self._compression = CompressionService(
@@ -146,12 +151,27 @@ class SessionStore:
 
         Session ids are unique across users: a taken id is an InvalidInputError that does not
         say whose it is. The user must exist (``memory.users.ensure``), else NotFoundError.
+
+        The user's stale sessions are then extracted in the background (the spec's "POST
+        /sessions fires _process_stale_sessions()"): this call neither waits for that nor
+        fails with it.
         """
         uid = write_scope(user_id)
         sid = str(uuid.uuid4()) if session_id is None else check_session_id(session_id)
         title = check_optional_text("title", title, max_chars=SESSION_TITLE_MAX_CHARS)
         async with unit_of_work(self._sessionmaker) as session:
-            return await self._sessions.create(session, uid, sid, title)
+            created = await self._sessions.create(session, uid, sid, title)
+        if self._extraction is not None:
+            try:
+                self._extraction.schedule(uid)
+            except Exception:
+                # The session exists; extraction is a side effect the next create retries.
+                logger.exception(
+                    "extractor.schedule_failed: user %s",
+                    uid,
+                    extra={"event": "extractor.schedule_failed"},
+                )
+        return created
 
     async def get(
         self, session_id: str, user_id: uuid.UUID | str | None = None

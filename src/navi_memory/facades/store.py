@@ -27,6 +27,7 @@ from navi_memory.constants import (
 )
 from navi_memory.errors import (
     InvalidInputError,
+    InvalidTypeError,
     NaviMemoryError,
     PermissionDeniedError,
 )
@@ -281,17 +282,28 @@ class MemoryStore:
     # --- extraction state -------------------------------------------------------------------
 
     async def mark_session_extracted(
-        self, session_id: str, user_id: uuid.UUID | str | None = None
+        self,
+        session_id: str,
+        user_id: uuid.UUID | str | None = None,
+        *,
+        at: datetime | None = None,
     ) -> datetime:
-        """Record that the user's session was processed now; returns the time.
+        """Record that the user's session was processed ``at`` (default: now); returns the time.
 
-        The session need not be a row of ``sessions`` (an application may keep its own); when
-        it is, or when it was marked before, it must be the user's (else NotFoundError).
+        The extractor passes the ``last_active`` it read with the transcript, so activity
+        during its model call leaves the session stale. ``at`` must carry a time zone. The
+        session need not be a row of ``sessions`` (an application may keep its own); when it
+        is, or when it was marked before, it must be the user's (else NotFoundError).
         """
         uid = write_scope(user_id)
         session_id = check_session_id(session_id)
+        if at is not None:
+            if not isinstance(at, datetime):
+                raise InvalidTypeError(f"at must be a datetime, got {type(at).__name__}")
+            if at.tzinfo is None or at.utcoffset() is None:
+                raise InvalidInputError("at must carry a time zone (e.g. datetime.now(UTC))")
         async with unit_of_work(self._sessionmaker) as session:
-            return await self._facts.mark_extracted(session, uid, session_id)
+            return await self._facts.mark_extracted(session, uid, session_id, at=at)
 
     async def get_extracted_at(
         self, session_id: str, user_id: uuid.UUID | str | None = None

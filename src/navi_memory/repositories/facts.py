@@ -314,6 +314,12 @@ class FactRepository:
         )
         return await self.session.scalar(stmt)
 
+    async def summary_updated_at(self, user_id: uuid.UUID) -> datetime | None:
+        """When the user's summary was last written (None: they have none)."""
+        return await self.session.scalar(
+            select(SummaryRow.updated_at).where(SummaryRow.user_id == user_id)
+        )
+
     async def set_summary(self, user_id: uuid.UUID, content: str) -> None:
         stmt = insert(SummaryRow).values(user_id=user_id, content=content)
         await self.session.execute(

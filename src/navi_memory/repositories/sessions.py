@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import cast, delete, func, or_, select, text, update
+from sqlalchemy import Float, Row, Select, cast, delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.models import (
     ChunkRow,
@@ -22,7 +23,19 @@ from navi_memory.models import (
     User,
 )
 
-__all__ = ["SessionRepository"]
+__all__ = ["ExtractionClaimRepository", "SessionActivity", "SessionRepository"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionActivity:
+    """A session's owner, its last activity and when it was last extracted (None: never)."""
+
+    session_id: str
+    user_id: uuid.UUID
+    last_active: datetime
+    extracted_at: datetime | None
+    idle_seconds: float
+    """Seconds since ``last_active`` by the database clock."""
 
 
 class SessionRepository:
@@ -260,19 +273,78 @@ class SessionRepository:
             )
         )
 
-    async def mark_extracted(self, session_id: str, user_id: uuid.UUID) -> datetime:
+    async def mark_extracted(
+        self, session_id: str, user_id: uuid.UUID, at: datetime | None = None
+    ) -> datetime:
+        """Record the session as extracted ``at`` (None: the transaction's now())."""
+        when = func.now() if at is None else at
         stmt = insert(SessionMemoryStateRow).values(
-            session_id=session_id, extracted_at=func.now(), user_id=user_id
+            session_id=session_id, extracted_at=when, user_id=user_id
         )
         result = await self.session.execute(
             stmt.on_conflict_do_update(
                 index_elements=[SessionMemoryStateRow.session_id],
-                set_={"extracted_at": func.now(), "user_id": user_id},
+                set_={"extracted_at": when, "user_id": user_id},
             ).returning(SessionMemoryStateRow.extracted_at)
         )
         extracted: datetime | None = result.scalar_one()
         assert extracted is not None  # now() was just written
         return extracted
+
+    def _activity(self) -> Select[str, uuid.UUID, datetime, datetime | None, float]:
+        idle = func.extract("epoch", func.now() - SessionRow.last_active)
+        return select(
+            SessionRow.id,
+            SessionRow.user_id,
+            SessionRow.last_active,
+            SessionMemoryStateRow.extracted_at,
+            idle.cast(Float),
+        ).outerjoin(SessionMemoryStateRow, SessionMemoryStateRow.session_id == SessionRow.id)
+
+    async def stale_sessions(
+        self, owner: uuid.UUID | None, stale_minutes: int, limit: int | None
+    ) -> list[SessionActivity]:
+        """Sessions idle for more than ``stale_minutes`` (database clock) whose last activity
+        was never extracted: no mark, or a mark older than ``last_active``. Of ``owner`` (every
+        user's for None), longest idle first."""
+        stmt = (
+            self._activity()
+            .where(
+                SessionRow.last_active
+                < func.now() - func.make_interval(0, 0, 0, 0, 0, stale_minutes),
+                or_(
+                    SessionMemoryStateRow.extracted_at.is_(None),
+                    SessionMemoryStateRow.extracted_at < SessionRow.last_active,
+                ),
+            )
+            .order_by(SessionRow.last_active, SessionRow.id)
+            .limit(limit)
+        )
+        if owner is not None:
+            stmt = stmt.where(SessionRow.user_id == owner)
+        return [_activity_of(row) for row in await self.session.execute(stmt)]
+
+    async def activity(self, session_id: str, owner: uuid.UUID | None) -> SessionActivity | None:
+        """The session's activity, if it is ``owner``'s (anyone's for None)."""
+        stmt = self._activity().where(SessionRow.id == session_id)
+        if owner is not None:
+            stmt = stmt.where(SessionRow.user_id == owner)
+        row = (await self.session.execute(stmt)).first()
+        return None if row is None else _activity_of(row)
+
+    async def lock_extraction_state(self, session_id: str, user_id: uuid.UUID) -> datetime | None:
+        """Lock the session's extraction state row until the transaction ends (made, unmarked,
+        if missing) and return its mark. Only extraction takes it: appends never wait on it."""
+        await self.session.execute(
+            insert(SessionMemoryStateRow)
+            .values(session_id=session_id, user_id=user_id, extracted_at=None)
+            .on_conflict_do_nothing(index_elements=[SessionMemoryStateRow.session_id])
+        )
+        return await self.session.scalar(
+            select(SessionMemoryStateRow.extracted_at)
+            .where(SessionMemoryStateRow.session_id == session_id)
+            .with_for_update()
+        )
 
     async def extracted_at(self, session_id: str) -> datetime | None:
         return await self.session.scalar(
@@ -287,4 +359,36 @@ class SessionRepository:
             select(func.max(MessageRow.created_at)).where(
                 MessageRow.session_id == session_id, MessageRow.kind == "summary"
             )
+        )
+
+
+def _activity_of(row: Row[str, uuid.UUID, datetime, datetime | None, float]) -> SessionActivity:
+    session_id, user_id, last_active, extracted_at, idle_seconds = row
+    return SessionActivity(session_id, user_id, last_active, extracted_at, idle_seconds)
+
+
+class ExtractionClaimRepository:
+    """The claim that keeps two extractors, in any processes, off one session: a session-level
+    advisory lock, taken and released on a connection outside any transaction. It blocks no
+    reader or writer of any table (appends never wait on it), and it dies with its connection,
+    so a crashed extractor leaves nothing behind."""
+
+    def __init__(self, *, connection: AsyncConnection) -> None:
+        self.connection = connection
+
+    @staticmethod
+    def _key(session_id: str) -> dict[str, str]:
+        return {"scope": f"session_memory_state:{session_id}"}
+
+    async def try_claim(self, session_id: str) -> bool:
+        """Take the session's claim if no one holds it; False when someone does."""
+        claimed = await self.connection.scalar(
+            text("SELECT pg_try_advisory_lock(hashtextextended(:scope, 0))"),
+            self._key(session_id),
+        )
+        return bool(claimed)
+
+    async def release(self, session_id: str) -> None:
+        await self.connection.execute(
+            text("SELECT pg_advisory_unlock(hashtextextended(:scope, 0))"), self._key(session_id)
         )

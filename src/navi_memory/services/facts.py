@@ -238,19 +238,30 @@ class FactService:
     async def get_summary(self, session: AsyncSession, scope: uuid.UUID | None) -> str | None:
         return await FactRepository(session=session).get_summary(scope)
 
+    async def summary_updated_at(
+        self, session: AsyncSession, user_id: uuid.UUID
+    ) -> datetime | None:
+        return await FactRepository(session=session).summary_updated_at(user_id)
+
     async def set_summary(self, session: AsyncSession, user_id: uuid.UUID, content: str) -> None:
         await FactRepository(session=session).set_summary(user_id, content)
 
     # --- extraction state -------------------------------------------------------------------
 
     async def mark_extracted(
-        self, session: AsyncSession, user_id: uuid.UUID, session_id: str
+        self,
+        session: AsyncSession,
+        user_id: uuid.UUID,
+        session_id: str,
+        *,
+        at: datetime | None = None,
     ) -> datetime:
-        """Record the session as processed now; NotFoundError when it is someone else's."""
+        """Record the session as processed ``at`` (None: now); NotFoundError when it is
+        someone else's."""
         repo = SessionRepository(session=session)
         if await repo.extraction_owner(session_id) not in (None, user_id):
             raise NotFoundError(f"no session {session_id!r} for this user")
-        return await repo.mark_extracted(session_id, user_id)
+        return await repo.mark_extracted(session_id, user_id, at=at)
 
     async def extracted_at(
         self, session: AsyncSession, scope: uuid.UUID | None, session_id: str
