@@ -19,10 +19,13 @@ from navi_memory.errors import (
     SchemaError,
     StorageError,
 )
+from navi_memory.facades.context import ContextBuilder, ContextPrompt
 from navi_memory.facades.extractor import Extractor
 from navi_memory.facades.kv import KvStore
+from navi_memory.facades.search import UnifiedMemorySearch
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
+from navi_memory.llm import ChatReply, ChatTurn, OllamaChatModel, ToolCall, ToolChatModel
 from navi_memory.memory import Memory, open_memory
 from navi_memory.request_context import request_context
 from navi_memory.schemas import (
@@ -35,21 +38,30 @@ from navi_memory.schemas import (
     FactHit,
     KvEntry,
     KvHit,
+    MemoryHit,
     Message,
     SessionInfo,
     UserInfo,
 )
+from navi_memory.text.guidelines import MEMORY_USAGE_GUIDELINES
+from navi_memory.text.hits import format_hits
+from navi_memory.tools import MemoryTools, ToolContext
 
 __all__ = [
     "EMBEDDING_DIM",
+    "MEMORY_USAGE_GUIDELINES",
     "PERMISSION_READ_ALL",
     "Capabilities",
     "ChatModelError",
+    "ChatReply",
+    "ChatTurn",
     "Chunk",
     "ChunkDraft",
     "ChunkHit",
     "CompressionResult",
     "ConfigError",
+    "ContextBuilder",
+    "ContextPrompt",
     "EmbeddingError",
     "ExtractionError",
     "ExtractionReport",
@@ -62,17 +74,25 @@ __all__ = [
     "KvHit",
     "KvStore",
     "Memory",
+    "MemoryHit",
     "MemoryStore",
+    "MemoryTools",
     "Message",
     "NaviMemoryError",
     "NotFoundError",
+    "OllamaChatModel",
     "PermissionDeniedError",
     "SchemaError",
     "SessionInfo",
     "SessionStore",
     "Settings",
     "StorageError",
+    "ToolCall",
+    "ToolChatModel",
+    "ToolContext",
+    "UnifiedMemorySearch",
     "UserInfo",
+    "format_hits",
     "open_memory",
     "request_context",
 ]

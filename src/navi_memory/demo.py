@@ -19,6 +19,7 @@ from navi_memory.errors import NaviMemoryError
 from navi_memory.memory import Memory, open_memory
 from navi_memory.request_context import request_context
 from navi_memory.testing import FakeOllama
+from navi_memory.tools import ToolContext
 
 DEMO_USER = uuid.UUID("00000000-0000-4000-8000-00000000d3e0")
 
@@ -61,6 +62,10 @@ async def run(settings: Settings, fake: FakeOllama | None = None) -> None:
             if fake is not None:
                 fake.chat_replies.append(CANNED_SUMMARY)
             await show_raw_history(memory)
+        with request_context(user_id=DEMO_USER, session_id=SEARCH_SESSION):
+            if fake is not None:
+                fake.chat_replies.append(SEARCH_SUMMARY)
+            await show_search(memory)
 
         where = (
             settings.navi_memory_data_dir
@@ -137,6 +142,29 @@ async def show_raw_history(memory: Memory) -> None:
         first_line = hit.content.splitlines()[0]
         print(f"    turns {hit.start_seq}-{hit.end_seq} ({how}): {first_line[:70]}")
     print(f"  latest_summary_at: {await memory.store.latest_summary_at(DEMO_SESSION)}")
+
+
+SEARCH_SESSION = "demo-port"
+SEARCH_SUMMARY = (
+    "The user set the server port to 8098; the deploy script comes next.\nKEYS: server_port, 8098"
+)
+
+
+async def show_search(memory: Memory) -> None:
+    """The spec's story: a value said, compressed away, then overridden by a newer fact."""
+    sessions = memory.sessions
+    print("\n== unified search")
+    await sessions.create(SEARCH_SESSION, title="server port")
+    await sessions.append(SEARCH_SESSION, "user", "The server port is 8098, please remember it.")
+    await sessions.append(SEARCH_SESSION, "assistant", "Got it: the server listens on 8098.")
+    await sessions.append(SEARCH_SESSION, "user", "Thanks. Next: the deploy script.")
+    result = await sessions.compress(SEARCH_SESSION, keep_last=1)
+    print(f"  session {SEARCH_SESSION!r} compressed; breadcrumbs: {', '.join(result.breadcrumbs)}")
+    await memory.store.upsert_fact("technical", "server_port", "8099", source="user_explicit")
+    print("  later: saved [technical] server_port -> 8099")
+    print('\n  the memory_search tool, {"query": "server port"}:\n')
+    answer = await memory.tools.memory_search.call({"query": "server port"}, ToolContext())
+    print("\n".join(f"    {line}" if line else "" for line in answer.splitlines()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,8 +26,10 @@ from navi_memory.db import (
     probe,
     resolve_database_url,
 )
+from navi_memory.facades.context import ContextBuilder
 from navi_memory.facades.extractor import Extractor
 from navi_memory.facades.kv import KvStore
+from navi_memory.facades.search import UnifiedMemorySearch
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
 from navi_memory.facades.users import Users
@@ -67,6 +69,9 @@ class Memory:
     sessions: SessionStore
     kv: KvStore
     extractor: Extractor
+    search: UnifiedMemorySearch
+    context: ContextBuilder
+    """Each model call's prompt: ``build(session_id, incoming, system_prompt=...)``."""
     tools: MemoryTools
     """The agent's memory tools: ``specs()`` for the model, ``call(name, arguments, context)``."""
 
@@ -102,7 +107,8 @@ async def open_memory(
         sessionmaker = create_sessionmaker(engine)
         # One chunk service and one indexer, shared: compression writes its chunks through
         # the same service as add_chunks, and their vectors share one queue drain.
-        chunks = ChunkService(embedding=EmbeddingService(embedder))
+        embedding = EmbeddingService(embedder)
+        chunks = ChunkService(embedding=embedding)
         indexer = ChunkIndexer(
             sessionmaker,
             batch_size=settings.chunk_index_batch_size,
@@ -126,6 +132,7 @@ async def open_memory(
             indexer=indexer,
         )
         kv = KvStore(sessionmaker=sessionmaker)
+        search = UnifiedMemorySearch(sessionmaker=sessionmaker, embedding=embedding)
         memory = Memory(
             settings=settings,
             engine=engine,
@@ -145,7 +152,11 @@ async def open_memory(
             ),
             kv=kv,
             extractor=Extractor(sweep=sweep, background=background),
-            tools=memory_tools(store=store, kv=kv),
+            search=search,
+            context=ContextBuilder(
+                sessionmaker=sessionmaker, settings=settings, embedding=embedding
+            ),
+            tools=memory_tools(store=store, search=search, kv=kv),
         )
         try:
             yield memory

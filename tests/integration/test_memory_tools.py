@@ -18,11 +18,11 @@ from tests.integration.factories import execute, new_user, refuse_inserts, scala
 
 
 async def facts_in_db(memory: Memory) -> int:
-    return int(await scalar(memory, "SELECT count(*) FROM memory_facts") or 0)  # type: ignore[arg-type]
+    return int(str(await scalar(memory, "SELECT count(*) FROM memory_facts")))
 
 
 async def kv_in_db(memory: Memory) -> int:
-    return int(await scalar(memory, "SELECT count(*) FROM kv_store") or 0)  # type: ignore[arg-type]
+    return int(str(await scalar(memory, "SELECT count(*) FROM kv_store")))
 
 
 async def user_and_session(memory: Memory, session_id: str | None = None) -> ToolContext:

@@ -119,11 +119,14 @@ class MemoryStore:
         source_context: str | None = None,
         user_id: uuid.UUID | str | None = None,
         dedupe: bool = False,
+        session_id: str | None = None,
     ) -> Fact:
         """Insert or update a fact of the user; with ``dedupe`` merge other spellings of the key.
 
         Same value again: only ``last_verified_at`` moves (an expired fact is revived with the new
         expiry). New value: value, vector, source, confidence, expiry and ``updated_at`` change.
+        ``session_id`` (default: the request context's session) is recorded as where the fact
+        was written from; it moves with ``updated_at``.
         """
         uid = write_scope(user_id)
         category = check_text("category", category, max_chars=FACT_CATEGORY_MAX_CHARS).strip()
@@ -147,6 +150,9 @@ class MemoryStore:
                 )
         if not isinstance(dedupe, bool):
             raise InvalidInputError(f"dedupe must be a bool, got {type(dedupe).__name__}")
+        session_id = check_optional_session_id(
+            current_session_id() if session_id is None else session_id
+        )
 
         embedding = await self._embedding.document(embedding_text_for_fact(category, key, value))
         write = FactWrite(
@@ -159,6 +165,7 @@ class MemoryStore:
             expires_days=expires_days,
             source_context=source_context,
             embedding=embedding,
+            session_id=session_id,
         )
         async with unit_of_work(self._sessionmaker) as session:
             fact, outcome = await self._facts.upsert(session, write, dedupe=dedupe)

@@ -48,7 +48,8 @@ FACT_SORT_COLUMNS = {
 
 _FACT_COLUMNS = (
     "f.id, f.user_id, f.category, f.key, f.value, f.source, f.confidence, f.expires_at, "
-    "f.last_verified_at, f.source_context, f.merged_into, f.created_at, f.updated_at"
+    "f.last_verified_at, f.source_context, f.merged_into, f.created_at, f.updated_at, "
+    "f.session_id"
 )
 """Every memory_facts column a Fact shows, the vector excepted (text SQL form)."""
 
@@ -70,6 +71,7 @@ def fact_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
         FactRow.merged_into,
         FactRow.created_at,
         FactRow.updated_at,
+        FactRow.session_id,
         FactRow.embedding.is_not(None).label("has_embedding"),
     ]
 

@@ -23,7 +23,12 @@ from navi_memory.models import (
     User,
 )
 
-__all__ = ["ExtractionClaimRepository", "SessionActivity", "SessionRepository"]
+__all__ = [
+    "ExtractionClaimRepository",
+    "SessionActivity",
+    "SessionRepository",
+    "summary_at_of_chunk",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,3 +397,14 @@ class ExtractionClaimRepository:
         await self.connection.execute(
             text("SELECT pg_advisory_unlock(hashtextextended(:scope, 0))"), self._key(session_id)
         )
+
+
+def summary_at_of_chunk(alias: str) -> str:
+    """SQL for the freshness boundary of chunk ``alias`` (a memory_chunks row): when its
+    session's last summary was written — NULL when there is none, when the session has no row,
+    or when the row is another user's than the chunk's."""
+    return (
+        "(SELECT max(m.created_at) FROM sessions s JOIN session_messages m "
+        "ON m.session_id = s.id AND m.kind = 'summary' "
+        f"WHERE s.id = {alias}.session_id AND s.user_id = {alias}.user_id)"
+    )

@@ -66,6 +66,8 @@ class FactWrite:
     expires_days: float | None
     source_context: str | None
     embedding: Sequence[float] | None
+    session_id: str | None = None
+    """The session the fact is written from (provenance); it moves with ``updated_at``."""
 
 
 def to_fact(row: FactRow | RowMapping) -> Fact:
@@ -135,6 +137,7 @@ class FactService:
                     "expires_at": expires_at,
                     "source_context": write.source_context,
                     "last_verified_at": now,
+                    "session_id": write.session_id,
                 }
             )
             outcome = "merged" if spellings else "inserted"
@@ -302,6 +305,7 @@ async def _write_over(
             "expires_at": expires_at,
             "updated_at": now,
             "last_verified_at": now,
+            "session_id": write.session_id,
         }
         outcome = "revived" if expired else "updated"
     return await facts.update(row.id, values), outcome

@@ -8,6 +8,13 @@ from __future__ import annotations
 from navi_memory.tools.base import Tool, ToolContext, ToolHandler, decode_arguments, tool_error
 from navi_memory.tools.dispatcher import MemoryTools
 from navi_memory.tools.memory import MEMORY, FactStore, memory_tool, parse_memory_arguments
+from navi_memory.tools.memory_search import (
+    MEMORY_SEARCH,
+    MemorySearchArguments,
+    Searcher,
+    memory_search_tool,
+    parse_memory_search_arguments,
+)
 from navi_memory.tools.scratchpad import (
     SCRATCHPAD,
     SketchStore,
@@ -17,24 +24,29 @@ from navi_memory.tools.scratchpad import (
 
 __all__ = [
     "MEMORY",
+    "MEMORY_SEARCH",
     "SCRATCHPAD",
     "FactStore",
+    "MemorySearchArguments",
     "MemoryTools",
+    "Searcher",
     "SketchStore",
     "Tool",
     "ToolContext",
     "ToolHandler",
     "decode_arguments",
+    "memory_search_tool",
     "memory_tool",
     "memory_tools",
     "parse_memory_arguments",
+    "parse_memory_search_arguments",
     "parse_scratchpad_arguments",
     "scratchpad_tool",
     "tool_error",
 ]
 
 
-def memory_tools(*, store: FactStore, kv: SketchStore) -> MemoryTools:
-    """The agent's memory tools on the facades: ``memory`` on ``store`` and ``scratchpad`` on
-    ``kv``."""
-    return MemoryTools([memory_tool(store), scratchpad_tool(kv)])
+def memory_tools(*, store: FactStore, search: Searcher, kv: SketchStore) -> MemoryTools:
+    """The agent's memory tools on the facades, in the order they are offered: ``memory`` on
+    ``store``, ``memory_search`` on ``search``, ``scratchpad`` on ``kv``."""
+    return MemoryTools([memory_tool(store), memory_search_tool(search), scratchpad_tool(kv)])

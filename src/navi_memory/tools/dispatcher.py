@@ -8,8 +8,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from navi_memory.errors import InvalidInputError
+from navi_memory.errors import InvalidInputError, NotFoundError
 from navi_memory.tools.base import Tool, ToolContext, tool_error
+from navi_memory.tools.memory import MEMORY
+from navi_memory.tools.memory_search import MEMORY_SEARCH
+from navi_memory.tools.scratchpad import SCRATCHPAD
 
 __all__ = ["TOOL_NAME_ECHO_MAX_CHARS", "MemoryTools"]
 
@@ -34,6 +37,32 @@ class MemoryTools:
     def names(self) -> list[str]:
         """The tools' names, in the order ``specs()`` lists them."""
         return list(self._tools)
+
+    def all(self) -> tuple[Tool, ...]:
+        """Every tool, in the order their specs are offered to a model."""
+        return tuple(self._tools.values())
+
+    def tool(self, name: str) -> Tool:
+        """The tool called ``name`` (NotFoundError when there is none)."""
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise NotFoundError(f"there is no tool {name!r}") from None
+
+    @property
+    def memory(self) -> Tool:
+        """The ``memory`` tool: save, search, forget and list curated facts."""
+        return self.tool(MEMORY)
+
+    @property
+    def memory_search(self) -> Tool:
+        """The ``memory_search`` tool: one read over facts, raw history and sketches."""
+        return self.tool(MEMORY_SEARCH)
+
+    @property
+    def scratchpad(self) -> Tool:
+        """The ``scratchpad`` tool: the current session's notes."""
+        return self.tool(SCRATCHPAD)
 
     def specs(self) -> list[dict[str, Any]]:
         """Every tool in the function-calling shape Ollama and OpenAI accept (fresh copies:
