@@ -16,11 +16,20 @@ from navi_memory.text.recall import RECALL_HEADER
 from tests.conftest import make_settings
 from tests.integration.factories import new_user
 
-PORT = "Our API server port is 8098 for now, the metrics exporter may move later on."
-DEPLOY = "The deploy script lives in /opt/navi/deploy.sh and it must run as root, always."
+# Each over half of CHUNK_MAX_CHARS (200), so the two land in raw chunks of their own.
+PORT = (
+    "Our API server port is 8098 for now; the metrics exporter sits next to it on the same "
+    "box, and we may move both of them later on."
+)
+DEPLOY = (
+    "The deploy script lives in /opt/navi/deploy.sh and it must run as root, always from a "
+    "clean checkout of the main branch, never from a laptop."
+)
 MOVED = "We moved the API: the server port is 8099 now. Remember that."
 QUESTION = "Where does the deploy script live again? And which server port do we use?"
-SUMMARY = "The user runs an API and a deploy script.\nKEYS: server_port, 8098, /opt/navi/deploy.sh"
+# The KEYS line's breadcrumbs go with every excerpt of the compression, and the freshness rule
+# reads them: naming server_port there would mark the deploy excerpt outdated as well.
+SUMMARY = "The user runs an API and a deploy script.\nKEYS: /opt/navi/deploy.sh"
 
 
 @pytest.fixture
@@ -92,6 +101,7 @@ async def test_the_agent_loop_remembers_across_compression(
             tool_calls=[{"name": "memory_search", "arguments": {"query": "server port"}}]
         )
         fake.script_chat("The script is /opt/navi/deploy.sh and the port is 8099.")
+        fake.chat_replies.append(SUMMARY)  # the context grew again: a second compression
         answer = await agent_turn(memory, model, sid, QUESTION, compress_at=6)
     assert answer == "The script is /opt/navi/deploy.sh and the port is 8099."
 
@@ -105,10 +115,10 @@ async def test_the_agent_loop_remembers_across_compression(
     systems = system_texts(first)
     assert systems[0] == SYSTEM_PROMPT
     [recall] = [text for text in systems if text.startswith(RECALL_HEADER)]
-    assert "/opt/navi/deploy.sh" in recall and "8098" not in recall
+    assert "/opt/navi/deploy.sh" in recall and "server port is 8098" not in recall
     assert first["messages"][-1] == {"role": "user", "content": QUESTION}
 
-    [result] = [m for m in second["messages"] if m["role"] == "tool"]
+    result = [m for m in second["messages"] if m["role"] == "tool"][-1]
     assert result["tool_name"] == "memory_search"
     search = result["content"]
     assert search.startswith('memory_search "server port" (scope=all):')

@@ -289,7 +289,7 @@ async def test_recall_never_injects_a_superseded_excerpt(
     )
     recalled = [hit.text for hit in prompt.recalled]
     assert recalled == [f"User: {DEPLOY}"]
-    assert "8098" not in texts(prompt.messages)
+    assert "server port is 8098" not in texts(prompt.messages)
 
 
 async def test_recall_never_repeats_an_excerpt_in_the_ledger(
@@ -330,8 +330,8 @@ async def test_ledger_keeps_the_last_hundred_and_an_old_excerpt_comes_back(
     fillers = list(range(10_000_000, 10_000_000 + INJECTED_LEDGER_MAX - 1))
     await execute(
         memory,
-        "UPDATE sessions SET session_metadata = jsonb_build_object(:key, CAST(:ids AS jsonb)) "
-        "WHERE id = :sid",
+        "UPDATE sessions SET session_metadata = "
+        "jsonb_build_object(CAST(:key AS text), CAST(:ids AS jsonb)) WHERE id = :sid",
         key=LEDGER_KEY,
         ids=json.dumps([deploy.chunk_id, *fillers]),
         sid=sid,
