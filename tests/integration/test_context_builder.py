@@ -9,11 +9,15 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from navi_memory import (
     Memory,
+    NaviMemoryError,
     NotFoundError,
     PermissionDeniedError,
     open_memory,
@@ -451,4 +455,59 @@ async def test_no_part_of_another_users_memory_reaches_a_prompt(
     for secret in ("Alice summary", "alice-value", "deploy.sh"):
         assert secret not in everything
     assert prompt.recalled == []
+    assert await ledger(memory, alice_sid) == []
+
+
+# --- generated input --------------------------------------------------------------------------
+
+TEXTS = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["a\x00b", "\ud800", "deploy script", "alice secret", " "]),
+    st.integers(),
+    st.none(),
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    incoming=TEXTS,
+    system_prompt=TEXTS,
+    session=st.sampled_from(["own", "alice", "missing", "", "x\x00", None]),
+)
+async def test_generated_builds_are_a_prompt_or_a_navi_memory_error_and_never_alices(
+    small_chunks: Memory, fake_ollama: FakeOllama, incoming: Any, system_prompt: Any, session: Any
+) -> None:
+    """Any incoming text, system prompt and session id, as Bob: a prompt that holds nothing of
+    Alice's, or a navi_memory error; Alice's ledger never moves."""
+    memory = small_chunks
+    alice, bob = await new_user(memory), await new_user(memory)
+    await memory.store.set_summary("alice-secret summary", user_id=alice)
+    await memory.store.upsert_fact("secret", "token", "alice-secret fact", user_id=alice)
+    alice_sid = await conversation(
+        memory,
+        fake_ollama,
+        alice,
+        [("user", padded("alice-secret: the deploy script is /opt/alice.sh")), ("user", "ok")],
+        keep_last=1,
+    )
+    bob_sid = await conversation(
+        memory,
+        fake_ollama,
+        bob,
+        [("user", padded("the deploy script is mine")), ("user", "ok")],
+        keep_last=1,
+    )
+    session_id = {"own": bob_sid, "alice": alice_sid, "missing": "nope"}.get(session, session)
+    with request_context(user_id=bob):
+        try:
+            prompt = await memory.context.build_prompt(
+                session_id, incoming, system_prompt=system_prompt
+            )
+        except NaviMemoryError:
+            prompt = None
+    if prompt is not None:
+        assert "alice-secret" not in texts(prompt.messages)
+        assert prompt.messages[-1] == ChatTurn("user", incoming)
     assert await ledger(memory, alice_sid) == []

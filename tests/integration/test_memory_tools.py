@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from navi_memory import Memory, request_context
 from navi_memory.llm.chat import checked_tool_specs
@@ -380,3 +382,104 @@ async def test_no_tool_reaches_another_users_memory(memory: Memory) -> None:
     assert await memory.kv.get(
         "scratchpad", "plan", session_id=alice.session_id, user_id=alice.user_id
     ) == ("alice plan")
+
+
+# --- generated calls --------------------------------------------------------------------------
+
+ARGUMENT_NAMES = [
+    "action",
+    "category",
+    "key",
+    "value",
+    "source",
+    "confidence",
+    "expires_days",
+    "source_context",
+    "query",
+    "scope",
+    "k",
+    "section",
+    "text",
+    "user_id",
+    "session_id",
+    "other",
+]
+ACTIONS = ["save", "search", "forget", "list", "write", "read", "SAVE", "drop", ""]
+VALUES = st.one_of(
+    st.sampled_from(ACTIONS),
+    st.text(max_size=12),
+    st.sampled_from(["a\x00b", "\ud800", "x" * 300, "preferences", "editor", "80", "5.0"]),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+async def counts(memory: Memory) -> tuple[int, int]:
+    return await facts_in_db(memory), await kv_in_db(memory)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    name=st.sampled_from(["memory", "memory_search", "scratchpad", "shell", ""]),
+    arguments=st.dictionaries(st.sampled_from(ARGUMENT_NAMES), VALUES, max_size=6),
+    as_json=st.booleans(),
+)
+async def test_generated_calls_answer_text_and_an_error_writes_nothing(
+    memory: Memory, name: str, arguments: dict[str, Any], as_json: bool
+) -> None:
+    """Any tool name and arguments, as a dict or JSON: the answer is text, never an exception;
+    an error answer leaves facts and notes as they were."""
+    ctx = await user_and_session(memory)
+    before = await counts(memory)
+    sent: dict[str, Any] | str = arguments
+    if as_json:
+        sent = json.dumps(arguments)
+    answer = await memory.tools.call(name, sent, ctx)
+    assert isinstance(answer, str) and answer
+    if " error: " in answer.split("\n", 1)[0]:
+        assert await counts(memory) == before
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    name=st.sampled_from(["memory", "memory_search", "scratchpad"]),
+    action=st.sampled_from(["search", "list", "forget", "read", "write", "save"]),
+    word=st.sampled_from(["alice", "secret", "editor", "plan", "", "token"]),
+    session=st.sampled_from(["own", "alice"]),
+)
+async def test_generated_calls_of_another_user_never_reach_alice(
+    memory: Memory, name: str, action: str, word: str, session: str
+) -> None:
+    """Whatever Bob asks any tool — even naming Alice's session — no answer holds Alice's
+    data, and her fact and note are unchanged."""
+    alice = await user_and_session(memory)
+    bob = await user_and_session(memory)
+    await memory.tools.call("memory", SAVE | {"key": "token", "value": "alice-secret-1"}, alice)
+    await memory.tools.call(
+        "scratchpad", {"action": "write", "section": "plan", "text": "alice-secret-2"}, alice
+    )
+    ctx = bob if session == "own" else ToolContext(user_id=bob.user_id, session_id=alice.session_id)
+    arguments = {
+        "action": action,
+        "query": word or "secret",
+        "key": word or "token",
+        "category": "preferences",
+        "value": "bob",
+        "section": word or "plan",
+        "text": "bob",
+    }
+    answer = await memory.tools.call(name, arguments, ctx)
+    assert "alice-secret" not in answer
+    [fact] = await memory.store.get_all_facts(user_id=alice.user_id)
+    assert fact.value == "alice-secret-1"
+    note = await memory.kv.get(
+        "scratchpad", "plan", session_id=alice.session_id, user_id=alice.user_id
+    )
+    assert note == "alice-secret-2"
