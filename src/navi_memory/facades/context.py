@@ -11,7 +11,6 @@ import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
@@ -21,7 +20,12 @@ from navi_memory.errors import NotFoundError
 from navi_memory.llm.chat import ChatTurn
 from navi_memory.request_context import write_scope
 from navi_memory.schemas import MemoryHit
-from navi_memory.services.context import ContextService, ContextSnapshot, context_turns
+from navi_memory.services.context import (
+    ContextService,
+    ContextSnapshot,
+    RecallOutcome,
+    context_turns,
+)
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.search import SearchRequest, UnifiedSearchService, plan_search
 from navi_memory.text.context import facts_block_text, memory_message_text
@@ -29,14 +33,9 @@ from navi_memory.text.recall import qualifies, recall_message_text, recall_query
 from navi_memory.unit_of_work import engine_of, single_statement, unit_of_work
 from navi_memory.validation import check_session_id, check_text
 
-__all__ = ["ContextBuilder", "ContextPrompt", "RecallOutcome"]
+__all__ = ["ContextBuilder", "ContextPrompt"]
 
 logger = logging.getLogger(__name__)
-
-RecallOutcome = Literal["injected", "disabled", "no_summary", "nothing_found", "failed"]
-"""What automatic recall did for one prompt: injected excerpts; was switched off
-(MEMORY_RECALL_ENABLED=false or MEMORY_RECALL_K=0); had nothing to do (the context holds no
-summary yet); found no excerpt that qualifies and is not in the ledger; or failed (logged)."""
 
 
 @dataclass(frozen=True, slots=True)

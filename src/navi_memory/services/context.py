@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -31,7 +31,13 @@ from navi_memory.text.recall import (
     select_recall,
 )
 
-__all__ = ["ContextService", "ContextSnapshot", "context_turns"]
+__all__ = ["ContextService", "ContextSnapshot", "RecallOutcome", "context_turns"]
+
+RecallOutcome = Literal["injected", "disabled", "no_summary", "nothing_found", "failed"]
+"""What automatic recall did for one prompt: injected excerpts; was switched off
+(MEMORY_RECALL_ENABLED=false or MEMORY_RECALL_K=0); had nothing to do (the context holds no
+summary yet); found no excerpt that qualifies and is not in the ledger; or failed (logged)."""
+
 
 H = TypeVar("H", bound=RecallCandidate)
 

@@ -10,7 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from navi_memory.constants import INJECTED_LEDGER_MAX
-from navi_memory.schemas import Message
+from navi_memory.schemas import MemoryHit, Message
+from navi_memory.text.hits import format_hits
 from navi_memory.text.recall import (
     RECALL_HEADER,
     RECALL_QUERY_MESSAGE_MAX_CHARS,
@@ -154,11 +155,27 @@ def test_ledger_read_from_metadata_ignores_junk(stored: object, expected: list[i
 # --- the message -----------------------------------------------------------------------------
 
 
+def raw_hit(chunk_id: int, **fields: Any) -> MemoryHit:
+    values: dict[str, Any] = {
+        "source_type": "raw",
+        "text": "User: the port is 8098",
+        "session_id": "s1",
+        "timestamp": T0,
+        "score": 0.8,
+        "via": "vector",
+        "distance": 0.2,
+        "chunk_id": chunk_id,
+        "start_seq": 12,
+        "end_seq": 14,
+    }
+    return MemoryHit(**(values | fields))
+
+
 def test_recall_message_renders_excerpts_like_raw_search_hits() -> None:
-    """The message has the header, then each excerpt as memory_search shows a raw hit."""
+    """The message has the header, then each excerpt exactly as memory_search shows it."""
     hits = [
-        Hit(7, breadcrumbs=["server_port", "8098"], before_summary=True),
-        Hit(9, start_seq=3, end_seq=3, session_id=None, text="User: a\n\nAssistant: b"),
+        raw_hit(7, breadcrumbs=["server_port", "8098"], before_summary=True),
+        raw_hit(9, start_seq=3, end_seq=3, session_id=None, text="User: a\n\nAssistant: b"),
     ]
     text = recall_message_text(hits)
     assert text is not None
@@ -174,13 +191,15 @@ def test_recall_message_renders_excerpts_like_raw_search_hits() -> None:
         "\n"
         "   Assistant: b"
     )
+    entries = format_hits("q", "raw", hits).split("\n\n", 1)[1]
+    assert body == entries
 
 
 def test_recall_message_shows_times_in_utc() -> None:
     """An excerpt's time is shown in UTC whatever zone it carries."""
     other_zone = T0.astimezone(ZoneInfo("Europe/Zurich"))
     assert other_zone.hour != T0.hour
-    text = recall_message_text([Hit(1, timestamp=other_zone)])
+    text = recall_message_text([raw_hit(1, timestamp=other_zone)])
     assert text is not None
     assert "· 2026-11-06 18:41" in text
 
