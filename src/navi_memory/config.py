@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import platformdirs
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from navi_memory.constants import BACKFILL_BATCH_SIZE, BATCH_SIZE_MAX, CHUNK_CHARS_MIN
+from navi_memory.constants import (
+    BACKFILL_BATCH_SIZE,
+    BATCH_SIZE_MAX,
+    CHUNK_CHARS_MIN,
+    TEXT_ONLY_EMBEDDING_MODEL,
+)
+from navi_memory.errors import ConfigError
 from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS, DEFAULT_MESSAGE_MAX_CHARS
 
-__all__ = ["Settings", "default_data_dir"]
+__all__ = ["Settings", "default_data_dir", "load_settings"]
 
 
 def default_data_dir() -> Path:
@@ -101,6 +108,11 @@ class Settings(BaseSettings):
         return value.strip().rstrip("/")
 
     @property
+    def text_only(self) -> bool:
+        """EMBEDDING_MODEL=none: no embedding model; every search is a text search."""
+        return self.embedding_model.strip().lower() == TEXT_ONLY_EMBEDDING_MODEL
+
+    @property
     def embedding_host(self) -> str:
         """EMBEDDING_OLLAMA_HOST, or OLLAMA_HOST when it is empty."""
         return self.embedding_ollama_host or self.ollama_host
@@ -111,3 +123,16 @@ class Settings(BaseSettings):
         if self.embedding_ollama_host:
             return self.embedding_ollama_api_key
         return self.ollama_api_key
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """``Settings(**overrides)``, with a malformed value reported as one ConfigError line that
+    names the environment variable (``DB_POOL_SIZE=abc``), not as pydantic's report."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = ".".join(str(part) for part in error["loc"]).upper() or "settings"
+            problems.append(f"{name}={error.get('input')!r}: {error['msg']}")
+        raise ConfigError("bad setting " + "; ".join(problems)) from exc

@@ -26,6 +26,9 @@ SUMMARY_MAX_KEYS: Final = 30
 INJECTED_LEDGER_MAX: Final = 100
 """Automatic recall remembers this many delivered chunk ids per session."""
 
+MIN_POSTGRES_MAJOR: Final = 15
+"""The oldest PostgreSQL navi-memory is built for (``navi-memory doctor`` reports older ones)."""
+
 MIN_PGVECTOR: Final = (0, 8, 0)
 """Iterative index scans (hnsw.iterative_scan) arrived in pgvector 0.8.0."""
 
@@ -141,3 +144,24 @@ EXTRACTION_BACKGROUND_CONCURRENCY: Final = 2
 """Background sweeps (started by sessions.create) that run at once in one Memory; more users
 wait their turn. Each holds a pooled connection for its claim, and one model server answers
 them in turn anyway."""
+
+EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS: Final = 60.0
+"""A failing embedding model is reported at most once per this many seconds, with the number of
+failures since the last report (one warning per call would drown the log)."""
+
+TEXT_ONLY_EMBEDDING_MODEL: Final = "none"
+"""EMBEDDING_MODEL=none: text-only mode, no embedding model at all."""
+
+INJECTED_LEDGER_KEY: Final = "injected_chunk_ids"
+"""The key of a session's session_metadata holding the recall ledger (chunk ids, spec)."""
+
+EXPORT_FORMAT: Final = "navi-memory-export"
+"""The first record of an export names the format and its version (EXPORT_FORMAT_VERSION)."""
+
+EXPORT_FORMAT_VERSION: Final = 1
+
+STATS_USERS_DEFAULT: Final = 20
+"""memory.admin.stats() breaks the counts down for this many users, the largest first."""
+
+EMBEDDED_STOP_TIMEOUT_SECONDS: Final = 60
+"""How long ``navi-memory server stop`` waits for the embedded server's shutdown checkpoint."""

@@ -37,6 +37,7 @@ __all__ = [
     "TRGM_INDEXES",
     "Capabilities",
     "check_capabilities",
+    "connection_error",
     "create_engine",
     "create_sessionmaker",
     "ensure_trgm_indexes",
@@ -217,6 +218,8 @@ class Capabilities:
     revision: str | None
     hnsw_iterative_scan: str | None = "relaxed_order"
     """What this connection's ``hnsw.iterative_scan`` is (vector_search_settings sets it)."""
+    pg_trgm_available: str | None = None
+    """The pg_trgm version the server could create (None: the server does not ship it)."""
 
     @property
     def vector_version_tuple(self) -> tuple[int, ...] | None:
@@ -231,10 +234,35 @@ async def probe(engine: AsyncEngine) -> Capabilities:
         async with engine.connect() as conn:
             return await _probe(conn)
     except CONNECTION_ERRORS as exc:
-        raise StorageError(
-            f"cannot reach PostgreSQL at {redact_url(engine.url)}: {exc.__class__.__name__}: "
-            f"{_first_line(exc)}"
-        ) from exc
+        raise connection_error(exc, engine.url) from exc
+
+
+_MISSING_DATABASE = "3D000"
+_LOGIN_REFUSED = frozenset({"28000", "28P01"})  # no such role / wrong password
+
+
+def connection_error(exc: BaseException, url: str | URL) -> ConfigError | StorageError:
+    """What a failed connection means, for a person: a database that does not exist and a
+    refused login are configuration errors (DATABASE_URL names the wrong thing), anything else
+    is a server that cannot be reached."""
+    where = redact_url(url)
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if sqlstate == _MISSING_DATABASE:
+        database = make_url(url).database or "<database>"
+        return ConfigError(
+            f"the database {database!r} does not exist on the server at {where}: create it "
+            f"(createdb {database}, or CREATE DATABASE as a superuser), or point DATABASE_URL at "
+            "an existing one; then run `navi-memory migrate`"
+        )
+    if sqlstate in _LOGIN_REFUSED:
+        return ConfigError(
+            f"the server at {where} refused the login ({_first_line(orig or exc)}): check the "
+            "user and password in DATABASE_URL"
+        )
+    return StorageError(
+        f"cannot reach PostgreSQL at {where}: {exc.__class__.__name__}: {_first_line(exc)}"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -251,7 +279,8 @@ async def _probe(conn: AsyncConnection) -> Capabilities:
                 "(SELECT default_version FROM pg_available_extensions WHERE name = 'vector'), "
                 "(SELECT extversion FROM pg_extension WHERE extname = 'pg_trgm'), "
                 "to_regclass('alembic_version') IS NOT NULL, "
-                "current_setting('hnsw.iterative_scan', true)"
+                "current_setting('hnsw.iterative_scan', true), "
+                "(SELECT default_version FROM pg_available_extensions WHERE name = 'pg_trgm')"
             )
         )
     ).one()
@@ -268,6 +297,7 @@ async def _probe(conn: AsyncConnection) -> Capabilities:
         pg_trgm_version=row[4],
         revision=revision,
         hnsw_iterative_scan=row[6],
+        pg_trgm_available=row[7],
     )
 
 

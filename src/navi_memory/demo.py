@@ -13,7 +13,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from navi_memory.cli import describe
+from navi_memory.cli.doctor import diagnose, report_lines
 from navi_memory.config import Settings
 from navi_memory.errors import NaviMemoryError
 from navi_memory.memory import Memory, open_memory
@@ -49,8 +49,8 @@ CANNED_SUMMARY = (
 async def run(settings: Settings, fake: FakeOllama | None = None) -> None:
     async with open_memory(settings) as memory:
         models = "the fake Ollama (canned)" if fake is not None else settings.ollama_host
-        print(f"== the database   (models: {models})")
-        for line in await describe(memory):
+        print(f"== the database   (models: {models}; `navi-memory doctor` checks them too)")
+        for line in report_lines(await diagnose(settings, check_models=False)):
             print("  " + line)
 
         print("\n== a user")

@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -26,6 +27,7 @@ from navi_memory.db import (
     probe,
     resolve_database_url,
 )
+from navi_memory.facades.admin import Admin
 from navi_memory.facades.context import ContextBuilder
 from navi_memory.facades.extractor import Extractor
 from navi_memory.facades.kv import KvStore
@@ -62,7 +64,8 @@ class Memory:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     capabilities: Capabilities
-    embedder: Embedder
+    embedder: Embedder | None
+    """None in text-only mode (EMBEDDING_MODEL=none, or open_memory(embedder=False))."""
     chat_model: ChatModel
     users: Users
     store: MemoryStore
@@ -74,19 +77,23 @@ class Memory:
     """Each model call's prompt: ``build(session_id, incoming, system_prompt=...)``."""
     tools: MemoryTools
     """The agent's memory tools: ``specs()`` for the model, ``call(name, arguments, context)``."""
+    admin: Admin
+    """Operators' calls (stats, purge_expired, export_user, import_user); need read_all."""
 
 
 @asynccontextmanager
 async def open_memory(
     settings: Settings | None = None,
     *,
-    embedder: Embedder | None = None,
+    embedder: Embedder | Literal[False] | None = None,
     chat_model: ChatModel | None = None,
 ) -> AsyncIterator[Memory]:
     """Open navi-memory on ``settings.database_url`` (unset: the embedded PostgreSQL).
 
     ``embedder`` and ``chat_model`` replace the Ollama clients built from the settings (they
     are then the caller's to close); no model is contacted until a call needs one.
+    ``embedder=False`` (or EMBEDDING_MODEL=none with no embedder passed) is text-only mode: no
+    embedding client at all, rows stored without vectors, every search a text search.
 
     Refuses, with a SchemaError saying what to do, a server without pgvector >= 0.8 or a schema
     that is not at head; a server that cannot be reached is a StorageError naming the URL.
@@ -95,9 +102,19 @@ async def open_memory(
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(settings, url)
     owned_embedder, owned_chat = embedder is None, chat_model is None
+    text_only = embedder is False or (embedder is None and settings.text_only)
     # Any model, ours or the caller's, fails the same way: a navi_memory error within the
     # configured timeout, junk answers refused (#9: a custom model was trusted).
-    embedder = guard_embedder(embedder or OllamaEmbedder.from_settings(settings), settings)
+    guarded: Embedder | None = None
+    if not text_only:
+        guarded = guard_embedder(embedder or OllamaEmbedder.from_settings(settings), settings)
+    else:
+        logger.info(
+            "memory.text_only: no embedding model (%s): rows are stored without vectors and "
+            "every search is a text search",
+            "EMBEDDING_MODEL=none" if embedder is None else "open_memory(embedder=False)",
+            extra={"event": "memory.text_only"},
+        )
     chat_model = guard_chat_model(chat_model or OllamaChatModel.from_settings(settings), settings)
     try:
         capabilities = await probe(engine)
@@ -105,9 +122,10 @@ async def open_memory(
         if capabilities.pg_trgm:
             await ensure_trgm_indexes(engine)
         sessionmaker = create_sessionmaker(engine)
-        # One chunk service and one indexer, shared: compression writes its chunks through
-        # the same service as add_chunks, and their vectors share one queue drain.
-        embedding = EmbeddingService(embedder)
+        # One embedding service, one chunk service and one indexer, shared: compression writes
+        # its chunks through the same service as add_chunks, their vectors share one queue
+        # drain, and a failing model is reported once for all of them.
+        embedding = EmbeddingService(guarded)
         chunks = ChunkService(embedding=embedding)
         indexer = ChunkIndexer(
             sessionmaker,
@@ -120,14 +138,15 @@ async def open_memory(
             sessionmaker,
             settings=settings,
             service=ExtractionService(
-                chat_model=chat_model, embedding=EmbeddingService(embedder), facts=FactService()
+                chat_model=chat_model, embedding=embedding, facts=FactService()
             ),
         )
         background = BackgroundExtraction(sweep)
         store = MemoryStore(
             sessionmaker=sessionmaker,
             settings=settings,
-            embedder=embedder,
+            embedder=guarded,
+            embedding=embedding,
             chunks=chunks,
             indexer=indexer,
         )
@@ -138,7 +157,7 @@ async def open_memory(
             engine=engine,
             sessionmaker=sessionmaker,
             capabilities=capabilities,
-            embedder=embedder,
+            embedder=guarded,
             chat_model=chat_model,
             users=Users(sessionmaker),
             store=store,
@@ -157,6 +176,7 @@ async def open_memory(
                 sessionmaker=sessionmaker, settings=settings, embedding=embedding
             ),
             tools=memory_tools(store=store, search=search, kv=kv),
+            admin=Admin(sessionmaker=sessionmaker, indexer=indexer),
         )
         try:
             yield memory
@@ -168,6 +188,6 @@ async def open_memory(
     finally:
         if owned_chat:
             await chat_model.aclose()
-        if owned_embedder:
-            await embedder.aclose()
+        if owned_embedder and guarded is not None:
+            await guarded.aclose()
         await engine.dispose()

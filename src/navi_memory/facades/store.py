@@ -78,17 +78,19 @@ class MemoryStore:
         *,
         sessionmaker: async_sessionmaker[AsyncSession],
         settings: Settings,
-        embedder: Embedder,
+        embedder: Embedder | None,
+        embedding: EmbeddingService | None = None,
         chunks: ChunkService | None = None,
         indexer: ChunkIndexer | None = None,
         backfill: Backfill | None = None,
     ) -> None:
-        """``chunks``, ``indexer`` and ``backfill`` default to ones of this store's own;
-        open_memory passes the ones it shares with the SessionStore (one indexer per Memory)."""
+        """``embedding``, ``chunks``, ``indexer`` and ``backfill`` default to ones of this
+        store's own; open_memory passes the ones it shares with the SessionStore (one indexer
+        per Memory). ``embedder`` None is text-only mode."""
         self._sessionmaker = sessionmaker
         self._engine = engine_of(sessionmaker)  # refuses a sessionmaker bound to no engine
         self._settings = settings
-        self._embedding = EmbeddingService(embedder)
+        self._embedding = embedding or EmbeddingService(embedder)
         self._facts = FactService()
         self._chunks = chunks or ChunkService(embedding=self._embedding)
         self._indexer = indexer or ChunkIndexer(
@@ -215,8 +217,10 @@ class MemoryStore:
         sort_by: str = "category",
         sort_order: str = "desc",
         include_merged: bool = False,
+        category: str | None = None,
     ) -> list[Fact]:
-        """The user's facts (every user's with ``all_users``, which needs read_all), sorted."""
+        """The user's facts (every user's with ``all_users``, which needs read_all), sorted;
+        ``category`` narrows to one category. Expired facts are never listed."""
         scope = self._listing_scope(user_id, all_users)
         if sort_by not in FACT_SORT_KEYS:
             raise InvalidInputError(
@@ -228,10 +232,14 @@ class MemoryStore:
             limit = check_int("limit", limit, minimum=0)
         offset = check_int("offset", offset, minimum=0)
         search = check_optional_text("search", search)
+        category = check_optional_text(
+            "category", category, max_chars=FACT_CATEGORY_MAX_CHARS, allow_empty=False
+        )
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.list_facts(
                 session,
                 scope,
+                category=None if category is None else category.strip(),
                 search=search or None,
                 include_merged=include_merged,
                 sort_by=sort_by,
@@ -264,6 +272,13 @@ class MemoryStore:
         scope = read_scope(user_id)
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.categories(session, scope)
+
+    async def get_fact(self, fact_id: int) -> Fact:
+        """One fact by id, hidden or expired alike: the current user's own, or anyone's with
+        read_all (an admin context); NotFoundError otherwise."""
+        fact_id = check_int("fact_id", fact_id, minimum=1)
+        async with unit_of_work(self._sessionmaker) as session:
+            return await self._facts.get(session, fact_id)
 
     async def unmerge_fact(self, fact_id: int) -> Fact:
         """Make a hidden row visible again (the row it was merged into stays as it is): the

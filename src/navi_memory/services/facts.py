@@ -92,6 +92,14 @@ def may_change(owner: uuid.UUID | None) -> bool:
     return has_permission(PERMISSION_READ_ALL)
 
 
+def may_read(owner: uuid.UUID | None) -> bool:
+    """A row found by id: the current user's own; anyone's with read_all."""
+    if has_permission(PERMISSION_READ_ALL):
+        return True
+    current = current_user_id()
+    return current is not None and owner == current
+
+
 class FactService:
     """The fact rules, on the session (or, for searches, the connection) each call is given."""
 
@@ -185,7 +193,25 @@ class FactService:
         await session.refresh(refreshed)
         return to_fact(refreshed)
 
+    async def purge_expired(
+        self, session: AsyncSession, user_id: uuid.UUID | None, *, dry_run: bool
+    ) -> tuple[int, int]:
+        """Delete the facts past their expiry (every user's for None) with the rows hidden
+        behind them; returns (expired, hidden with them). ``dry_run`` only counts."""
+        facts = FactRepository(session=session)
+        counts = await facts.expired(user_id)
+        if not dry_run:
+            await facts.delete_expired(user_id)
+        return counts
+
     # --- reads ------------------------------------------------------------------------------
+
+    async def get(self, session: AsyncSession, fact_id: int) -> Fact:
+        """One fact by id, hidden or expired alike, if the caller may read it (``may_read``)."""
+        row = await FactRepository(session=session).get(fact_id)
+        if row is None or not may_read(row.user_id):
+            raise NotFoundError(f"fact {fact_id} does not exist")
+        return to_fact(row)
 
     async def search(
         self,
@@ -214,9 +240,11 @@ class FactService:
         descending: bool,
         limit: int | None,
         offset: int,
+        category: str | None = None,
     ) -> list[Fact]:
         rows = await FactRepository(session=session).list_facts(
             scope,
+            category=category,
             search=search,
             include_merged=include_merged,
             sort_by=sort_by,
