@@ -20,9 +20,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## Create .venv and install the package (editable) with the dev group
 
 lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, the import contracts
-	$(BIN)/ruff check src tests alembic benchmarks
-	$(BIN)/ruff format --check src tests alembic benchmarks
-	$(BIN)/mypy --strict src tests benchmarks alembic
+	$(BIN)/ruff check src tests alembic benchmarks examples
+	$(BIN)/ruff format --check src tests alembic benchmarks examples
+	$(BIN)/mypy --strict src tests benchmarks alembic examples
 	$(BIN)/lint-imports --no-cache --no-logo
 
 test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL

@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     memory_recall_enabled: bool = True
     memory_recall_k: int = Field(default=2, ge=0, le=20)
     memory_recall_min_similarity: float = Field(default=0.55, ge=0, le=1)
+    memory_prompt_max_facts: int = Field(default=50, ge=0, le=1000)
     memory_compress_keep_last: int = Field(default=20, ge=0)
     memory_stale_minutes: int = Field(default=30, ge=0)
     memory_extract_on_create: bool = Field(

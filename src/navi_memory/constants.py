@@ -111,6 +111,26 @@ PostgreSQL's timestamp range)."""
 CHUNK_CHARS_MIN: Final = 200
 """Smallest CHUNK_MAX_CHARS / CHUNK_MESSAGE_MAX_CHARS a deployment may set."""
 
+# --- unified search (memory.search, the memory_search tool) -----------------------------------
+
+SEARCH_K_MIN: Final = 1
+SEARCH_K_MAX: Final = 20
+"""Hits per store in unified search; ``k`` outside this range is clamped, never refused."""
+
+SEARCH_K_DEFAULT: Final = 5
+
+SKETCH_SCOPE: Final = "scratchpad"
+"""The kv_store scope unified search reads sketches from (the scratchpad's)."""
+
+FRESHNESS_MIN_SHARED_WORDS: Final = 2
+"""A raw excerpt is superseded by a newer fact sharing at least this many content words."""
+
+HIT_TEXT_MAX_CHARS: Final = 1500
+"""format_hits cuts a hit's text (a chunk's verbatim text, a long value) here, marking the cut."""
+
+QUERY_ECHO_MAX_CHARS: Final = 200
+"""format_hits echoes at most this much of the query in its header."""
+
 # --- extraction ---------------------------------------------------------------------------------
 
 TRANSCRIPT_MAX_CHARS: Final = 12_000

@@ -29,8 +29,10 @@ from navi_memory.db import (
 )
 from navi_memory.errors import InvalidTypeError
 from navi_memory.facades.admin import Admin
+from navi_memory.facades.context import ContextBuilder
 from navi_memory.facades.extractor import Extractor
 from navi_memory.facades.kv import KvStore
+from navi_memory.facades.search import UnifiedMemorySearch
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
 from navi_memory.facades.users import Users
@@ -48,6 +50,7 @@ from navi_memory.services.chunks import ChunkService
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.extraction import ExtractionService
 from navi_memory.services.facts import FactService
+from navi_memory.tools import MemoryTools, memory_tools
 
 __all__ = ["Memory", "open_memory"]
 
@@ -70,6 +73,11 @@ class Memory:
     sessions: SessionStore
     kv: KvStore
     extractor: Extractor
+    search: UnifiedMemorySearch
+    context: ContextBuilder
+    """Each model call's prompt: ``build(session_id, incoming, system_prompt=...)``."""
+    tools: MemoryTools
+    """The agent's memory tools: ``specs()`` for the model, ``call(name, arguments, context)``."""
     admin: Admin
     """Operators' calls (stats, purge_expired, export_user, import_user); need read_all."""
 
@@ -164,6 +172,8 @@ async def open_memory(
             chunks=chunks,
             indexer=indexer,
         )
+        kv = KvStore(sessionmaker=sessionmaker)
+        search = UnifiedMemorySearch(sessionmaker=sessionmaker, embedding=embedding)
         memory = Memory(
             settings=settings,
             engine=engine,
@@ -181,8 +191,13 @@ async def open_memory(
                 indexer=indexer,
                 extraction=background if settings.memory_extract_on_create else None,
             ),
-            kv=KvStore(sessionmaker=sessionmaker),
+            kv=kv,
             extractor=Extractor(sweep=sweep, background=background),
+            search=search,
+            context=ContextBuilder(
+                sessionmaker=sessionmaker, settings=settings, embedding=embedding
+            ),
+            tools=memory_tools(store=store, search=search, kv=kv),
             admin=Admin(sessionmaker=sessionmaker, indexer=indexer),
         )
         try:

@@ -28,6 +28,7 @@ __all__ = [
     "ImportResult",
     "KvEntry",
     "KvHit",
+    "MemoryHit",
     "MemoryStats",
     "Message",
     "MessageKind",
@@ -227,6 +228,50 @@ class KvHit(_Model):
     @property
     def section(self) -> str:
         return self.key
+
+
+class MemoryHit(_Model):
+    """One hit of unified search (``memory.search``): a fact, a raw excerpt or a sketch, with
+    its provenance, how it was found and, for a raw excerpt, its freshness marks."""
+
+    source_type: Literal["fact", "raw", "sketch"]
+    text: str
+    """A fact's value, a raw excerpt's verbatim text, a sketch's value."""
+    user_id: uuid.UUID | None = None
+    """Whose memory it is (None: a legacy unowned fact, seen by a global read)."""
+    session_id: str | None = None
+    """The session it comes from; for a fact the session it was last written from (None when
+    unknown: legacy rows, writes outside a session); None for a user-wide sketch."""
+    timestamp: datetime
+    """A fact's ``updated_at``, a raw excerpt's ``ended_at``, a sketch's ``updated_at``."""
+    score: float
+    """Vector hits: cosine similarity (1 - distance); text hits: distinct query terms matched;
+    recent items (a query without terms): 0."""
+    via: Literal["vector", "text", "recent"]
+    distance: float | None = None
+    """Cosine distance to the query (vector hits)."""
+    terms_hit: int = 0
+    """Distinct query terms matched (text hits)."""
+    category: str | None = None
+    """A fact's category."""
+    key: str | None = None
+    """A fact's key; a sketch's key (its section)."""
+    fact_id: int | None = None
+    chunk_id: int | None = None
+    start_seq: int | None = None
+    """A raw excerpt's first and last message (``seq``) in its session."""
+    end_seq: int | None = None
+    breadcrumbs: list[str] = Field(default_factory=list)
+    """A raw excerpt's breadcrumbs (the compression's KEYS line and the extracted entities)."""
+    superseded_by: str | None = None
+    """Raw only: the key of a newer fact that overrides this excerpt (docs/memory.md)."""
+    before_summary: bool = False
+    """Raw only: the excerpt ended before its session's last summary was written."""
+
+    @property
+    def section(self) -> str | None:
+        """A sketch's section (its key)."""
+        return self.key if self.source_type == "sketch" else None
 
 
 # --- operations: stats, export / import ------------------------------------------------------

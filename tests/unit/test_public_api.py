@@ -104,3 +104,24 @@ def test_extractor_is_public_with_the_calls_the_spec_names() -> None:
         "facts_skipped",
         "failures",
     }
+
+
+def test_an_agent_loop_needs_nothing_beyond_the_package() -> None:
+    """The names docs/memory.md's agent loop imports are all public (DESIGN: a host's whole
+    agent loop needs nothing else)."""
+    needed = {
+        "MEMORY_USAGE_GUIDELINES",
+        "ChatTurn",
+        "ChatReply",
+        "ToolCall",
+        "ToolChatModel",
+        "OllamaChatModel",
+        "ToolContext",
+        "MemoryTools",
+        "ContextBuilder",
+        "ContextPrompt",
+        "Memory",
+        "open_memory",
+        "request_context",
+    }
+    assert needed <= set(navi_memory.__all__)

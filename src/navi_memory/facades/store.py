@@ -127,11 +127,14 @@ class MemoryStore:
         source_context: str | None = None,
         user_id: uuid.UUID | str | None = None,
         dedupe: bool = False,
+        session_id: str | None = None,
     ) -> Fact:
         """Insert or update a fact of the user; with ``dedupe`` merge other spellings of the key.
 
         Same value again: only ``last_verified_at`` moves (an expired fact is revived with the new
         expiry). New value: value, vector, source, confidence, expiry and ``updated_at`` change.
+        ``session_id`` (default: the request context's session) is recorded as where the fact
+        was written from; it moves with ``updated_at``.
         """
         uid = write_scope(user_id)
         category = check_text("category", category, max_chars=FACT_CATEGORY_MAX_CHARS).strip()
@@ -154,6 +157,9 @@ class MemoryStore:
                     f"got {expires_days}"
                 )
         dedupe = check_bool("dedupe", dedupe)
+        session_id = check_optional_session_id(
+            current_session_id() if session_id is None else session_id
+        )
 
         embedding = await self._embedding.document(embedding_text_for_fact(category, key, value))
         write = FactWrite(
@@ -166,6 +172,7 @@ class MemoryStore:
             expires_days=expires_days,
             source_context=source_context,
             embedding=embedding,
+            session_id=session_id,
         )
         async with unit_of_work(self._sessionmaker) as session:
             fact, outcome = await self._facts.upsert(session, write, dedupe=dedupe)
@@ -265,6 +272,15 @@ class MemoryStore:
         include_merged = check_bool("include_merged", include_merged)
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.count(session, scope, include_merged=include_merged)
+
+    async def fact_categories(
+        self, user_id: uuid.UUID | str | None = None
+    ) -> list[tuple[str, int]]:
+        """The categories that hold visible facts, with how many each, the fullest first (the
+        ``memory`` tool's ``list``: what there is, not the facts themselves)."""
+        scope = read_scope(user_id)
+        async with unit_of_work(self._sessionmaker) as session:
+            return await self._facts.categories(session, scope)
 
     async def get_fact(self, fact_id: int) -> Fact:
         """One fact by id, hidden or expired alike: the current user's own, or anyone's with

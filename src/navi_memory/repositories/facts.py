@@ -48,7 +48,8 @@ FACT_SORT_COLUMNS = {
 
 _FACT_COLUMNS = (
     "f.id, f.user_id, f.category, f.key, f.value, f.source, f.confidence, f.expires_at, "
-    "f.last_verified_at, f.source_context, f.merged_into, f.created_at, f.updated_at"
+    "f.last_verified_at, f.source_context, f.merged_into, f.created_at, f.updated_at, "
+    "f.session_id"
 )
 """Every memory_facts column a Fact shows, the vector excepted (text SQL form)."""
 
@@ -70,6 +71,7 @@ def fact_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
         FactRow.merged_into,
         FactRow.created_at,
         FactRow.updated_at,
+        FactRow.session_id,
         FactRow.embedding.is_not(None).label("has_embedding"),
     ]
 
@@ -289,6 +291,17 @@ class FactRepository:
     async def count(self, user_id: uuid.UUID | None, *, include_merged: bool) -> int:
         stmt = self._listing(user_id, None, include_merged).with_only_columns(func.count())
         return int(await self.session.scalar(stmt) or 0)
+
+    async def category_counts(self, user_id: uuid.UUID | None) -> list[tuple[str, int]]:
+        """(category, visible facts in it), the fullest first, then by name."""
+        count = func.count().label("facts")
+        stmt = (
+            select(FactRow.category, count)
+            .where(owner_filter(user_id), visible())
+            .group_by(FactRow.category)
+            .order_by(count.desc(), FactRow.category)
+        )
+        return [(category, int(n)) for category, n in await self.session.execute(stmt)]
 
     # --- backfill ---------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, Float, Row, Select, cast, delete, func, or_, select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.models import (
@@ -23,7 +23,12 @@ from navi_memory.models import (
     User,
 )
 
-__all__ = ["ExtractionClaimRepository", "SessionActivity", "SessionRepository"]
+__all__ = [
+    "ExtractionClaimRepository",
+    "SessionActivity",
+    "SessionRepository",
+    "summary_at_of_chunk",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,19 @@ class SessionRepository:
             select(SessionRow)
             .where(SessionRow.id == session_id, SessionRow.user_id == user_id)
             .with_for_update()
+        )
+
+    async def set_metadata_value(self, session_id: str, key: str, value: Any) -> None:
+        """Set one key of the session's ``session_metadata`` (a JSON value), leaving the other
+        keys as they are. Callers that read the key first hold ``lock_owned``."""
+        await self.session.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id)
+            .values(
+                session_metadata=SessionRow.session_metadata.op("||")(
+                    func.jsonb_build_object(key, cast(value, JSONB))
+                )
+            )
         )
 
     async def owner(self, session_id: str, *, lock: bool = False) -> uuid.UUID | None:
@@ -385,3 +403,14 @@ class ExtractionClaimRepository:
         await self.connection.execute(
             text("SELECT pg_advisory_unlock(hashtextextended(:scope, 0))"), self._key(session_id)
         )
+
+
+def summary_at_of_chunk(alias: str) -> str:
+    """SQL for the freshness boundary of chunk ``alias`` (a memory_chunks row): when its
+    session's last summary was written — NULL when there is none, when the session has no row,
+    or when the row is another user's than the chunk's."""
+    return (
+        "(SELECT max(m.created_at) FROM sessions s JOIN session_messages m "
+        "ON m.session_id = s.id AND m.kind = 'summary' "
+        f"WHERE s.id = {alias}.session_id AND s.user_id = {alias}.user_id)"
+    )

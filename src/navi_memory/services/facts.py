@@ -66,6 +66,8 @@ class FactWrite:
     expires_days: float | None
     source_context: str | None
     embedding: Sequence[float] | None
+    session_id: str | None = None
+    """The session the fact is written from (provenance); it moves with ``updated_at``."""
 
 
 def to_fact(row: FactRow | RowMapping) -> Fact:
@@ -143,6 +145,7 @@ class FactService:
                     "expires_at": expires_at,
                     "source_context": write.source_context,
                     "last_verified_at": now,
+                    "session_id": write.session_id,
                 }
             )
             outcome = "merged" if spellings else "inserted"
@@ -256,6 +259,11 @@ class FactService:
     ) -> int:
         return await FactRepository(session=session).count(scope, include_merged=include_merged)
 
+    async def categories(
+        self, session: AsyncSession, scope: uuid.UUID | None
+    ) -> list[tuple[str, int]]:
+        return await FactRepository(session=session).category_counts(scope)
+
     # --- summary ----------------------------------------------------------------------------
 
     async def get_summary(self, session: AsyncSession, scope: uuid.UUID | None) -> str | None:
@@ -325,6 +333,7 @@ async def _write_over(
             "expires_at": expires_at,
             "updated_at": now,
             "last_verified_at": now,
+            "session_id": write.session_id,
         }
         outcome = "revived" if expired else "updated"
     return await facts.update(row.id, values), outcome
