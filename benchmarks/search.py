@@ -11,6 +11,7 @@ found by text) — so each call does a vector pass in one store and a text pass 
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import time
 import uuid
@@ -143,10 +144,10 @@ class SearchSection:
             "text pass in the other.",
             f"Each query runs as search_facts(limit={SEARCH_K_DEFAULT}) and "
             f"search_chunks(limit={SEARCH_K_DEFAULT}) one after the other, then as "
-            f"memory.search(k={SEARCH_K_DEFAULT}, scope='all') — facts, raw (with the facts "
-            "for freshness and the sessions' summary boundaries) and sketches read "
-            "concurrently on three connections; one caller; embedding excluded (a lookup "
-            f"embedder), {WARMUP_CALLS} warm-up queries left out.",
+            f"memory.search(k={SEARCH_K_DEFAULT}, scope='all') — the raw history (with its "
+            "sessions' summary boundaries) on one connection, the facts (20, for the "
+            "freshness marks) then the sketches on another, the two concurrently; one caller; "
+            f"embedding excluded (a lookup embedder), {WARMUP_CALLS} warm-up queries left out.",
         ]
         settings = Settings(
             _env_file=None,
@@ -157,6 +158,7 @@ class SearchSection:
         lookup = chunks_section.LookupEmbedder()
         embedder = TimingEmbedder(lookup)
         async with timed_memory(settings, embedder) as (memory, clock):
+            load_average = os.getloadavg()[0]
             users = [rng.randrange(len(plans)) for _ in range(sizes.queries + WARMUP_CALLS)]
             from_chunks = await chunks_section.make_queries(
                 memory, lookup, rng, plans, load.ids, users[::2]
@@ -180,10 +182,15 @@ class SearchSection:
                 report.rows += timing_rows(timings, path)
                 if path == "vector":
                     report.targets.append(target(timings))
-        report.notes.append(
+        start_load, end_load = load_average, os.getloadavg()[0]
+        report.notes += [
             "The SQL / Python split of the other sections is not given here: unified search's "
-            "statements overlap in time, so per-statement clocks do not add up to the call."
-        )
+            "statements overlap in time, so per-statement clocks do not add up to the call.",
+            f"Machine load (1-minute load average, 2 cores) when the calls began: "
+            f"{start_load:.1f}, when they ended: {end_load:.1f}. Unified search gains only "
+            "while a core is free for its second connection; on a saturated machine it costs "
+            "about what the two calls cost one after the other.",
+        ]
 
 
 SECTION = SearchSection()

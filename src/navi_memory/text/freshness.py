@@ -58,18 +58,29 @@ _WORD = re.compile(r"[^\W_]+")
 def content_words(*texts: str) -> frozenset[str]:
     """The content words of ``texts``: lowercased (Unicode case folding) words, identifiers
     split on ``_ - . /`` and camelCase (``server_port`` and ``serverPort`` → server, port),
-    numbers kept (``8098``), stop words and single letters dropped.
-
-    Every word is a substring of its text case-folded (folding maps each character on its own),
-    which lets ``mark_freshness`` skip tokenizing an excerpt no fact can match."""
+    numbers kept (``8098``), stop words and single letters dropped."""
     words: set[str] = set()
     for text in texts:
-        for word in _WORD.findall(_CAMEL_BOUNDARY.sub(" ", text)):
-            word = word.casefold()
-            if word in FRESHNESS_STOP_WORDS or (len(word) == 1 and not word.isdigit()):
-                continue
-            words.add(word)
-    return frozenset(words)
+        # Tokens first, each distinct one once: a chunk holds thousands of words but a few
+        # hundred distinct ones, and only tokens with capitals can hide a camelCase seam
+        # (a seam never crosses a separator).
+        for token in set(_WORD.findall(text)):
+            parts = [token] if token.islower() or token.isdigit() else _split_camel(token)
+            for part in parts:
+                folded = part.casefold()
+                if folded.isalnum():
+                    words.add(folded)
+                else:  # folding made a non-letter (a combining mark): split there too
+                    words.update(_WORD.findall(folded))
+    return frozenset(
+        word
+        for word in words
+        if word not in FRESHNESS_STOP_WORDS and (len(word) > 1 or word.isdigit())
+    )
+
+
+def _split_camel(token: str) -> list[str]:
+    return _CAMEL_BOUNDARY.sub(" ", token).split(" ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,24 +141,18 @@ def mark_freshness(
             and fact.updated_at > excerpt.ended_at
             and len(words_of_fact) >= FRESHNESS_MIN_SHARED_WORDS
         ]
-        if newer:
-            # A shared word is a substring of the folded excerpt: facts with too few of their
-            # words in it cannot qualify, and most excerpts need no tokenizing at all.
-            folded = "\n".join((excerpt.content, *excerpt.breadcrumbs)).casefold()
-            newer = [
-                (fact, words_of_fact)
-                for fact, words_of_fact in newer
-                if sum(word in folded for word in words_of_fact) >= FRESHNESS_MIN_SHARED_WORDS
-            ]
-        words = content_words(excerpt.content, *excerpt.breadcrumbs) if newer else frozenset()
         best: tuple[int, datetime, str] | None = None
-        for fact, words_of_fact in newer:
-            shared = len(words & words_of_fact)
-            if shared < FRESHNESS_MIN_SHARED_WORDS:
-                continue
-            candidate = (shared, fact.updated_at, fact.key)
-            if best is None or _ranks_before(candidate, best):
-                best = candidate
+        if newer:
+            # A separator of its own: no word crosses from the text into a breadcrumb.
+            text = "\n".join((excerpt.content, *excerpt.breadcrumbs))
+            shared_words = _words_in(text, set().union(*(words for _, words in newer)))
+            for fact, words_of_fact in newer:
+                shared = len(words_of_fact & shared_words)
+                if shared < FRESHNESS_MIN_SHARED_WORDS:
+                    continue
+                candidate = (shared, fact.updated_at, fact.key)
+                if best is None or _ranks_before(candidate, best):
+                    best = candidate
         boundary = summary_at.get(excerpt.session_id)
         marks.append(
             Freshness(
@@ -156,6 +161,58 @@ def mark_freshness(
             )
         )
     return marks
+
+
+FIND_WORDS_MAX: Final = 40
+"""Up to this many fact words are looked up in an excerpt one by one; more, it is tokenized."""
+
+
+def _words_in(text: str, words: set[str]) -> set[str]:
+    """Which of ``words`` (content words) are content words of ``text`` too.
+
+    With few words and ASCII text (nearly every chunk) the text is not tokenized: each word is
+    looked up with ``str.find`` and kept where it stands as a whole part of a token —
+    separators or camelCase seams on both sides, no seam inside — which is exactly where
+    ``content_words`` would have cut it. Measured on 2–4 KB chunks, FIND_WORDS_MAX finds cost
+    about what tokenizing the chunk costs. Other text is tokenized (case folding is not
+    per-position there)."""
+    if len(words) > FIND_WORDS_MAX or not text.isascii():
+        return words & content_words(text)
+    lowered = text.lower()
+    found: set[str] = set()
+    for word in words:
+        start = lowered.find(word)
+        while start >= 0:
+            if _whole_part(text, start, start + len(word)):
+                found.add(word)
+                break
+            start = lowered.find(word, start + 1)
+    return found
+
+
+def _whole_part(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` is one part of a token: bounded by a separator or a seam on each
+    side, and no seam inside (ASCII text)."""
+    if start > 0 and text[start - 1].isalnum() and not _seam(text, start):
+        return False
+    if end < len(text) and text[end].isalnum() and not _seam(text, end):
+        return False
+    piece = text[start:end]
+    return (
+        piece.islower()
+        or piece.isdigit()
+        or not any(_seam(text, at) for at in range(start + 1, end))
+    )
+
+
+def _seam(text: str, at: int) -> bool:
+    """A camelCase seam between ``text[at - 1]`` and ``text[at]``, as _CAMEL_BOUNDARY finds."""
+    before, here = text[at - 1], text[at]
+    if not here.isupper():
+        return False
+    if before.islower() or before.isdigit():
+        return True
+    return before.isupper() and at + 1 < len(text) and text[at + 1].islower()
 
 
 def _ranks_before(a: tuple[int, datetime, str], b: tuple[int, datetime, str]) -> bool:
