@@ -6,7 +6,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 Snapshot = dict[str, list[str]]
-"""Table name → every row as PostgreSQL's text form of the whole row, sorted."""
+"""Table name → every row as ``ctid xmin md5(row text)``, sorted: its contents (the digest of
+PostgreSQL's text form of the whole row) and its version (a row rewritten even with the same
+values has a new ctid and xmin). Digests keep a snapshot small when rows hold megabytes."""
 
 
 async def table_contents(engine: AsyncEngine) -> Snapshot:
@@ -23,7 +25,12 @@ async def table_contents(engine: AsyncEngine) -> Snapshot:
         ).scalars()
         contents: Snapshot = {}
         for table in list(tables):
-            rows = await conn.execute(text(f'SELECT t::text FROM public."{table}" t ORDER BY 1'))
+            rows = await conn.execute(
+                text(
+                    f"SELECT t.ctid::text || ' ' || t.xmin::text || ' ' || md5(t::text) "
+                    f'FROM public."{table}" t ORDER BY 1'
+                )
+            )
             contents[table] = list(rows.scalars())
     return contents
 

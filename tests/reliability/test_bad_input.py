@@ -30,7 +30,7 @@ from tests.reliability.snapshot import changed_tables, table_contents
 from tests.reliability.strategies import HOSTILE_RUN
 from tests.reliability.world import World
 
-SOAK_EXAMPLES: Final = 400
+SOAK_EXAMPLES: Final = 250
 """Generated calls per entry point in `make soak` (`make test` runs strategies.EXAMPLES)."""
 CALL_DEADLINE: Final = 20.0
 """A call that takes longer is a hang: a finding, like an exception."""
