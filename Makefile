@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-wheel soak lint migrate demo backfill extract bench bench-large doctor clean
+.PHONY: help install test test-cli test-wheel soak lint migrate demo backfill extract bench bench-large doctor clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,6 +27,9 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, the import con
 
 test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
 	$(BIN)/pytest
+
+test-cli: $(STAMP) ## The operator CLI through its console script (tests/cli; CI runs it)
+	$(BIN)/pytest -m cli
 
 test-wheel: $(STAMP) ## Build the wheel, install it in a fresh venv, migrate and use it (CI runs it)
 	$(BIN)/pytest -m wheel

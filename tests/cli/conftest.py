@@ -12,6 +12,15 @@ import pytest
 
 CLI = Path(sys.executable).with_name("navi-memory")
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here starts the console script several times (~1 s each): they run as
+    `make test-cli` (and in CI), so that `make test` stays within its five minutes."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.cli)
+
 Navi = Callable[..., subprocess.CompletedProcess[str]]
 
 
