@@ -21,6 +21,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.path.is_relative_to(here):
             item.add_marker(pytest.mark.cli)
 
+
 Navi = Callable[..., subprocess.CompletedProcess[str]]
 
 
