@@ -83,12 +83,28 @@ def _environments(db_url: str) -> st.SearchStrategy[dict[str, str]]:
 def _argvs() -> st.SearchStrategy[list[str]]:
     word = st.one_of(
         st.sampled_from(
-            ["doctor", "backfill", "migrate", "--to", "--sql", "--help", "-h", "--", "-", "0001"]
+            [
+                "doctor",
+                "backfill",
+                "migrate",
+                "extract",
+                "--user",
+                "--json",
+                "--to",
+                "--sql",
+                "--help",
+                "-h",
+                "--",
+                "-",
+                "0001",
+            ]
         ),
         s.hostile_text,
     )
     return st.one_of(
-        st.sampled_from([["doctor"], ["backfill"], ["migrate"], ["migrate", "--sql"]]),
+        st.sampled_from(
+            [["doctor"], ["backfill"], ["migrate"], ["migrate", "--sql"], ["extract", "--json"]]
+        ),
         st.lists(word.map(str), max_size=3).filter(lambda a: all(_env_text(w) for w in a)),
     )
 
