@@ -299,6 +299,12 @@ def timing_rows(timings: Sequence[Timing], path: str) -> list[Row]:
             "ms",
             "the same two reads without unified search",
         ),
+        Row(
+            "  per query: memory.search / the slower of the two alone, median",
+            f"{percentile([t.unified / max(t.facts, t.chunks) for t in timings], 50):.2f}",
+            "x",
+            "each query's three calls made back to back, so load drifts less between them",
+        ),
     ]
     for kind in ("chunk", "fact"):
         mine = [t for t in timings if t.kind == kind]
