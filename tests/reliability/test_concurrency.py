@@ -28,6 +28,8 @@ SPELLINGS: Final = ("favourite_colour", "favorite_color", "favouriteColour", "Fa
 INTERLEAVINGS: Final = 12
 """Generated schedules per `make test` run (each of up to SCHEDULE_OPS concurrent operations)."""
 SCHEDULE_OPS: Final = 48
+SOAK_INTERLEAVINGS: Final = 100
+SOAK_SCHEDULE_OPS: Final = 120
 
 _runs = itertools.count()
 
@@ -195,8 +197,8 @@ async def test_two_hundred_concurrent_writes_of_ten_users(busy_memory: Memory) -
 
 
 @pytest.mark.soak
-@settings(HOSTILE_RUN, max_examples=300, derandomize=False)
-@given(schedule=schedules(120))
+@settings(HOSTILE_RUN, max_examples=SOAK_INTERLEAVINGS, derandomize=False)
+@given(schedule=schedules(SOAK_SCHEDULE_OPS))
 async def test_soak_interleavings(
     busy_memory: Memory, schedule: list[tuple[int, str, int]]
 ) -> None:
