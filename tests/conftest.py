@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import settings as hypothesis_settings
 from pytest_postgresql import factories
 
 from navi_memory import Memory, Settings, open_memory
@@ -19,6 +20,12 @@ from tests import dbtools
 for _name in list(os.environ):
     if _name.startswith(("DATABASE_URL", "OLLAMA_", "EMBEDDING_", "MEMORY_", "BACKFILL_")):
         del os.environ[_name]
+
+# Generated tests are reproducible (a CI failure is the same failure on a laptop) and have no
+# per-example deadline (a loaded 2-core CI machine is not a finding); `make soak` draws fresh
+# random inputs with settings of its own.
+hypothesis_settings.register_profile("navi-memory", derandomize=True, deadline=None)
+hypothesis_settings.load_profile("navi-memory")
 
 _SERVER: dbtools.EmbeddedServer | None = None
 

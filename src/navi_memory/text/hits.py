@@ -24,6 +24,7 @@ __all__ = [
     "SearchScope",
     "clamp_k",
     "cut_text",
+    "format_hit",
     "format_hits",
     "normalize_scope",
 ]
@@ -131,7 +132,11 @@ def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
     if not hits:
         return f"{head}: nothing found in {_WHERE[shown]}."
     lines = [f"{head}: {len(hits)} hit(s)", ""]
-    for number, hit in enumerate(hits, start=1):
-        lines.append(f"{number}. {_title(hit)}")
-        lines.extend(_body(hit))
+    lines.extend(format_hit(number, hit) for number, hit in enumerate(hits, start=1))
     return "\n".join(lines)
+
+
+def format_hit(number: int, hit: MemoryHit) -> str:
+    """One numbered entry of ``format_hits`` (its title line, then its indented body); the
+    context builder's recall message renders its excerpts with it too."""
+    return "\n".join([f"{number}. {_title(hit)}", *_body(hit)])

@@ -14,6 +14,7 @@ from navi_memory.constants import SEARCH_K_DEFAULT, SEARCH_K_MAX, SEARCH_K_MIN
 from navi_memory.errors import InvalidInputError, InvalidTypeError
 from navi_memory.schemas import MemoryHit
 from navi_memory.text.hits import SEARCH_SCOPES, SearchScope, clamp_k, format_hits, normalize_scope
+from navi_memory.tools.arguments import json_type
 from navi_memory.tools.base import Tool, ToolContext
 from navi_memory.validation import check_text
 
@@ -92,7 +93,7 @@ def parse_memory_search_arguments(arguments: Mapping[str, Any]) -> MemorySearchA
             "query is required: say what to look for (a name, a file, a command, a value, a topic)"
         )
     if not isinstance(query, str):
-        raise InvalidTypeError(f"query must be a string, got {_json_type(query)}")
+        raise InvalidTypeError(f"query must be a string, got {json_type(query)}")
     if not query.strip():
         raise InvalidInputError("query is empty: say what to look for")
     query = check_text("query", query)
@@ -106,7 +107,7 @@ def _scope(value: Any) -> SearchScope:
         return "all"
     if not isinstance(value, str):
         raise InvalidTypeError(
-            f"scope must be one of {', '.join(SEARCH_SCOPES)}, got {_json_type(value)}"
+            f"scope must be one of {', '.join(SEARCH_SCOPES)}, got {json_type(value)}"
         )
     return normalize_scope(value)
 
@@ -121,25 +122,8 @@ def _k(value: Any) -> int:
     if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):
         return clamp_k(int(value))
     raise InvalidTypeError(
-        f"k must be a whole number from {SEARCH_K_MIN} to {SEARCH_K_MAX}, got {_json_type(value)}"
+        f"k must be a whole number from {SEARCH_K_MIN} to {SEARCH_K_MAX}, got {json_type(value)}"
     )
-
-
-def _json_type(value: Any) -> str:
-    """How the model would name the type it sent."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, list | tuple):
-        return "an array"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
 
 
 class Searcher(Protocol):
