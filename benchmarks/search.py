@@ -145,7 +145,7 @@ class SearchSection:
             f"Each query runs as search_facts(limit={SEARCH_K_DEFAULT}) and "
             f"search_chunks(limit={SEARCH_K_DEFAULT}) one after the other, then as "
             f"memory.search(k={SEARCH_K_DEFAULT}, scope='all') — the raw history (with its "
-            "sessions' summary boundaries) on one connection, the facts (20, for the "
+            "sessions' summary boundaries) on one connection, the facts (10, for the "
             "freshness marks) then the sketches on another, the two concurrently; one caller; "
             f"embedding excluded (a lookup embedder), {WARMUP_CALLS} warm-up queries left out.",
         ]

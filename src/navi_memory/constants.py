@@ -125,6 +125,11 @@ SKETCH_SCOPE: Final = "scratchpad"
 FRESHNESS_MIN_SHARED_WORDS: Final = 2
 """A raw excerpt is superseded by a newer fact sharing at least this many content words."""
 
+FRESHNESS_FACTS: Final = 10
+"""How many of the facts matching the query (the best-ranked; ``k`` when more) the freshness
+rule compares raw excerpts with. More costs the fact search its early exit: with this many
+vector hits it skips the text pass."""
+
 HIT_TEXT_MAX_CHARS: Final = 1500
 """format_hits cuts a hit's text (a chunk's verbatim text, a long value) here, marking the cut."""
 

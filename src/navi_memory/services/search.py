@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from navi_memory.constants import (
     CHUNK_MAX_DISTANCE,
     FACT_MAX_DISTANCE,
-    SEARCH_K_MAX,
+    FRESHNESS_FACTS,
     SKETCH_SCOPE,
 )
 from navi_memory.repositories.chunks import ChunkRepository
@@ -33,7 +33,6 @@ from navi_memory.text.hits import SearchScope
 from navi_memory.text.terms import STOP_WORDS, query_terms
 
 __all__ = [
-    "FRESHNESS_FACTS",
     "SearchPlan",
     "SearchRequest",
     "Store",
@@ -45,10 +44,6 @@ Store = Literal["facts", "raw", "sketches"]
 """One store of unified search."""
 
 Connection = AsyncSession | AsyncConnection
-
-FRESHNESS_FACTS: Final = SEARCH_K_MAX
-"""How many of the facts matching the query the freshness rule compares raw excerpts with
-(the best-ranked ones; the first ``k`` of them are also the fact hits)."""
 
 _LANES: Final[dict[SearchScope, tuple[tuple[Store, ...], ...]]] = {
     # Raw history is the slow read: it gets a connection of its own, and the facts and the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import string
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -10,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from navi_memory.text.freshness import (
+    FRESHNESS_STOP_WORDS,
     FactVersion,
     Freshness,
     RawExcerpt,
@@ -170,6 +173,26 @@ SEPARATORS = [" ", "_", "-", ".", "/", "", "\n", ": "]
 texts = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)), max_size=8).map(
     lambda parts: "".join(word + sep for word, sep in parts)
 )
+
+
+def plain_content_words(text: str) -> frozenset[str]:
+    """The definition, written plainly: seams spaced out, tokens, each folded."""
+    seams = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+    words = {
+        word
+        for token in re.findall(r"[^\W_]+", seams.sub(" ", text))
+        for word in re.findall(r"[^\W_]+", token.casefold())
+    }
+    return frozenset(
+        w for w in words if w not in FRESHNESS_STOP_WORDS and (len(w) > 1 or w.isdigit())
+    )
+
+
+@settings(max_examples=500)
+@given(st.one_of(texts, st.text(max_size=80), st.text(alphabet=string.printable, max_size=80)))
+def test_content_words_follow_the_plain_definition(text: str) -> None:
+    """The fast ASCII path and the general path both give the plain definition's words."""
+    assert content_words(text) == plain_content_words(text)
 
 
 @settings(max_examples=500)
