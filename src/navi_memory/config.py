@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from navi_memory.constants import BACKFILL_BATCH_SIZE, BATCH_SIZE_MAX, CHUNK_CHARS_MIN
+from navi_memory.constants import (
+    BACKFILL_BATCH_SIZE,
+    BATCH_SIZE_MAX,
+    CHUNK_CHARS_MIN,
+    CHUNK_MAX_DISTANCE,
+)
 from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS, DEFAULT_MESSAGE_MAX_CHARS
 
 __all__ = ["Settings", "default_data_dir"]
@@ -82,6 +88,20 @@ class Settings(BaseSettings):
         description="Index new chunk vectors (HNSW) in a background task of this process.",
     )
     chunk_index_batch_size: int = Field(default=64, ge=1, le=1000)
+    chunk_text_ranking: Literal["bm25", "terms"] = Field(
+        default="bm25",
+        description=(
+            "How search_chunks ranks text hits: bm25 (per-user idf, tf saturation, length "
+            "normalisation, index-served, fused with the vector list by reciprocal rank) or "
+            "terms (the spec's: distinct terms hit, then recency, after every vector hit)."
+        ),
+    )
+    chunk_max_distance: float = Field(
+        default=CHUNK_MAX_DISTANCE,
+        gt=0,
+        le=2,
+        description="search_chunks: a vector hit must lie closer than this cosine distance.",
+    )
 
     # --- backfill -------------------------------------------------------------------------
     backfill_batch_size: int = Field(default=BACKFILL_BATCH_SIZE, ge=1, le=BATCH_SIZE_MAX)

@@ -94,7 +94,7 @@ async def open_memory(
         sessionmaker = create_sessionmaker(engine)
         # One chunk service and one indexer, shared: compression writes its chunks through
         # the same service as add_chunks, and their vectors share one queue drain.
-        chunks = ChunkService(embedding=EmbeddingService(embedder))
+        chunks = ChunkService.from_settings(settings, embedding=EmbeddingService(embedder))
         indexer = ChunkIndexer(
             sessionmaker,
             batch_size=settings.chunk_index_batch_size,

@@ -89,7 +89,9 @@ async def test_a_schema_behind_head_is_refused(
 ) -> None:
     url = pg_server.url(scratch_db)
     dbtools.upgrade(url, "0002")
-    with pytest.raises(SchemaError, match=r"revision 0002.*needs 0004.*navi-memory migrate"):
+    with pytest.raises(
+        SchemaError, match=rf"revision 0002.*needs {SCHEMA_HEAD}.*navi-memory migrate"
+    ):
         async with open_memory(make_settings(url, fake_ollama)):
             pass
 
