@@ -40,7 +40,11 @@ from navi_memory.schemas import ChunkDraft, Message
 from navi_memory.text.breadcrumbs import extract_breadcrumbs
 from navi_memory.text.chunks import build_chunks, render_message
 
-DEFAULT_DATA = ROOT.parent.parent / "shared" / "bench" / "locomo" / "locomo_dev.json"
+_CANDIDATES = [
+    base / "shared" / "bench" / "locomo" / "locomo_dev.json" for base in ROOT.parents[:2]
+]
+DEFAULT_DATA = next((p for p in _CANDIDATES if p.exists()), _CANDIDATES[0])
+"""The shared benchmark folder beside the checkout (or beside its worktree folder)."""
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 K = 10
 _DIA = re.compile(r"D\d+:\d+")
