@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-wheel lint migrate demo backfill bench bench-large bench-quality doctor clean
+.PHONY: help install test test-wheel soak lint migrate demo backfill extract bench bench-large bench-quality doctor clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,9 +20,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## Create .venv and install the package (editable) with the dev group
 
 lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, the import contracts
-	$(BIN)/ruff check src tests alembic benchmarks
-	$(BIN)/ruff format --check src tests alembic benchmarks
-	$(BIN)/mypy --strict src tests benchmarks alembic
+	$(BIN)/ruff check src tests alembic benchmarks examples
+	$(BIN)/ruff format --check src tests alembic benchmarks examples
+	$(BIN)/mypy --strict src tests benchmarks alembic examples
 	$(BIN)/lint-imports --no-cache --no-logo
 
 test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
@@ -30,6 +30,9 @@ test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
 
 test-wheel: $(STAMP) ## Build the wheel, install it in a fresh venv, migrate and use it (CI runs it)
 	$(BIN)/pytest -m wheel
+
+soak: $(STAMP) ## The long reliability runs (fresh random inputs, faults, interleavings)
+	$(BIN)/pytest tests/reliability -m soak
 
 migrate: $(STAMP) ## alembic upgrade head (DATABASE_URL, or the embedded default when unset)
 	$(BIN)/alembic upgrade head
@@ -42,6 +45,9 @@ doctor: $(STAMP) ## Say what the configured database offers and whether it is at
 
 backfill: $(STAMP) ## Embed every fact and chunk that has no vector yet
 	$(BIN)/navi-memory backfill
+
+extract: $(STAMP) ## Turn every stale session into facts and rewrite the users' summaries
+	$(BIN)/navi-memory extract
 
 bench: $(STAMP) ## Benchmarks at 100k rows (prints figures; see docs/benchmarks.md)
 	$(BIN)/python -m benchmarks.run

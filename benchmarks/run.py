@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks import chunks, facts
+from benchmarks import chunks, facts, search
 from benchmarks.harness import (
     ROOT,
     BenchContext,
@@ -30,7 +30,7 @@ from benchmarks.harness import (
 from benchmarks.report import machine_markdown, section_markdown, section_text, update_docs
 
 SECTIONS: dict[str, Section] = {
-    section.name: section for section in (facts.SECTION, chunks.SECTION)
+    section.name: section for section in (facts.SECTION, chunks.SECTION, search.SECTION)
 }
 """Every section, in the order they run; a new one (chunks) is one more module listed here."""
 

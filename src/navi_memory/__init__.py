@@ -9,6 +9,7 @@ from navi_memory.db import Capabilities
 from navi_memory.errors import (
     ChatModelError,
     ConfigError,
+    ConnectionLostError,
     EmbeddingError,
     ExtractionError,
     InvalidInputError,
@@ -19,9 +20,13 @@ from navi_memory.errors import (
     SchemaError,
     StorageError,
 )
+from navi_memory.facades.context import ContextBuilder, ContextPrompt
+from navi_memory.facades.extractor import Extractor
 from navi_memory.facades.kv import KvStore
+from navi_memory.facades.search import UnifiedMemorySearch
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
+from navi_memory.llm import ChatReply, ChatTurn, OllamaChatModel, ToolCall, ToolChatModel
 from navi_memory.memory import Memory, open_memory
 from navi_memory.request_context import request_context
 from navi_memory.schemas import (
@@ -29,46 +34,77 @@ from navi_memory.schemas import (
     ChunkDraft,
     ChunkHit,
     CompressionResult,
+    ExportRecord,
+    ExtractionReport,
     Fact,
     FactHit,
+    ImportResult,
     KvEntry,
     KvHit,
+    MemoryHit,
+    MemoryStats,
     Message,
+    PurgeResult,
     SessionInfo,
     UserInfo,
+    UserStats,
 )
+from navi_memory.text.guidelines import MEMORY_USAGE_GUIDELINES
+from navi_memory.text.hits import format_hits
+from navi_memory.tools import MemoryTools, ToolContext
 
 __all__ = [
     "EMBEDDING_DIM",
+    "MEMORY_USAGE_GUIDELINES",
     "PERMISSION_READ_ALL",
     "Capabilities",
     "ChatModelError",
+    "ChatReply",
+    "ChatTurn",
     "Chunk",
     "ChunkDraft",
     "ChunkHit",
     "CompressionResult",
     "ConfigError",
+    "ConnectionLostError",
+    "ContextBuilder",
+    "ContextPrompt",
     "EmbeddingError",
+    "ExportRecord",
     "ExtractionError",
+    "ExtractionReport",
+    "Extractor",
     "Fact",
     "FactHit",
+    "ImportResult",
     "InvalidInputError",
     "InvalidTypeError",
     "KvEntry",
     "KvHit",
     "KvStore",
     "Memory",
+    "MemoryHit",
+    "MemoryStats",
     "MemoryStore",
+    "MemoryTools",
     "Message",
     "NaviMemoryError",
     "NotFoundError",
+    "OllamaChatModel",
     "PermissionDeniedError",
+    "PurgeResult",
     "SchemaError",
     "SessionInfo",
     "SessionStore",
     "Settings",
     "StorageError",
+    "ToolCall",
+    "ToolChatModel",
+    "ToolContext",
+    "UnifiedMemorySearch",
     "UserInfo",
+    "UserStats",
+    "format_hits",
     "open_memory",
     "request_context",
 ]

@@ -7,21 +7,24 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from navi_memory.constants import (
     BACKFILL_BATCH_SIZE,
+    BACKFILL_PAUSE_MAX_SECONDS,
     BATCH_SIZE_MAX,
     CHUNK_CHARS_MIN,
     CHUNK_MAX_DISTANCE,
+    TEXT_ONLY_EMBEDDING_MODEL,
 )
+from navi_memory.errors import ConfigError
 from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS, DEFAULT_MESSAGE_MAX_CHARS
 
-__all__ = ["Settings", "default_data_dir"]
+__all__ = ["Settings", "default_data_dir", "load_settings"]
 
 
 def default_data_dir() -> Path:
@@ -50,7 +53,7 @@ class Settings(BaseSettings):
     navi_memory_data_dir: Path = Field(default_factory=default_data_dir)
     db_pool_size: int = Field(default=5, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)
-    db_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    db_connect_timeout_seconds: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     db_pool_pre_ping: bool = Field(
         default=False,
         description=(
@@ -58,7 +61,7 @@ class Settings(BaseSettings):
             "~0.4 ms a call). Off, a connection the server closed is still replaced at checkout."
         ),
     )
-    db_pool_recycle_seconds: float = Field(default=1800.0, gt=0)
+    db_pool_recycle_seconds: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
 
     # --- models ---------------------------------------------------------------------------
     ollama_host: str = "http://127.0.0.1:11434"
@@ -69,17 +72,25 @@ class Settings(BaseSettings):
     embedding_document_prefix: str = "search_document: "
     embedding_query_prefix: str = "search_query: "
     embedding_batch_size: int = Field(default=32, ge=1, le=BATCH_SIZE_MAX)
-    embedding_timeout_seconds: float = Field(default=30.0, gt=0)
+    embedding_timeout_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     memory_llm_model: str = "llama3.1:8b"
-    memory_llm_timeout_seconds: float = Field(default=120.0, gt=0)
+    memory_llm_timeout_seconds: float = Field(default=120.0, gt=0, allow_inf_nan=False)
 
     # --- behaviour ------------------------------------------------------------------------
     memory_search_enabled: bool = True
     memory_recall_enabled: bool = True
     memory_recall_k: int = Field(default=2, ge=0, le=20)
     memory_recall_min_similarity: float = Field(default=0.55, ge=0, le=1)
+    memory_prompt_max_facts: int = Field(default=50, ge=0, le=1000)
     memory_compress_keep_last: int = Field(default=20, ge=0)
     memory_stale_minutes: int = Field(default=30, ge=0)
+    memory_extract_on_create: bool = Field(
+        default=True,
+        description=(
+            "sessions.create extracts the user's stale sessions in the background; off for "
+            "hosts that run `navi-memory extract` as a job instead."
+        ),
+    )
     chunk_max_chars: int = Field(default=DEFAULT_CHUNK_MAX_CHARS, ge=CHUNK_CHARS_MIN)
     chunk_message_max_chars: int = Field(default=DEFAULT_MESSAGE_MAX_CHARS, ge=CHUNK_CHARS_MIN)
     hnsw_ef_search: int = Field(default=100, ge=10, le=1000)
@@ -105,12 +116,19 @@ class Settings(BaseSettings):
 
     # --- backfill -------------------------------------------------------------------------
     backfill_batch_size: int = Field(default=BACKFILL_BATCH_SIZE, ge=1, le=BATCH_SIZE_MAX)
-    backfill_pause_seconds: float = Field(default=2.0, ge=0)
+    backfill_pause_seconds: float = Field(
+        default=2.0, ge=0, le=BACKFILL_PAUSE_MAX_SECONDS, allow_inf_nan=False
+    )
 
     @field_validator("ollama_host", "embedding_ollama_host")
     @classmethod
     def _strip_host(cls, value: str) -> str:
         return value.strip().rstrip("/")
+
+    @property
+    def text_only(self) -> bool:
+        """EMBEDDING_MODEL=none: no embedding model; every search is a text search."""
+        return self.embedding_model.strip().lower() == TEXT_ONLY_EMBEDDING_MODEL
 
     @property
     def embedding_host(self) -> str:
@@ -123,3 +141,16 @@ class Settings(BaseSettings):
         if self.embedding_ollama_host:
             return self.embedding_ollama_api_key
         return self.ollama_api_key
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """``Settings(**overrides)``, with a malformed value reported as one ConfigError line that
+    names the environment variable (``DB_POOL_SIZE=abc``), not as pydantic's report."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = ".".join(str(part) for part in error["loc"]).upper() or "settings"
+            problems.append(f"{name}={error.get('input')!r}: {error['msg']}")
+        raise ConfigError("bad setting " + "; ".join(problems)) from exc

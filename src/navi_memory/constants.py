@@ -40,6 +40,9 @@ SUMMARY_MAX_KEYS: Final = 30
 INJECTED_LEDGER_MAX: Final = 100
 """Automatic recall remembers this many delivered chunk ids per session."""
 
+MIN_POSTGRES_MAJOR: Final = 15
+"""The oldest PostgreSQL navi-memory is built for (``navi-memory doctor`` reports older ones)."""
+
 MIN_PGVECTOR: Final = (0, 8, 0)
 """Iterative index scans (hnsw.iterative_scan) arrived in pgvector 0.8.0."""
 
@@ -58,7 +61,17 @@ FLOAT32_MAX: Final = 3.4028234663852886e38
 # --- limits at the API edge (validation refuses more; nothing is truncated) ---------------------
 
 MAX_LIMIT: Final = 1000
-"""Largest ``limit`` a search accepts (search_facts, search_chunks, search_values)."""
+"""Largest ``limit`` a search accepts (search_facts, search_chunks, search_values), and the
+most sessions one process_stale_sessions call takes when given a limit."""
+
+INT32_MAX: Final = 2**31 - 1
+"""Largest value of an ``integer`` column (message and chunk seqs): no seq or count beyond it is
+accepted at the edge, rather than PostgreSQL refusing it as out of range."""
+BIGINT_MAX: Final = 2**63 - 1
+"""Largest ``bigint`` (row ids) and the largest LIMIT or OFFSET PostgreSQL takes."""
+
+BACKFILL_PAUSE_MAX_SECONDS: Final = 3600.0
+"""Longest pause between backfill batches a caller may ask for (an hour; more is a mistake)."""
 
 FACT_CATEGORY_MAX_CHARS: Final = 100
 FACT_KEY_MAX_CHARS: Final = 200
@@ -101,9 +114,81 @@ messages are still indexed whole)."""
 SUMMARY_MAX_CHARS: Final = 12_000
 """A longer summary is cut in the middle: it rides in every prompt from now on."""
 
-DROPPED_HISTORY_SETTLE: Final = timedelta(minutes=10)
-"""index_dropped_history leaves alone sessions compressed more recently than this: a compression
-indexes its messages seconds after its commit."""
+DROPPED_HISTORY_SETTLE: Final = timedelta(0)
+"""index_dropped_history leaves alone sessions compressed more recently than this: none, since
+a compression writes its chunks in the transaction that demotes the messages (no indexing of a
+committed demotion is ever still to come)."""
+DROPPED_HISTORY_MAX_SETTLE: Final = timedelta(days=36_500)
+"""The longest ``settled_for`` index_dropped_history accepts (beyond it ``now() - settle`` leaves
+PostgreSQL's timestamp range)."""
 
 CHUNK_CHARS_MIN: Final = 200
 """Smallest CHUNK_MAX_CHARS / CHUNK_MESSAGE_MAX_CHARS a deployment may set."""
+
+# --- unified search (memory.search, the memory_search tool) -----------------------------------
+
+SEARCH_K_MIN: Final = 1
+SEARCH_K_MAX: Final = 20
+"""Hits per store in unified search; ``k`` outside this range is clamped, never refused."""
+
+SEARCH_K_DEFAULT: Final = 5
+
+SKETCH_SCOPE: Final = "scratchpad"
+"""The kv_store scope unified search reads sketches from (the scratchpad's)."""
+
+FRESHNESS_MIN_SHARED_WORDS: Final = 2
+"""A raw excerpt is superseded by a newer fact sharing at least this many content words."""
+
+HIT_TEXT_MAX_CHARS: Final = 1500
+"""format_hits cuts a hit's text (a chunk's verbatim text, a long value) here, marking the cut."""
+
+QUERY_ECHO_MAX_CHARS: Final = 200
+"""format_hits echoes at most this much of the query in its header."""
+
+# --- extraction ---------------------------------------------------------------------------------
+
+TRANSCRIPT_MAX_CHARS: Final = 12_000
+"""The extractor's transcript is cut to this many characters, its middle dropped (spec)."""
+
+TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS: Final = 500
+"""A tool result in the transcript is cut to this many characters (spec); so are a tool call's
+arguments, which can be a whole file as easily as a result can."""
+
+EXTRACTION_MAX_FACTS: Final = 100
+"""Facts taken from one session's reply; more are skipped (a runaway reply must not write, and
+embed, thousands of rows)."""
+
+SUMMARY_MAX_FACTS: Final = 200
+"""The user's summary is written from at most this many facts, the most recently verified."""
+
+SUMMARY_FACT_MAX_CHARS: Final = 300
+"""A fact's value is cut to this in the summary prompt (its middle elided)."""
+
+FACT_SUMMARY_MAX_CHARS: Final = 4_000
+"""A longer summary reply is cut in the middle: the user's summary rides in every prompt."""
+
+EXTRACTION_BACKGROUND_CONCURRENCY: Final = 2
+"""Background sweeps (started by sessions.create) that run at once in one Memory; more users
+wait their turn. Each holds a pooled connection for its claim, and one model server answers
+them in turn anyway."""
+
+EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS: Final = 60.0
+"""A failing embedding model is reported at most once per this many seconds, with the number of
+failures since the last report (one warning per call would drown the log)."""
+
+TEXT_ONLY_EMBEDDING_MODEL: Final = "none"
+"""EMBEDDING_MODEL=none: text-only mode, no embedding model at all."""
+
+INJECTED_LEDGER_KEY: Final = "injected_chunk_ids"
+"""The key of a session's session_metadata holding the recall ledger (chunk ids, spec)."""
+
+EXPORT_FORMAT: Final = "navi-memory-export"
+"""The first record of an export names the format and its version (EXPORT_FORMAT_VERSION)."""
+
+EXPORT_FORMAT_VERSION: Final = 1
+
+STATS_USERS_DEFAULT: Final = 20
+"""memory.admin.stats() breaks the counts down for this many users, the largest first."""
+
+EMBEDDED_STOP_TIMEOUT_SECONDS: Final = 60
+"""How long ``navi-memory server stop`` waits for the embedded server's shutdown checkpoint."""

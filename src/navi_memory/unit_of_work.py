@@ -1,19 +1,20 @@
 """The unit of work every facade call (and every batch of a job) runs in: one AsyncSession, one
 transaction, committed on success and rolled back on any error — or, for a call that is one
 statement, an autocommit connection (``single_statement``, the package's only way to get one).
-Both translate driver errors into StorageError. Services and repositories never open either.
+Both translate driver errors (db.translate_driver_error): a connection lost before the COMMIT
+is a ConnectionLostError, safe to call again. Services and repositories never open either.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from dataclasses import dataclass
 
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
-from navi_memory.db import redact_url
-from navi_memory.errors import ConfigError, NotFoundError, StorageError
+from navi_memory.db import DRIVER_ERRORS, translate_driver_error
+from navi_memory.errors import ConfigError
 
 __all__ = [
     "engine_of",
@@ -27,17 +28,25 @@ __all__ = [
 async def unit_of_work(
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> AsyncIterator[AsyncSession]:
+    """A transaction. With an autocommit sessionmaker each statement commits itself: use one
+    only for reads and for writes a repeat cannot double (see single_statement)."""
     bind = sessionmaker.kw.get("bind")
-    with _translated(bind):
+    call = _Call()
+    with _translated(bind, call):
         async with sessionmaker() as session, session.begin():
             yield session
+            # Reached only when the body succeeded: what fails from here on is the COMMIT.
+            call.committing = True
 
 
 @asynccontextmanager
 async def single_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection in autocommit mode, for a unit of work that is one statement: the statement
-    is its own transaction, without the BEGIN and COMMIT round trips (nor an ORM session)."""
-    with _translated(engine):
+    is its own transaction, without the BEGIN and COMMIT round trips (nor an ORM session).
+
+    Only for reads and for writes a repeat cannot double (add_chunks skips stored chunks): a
+    connection lost mid-statement is reported as safe to call again."""
+    with _translated(engine, _Call()):
         async with engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             yield conn
@@ -65,35 +74,15 @@ def engine_of(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncEngine:
     return bind
 
 
+@dataclass(slots=True)
+class _Call:
+    committing: bool = False
+
+
 @contextmanager
-def _translated(bind: AsyncEngine | None) -> Iterator[None]:
-    """Driver errors as StorageError (a missing user as NotFoundError), naming the database."""
+def _translated(bind: AsyncEngine | None, call: _Call) -> Iterator[None]:
+    """Driver errors as navi_memory errors, naming the database."""
     try:
         yield
-    except IntegrityError as exc:
-        if _sqlstate(exc) == FOREIGN_KEY_VIOLATION and "user_id" in str(exc.orig):
-            raise NotFoundError(
-                "that user does not exist: create it first with memory.users.ensure(user_id)"
-            ) from exc
-        raise StorageError(_describe(bind, exc)) from exc
-    except (DBAPIError, OSError, TimeoutError) as exc:
-        raise StorageError(_describe(bind, exc)) from exc
-    except SQLAlchemyError as exc:
-        raise StorageError(_describe(bind, exc)) from exc
-
-
-FOREIGN_KEY_VIOLATION = "23503"
-
-
-def _sqlstate(exc: DBAPIError) -> str | None:
-    orig = exc.orig
-    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    cause = getattr(orig, "__cause__", None)
-    return code or getattr(cause, "sqlstate", None)
-
-
-def _describe(bind: AsyncEngine | None, exc: BaseException) -> str:
-    where = redact_url(bind.url) if bind is not None else "the database"
-    detail = getattr(exc, "orig", None) or exc
-    line = (str(detail).strip().splitlines() or [""])[0]
-    return f"database error at {where}: {detail.__class__.__name__}: {line}"
+    except DRIVER_ERRORS as exc:
+        raise translate_driver_error(exc, bind, committing=call.committing) from exc

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from navi_memory.constants import MAX_TEXT_CHARS, SESSION_ID_MAX_CHARS
 from navi_memory.errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
+    "check_bool",
     "check_int",
+    "check_number",
     "check_optional_session_id",
     "check_optional_text",
+    "check_sequence",
     "check_session_id",
     "check_text",
 ]
@@ -57,6 +62,32 @@ def check_int(
         raise InvalidInputError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
         raise InvalidInputError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` as a bool: a flag given as "no", 0 or None would be read as its truth value."""
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{name} must be True or False, got {type(value).__name__}")
+    return value
+
+
+def check_number(name: str, value: Any, *, minimum: float, maximum: float) -> float:
+    """``value`` as a finite float (an int is fine, a bool is not) within the bounds given."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidTypeError(f"{name} must be a number, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInputError(f"{name} must be a finite number, got {value}")
+    if not minimum <= value <= maximum:
+        raise InvalidInputError(f"{name} must be between {minimum:g} and {maximum:g}, got {value}")
+    return float(value)
+
+
+def check_sequence(name: str, value: Any) -> Sequence[Any]:
+    """``value`` as a sequence of items (a list or tuple): not None, not a single item, and not
+    a str, bytes or mapping, whose iteration yields characters, ints or keys."""
+    if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Sequence):
+        raise InvalidTypeError(f"{name} must be a list or tuple, got {type(value).__name__}")
     return value
 
 

@@ -117,5 +117,7 @@ async def test_backfill_command_reports_progress_and_fails_clearly_without_the_e
     assert done.returncode == 0, done.stderr
     assert "memory_facts" in done.stdout
     assert "3/3" in done.stdout
+    # A pipe gets the bars once, as plain lines: no carriage returns, no cursor control.
+    assert "\r" not in done.stdout and "\x1b" not in done.stdout
     assert "3 row(s) embedded" in done.stdout
     assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0

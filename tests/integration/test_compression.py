@@ -4,7 +4,6 @@ raw chunks and breadcrumbs, the truncation fallback, failures, and concurrent co
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -14,7 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory import (
     ChatModelError,
-    EmbeddingError,
     InvalidInputError,
     InvalidTypeError,
     Memory,
@@ -28,7 +26,7 @@ from navi_memory.services.chunks import ChunkService
 from navi_memory.services.compression import SUMMARY_PROMPT
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.testing import FakeOllama, ScriptedChatModel
-from tests.integration.factories import new_user, refuse_inserts, scalar
+from tests.integration.factories import new_user, scalar
 from tests.integration.test_sessions import chunk_rows, make_store
 
 FALLBACK = "Earlier conversation ({n} messages) was truncated; search memory for details."
@@ -309,24 +307,36 @@ async def test_with_memory_search_disabled_nothing_is_indexed(memory: Memory) ->
     assert await chunk_rows(memory, "s1") == []
 
 
-@pytest.mark.parametrize("error", [StorageError("db went away"), EmbeddingError("no vectors")])
-async def test_an_indexing_failure_is_logged_and_the_compression_stands(
-    memory: Memory, caplog: pytest.LogCaptureFixture, error: Exception
+async def test_an_embedding_failure_stores_the_chunks_without_vectors_and_the_compression_stands(
+    memory: Memory, fake_ollama: FakeOllama
 ) -> None:
+    """The embedder down: the compression happens and its chunks land without vectors."""
     store, recorder = make_store(memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]))
-    recorder.fail_with = error
+    uid = await new_user(memory)
+    await seed(store, uid, 6)
+    fake_ollama.mode = "fail"
+
+    result = await store.compress("s1", keep_last=2, user_id=uid)
+
+    assert result.demoted == 4 and result.chunks_written == 1
+    assert result.summary is not None and result.summary.content == "S."
+    assert len(recorder.calls) == 1
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks WHERE embedding IS NULL") == 1
+
+
+async def test_a_chunk_write_failure_fails_the_whole_compression(memory: Memory) -> None:
+    """The chunks cannot be written: StorageError, and the context is as it was — the demotion,
+    the summary and the chunks commit together or not at all."""
+    store, recorder = make_store(memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]))
+    recorder.fail_with = StorageError("db went away")
     uid = await new_user(memory)
     await seed(store, uid, 6)
 
-    with caplog.at_level(logging.WARNING, logger="navi_memory"):
-        result = await store.compress("s1", keep_last=2, user_id=uid)
+    with pytest.raises(StorageError):
+        await store.compress("s1", keep_last=2, user_id=uid)
 
-    assert result.demoted == 4 and result.chunks_written == 0
-    assert result.summary is not None and result.summary.content == "S."
-    assert len(recorder.calls) == 1
-    events = [r for r in caplog.records if "compressor.chunk_index_failed" in r.getMessage()]
-    assert len(events) == 1 and str(error) in events[0].getMessage()
-    assert [m.seq for m in await store.context("s1", user_id=uid)] == [7, 5, 6]
+    assert [m.seq for m in await store.context("s1", user_id=uid)] == [1, 2, 3, 4, 5, 6]
+    assert await chunk_rows(memory, "s1") == []
 
 
 # --- concurrency ---------------------------------------------------------------------------
@@ -449,38 +459,51 @@ async def test_an_ollama_failure_falls_back_to_truncation(
     assert len(recorder.calls) == 1
 
 
-async def test_messages_whose_indexing_failed_are_indexed_by_the_repair_exactly_once(
-    memory: Memory, caplog: pytest.LogCaptureFixture
+async def test_messages_demoted_without_chunks_are_indexed_by_the_repair_exactly_once(
+    memory: Memory,
 ) -> None:
-    from datetime import timedelta
-
-    store = _store(memory, ["First.\nKEYS: NONE", "Second.\nKEYS: NONE"])
+    """Compressions made with MEMORY_SEARCH_ENABLED false left their messages in no chunk: the
+    repair indexes each once, at once (no settling time), and never repeats a normal one."""
+    unindexed, _ = make_store(
+        memory,
+        chat_model=ScriptedChatModel(["First.\nKEYS: NONE", "Second.\nKEYS: NONE"]),
+        memory_search_enabled=False,
+    )
     uid = await new_user(memory)
-    await seed(store, uid, 6)
-    # A real failure of the chunk insert after each compression's commit.
-    await refuse_inserts(memory, "memory_chunks")
-    with caplog.at_level(logging.WARNING, logger="navi_memory"):
-        assert (await store.compress("s1", keep_last=2, user_id=uid)).chunks_written == 0
-        await seed(store, uid, 4, start=7)
-        assert (await store.compress("s1", keep_last=2, user_id=uid)).chunks_written == 0
-    assert len([r for r in caplog.records if "chunk_index_failed" in r.getMessage()]) == 2
-    await refuse_inserts(memory, "memory_chunks", False)
+    await seed(unindexed, uid, 6)
+    assert (await unindexed.compress("s1", keep_last=2, user_id=uid)).chunks_written == 0
+    await seed(unindexed, uid, 4, start=7)
+    assert (await unindexed.compress("s1", keep_last=2, user_id=uid)).chunks_written == 0
     assert await chunk_rows(memory, "s1") == []
 
-    # Just compressed: left to the compression that may still be indexing.
-    assert await store.index_dropped_history() == 0
-    assert await store.index_dropped_history(settled_for=timedelta(0)) >= 1
+    store = _store(memory, [])
+    assert await store.index_dropped_history() >= 1
     # m001..m008 left the context; each is now in exactly one chunk; m009, m010 are in context.
     assert token_counts(await chunk_rows(memory, "s1")) == {f"m{i:03d}": 1 for i in range(1, 9)}
-    assert await store.index_dropped_history(settled_for=timedelta(0)) == 0
+    assert await store.index_dropped_history() == 0
 
     # A later compression that indexes normally is not repeated by the repair either.
     await seed(store, uid, 4, start=11)
     store_ok = _store(memory, ["Third.\nKEYS: NONE"])
     assert (await store_ok.compress("s1", keep_last=2, user_id=uid)).chunks_written >= 1
-    assert await store.index_dropped_history(settled_for=timedelta(0)) == 0
+    assert await store.index_dropped_history() == 0
     counts = token_counts(await chunk_rows(memory, "s1"))
     assert counts == {f"m{i:03d}": 1 for i in range(1, 13)}
+
+
+async def test_a_settling_time_leaves_recently_compressed_sessions_alone(memory: Memory) -> None:
+    """settled_for, when an operator gives one, skips sessions whose summary is younger."""
+    from datetime import timedelta
+
+    unindexed, _ = make_store(
+        memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]), memory_search_enabled=False
+    )
+    uid = await new_user(memory)
+    await seed(unindexed, uid, 6)
+    await unindexed.compress("s1", keep_last=2, user_id=uid)
+    store = _store(memory, [])
+    assert await store.index_dropped_history(settled_for=timedelta(minutes=10)) == 0
+    assert await store.index_dropped_history() >= 1
 
 
 def _store(memory: Memory, replies: list[str], chunks: ChunkService | None = None) -> SessionStore:
@@ -506,10 +529,12 @@ async def test_the_repair_packs_a_failed_compression_as_the_compression_would_ha
             role = "system" if i == 3 else ("user" if i % 2 else "assistant")
             await store.append(sid, role, f"m{i:03d} says something", user_id=uid)
         if sid == "failed":
-            await refuse_inserts(memory, "memory_chunks", True)
+            store, _ = make_store(
+                memory,
+                chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]),
+                memory_search_enabled=False,
+            )
         await store.compress(sid, keep_last=1, user_id=uid)
-        if sid == "failed":
-            await refuse_inserts(memory, "memory_chunks", False)
     assert await chunk_rows(memory, "failed") == []
     assert await _store(memory, []).index_dropped_history(settled_for=timedelta(0)) >= 1
     normal = [content for content, _ in await chunk_rows(memory, "ok")]
@@ -526,11 +551,11 @@ async def test_the_repair_is_an_operators_job_and_skips_sessions_deleted_meanwhi
 
     uid = await new_user(memory)
     for sid in ("a", "b"):
-        store = _store(memory, ["S.\nKEYS: NONE"])
+        store, _ = make_store(
+            memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]), memory_search_enabled=False
+        )
         await seed(store, uid, 4, sid=sid)
-        await refuse_inserts(memory, "memory_chunks", True)
         await store.compress(sid, keep_last=1, user_id=uid)
-        await refuse_inserts(memory, "memory_chunks", False)
 
     with request_context(user_id=uid), pytest.raises(PermissionDeniedError, match="read_all"):
         await _store(memory, []).index_dropped_history(settled_for=timedelta(0))

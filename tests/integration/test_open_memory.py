@@ -89,9 +89,8 @@ async def test_a_schema_behind_head_is_refused(
 ) -> None:
     url = pg_server.url(scratch_db)
     dbtools.upgrade(url, "0002")
-    with pytest.raises(
-        SchemaError, match=rf"revision 0002.*needs {SCHEMA_HEAD}.*navi-memory migrate"
-    ):
+    expected = rf"revision 0002.*needs {SCHEMA_HEAD}.*navi-memory migrate"
+    with pytest.raises(SchemaError, match=expected):
         async with open_memory(make_settings(url, fake_ollama)):
             pass
 

@@ -345,7 +345,7 @@ def test_0006_indexes_existing_chunks_text_and_counts_them_per_user(
     """0006 gives chunks written before it their search_tsv and per-user statistics, and its
     downgrade removes both with the functions and triggers behind them."""
     url = pg_server.url(scratch_db)
-    dbtools.upgrade(url, "0004")
+    dbtools.upgrade(url, "0005")
     alice, bob = uuid.uuid4(), uuid.uuid4()
     with connect(pg_server, scratch_db) as conn:
         for uid, contents in (
@@ -369,7 +369,7 @@ def test_0006_indexes_existing_chunks_text_and_counts_them_per_user(
         assert found == [("set QUARTZ_RETRY_LIMIT",)]
         stats = dict(conn.execute("SELECT user_id, chunks FROM memory_chunk_text_stats").fetchall())
         assert stats == {alice: 2, bob: 1}
-    dbtools.downgrade(url, "0004")
+    dbtools.downgrade(url, "0005")
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (3,)
         assert conn.execute("SELECT to_regclass('memory_chunk_text_stats')").fetchone() == (None,)

@@ -3,6 +3,7 @@ and serves a library script and the CLI (marker `wheel`: `make test-wheel`, run 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from navi_memory.db import SCHEMA_HEAD
+from navi_memory.testing import FakeOllama
 from tests import dbtools
 
 pytestmark = pytest.mark.wheel
@@ -45,9 +47,9 @@ def _run(args: list[str], *, env: dict[str, str], cwd: Path) -> str:
 
 
 def test_the_wheel_migrates_itself_and_runs_outside_the_checkout(
-    tmp_path: Path, pg_server: dbtools.EmbeddedServer, scratch_db: str
+    tmp_path: Path, pg_server: dbtools.EmbeddedServer, scratch_db: str, fake_ollama: FakeOllama
 ) -> None:
-    """pip wheel → fresh venv → `navi-memory migrate` → a library script → two CLI commands."""
+    """pip wheel → fresh venv → `navi-memory migrate` → a library script → CLI commands."""
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
@@ -81,8 +83,12 @@ def test_the_wheel_migrates_itself_and_runs_outside_the_checkout(
 
     out = _run([python, "-c", SCRIPT], env=env, cwd=work)
     assert "found editor neovim" in out
+    listed = json.loads(_run([cli, "facts", "list", "--all-users", "--json"], env=env, cwd=work))
+    assert [(f["key"], f["value"]) for f in listed] == [("editor", "neovim")]
+    fake_ollama.default_chat_reply = "OK"
+    env["OLLAMA_HOST"] = fake_ollama.url
     doctor = _run([cli, "doctor"], env=env, cwd=work)
-    assert f"{SCHEMA_HEAD} (head)" in doctor
+    assert f"{SCHEMA_HEAD} (head)" in doctor and "768 dimensions" in doctor
     assert "CREATE TABLE" in _run([cli, "migrate", "--sql"], env=env, cwd=work)
     # Nothing came from the checkout: the package imported is the installed one.
     where = _run(

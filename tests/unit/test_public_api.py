@@ -84,3 +84,44 @@ def test_every_error_is_a_navi_memory_error_with_the_matching_builtin() -> None:
     assert issubclass(errors.InvalidTypeError, TypeError)
     assert issubclass(errors.PermissionDeniedError, PermissionError)
     assert issubclass(errors.NotFoundError, LookupError)
+
+
+def test_extractor_is_public_with_the_calls_the_spec_names() -> None:
+    """memory.extractor is an Extractor offering process_stale_sessions(user_id=None, *,
+    limit=None) and extract_session(session_id); its report type is exported."""
+    assert get_type_hints(navi_memory.Memory)["extractor"] is navi_memory.Extractor
+    sweep = inspect.signature(navi_memory.Extractor.process_stale_sessions).parameters
+    assert sweep["user_id"].default is None
+    assert sweep["user_id"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert (sweep["limit"].default, sweep["limit"].kind) == (None, inspect.Parameter.KEYWORD_ONLY)
+    one = inspect.signature(navi_memory.Extractor.extract_session).parameters
+    assert list(one)[:2] == ["self", "session_id"]
+    assert set(navi_memory.ExtractionReport.model_fields) >= {
+        "sessions_seen",
+        "sessions_extracted",
+        "facts_written",
+        "facts_merged",
+        "facts_skipped",
+        "failures",
+    }
+
+
+def test_an_agent_loop_needs_nothing_beyond_the_package() -> None:
+    """The names docs/memory.md's agent loop imports are all public (DESIGN: a host's whole
+    agent loop needs nothing else)."""
+    needed = {
+        "MEMORY_USAGE_GUIDELINES",
+        "ChatTurn",
+        "ChatReply",
+        "ToolCall",
+        "ToolChatModel",
+        "OllamaChatModel",
+        "ToolContext",
+        "MemoryTools",
+        "ContextBuilder",
+        "ContextPrompt",
+        "Memory",
+        "open_memory",
+        "request_context",
+    }
+    assert needed <= set(navi_memory.__all__)

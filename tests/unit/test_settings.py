@@ -25,6 +25,7 @@ def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> No
     assert s.embedding_document_prefix == "search_document: "
     assert s.embedding_query_prefix == "search_query: "
     assert (s.memory_recall_k, s.memory_recall_min_similarity) == (2, 0.55)
+    assert s.memory_prompt_max_facts == 50
     assert (s.memory_stale_minutes, s.backfill_batch_size, s.backfill_pause_seconds) == (30, 8, 2.0)
     assert (s.chunk_max_chars, s.chunk_message_max_chars) == (4000, 12000)
     assert s.memory_search_enabled and s.memory_recall_enabled
@@ -38,6 +39,7 @@ def test_environment_names_are_read(monkeypatch: pytest.MonkeyPatch, tmp_path: P
         EMBEDDING_MODEL="other-embed",
         MEMORY_SEARCH_ENABLED="false",
         MEMORY_RECALL_K="5",
+        MEMORY_PROMPT_MAX_FACTS="9",
         BACKFILL_PAUSE_SECONDS="0",
         MEMORY_COMPRESS_KEEP_LAST="7",
     )
@@ -46,6 +48,7 @@ def test_environment_names_are_read(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert s.embedding_model == "other-embed"
     assert s.memory_search_enabled is False
     assert (s.memory_recall_k, s.backfill_pause_seconds, s.memory_compress_keep_last) == (5, 0, 7)
+    assert s.memory_prompt_max_facts == 9
 
 
 def test_empty_embedding_host_falls_back_to_ollama_host_and_key(

@@ -11,7 +11,6 @@ import builtins
 import json
 import logging
 import uuid
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Final, cast, get_args
 
@@ -19,17 +18,20 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
 from navi_memory.constants import (
+    DROPPED_HISTORY_MAX_SETTLE,
     DROPPED_HISTORY_SETTLE,
+    INT32_MAX,
     MESSAGE_MAX_CHARS,
     SESSION_TITLE_MAX_CHARS,
     TOOL_NAME_MAX_CHARS,
 )
-from navi_memory.errors import InvalidInputError, InvalidTypeError, NaviMemoryError
+from navi_memory.errors import InvalidInputError, InvalidTypeError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.history_repair import HistoryRepair
+from navi_memory.jobs.stale_sessions import StaleSessionTrigger
 from navi_memory.llm.chat import ChatModel
 from navi_memory.request_context import read_scope, write_scope
-from navi_memory.schemas import ChunkDraft, CompressionResult, Message, MessageRole, SessionInfo
+from navi_memory.schemas import CompressionResult, Message, MessageRole, SessionInfo
 from navi_memory.services.chunks import ChunkService
 from navi_memory.services.compression import (
     CompressionService,
@@ -37,7 +39,7 @@ from navi_memory.services.compression import (
     plan_compression,
 )
 from navi_memory.services.sessions import SessionService
-from navi_memory.unit_of_work import statement_or_transaction, unit_of_work
+from navi_memory.unit_of_work import unit_of_work
 from navi_memory.validation import (
     check_int,
     check_optional_text,
@@ -106,6 +108,8 @@ class SessionStore:
     the demoted messages as raw chunks (the service ``MemoryStore.add_chunks`` uses too), and
     ``indexer`` — the Memory's one ChunkIndexer — moves their vectors into the HNSW index
     (None: they stay queued, searched exactly, until ``index_pending_chunks`` or backfill).
+    ``extraction`` is told of every new session, to extract the user's stale ones in the
+    background (None: extraction runs only on demand or as a job).
     """
 
     def __init__(
@@ -117,8 +121,10 @@ class SessionStore:
         chunks: ChunkService,
         indexer: ChunkIndexer | None = None,
         history_repair: HistoryRepair | None = None,
+        extraction: StaleSessionTrigger | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
+        self._extraction = extraction
         self._settings = settings
         self._sessions = SessionService()
         self._compression = CompressionService(
@@ -146,12 +152,27 @@ class SessionStore:
 
         Session ids are unique across users: a taken id is an InvalidInputError that does not
         say whose it is. The user must exist (``memory.users.ensure``), else NotFoundError.
+
+        The user's stale sessions are then extracted in the background (the spec's "POST
+        /sessions fires _process_stale_sessions()"): this call neither waits for that nor
+        fails with it.
         """
         uid = write_scope(user_id)
         sid = str(uuid.uuid4()) if session_id is None else check_session_id(session_id)
         title = check_optional_text("title", title, max_chars=SESSION_TITLE_MAX_CHARS)
         async with unit_of_work(self._sessionmaker) as session:
-            return await self._sessions.create(session, uid, sid, title)
+            created = await self._sessions.create(session, uid, sid, title)
+        if self._extraction is not None:
+            try:
+                self._extraction.schedule(uid)
+            except Exception:
+                # The session exists; extraction is a side effect the next create retries.
+                logger.exception(
+                    "extractor.schedule_failed: user %s",
+                    uid,
+                    extra={"event": "extractor.schedule_failed"},
+                )
+        return created
 
     async def get(
         self, session_id: str, user_id: uuid.UUID | str | None = None
@@ -249,14 +270,24 @@ class SessionStore:
     ) -> int:
         """Index as raw chunks the demoted messages that no chunk holds; returns chunks written.
 
-        A compression indexes its messages after its own commit; if that fails (the database
-        went away, the process died) they have left the context but are in no chunk. This runs
-        the history repair job (jobs/history_repair.py) over every user's sessions: an
-        operator's job, ``make backfill`` runs it. Sessions whose last summary is younger than
-        ``settled_for`` are left to the compression that may still be indexing them. A no-op
-        when MEMORY_SEARCH_ENABLED is false; inside a request context it needs
+        A compression writes its chunks with its demotion, so such messages come from elsewhere:
+        compressions made while MEMORY_SEARCH_ENABLED was false, by an older version (which
+        indexed after its commit), or demotions made by SQL of the application's own, with or
+        without a summary. This runs the history repair job (jobs/history_repair.py) over every
+        user's sessions: an operator's job, ``make backfill`` runs it. ``settled_for`` leaves
+        alone sessions whose last summary is younger (none by default). A no-op when
+        MEMORY_SEARCH_ENABLED is false; inside a request context it needs
         ``navi.memory.read_all``.
         """
+        if not isinstance(settled_for, timedelta):
+            raise InvalidTypeError(
+                f"settled_for must be a datetime.timedelta, got {type(settled_for).__name__}"
+            )
+        if not timedelta(0) <= settled_for <= DROPPED_HISTORY_MAX_SETTLE:
+            raise InvalidInputError(
+                f"settled_for must be between 0 and {DROPPED_HISTORY_MAX_SETTLE.days} days, "
+                f"got {settled_for}"
+            )
         return await self._history_repair.run(settled_for=settled_for)
 
     async def compress(
@@ -269,16 +300,18 @@ class SessionStore:
         """Demote all but the last ``keep_last`` (MEMORY_COMPRESS_KEEP_LAST) context messages
         behind a new summary, and index the demoted messages as raw chunks.
 
-        Three steps, so no lock is held while the model answers: read the context; summarise
-        outside any transaction; then, under the session lock, check no other compression got
-        there first (if one did, nothing is written and 0 comes back as demoted), flip exactly
-        the planned rows and add the summary. Indexing runs after that commit; its failures are
-        logged (``compressor.chunk_index_failed``), never raised.
+        No lock is held while a model answers: read the context; summarise and embed the
+        chunks outside any transaction; then, in one transaction under the session lock, check
+        no other compression got there first (if one did, nothing is written and 0 comes back
+        as demoted), flip exactly the planned rows, add the summary and write the chunks. So a
+        demoted message is never in no chunk: if the chunks cannot be written (StorageError),
+        nothing of the compression is. A failing embedder only leaves the chunks without
+        vectors (``memory.embedding_failed``; backfill embeds them).
         """
         uid = write_scope(user_id)
         sid = check_session_id(session_id)
         keep = self._settings.memory_compress_keep_last if keep_last is None else keep_last
-        keep = check_int("keep_last", keep, minimum=0)
+        keep = check_int("keep_last", keep, minimum=0, maximum=INT32_MAX)
 
         async with unit_of_work(self._sessionmaker) as session:
             context = await self._compression.context(session, uid, sid)
@@ -287,16 +320,22 @@ class SessionStore:
             return nothing_demoted()
 
         summary = await self._compression.summarize(plan)
+        chunks, breadcrumbs = self._compression.raw_chunks(plan, summary.keys)
+        if not self._settings.memory_search_enabled:
+            chunks = []
+        vectors = await self._compression.embed_chunks(chunks) if chunks else None
 
         async with unit_of_work(self._sessionmaker) as session:
             written = await self._compression.apply(session, uid, sid, plan, summary.text)
-        if written is None:
-            return nothing_demoted()
-
-        chunks, breadcrumbs = self._compression.raw_chunks(plan, summary.keys)
-        chunks_written = 0
-        if self._settings.memory_search_enabled:
-            chunks_written = await self._index_chunks(chunks, uid, sid)
+            if written is None:
+                return nothing_demoted()
+            chunks_written = 0
+            if chunks:
+                chunks_written = await self._compression.write_chunks(
+                    session, uid, sid, chunks, vectors
+                )
+        if chunks_written and vectors is not None and self._indexer is not None:
+            self._indexer.kick()
         return CompressionResult(
             demoted=len(plan.demoted),
             summary=written,
@@ -304,33 +343,3 @@ class SessionStore:
             breadcrumbs=breadcrumbs,
             used_fallback=summary.used_fallback,
         )
-
-    async def _index_chunks(
-        self, chunks: Sequence[ChunkDraft], user_id: uuid.UUID, session_id: str
-    ) -> int:
-        """Store a compression's chunks after its commit; a failure is logged
-        (``compressor.chunk_index_failed``), never raised: the compression has happened, and
-        the history repair finds what is missing."""
-        if not chunks:
-            return 0
-        try:
-            vectors = await self._compression.embed_chunks(chunks)
-            async with statement_or_transaction(
-                self._sessionmaker,
-                one_statement=self._compression.chunks.one_statement(len(chunks)),
-            ) as conn:
-                written = await self._compression.write_chunks(
-                    conn, user_id, session_id, chunks, vectors
-                )
-        except NaviMemoryError as exc:
-            logger.warning(
-                "compressor.chunk_index_failed: session %s, %d chunk(s): %s",
-                session_id,
-                len(chunks),
-                exc,
-                extra={"event": "compressor.chunk_index_failed"},
-            )
-            return 0
-        if written and vectors is not None and self._indexer is not None:
-            self._indexer.kick()
-        return written

@@ -17,16 +17,20 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from navi_memory.config import Settings
 from navi_memory.constants import (
     BACKFILL_BATCH_SIZE,
+    BACKFILL_PAUSE_MAX_SECONDS,
     BATCH_SIZE_MAX,
+    BIGINT_MAX,
     DEFAULT_CONFIDENCE,
     FACT_CATEGORY_MAX_CHARS,
     FACT_EXPIRES_MAX_DAYS,
     FACT_KEY_MAX_CHARS,
+    INT32_MAX,
     MAX_LIMIT,
     PERMISSION_READ_ALL,
 )
 from navi_memory.errors import (
     InvalidInputError,
+    InvalidTypeError,
     NaviMemoryError,
     PermissionDeniedError,
 )
@@ -57,9 +61,12 @@ from navi_memory.unit_of_work import (
     unit_of_work,
 )
 from navi_memory.validation import (
+    check_bool,
     check_int,
+    check_number,
     check_optional_session_id,
     check_optional_text,
+    check_sequence,
     check_session_id,
     check_text,
 )
@@ -77,17 +84,19 @@ class MemoryStore:
         *,
         sessionmaker: async_sessionmaker[AsyncSession],
         settings: Settings,
-        embedder: Embedder,
+        embedder: Embedder | None,
+        embedding: EmbeddingService | None = None,
         chunks: ChunkService | None = None,
         indexer: ChunkIndexer | None = None,
         backfill: Backfill | None = None,
     ) -> None:
-        """``chunks``, ``indexer`` and ``backfill`` default to ones of this store's own;
-        open_memory passes the ones it shares with the SessionStore (one indexer per Memory)."""
+        """``embedding``, ``chunks``, ``indexer`` and ``backfill`` default to ones of this
+        store's own; open_memory passes the ones it shares with the SessionStore (one indexer
+        per Memory). ``embedder`` None is text-only mode."""
         self._sessionmaker = sessionmaker
         self._engine = engine_of(sessionmaker)  # refuses a sessionmaker bound to no engine
         self._settings = settings
-        self._embedding = EmbeddingService(embedder)
+        self._embedding = embedding or EmbeddingService(embedder)
         self._facts = FactService()
         self._chunks = chunks or ChunkService.from_settings(settings, embedding=self._embedding)
         self._indexer = indexer or ChunkIndexer(
@@ -118,11 +127,14 @@ class MemoryStore:
         source_context: str | None = None,
         user_id: uuid.UUID | str | None = None,
         dedupe: bool = False,
+        session_id: str | None = None,
     ) -> Fact:
         """Insert or update a fact of the user; with ``dedupe`` merge other spellings of the key.
 
         Same value again: only ``last_verified_at`` moves (an expired fact is revived with the new
         expiry). New value: value, vector, source, confidence, expiry and ``updated_at`` change.
+        ``session_id`` (default: the request context's session) is recorded as where the fact
+        was written from; it moves with ``updated_at``.
         """
         uid = write_scope(user_id)
         category = check_text("category", category, max_chars=FACT_CATEGORY_MAX_CHARS).strip()
@@ -144,8 +156,10 @@ class MemoryStore:
                     f"expires_days must be between 0 (exclusive) and {FACT_EXPIRES_MAX_DAYS}, "
                     f"got {expires_days}"
                 )
-        if not isinstance(dedupe, bool):
-            raise InvalidInputError(f"dedupe must be a bool, got {type(dedupe).__name__}")
+        dedupe = check_bool("dedupe", dedupe)
+        session_id = check_optional_session_id(
+            current_session_id() if session_id is None else session_id
+        )
 
         embedding = await self._embedding.document(embedding_text_for_fact(category, key, value))
         write = FactWrite(
@@ -158,6 +172,7 @@ class MemoryStore:
             expires_days=expires_days,
             source_context=source_context,
             embedding=embedding,
+            session_id=session_id,
         )
         async with unit_of_work(self._sessionmaker) as session:
             fact, outcome = await self._facts.upsert(session, write, dedupe=dedupe)
@@ -207,9 +222,14 @@ class MemoryStore:
         sort_by: str = "category",
         sort_order: str = "desc",
         include_merged: bool = False,
+        category: str | None = None,
     ) -> list[Fact]:
-        """The user's facts (every user's with ``all_users``, which needs read_all), sorted."""
-        scope = self._listing_scope(user_id, all_users)
+        """The user's facts (every user's with ``all_users``, which needs read_all), sorted;
+        ``category`` narrows to one category. Expired facts are never listed."""
+        scope = self._listing_scope(user_id, check_bool("all_users", all_users))
+        include_merged = check_bool("include_merged", include_merged)
+        if not isinstance(sort_by, str):
+            raise InvalidTypeError(f"sort_by must be a str, got {type(sort_by).__name__}")
         if sort_by not in FACT_SORT_KEYS:
             raise InvalidInputError(
                 f"sort_by must be one of {', '.join(sorted(FACT_SORT_KEYS))}; got {sort_by!r}"
@@ -217,13 +237,17 @@ class MemoryStore:
         if not isinstance(sort_order, str) or sort_order.lower() not in {"asc", "desc"}:
             raise InvalidInputError(f"sort_order must be 'asc' or 'desc'; got {sort_order!r}")
         if limit is not None:
-            limit = check_int("limit", limit, minimum=0)
-        offset = check_int("offset", offset, minimum=0)
+            limit = check_int("limit", limit, minimum=0, maximum=BIGINT_MAX)
+        offset = check_int("offset", offset, minimum=0, maximum=BIGINT_MAX)
         search = check_optional_text("search", search)
+        category = check_optional_text(
+            "category", category, max_chars=FACT_CATEGORY_MAX_CHARS, allow_empty=False
+        )
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.list_facts(
                 session,
                 scope,
+                category=None if category is None else category.strip(),
                 search=search or None,
                 include_merged=include_merged,
                 sort_by=sort_by,
@@ -245,13 +269,30 @@ class MemoryStore:
         self, user_id: uuid.UUID | str | None = None, include_merged: bool = False
     ) -> int:
         scope = read_scope(user_id)
+        include_merged = check_bool("include_merged", include_merged)
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.count(session, scope, include_merged=include_merged)
+
+    async def fact_categories(
+        self, user_id: uuid.UUID | str | None = None
+    ) -> list[tuple[str, int]]:
+        """The categories that hold visible facts, with how many each, the fullest first (the
+        ``memory`` tool's ``list``: what there is, not the facts themselves)."""
+        scope = read_scope(user_id)
+        async with unit_of_work(self._sessionmaker) as session:
+            return await self._facts.categories(session, scope)
+
+    async def get_fact(self, fact_id: int) -> Fact:
+        """One fact by id, hidden or expired alike: the current user's own, or anyone's with
+        read_all (an admin context); NotFoundError otherwise."""
+        fact_id = check_int("fact_id", fact_id, minimum=1)
+        async with unit_of_work(self._sessionmaker) as session:
+            return await self._facts.get(session, fact_id)
 
     async def unmerge_fact(self, fact_id: int) -> Fact:
         """Make a hidden row visible again (the row it was merged into stays as it is): the
         current user's own row, or — with no current user — any row with read_all (admin)."""
-        fact_id = check_int("fact_id", fact_id, minimum=1)
+        fact_id = check_int("fact_id", fact_id, minimum=1, maximum=BIGINT_MAX)
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.unmerge(session, fact_id)
 
@@ -272,17 +313,28 @@ class MemoryStore:
     # --- extraction state -------------------------------------------------------------------
 
     async def mark_session_extracted(
-        self, session_id: str, user_id: uuid.UUID | str | None = None
+        self,
+        session_id: str,
+        user_id: uuid.UUID | str | None = None,
+        *,
+        at: datetime | None = None,
     ) -> datetime:
-        """Record that the user's session was processed now; returns the time.
+        """Record that the user's session was processed ``at`` (default: now); returns the time.
 
-        The session need not be a row of ``sessions`` (an application may keep its own); when
-        it is, or when it was marked before, it must be the user's (else NotFoundError).
+        The extractor passes the ``last_active`` it read with the transcript, so activity
+        during its model call leaves the session stale. ``at`` must carry a time zone. The
+        session need not be a row of ``sessions`` (an application may keep its own); when it
+        is, or when it was marked before, it must be the user's (else NotFoundError).
         """
         uid = write_scope(user_id)
         session_id = check_session_id(session_id)
+        if at is not None:
+            if not isinstance(at, datetime):
+                raise InvalidTypeError(f"at must be a datetime, got {type(at).__name__}")
+            if at.tzinfo is None or at.utcoffset() is None:
+                raise InvalidInputError("at must carry a time zone (e.g. datetime.now(UTC))")
         async with unit_of_work(self._sessionmaker) as session:
-            return await self._facts.mark_extracted(session, uid, session_id)
+            return await self._facts.mark_extracted(session, uid, session_id, at=at)
 
     async def get_extracted_at(
         self, session_id: str, user_id: uuid.UUID | str | None = None
@@ -307,12 +359,17 @@ class MemoryStore:
         (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector. Raises
         EmbeddingError if the model is down (finished batches stay; a rerun resumes)."""
         batch_size = check_int("batch_size", batch_size, minimum=1, maximum=BATCH_SIZE_MAX)
+        if pause_seconds is None:
+            pause_seconds = self._settings.backfill_pause_seconds
+        pause_seconds = check_number(
+            "pause_seconds", pause_seconds, minimum=0, maximum=BACKFILL_PAUSE_MAX_SECONDS
+        )
+        if progress is not None and not callable(progress):
+            raise InvalidTypeError(
+                f"progress must be a function of BackfillProgress, got {type(progress).__name__}"
+            )
         return await self._backfill.run(
-            batch_size=batch_size,
-            pause_seconds=(
-                self._settings.backfill_pause_seconds if pause_seconds is None else pause_seconds
-            ),
-            progress=progress,
+            batch_size=batch_size, pause_seconds=pause_seconds, progress=progress
         )
 
     # --- raw chunks -------------------------------------------------------------------------
@@ -337,6 +394,8 @@ class MemoryStore:
         ``require_session=True`` refuses a session that has no row (NotFoundError).
         """
         uid = write_scope(user_id)
+        chunks = check_sequence("chunks", chunks)
+        require_session = check_bool("require_session", require_session)
         sid = session_id if session_id is not None else current_session_id()
         if sid is None:
             raise InvalidInputError(
@@ -366,6 +425,8 @@ class MemoryStore:
         add_chunks leaves this to a background task (``CHUNK_INDEX_IN_BACKGROUND``); call it
         where that is off (a worker, a cron job, a script that exits at once). Queued chunks
         are found by search meanwhile, exactly, so this changes speed, never results."""
+        if max_batches is not None:
+            max_batches = check_int("max_batches", max_batches, minimum=1, maximum=INT32_MAX)
         await self._indexer.wait_idle()
         return await self._indexer.drain(max_batches)
 

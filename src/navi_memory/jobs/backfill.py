@@ -15,6 +15,7 @@ from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from navi_memory.errors import ConfigError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.repositories.chunks import ChunkRepository
@@ -70,7 +71,7 @@ class Backfill:
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
         *,
-        embedder: Embedder,
+        embedder: Embedder | None,
         indexer: ChunkIndexer,
     ) -> None:
         self._sessionmaker = sessionmaker
@@ -87,7 +88,13 @@ class Backfill:
         """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
         committing per batch, and queue for the HNSW index every chunk vector that is in none
         (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector. Raises
-        EmbeddingError if the model is down (finished batches stay; a rerun resumes)."""
+        EmbeddingError if the model is down (finished batches stay; a rerun resumes), and
+        ConfigError in text-only mode (there is no model to embed with)."""
+        if self._embedder is None:
+            raise ConfigError(
+                "text-only mode (EMBEDDING_MODEL=none): there is no embedding model to backfill "
+                "with; set EMBEDDING_MODEL to a 768-dimensional model first"
+            )
         filled = await run_backfill(
             self._sessionmaker,
             self._embedder,

@@ -1,8 +1,10 @@
 """The history repair: demoted messages that no raw chunk holds, indexed as chunks.
 
-A compression indexes its messages after its own commit; if that fails (the database went away,
-the process died) they have left the context but are in no chunk, and no search finds them.
-This batch job finds them in every user's sessions and indexes them, one session at a time.
+A compression writes its chunks in the transaction that demotes the messages, so no compression
+of this version leaves any. Such messages come from compressions made while
+MEMORY_SEARCH_ENABLED was false, from older versions (which indexed after the commit), or from
+an application's own SQL. This batch job finds them in every user's sessions and indexes them,
+one session at a time.
 """
 
 from __future__ import annotations
@@ -63,11 +65,11 @@ class HistoryRepair:
         consecutive demoted messages is indexed as a compression would, with the breadcrumbs
         found in them (old summaries, markers and system messages ride along in a run and are
         skipped, as in a compression, so the packing is the compression's). Sessions whose last
-        summary is younger than ``settled_for`` (database clock) are left to the compression
-        that may still be indexing them; a session with demoted messages and no summary at all
-        (only SQL of its own makes one) is not visited. A no-op when MEMORY_SEARCH_ENABLED is
-        false. Inside a request context it needs ``navi.memory.read_all``. A session deleted
-        meanwhile is skipped; other errors propagate (StorageError).
+        summary is younger than ``settled_for`` (database clock; none by default) are left
+        alone; a session with demoted messages and no summary at all is visited like any other.
+        A no-op when MEMORY_SEARCH_ENABLED is false. Inside a request context it needs
+        ``navi.memory.read_all``. A session deleted meanwhile is skipped; other errors
+        propagate (StorageError).
         """
         if current_user_id() is not None and not has_permission(PERMISSION_READ_ALL):
             raise PermissionDeniedError(

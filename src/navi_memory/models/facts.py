@@ -41,6 +41,9 @@ class FactRow(Base):
     )
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = updated_at_column()
+    # The session the fact was last written from (provenance in unified search); no foreign
+    # key, like memory_chunks.session_id; NULL when unknown (legacy rows, writes outside one).
+    session_id: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         # Unique among *visible* rows only: legacy databases may hold exact duplicates, which the

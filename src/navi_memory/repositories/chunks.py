@@ -7,13 +7,14 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, func, literal, select, text
+from sqlalchemy import ColumnElement, RowMapping, func, literal, literal_column, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.constants import CHUNK_INSERT_BATCH, EMBEDDING_DIM
 from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow, ChunkVectorQueueRow
 from navi_memory.repositories.like import contains_pattern
+from navi_memory.repositories.sessions import summary_at_of_chunk
 from navi_memory.repositories.vectors import (
     QUERY_VECTOR,
     HybridSearch,
@@ -267,6 +268,8 @@ class ChunkRepository:
         terms: Sequence[str],
         limit: int,
         max_distance: float,
+        *,
+        with_summary_at: bool = False,
     ) -> list[RowMapping]:
         """Both passes of search_chunks in one statement (the shape of FactRepository.search):
         the ``limit`` nearest chunks closer than ``max_distance``, and the chunks whose content
@@ -276,7 +279,10 @@ class ChunkRepository:
         The text pass is ``lower(x) LIKE ANY (lowered patterns)``: ILIKE's matches, at half its
         cost on long text (ILIKE folds the text once per pattern). It has no full-text arm: a
         word ``to_tsvector('simple', …)`` finds is a substring these patterns find too, and
-        recomputing the tsvector cost ~0.17 ms a chunk (docs/raw-history.md, "Search")."""
+        recomputing the tsvector cost ~0.17 ms a chunk (docs/raw-history.md, "Search").
+
+        ``with_summary_at`` adds each hit's ``summary_at`` (its session's last summary, see
+        ``summary_at_of_chunk``): unified search's freshness boundaries in the same statement."""
         where, vector_where, queue_where = ["TRUE"], ["TRUE"], ["TRUE"]
         params: dict[str, Any] = {"limit": limit, "patterns": _patterns(terms)}
         if user_id is not None:
@@ -294,7 +300,11 @@ class ChunkRepository:
         search = HybridSearch(
             table="memory_chunks",
             alias="c",
-            columns=_CHUNK_COLUMNS,
+            columns=(
+                f"{_CHUNK_COLUMNS}, {summary_at_of_chunk('c')} AS summary_at"
+                if with_summary_at
+                else _CHUNK_COLUMNS
+            ),
             where=" AND ".join(where),
             match=f"(lower(c.content) LIKE ANY ({lowered}) OR {crumbs} LIKE ANY ({lowered}))",
             hits=f"lower(c.content) LIKE lower(p) OR {crumbs} LIKE lower(p)",
@@ -354,10 +364,20 @@ class ChunkRepository:
         return list((await self.session.execute(text(sql), params)).mappings())
 
     async def recent(
-        self, user_id: uuid.UUID | None, session_id: str | None, limit: int
+        self,
+        user_id: uuid.UUID | None,
+        session_id: str | None,
+        limit: int,
+        *,
+        with_summary_at: bool = False,
     ) -> list[RowMapping]:
+        columns = chunk_columns()
+        if with_summary_at:
+            columns.append(
+                literal_column(summary_at_of_chunk(ChunkRow.__tablename__)).label("summary_at")
+            )
         stmt = (
-            select(*chunk_columns())
+            select(*columns)
             .where(*_owner(user_id, session_id))
             .order_by(ChunkRow.ended_at.desc(), ChunkRow.id.desc())
             .limit(limit)

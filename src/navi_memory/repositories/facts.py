@@ -48,7 +48,8 @@ FACT_SORT_COLUMNS = {
 
 _FACT_COLUMNS = (
     "f.id, f.user_id, f.category, f.key, f.value, f.source, f.confidence, f.expires_at, "
-    "f.last_verified_at, f.source_context, f.merged_into, f.created_at, f.updated_at"
+    "f.last_verified_at, f.source_context, f.merged_into, f.created_at, f.updated_at, "
+    "f.session_id"
 )
 """Every memory_facts column a Fact shows, the vector excepted (text SQL form)."""
 
@@ -70,6 +71,7 @@ def fact_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
         FactRow.merged_into,
         FactRow.created_at,
         FactRow.updated_at,
+        FactRow.session_id,
         FactRow.embedding.is_not(None).label("has_embedding"),
     ]
 
@@ -221,15 +223,45 @@ class FactRepository:
         )
         return len(result.all())
 
+    async def expired(self, user_id: uuid.UUID | None) -> tuple[int, int]:
+        """How many facts are past their expiry, and how many other rows are hidden behind them
+        (they go with them: merged_into cascades). ``user_id`` None: every user's."""
+        gone = select(FactRow.id).where(FactRow.expires_at <= func.now())
+        if user_id is not None:
+            gone = gone.where(FactRow.user_id == user_id)
+        expired = int(
+            await self.session.scalar(select(func.count()).select_from(gone.subquery())) or 0
+        )
+        behind = int(
+            await self.session.scalar(
+                select(func.count()).where(FactRow.merged_into.in_(gone), FactRow.id.not_in(gone))
+            )
+            or 0
+        )
+        return expired, behind
+
+    async def delete_expired(self, user_id: uuid.UUID | None) -> None:
+        """Delete the facts past their expiry (the rows hidden behind them go by the cascade)."""
+        stmt = delete(FactRow).where(FactRow.expires_at <= func.now())
+        if user_id is not None:
+            stmt = stmt.where(FactRow.user_id == user_id)
+        await self.session.execute(stmt)
+
     # --- reads ------------------------------------------------------------------------------
 
     def _listing(
-        self, user_id: uuid.UUID | None, search: str | None, include_merged: bool
+        self,
+        user_id: uuid.UUID | None,
+        search: str | None,
+        include_merged: bool,
+        category: str | None = None,
     ) -> Select[Any]:
         # include_merged adds hidden rows; expired rows stay out either way.
         where: list[ColumnElement[bool]] = [owner_filter(user_id), not_expired()]
         if not include_merged:
             where.append(FactRow.merged_into.is_(None))
+        if category is not None:
+            where.append(FactRow.category == category)
         if search:
             where.append(text_match([search]))
         return select(*fact_columns()).where(*where)
@@ -244,11 +276,12 @@ class FactRepository:
         descending: bool,
         limit: int | None,
         offset: int,
+        category: str | None = None,
     ) -> list[RowMapping]:
         column = FACT_SORT_COLUMNS[sort_by]
         order = column.desc().nulls_last() if descending else column.asc().nulls_last()
         stmt = (
-            self._listing(user_id, search, include_merged)
+            self._listing(user_id, search, include_merged, category)
             .order_by(order, FactRow.key, FactRow.id)
             .offset(offset)
             .limit(limit)
@@ -258,6 +291,17 @@ class FactRepository:
     async def count(self, user_id: uuid.UUID | None, *, include_merged: bool) -> int:
         stmt = self._listing(user_id, None, include_merged).with_only_columns(func.count())
         return int(await self.session.scalar(stmt) or 0)
+
+    async def category_counts(self, user_id: uuid.UUID | None) -> list[tuple[str, int]]:
+        """(category, visible facts in it), the fullest first, then by name."""
+        count = func.count().label("facts")
+        stmt = (
+            select(FactRow.category, count)
+            .where(owner_filter(user_id), visible())
+            .group_by(FactRow.category)
+            .order_by(count.desc(), FactRow.category)
+        )
+        return [(category, int(n)) for category, n in await self.session.execute(stmt)]
 
     # --- backfill ---------------------------------------------------------------------------
 
@@ -302,6 +346,12 @@ class FactRepository:
             SummaryRow.user_id.is_(None) if user_id is None else SummaryRow.user_id == user_id
         )
         return await self.session.scalar(stmt)
+
+    async def summary_updated_at(self, user_id: uuid.UUID) -> datetime | None:
+        """When the user's summary was last written (None: they have none)."""
+        return await self.session.scalar(
+            select(SummaryRow.updated_at).where(SummaryRow.user_id == user_id)
+        )
 
     async def set_summary(self, user_id: uuid.UUID, content: str) -> None:
         stmt = insert(SummaryRow).values(user_id=user_id, content=content)

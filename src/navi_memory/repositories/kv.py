@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, case, cast, delete, func, literal, or_, select
+from sqlalchemy import ColumnElement, RowMapping, delete, func, literal, select, text
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.models import KvRow
 from navi_memory.repositories.like import contains_pattern
 
-__all__ = ["KvRepository"]
+__all__ = ["KvRepository", "KvSearchRepository"]
 
 _UNIQUE = "uq_kv_store_user_id_scope_session_id_key"
 
@@ -24,11 +25,6 @@ def _same_session(session_id: str | None) -> ColumnElement[bool]:
 
 def _owner(user_id: uuid.UUID | None) -> ColumnElement[bool]:
     return literal(True) if user_id is None else KvRow.user_id == user_id
-
-
-def _term_match(term: str) -> ColumnElement[bool]:
-    pattern = contains_pattern(term)
-    return or_(KvRow.key.ilike(pattern, escape="\\"), KvRow.value.ilike(pattern, escape="\\"))
 
 
 class KvRepository:
@@ -88,6 +84,14 @@ class KvRepository:
         stmt = stmt.order_by(KvRow.key, KvRow.session_id.asc().nulls_first(), KvRow.id)
         return list((await self.session.scalars(stmt)).all())
 
+
+class KvSearchRepository:
+    """search_values's read: one statement, so it runs on an autocommit connection (unified
+    search) as well as in a transaction."""
+
+    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
+        self.session = session
+
     async def search(
         self,
         user_id: uuid.UUID | None,
@@ -97,26 +101,44 @@ class KvRepository:
         limit: int,
         session_id: str | None,
         prefer_session_id: str | None,
-    ) -> list[tuple[KvRow, int]]:
-        """Rows of the scope matching any term in key or value, with how many distinct terms
-        they match: most terms first, then rows of ``prefer_session_id``, then the newest.
-        No terms: the newest rows, ``prefer_session_id`` first, each with 0 terms hit."""
-        hits: ColumnElement[int] = literal(0)
-        for index, term in enumerate(terms):
-            hit: ColumnElement[int] = cast(_term_match(term), Integer)
-            hits = hit if index == 0 else hits + hit
-        preferred: ColumnElement[int] = (
-            literal(0)
-            if prefer_session_id is None
-            else case((KvRow.session_id == prefer_session_id, 1), else_=0)
-        )
-        stmt = select(KvRow, hits.label("terms_hit")).where(_owner(user_id), KvRow.scope == scope)
+    ) -> list[RowMapping]:
+        """Rows of the scope matching any term in key or value, each with ``terms_hit`` (how
+        many distinct terms it matches): rows of ``prefer_session_id`` first, then most terms,
+        then the newest. No terms: the newest rows, ``prefer_session_id`` first, 0 terms hit.
+
+        The terms go in as one ``text[]`` of escaped patterns: one statement shape whatever
+        their number, prepared once per connection, and no expression tree built per term."""
+        where = ["k.scope = :scope"]
+        params: dict[str, Any] = {
+            "scope": scope,
+            "limit": limit,
+            "patterns": [contains_pattern(term) for term in terms],
+        }
+        if user_id is not None:
+            where.append("k.user_id = :uid")
+            params["uid"] = user_id
         if session_id is not None:
-            stmt = stmt.where(KvRow.session_id == session_id)
+            where.append("k.session_id = :sid")
+            params["sid"] = session_id
         if terms:
-            stmt = stmt.where(or_(*(_term_match(term) for term in terms)))
-        stmt = stmt.order_by(
-            preferred.desc(), hits.desc(), KvRow.updated_at.desc(), KvRow.id.desc()
-        ).limit(limit)
-        rows = await self.session.execute(stmt)
-        return [(row, int(count)) for row, count in rows]
+            where.append(
+                "(k.key ILIKE ANY (CAST(:patterns AS text[])) "
+                "OR k.value ILIKE ANY (CAST(:patterns AS text[])))"
+            )
+        order = ["h.hits DESC", "k.updated_at DESC", "k.id DESC"]
+        if prefer_session_id is not None:
+            order.insert(0, "(k.session_id IS NOT DISTINCT FROM :prefer) DESC")
+            params["prefer"] = prefer_session_id
+        stmt = text(
+            f"""
+            SELECT k.id, k.user_id, k.scope, k.session_id, k.key, k.value, k.created_at,
+                   k.updated_at, h.hits AS terms_hit
+            FROM kv_store k,
+                 LATERAL (SELECT count(*) AS hits FROM unnest(CAST(:patterns AS text[])) p
+                          WHERE k.key ILIKE p OR k.value ILIKE p) h
+            WHERE {" AND ".join(where)}
+            ORDER BY {", ".join(order)}
+            LIMIT :limit
+            """
+        )
+        return list((await self.session.execute(stmt, params)).mappings())

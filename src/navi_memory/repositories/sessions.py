@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, text, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import BigInteger, Float, Row, Select, cast, delete, func, or_, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.models import (
     ChunkRow,
@@ -22,7 +23,24 @@ from navi_memory.models import (
     User,
 )
 
-__all__ = ["SessionRepository"]
+__all__ = [
+    "ExtractionClaimRepository",
+    "SessionActivity",
+    "SessionRepository",
+    "summary_at_of_chunk",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionActivity:
+    """A session's owner, its last activity and when it was last extracted (None: never)."""
+
+    session_id: str
+    user_id: uuid.UUID
+    last_active: datetime
+    extracted_at: datetime | None
+    idle_seconds: float
+    """Seconds since ``last_active`` by the database clock."""
 
 
 class SessionRepository:
@@ -65,6 +83,19 @@ class SessionRepository:
             select(SessionRow)
             .where(SessionRow.id == session_id, SessionRow.user_id == user_id)
             .with_for_update()
+        )
+
+    async def set_metadata_value(self, session_id: str, key: str, value: Any) -> None:
+        """Set one key of the session's ``session_metadata`` (a JSON value), leaving the other
+        keys as they are. Callers that read the key first hold ``lock_owned``."""
+        await self.session.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id)
+            .values(
+                session_metadata=SessionRow.session_metadata.op("||")(
+                    func.jsonb_build_object(key, cast(value, JSONB))
+                )
+            )
         )
 
     async def owner(self, session_id: str, *, lock: bool = False) -> uuid.UUID | None:
@@ -149,31 +180,36 @@ class SessionRepository:
         self, settle_seconds: float
     ) -> list[tuple[uuid.UUID, str]]:
         """(owner, session) of every session holding a demoted conversation message that no raw
-        chunk covers (start_seq..end_seq), among sessions whose last summary is older than
-        ``settle_seconds`` (database clock): a compression still indexing is left alone. Every
-        user's: for backfill. Linear: one pass over summaries, chunks and demoted messages."""
+        chunk covers (start_seq..end_seq), except sessions whose last summary is younger than
+        ``settle_seconds`` (database clock); a session with no summary at all is visited. Every
+        user's: for backfill. Linear: one pass over summaries, chunks and demoted messages.
+        Ranges are int8: an int4 range ending at int4's largest seq would overflow."""
         rows = await self.session.execute(
             text(
                 """
-                WITH settled AS (
+                WITH unsettled AS (
                     SELECT session_id FROM session_messages WHERE kind = 'summary'
                     GROUP BY session_id
-                    HAVING max(created_at) < now() - make_interval(secs => :settle)
+                    HAVING max(created_at) >= now() - make_interval(secs => :settle)
+                ),
+                dropped AS (
+                    SELECT m.session_id, m.seq FROM session_messages m
+                    WHERE NOT m.is_context AND m.kind = 'message' AND m.role <> 'system'
+                      AND NOT EXISTS (SELECT 1 FROM unsettled u WHERE u.session_id = m.session_id)
                 ),
                 covered AS (
                     SELECT c.user_id, c.session_id,
-                           range_agg(int4range(c.start_seq, c.end_seq, '[]')) AS seqs
-                    FROM memory_chunks c JOIN settled t ON t.session_id = c.session_id
+                           range_agg(int8range(c.start_seq, c.end_seq, '[]')) AS seqs
+                    FROM memory_chunks c
+                    WHERE c.session_id IN (SELECT session_id FROM dropped)
                     GROUP BY c.user_id, c.session_id
                 )
-                SELECT DISTINCT s.user_id, m.session_id
-                FROM session_messages m
-                JOIN settled t ON t.session_id = m.session_id
-                JOIN sessions s ON s.id = m.session_id
-                LEFT JOIN covered c ON c.user_id = s.user_id AND c.session_id = m.session_id
-                WHERE NOT m.is_context AND m.kind = 'message' AND m.role <> 'system'
-                  AND (c.seqs IS NULL OR NOT c.seqs @> m.seq)
-                ORDER BY m.session_id
+                SELECT DISTINCT s.user_id, d.session_id
+                FROM dropped d
+                JOIN sessions s ON s.id = d.session_id
+                LEFT JOIN covered c ON c.user_id = s.user_id AND c.session_id = d.session_id
+                WHERE c.seqs IS NULL OR NOT c.seqs @> d.seq::bigint
+                ORDER BY d.session_id
                 """
             ),
             {"settle": settle_seconds},
@@ -184,10 +220,10 @@ class SessionRepository:
         self, user_id: uuid.UUID, session_id: str, settle_seconds: float
     ) -> list[MessageRow]:
         """The session's demoted rows (every kind: build_chunks skips what is not conversation,
-        and keeping them keeps a run whole) that no chunk covers, by seq; none unless the
-        session's last summary is older than ``settle_seconds``."""
+        and keeping them keeps a run whole) that no chunk covers, by seq; none when the
+        session's last summary is younger than ``settle_seconds`` (no summary: all of them)."""
         covered = (
-            select(func.range_agg(func.int4range(ChunkRow.start_seq, ChunkRow.end_seq, "[]")))
+            select(func.range_agg(func.int8range(ChunkRow.start_seq, ChunkRow.end_seq, "[]")))
             .where(ChunkRow.user_id == user_id, ChunkRow.session_id == session_id)
             .scalar_subquery()
         )
@@ -196,13 +232,14 @@ class SessionRepository:
             .where(MessageRow.session_id == session_id, MessageRow.kind == "summary")
             .scalar_subquery()
         )
+        settled_before = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, settle_seconds)
         stmt = (
             select(MessageRow)
             .where(
                 MessageRow.session_id == session_id,
                 MessageRow.is_context.is_(False),
-                or_(covered.is_(None), ~covered.op("@>")(MessageRow.seq)),
-                last_summary < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, settle_seconds),
+                or_(covered.is_(None), ~covered.op("@>")(cast(MessageRow.seq, BigInteger))),
+                or_(last_summary.is_(None), last_summary < settled_before),
             )
             .order_by(MessageRow.seq)
         )
@@ -247,19 +284,78 @@ class SessionRepository:
             )
         )
 
-    async def mark_extracted(self, session_id: str, user_id: uuid.UUID) -> datetime:
+    async def mark_extracted(
+        self, session_id: str, user_id: uuid.UUID, at: datetime | None = None
+    ) -> datetime:
+        """Record the session as extracted ``at`` (None: the transaction's now())."""
+        when = func.now() if at is None else at
         stmt = insert(SessionMemoryStateRow).values(
-            session_id=session_id, extracted_at=func.now(), user_id=user_id
+            session_id=session_id, extracted_at=when, user_id=user_id
         )
         result = await self.session.execute(
             stmt.on_conflict_do_update(
                 index_elements=[SessionMemoryStateRow.session_id],
-                set_={"extracted_at": func.now(), "user_id": user_id},
+                set_={"extracted_at": when, "user_id": user_id},
             ).returning(SessionMemoryStateRow.extracted_at)
         )
         extracted: datetime | None = result.scalar_one()
         assert extracted is not None  # now() was just written
         return extracted
+
+    def _activity(self) -> Select[str, uuid.UUID, datetime, datetime | None, float]:
+        idle = func.extract("epoch", func.now() - SessionRow.last_active)
+        return select(
+            SessionRow.id,
+            SessionRow.user_id,
+            SessionRow.last_active,
+            SessionMemoryStateRow.extracted_at,
+            idle.cast(Float),
+        ).outerjoin(SessionMemoryStateRow, SessionMemoryStateRow.session_id == SessionRow.id)
+
+    async def stale_sessions(
+        self, owner: uuid.UUID | None, stale_minutes: int, limit: int | None
+    ) -> list[SessionActivity]:
+        """Sessions idle for more than ``stale_minutes`` (database clock) whose last activity
+        was never extracted: no mark, or a mark older than ``last_active``. Of ``owner`` (every
+        user's for None), longest idle first."""
+        stmt = (
+            self._activity()
+            .where(
+                SessionRow.last_active
+                < func.now() - func.make_interval(0, 0, 0, 0, 0, stale_minutes),
+                or_(
+                    SessionMemoryStateRow.extracted_at.is_(None),
+                    SessionMemoryStateRow.extracted_at < SessionRow.last_active,
+                ),
+            )
+            .order_by(SessionRow.last_active, SessionRow.id)
+            .limit(limit)
+        )
+        if owner is not None:
+            stmt = stmt.where(SessionRow.user_id == owner)
+        return [_activity_of(row) for row in await self.session.execute(stmt)]
+
+    async def activity(self, session_id: str, owner: uuid.UUID | None) -> SessionActivity | None:
+        """The session's activity, if it is ``owner``'s (anyone's for None)."""
+        stmt = self._activity().where(SessionRow.id == session_id)
+        if owner is not None:
+            stmt = stmt.where(SessionRow.user_id == owner)
+        row = (await self.session.execute(stmt)).first()
+        return None if row is None else _activity_of(row)
+
+    async def lock_extraction_state(self, session_id: str, user_id: uuid.UUID) -> datetime | None:
+        """Lock the session's extraction state row until the transaction ends (made, unmarked,
+        if missing) and return its mark. Only extraction takes it: appends never wait on it."""
+        await self.session.execute(
+            insert(SessionMemoryStateRow)
+            .values(session_id=session_id, user_id=user_id, extracted_at=None)
+            .on_conflict_do_nothing(index_elements=[SessionMemoryStateRow.session_id])
+        )
+        return await self.session.scalar(
+            select(SessionMemoryStateRow.extracted_at)
+            .where(SessionMemoryStateRow.session_id == session_id)
+            .with_for_update()
+        )
 
     async def extracted_at(self, session_id: str) -> datetime | None:
         return await self.session.scalar(
@@ -275,3 +371,46 @@ class SessionRepository:
                 MessageRow.session_id == session_id, MessageRow.kind == "summary"
             )
         )
+
+
+def _activity_of(row: Row[str, uuid.UUID, datetime, datetime | None, float]) -> SessionActivity:
+    session_id, user_id, last_active, extracted_at, idle_seconds = row
+    return SessionActivity(session_id, user_id, last_active, extracted_at, idle_seconds)
+
+
+class ExtractionClaimRepository:
+    """The claim that keeps two extractors, in any processes, off one session: a session-level
+    advisory lock, taken and released on a connection outside any transaction. It blocks no
+    reader or writer of any table (appends never wait on it), and it dies with its connection,
+    so a crashed extractor leaves nothing behind."""
+
+    def __init__(self, *, connection: AsyncConnection) -> None:
+        self.connection = connection
+
+    @staticmethod
+    def _key(session_id: str) -> dict[str, str]:
+        return {"scope": f"session_memory_state:{session_id}"}
+
+    async def try_claim(self, session_id: str) -> bool:
+        """Take the session's claim if no one holds it; False when someone does."""
+        claimed = await self.connection.scalar(
+            text("SELECT pg_try_advisory_lock(hashtextextended(:scope, 0))"),
+            self._key(session_id),
+        )
+        return bool(claimed)
+
+    async def release(self, session_id: str) -> None:
+        await self.connection.execute(
+            text("SELECT pg_advisory_unlock(hashtextextended(:scope, 0))"), self._key(session_id)
+        )
+
+
+def summary_at_of_chunk(alias: str) -> str:
+    """SQL for the freshness boundary of chunk ``alias`` (a memory_chunks row): when its
+    session's last summary was written — NULL when there is none, when the session has no row,
+    or when the row is another user's than the chunk's."""
+    return (
+        "(SELECT max(m.created_at) FROM sessions s JOIN session_messages m "
+        "ON m.session_id = s.id AND m.kind = 'summary' "
+        f"WHERE s.id = {alias}.session_id AND s.user_id = {alias}.user_id)"
+    )

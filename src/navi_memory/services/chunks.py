@@ -25,6 +25,7 @@ from navi_memory.constants import (
     CHUNK_FUSION_VECTOR_WEIGHT,
     CHUNK_INSERT_BATCH,
     CHUNK_MAX_DISTANCE,
+    INT32_MAX,
     MAX_TEXT_CHARS,
 )
 from navi_memory.errors import InvalidInputError, InvalidTypeError, NotFoundError
@@ -34,13 +35,15 @@ from navi_memory.schemas import ChunkDraft, ChunkHit
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.ranking import fuse_hits, hit_fields, rank_hits
 from navi_memory.text import BREADCRUMB_MAX_CHARS
-from navi_memory.validation import check_text
+from navi_memory.validation import check_int, check_text
 
 __all__ = ["ChunkService", "checked_draft"]
 
 
 def checked_draft(chunk: object) -> ChunkDraft:
-    """A chunk to store: a ChunkDraft (or its dict) whose hash really is its content's."""
+    """A chunk to store: a ChunkDraft (or its dict) whose every field a column can hold and
+    whose hash really is its content's. A ChunkDraft is checked field by field too: one built
+    with ``model_construct`` skipped pydantic's validation."""
     if isinstance(chunk, dict):
         try:
             chunk = ChunkDraft.model_validate(chunk)
@@ -49,15 +52,31 @@ def checked_draft(chunk: object) -> ChunkDraft:
     if not isinstance(chunk, ChunkDraft):
         raise InvalidTypeError(f"chunks must be ChunkDraft objects, got {type(chunk).__name__}")
     check_text("chunk content", chunk.content, max_chars=MAX_TEXT_CHARS)
+    if not isinstance(chunk.content_hash, str):
+        raise InvalidTypeError(
+            f"a chunk's content_hash must be a str, got {type(chunk.content_hash).__name__}"
+        )
     digest = hashlib.sha256(chunk.content.encode("utf-8")).hexdigest()
     if chunk.content_hash != digest:
         raise InvalidInputError(
-            f"chunk content_hash {chunk.content_hash[:12]}… is not the sha256 of its content"
+            f"chunk content_hash {chunk.content_hash[:12]!r}… is not the sha256 of its content"
         )
-    if chunk.started_at.tzinfo is None or chunk.ended_at.tzinfo is None:
-        raise InvalidInputError("a chunk's started_at and ended_at must carry a time zone")
-    if chunk.end_seq < chunk.start_seq or chunk.ended_at < chunk.started_at:
+    # Seqs are positions in a session; the columns are int4.
+    start_seq = check_int("a chunk's start_seq", chunk.start_seq, minimum=0, maximum=INT32_MAX)
+    end_seq = check_int("a chunk's end_seq", chunk.end_seq, minimum=0, maximum=INT32_MAX)
+    for name, stamp in (("started_at", chunk.started_at), ("ended_at", chunk.ended_at)):
+        if not isinstance(stamp, datetime):
+            raise InvalidTypeError(
+                f"a chunk's {name} must be a datetime, got {type(stamp).__name__}"
+            )
+        if stamp.tzinfo is None:
+            raise InvalidInputError("a chunk's started_at and ended_at must carry a time zone")
+    if end_seq < start_seq or chunk.ended_at < chunk.started_at:
         raise InvalidInputError("a chunk must not end before it starts (seq or time)")
+    if not isinstance(chunk.breadcrumbs, list | tuple):
+        raise InvalidTypeError(
+            f"a chunk's breadcrumbs must be a list of str, got {type(chunk.breadcrumbs).__name__}"
+        )
     for crumb in chunk.breadcrumbs:
         check_text("breadcrumb", crumb, max_chars=BREADCRUMB_MAX_CHARS)
     return chunk

@@ -1,10 +1,10 @@
 """Context compression: older messages leave the context behind a summary, and are kept verbatim
 as raw chunks with breadcrumbs (spec: "Raw chunks and breadcrumbs").
 
-The steps are separate so that no lock is held while the model answers (the sessions facade
-runs each in its own unit of work): ``CompressionService.context`` reads the rows,
-``plan_compression`` picks what leaves, ``summarize`` asks the model outside any transaction,
-``CompressionService.apply`` re-checks and writes under the session lock, and after that commit
+The steps are separate so that no lock is held while a model answers (the sessions facade
+runs them): ``CompressionService.context`` reads the rows, ``plan_compression`` picks what
+leaves, ``summarize`` and ``embed_chunks`` ask the models outside any transaction, then in one
+unit of work ``CompressionService.apply`` re-checks and writes under the session lock and
 ``CompressionService.write_chunks`` stores the demoted messages through the chunk service.
 """
 

@@ -1,5 +1,7 @@
 """Embedding for the write and read paths: the model's vectors checked before they reach a
-vector(768) column, and a failing model degraded to "no vector" with one log event.
+vector(768) column, and a failing model degraded to "no vector", reported at most once per
+EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS with a count. Without a model (text-only mode) every
+call answers "no vector" at once, silently.
 
 Never call these inside a transaction: the model may take its time.
 """
@@ -7,9 +9,11 @@ Never call these inside a transaction: the model may take its time.
 from __future__ import annotations
 
 import logging
+import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from navi_memory.constants import EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS
 from navi_memory.errors import EmbeddingError
 from navi_memory.llm import Embedder, storable_vector, storable_vectors
 
@@ -19,30 +23,79 @@ logger = logging.getLogger(__name__)
 
 
 class EmbeddingService:
-    """The embedder behind the degradation the spec asks for: no vector → text search."""
+    """The embedder behind the degradation the spec asks for: no vector → text search.
 
-    def __init__(self, embedder: Embedder) -> None:
+    ``embedder`` None is text-only mode. One service per Memory (open_memory shares it), so
+    the failure report counts every caller's failures.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder | None,
+        *,
+        log_interval_seconds: float = EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.embedder = embedder
+        self._interval = log_interval_seconds
+        self._clock = clock
+        self._reported_at: float | None = None
+        self._unreported = 0
+        self._failing = False
+
+    @property
+    def text_only(self) -> bool:
+        return self.embedder is None
 
     async def document(self, text: str) -> list[float] | None:
         vectors = await self.documents([text])
         return None if vectors is None else vectors[0].tolist()
 
     async def documents(self, texts: Sequence[str]) -> list[array[float]] | None:
-        try:
-            vectors = await self.embedder.embed_documents(texts)
-            return storable_vectors(vectors, len(texts))
-        except EmbeddingError as exc:
-            _log_failure(exc)
+        if self.embedder is None:
             return None
+        try:
+            vectors = storable_vectors(await self.embedder.embed_documents(texts), len(texts))
+        except EmbeddingError as exc:
+            self._failed(exc)
+            return None
+        self._succeeded()
+        return vectors
 
     async def query(self, text: str) -> array[float] | None:
-        try:
-            return storable_vector(await self.embedder.embed_query(text))
-        except EmbeddingError as exc:
-            _log_failure(exc)
+        if self.embedder is None:
             return None
+        try:
+            vector = storable_vector(await self.embedder.embed_query(text))
+        except EmbeddingError as exc:
+            self._failed(exc)
+            return None
+        self._succeeded()
+        return vector
 
+    def _failed(self, exc: EmbeddingError) -> None:
+        self._failing = True
+        self._unreported += 1
+        now = self._clock()
+        if self._reported_at is not None and now - self._reported_at < self._interval:
+            return
+        count, self._unreported, self._reported_at = self._unreported, 0, now
+        logger.warning(
+            "memory.embedding_failed: %s (%d failure(s) since the last report; next report in "
+            "%g s at the earliest; the rows land without vectors, search falls back to text)",
+            exc,
+            count,
+            self._interval,
+            extra={"event": "memory.embedding_failed", "failures": count},
+        )
 
-def _log_failure(exc: EmbeddingError) -> None:
-    logger.warning("memory.embedding_failed: %s", exc, extra={"event": "memory.embedding_failed"})
+    def _succeeded(self) -> None:
+        if not self._failing:
+            return
+        logger.info(
+            "memory.embedding_recovered: the embedding model answers again (%d failure(s) "
+            "since the last report)",
+            self._unreported,
+            extra={"event": "memory.embedding_recovered", "failures": self._unreported},
+        )
+        self._failing, self._unreported, self._reported_at = False, 0, None

@@ -66,6 +66,8 @@ class FactWrite:
     expires_days: float | None
     source_context: str | None
     embedding: Sequence[float] | None
+    session_id: str | None = None
+    """The session the fact is written from (provenance); it moves with ``updated_at``."""
 
 
 def to_fact(row: FactRow | RowMapping) -> Fact:
@@ -88,6 +90,14 @@ def may_change(owner: uuid.UUID | None) -> bool:
     if current is not None:
         return owner == current
     return has_permission(PERMISSION_READ_ALL)
+
+
+def may_read(owner: uuid.UUID | None) -> bool:
+    """A row found by id: the current user's own; anyone's with read_all."""
+    if has_permission(PERMISSION_READ_ALL):
+        return True
+    current = current_user_id()
+    return current is not None and owner == current
 
 
 class FactService:
@@ -135,6 +145,7 @@ class FactService:
                     "expires_at": expires_at,
                     "source_context": write.source_context,
                     "last_verified_at": now,
+                    "session_id": write.session_id,
                 }
             )
             outcome = "merged" if spellings else "inserted"
@@ -182,7 +193,25 @@ class FactService:
         await session.refresh(refreshed)
         return to_fact(refreshed)
 
+    async def purge_expired(
+        self, session: AsyncSession, user_id: uuid.UUID | None, *, dry_run: bool
+    ) -> tuple[int, int]:
+        """Delete the facts past their expiry (every user's for None) with the rows hidden
+        behind them; returns (expired, hidden with them). ``dry_run`` only counts."""
+        facts = FactRepository(session=session)
+        counts = await facts.expired(user_id)
+        if not dry_run:
+            await facts.delete_expired(user_id)
+        return counts
+
     # --- reads ------------------------------------------------------------------------------
+
+    async def get(self, session: AsyncSession, fact_id: int) -> Fact:
+        """One fact by id, hidden or expired alike, if the caller may read it (``may_read``)."""
+        row = await FactRepository(session=session).get(fact_id)
+        if row is None or not may_read(row.user_id):
+            raise NotFoundError(f"fact {fact_id} does not exist")
+        return to_fact(row)
 
     async def search(
         self,
@@ -211,9 +240,11 @@ class FactService:
         descending: bool,
         limit: int | None,
         offset: int,
+        category: str | None = None,
     ) -> list[Fact]:
         rows = await FactRepository(session=session).list_facts(
             scope,
+            category=category,
             search=search,
             include_merged=include_merged,
             sort_by=sort_by,
@@ -228,10 +259,20 @@ class FactService:
     ) -> int:
         return await FactRepository(session=session).count(scope, include_merged=include_merged)
 
+    async def categories(
+        self, session: AsyncSession, scope: uuid.UUID | None
+    ) -> list[tuple[str, int]]:
+        return await FactRepository(session=session).category_counts(scope)
+
     # --- summary ----------------------------------------------------------------------------
 
     async def get_summary(self, session: AsyncSession, scope: uuid.UUID | None) -> str | None:
         return await FactRepository(session=session).get_summary(scope)
+
+    async def summary_updated_at(
+        self, session: AsyncSession, user_id: uuid.UUID
+    ) -> datetime | None:
+        return await FactRepository(session=session).summary_updated_at(user_id)
 
     async def set_summary(self, session: AsyncSession, user_id: uuid.UUID, content: str) -> None:
         await FactRepository(session=session).set_summary(user_id, content)
@@ -239,13 +280,19 @@ class FactService:
     # --- extraction state -------------------------------------------------------------------
 
     async def mark_extracted(
-        self, session: AsyncSession, user_id: uuid.UUID, session_id: str
+        self,
+        session: AsyncSession,
+        user_id: uuid.UUID,
+        session_id: str,
+        *,
+        at: datetime | None = None,
     ) -> datetime:
-        """Record the session as processed now; NotFoundError when it is someone else's."""
+        """Record the session as processed ``at`` (None: now); NotFoundError when it is
+        someone else's."""
         repo = SessionRepository(session=session)
         if await repo.extraction_owner(session_id) not in (None, user_id):
             raise NotFoundError(f"no session {session_id!r} for this user")
-        return await repo.mark_extracted(session_id, user_id)
+        return await repo.mark_extracted(session_id, user_id, at=at)
 
     async def extracted_at(
         self, session: AsyncSession, scope: uuid.UUID | None, session_id: str
@@ -286,6 +333,7 @@ async def _write_over(
             "expires_at": expires_at,
             "updated_at": now,
             "last_verified_at": now,
+            "session_id": write.session_id,
         }
         outcome = "revived" if expired else "updated"
     return await facts.update(row.id, values), outcome

@@ -6,26 +6,26 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.errors import NotFoundError
-from navi_memory.models import KvRow
-from navi_memory.repositories.kv import KvRepository
+from navi_memory.repositories.kv import KvRepository, KvSearchRepository
 from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.schemas import KvEntry, KvHit
 
 __all__ = ["KvService"]
 
 
-def _hit(row: KvRow, terms_hit: int) -> KvHit:
+def _hit(row: RowMapping) -> KvHit:
     return KvHit(
-        user_id=row.user_id,
-        scope=row.scope,
-        session_id=row.session_id,
-        key=row.key,
-        value=row.value,
-        updated_at=row.updated_at,
-        terms_hit=terms_hit,
+        user_id=row["user_id"],
+        scope=row["scope"],
+        session_id=row["session_id"],
+        key=row["key"],
+        value=row["value"],
+        updated_at=row["updated_at"],
+        terms_hit=int(row["terms_hit"]),
     )
 
 
@@ -106,7 +106,7 @@ class KvService:
     ) -> list[KvHit]:
         if not await _session_visible(session, session_id, scope_user):
             return []
-        found = await KvRepository(session=session).search(
+        found = await KvSearchRepository(session=session).search(
             scope_user,
             scope,
             terms,
@@ -114,4 +114,4 @@ class KvService:
             session_id=session_id,
             prefer_session_id=prefer_session_id,
         )
-        return [_hit(row, hits) for row, hits in found]
+        return [_hit(row) for row in found]

@@ -1,4 +1,5 @@
-"""Pure text logic for memory, with no database: raw chunks, breadcrumbs and key spelling.
+"""Pure text logic for memory, with no database: raw chunks, breadcrumbs, key spelling and the
+extractor's transcript.
 
 Deterministic and free of I/O, so services call it inside a unit of work without a thought.
 """
@@ -19,6 +20,7 @@ from navi_memory.text.chunks import (
     render_message,
 )
 from navi_memory.text.keys import normalize_key, same_key
+from navi_memory.text.transcript import render_transcript, transcript_line
 
 __all__ = [
     "BREADCRUMB_MAX_CHARS",
@@ -30,6 +32,8 @@ __all__ = [
     "merge_breadcrumbs",
     "normalize_key",
     "render_message",
+    "render_transcript",
     "same_key",
     "split_keys_line",
+    "transcript_line",
 ]

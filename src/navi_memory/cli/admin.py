@@ -1,0 +1,234 @@
+"""``stats``, ``purge-expired``, ``export`` and ``import``: the operator's calls of memory.admin."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from navi_memory.cli.output import admin_memory, out, print_json, run
+from navi_memory.config import load_settings
+from navi_memory.constants import STATS_USERS_DEFAULT
+from navi_memory.errors import InvalidInputError
+from navi_memory.schemas import ExportRecord, ImportResult, MemoryStats, PurgeResult
+
+__all__ = ["export_line", "read_export", "register"]
+
+UserOption = Annotated[uuid.UUID | None, typer.Option("--user", "-u", help="Only this user.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stats")(stats)
+    app.command("purge-expired")(purge_expired)
+    app.command("export")(export)
+    app.command("import")(import_)
+
+
+def stats(
+    user: UserOption = None,
+    users: Annotated[
+        int, typer.Option("--users", min=1, help="Break the counts down for this many users.")
+    ] = STATS_USERS_DEFAULT,
+    as_json: JsonOption = False,
+) -> None:
+    """Rows per table and per user, vectors missing, the vector-index backlogs, hidden and
+    expired facts."""
+    settings = load_settings()
+
+    async def work() -> MemoryStats:
+        async with admin_memory(settings) as memory:
+            return await memory.admin.stats(user, users=users)
+
+    result = run(work)
+    if as_json:
+        print_json(result)
+        return
+    width = max(len(name) for name in result.tables)
+    out.print("rows per table", markup=False)
+    for name, count in result.tables.items():
+        out.print(f"  {name:<{width}}  {count}", markup=False)
+    out.print(
+        f"vectors missing  facts {result.vectors_missing['memory_facts']}, chunks "
+        f"{result.vectors_missing['memory_chunks']}   (navi-memory backfill)",
+        markup=False,
+    )
+    out.print(
+        f"vector queue     {result.queues['memory_chunk_vector_queue']} queued, "
+        f"{result.queues['unindexed']} in no index   (navi-memory backfill)",
+        markup=False,
+    )
+    out.print(
+        f"facts            {result.hidden_facts} hidden (merged), {result.expired_facts} expired"
+        "   (navi-memory purge-expired)",
+        markup=False,
+    )
+    table = Table(box=None, pad_edge=False, header_style="bold", title_justify="left")
+    columns = (
+        "user",
+        "name",
+        "facts",
+        "hidden",
+        "expired",
+        "no vector",
+        "summary",
+        "sessions",
+        "messages",
+        "chunks",
+        "queued",
+        "kv",
+    )
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("user", "name") else "right")
+    for u in result.per_user:
+        table.add_row(
+            *(
+                Text(cell)
+                for cell in (
+                    str(u.user_id) if u.user_id is not None else "(none)",
+                    u.name or "",
+                    str(u.facts),
+                    str(u.hidden_facts),
+                    str(u.expired_facts),
+                    str(u.facts_without_vector + u.chunks_without_vector),
+                    "yes" if u.summary else "",
+                    str(u.sessions),
+                    str(u.messages),
+                    str(u.chunks),
+                    str(u.chunk_vectors_queued),
+                    str(u.kv_entries),
+                )
+            )
+        )
+    out.print(f"\n{result.users} user(s); the largest {len(result.per_user)}:", markup=False)
+    out.print(table)
+
+
+def purge_expired(
+    user: UserOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would go, delete nothing.")
+    ] = False,
+) -> None:
+    """Delete the facts past their expiry (invisible already) with the rows hidden behind
+    them: every user's, or one user's."""
+    settings = load_settings()
+
+    async def work() -> PurgeResult:
+        async with admin_memory(settings) as memory:
+            return await memory.admin.purge_expired(user, dry_run=dry_run)
+
+    result = run(work)
+    verb = "would purge" if result.dry_run else "purged"
+    out.print(
+        f"purge-expired: {verb} {result.expired} expired fact(s) and {result.hidden} hidden "
+        "row(s) behind them",
+        markup=False,
+    )
+
+
+def export_line(record: ExportRecord, *, with_vectors: bool) -> str:
+    """One record as a line of JSON; the vector field only in an export made with vectors."""
+    data = record.model_dump(mode="json")
+    if not with_vectors:
+        data.pop("embedding", None)
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def export(
+    user: Annotated[uuid.UUID, typer.Option("--user", "-u", help="The user to export.")],
+    with_vectors: Annotated[
+        bool, typer.Option("--with-vectors", help="Include the embeddings (768 floats a row).")
+    ] = False,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here instead of to stdout.")
+    ] = None,
+) -> None:
+    """Write everything a user owns as JSON Lines: facts (hidden ones too), summary, sessions
+    with their messages and extraction state, chunks with breadcrumbs, sketches (kv)."""
+    settings = load_settings()
+
+    async def work() -> list[ExportRecord]:
+        async with admin_memory(settings) as memory:
+            return await memory.admin.export_user(user, with_vectors=with_vectors)
+
+    records = run(work)
+    lines = (export_line(record, with_vectors=with_vectors) + "\n" for record in records)
+    if output is None:
+        sys.stdout.writelines(lines)
+        sys.stdout.flush()
+    else:
+        with output.open("w", encoding="utf-8") as file:
+            file.writelines(lines)
+        out.print(f"export: {len(records)} record(s) of user {user} in {output}", markup=False)
+
+
+def read_export(file: IO[str]) -> Iterator[dict[str, Any]]:
+    """The records of a JSON Lines export; a line that is not a JSON object is an
+    InvalidInputError naming it."""
+    for number, line in enumerate(file, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"line {number} is not JSON: {exc.msg}") from exc
+        if not isinstance(record, dict):
+            raise InvalidInputError(f"line {number} is not a JSON object")
+        yield record
+
+
+def import_(
+    source: Annotated[str, typer.Argument(metavar="FILE", help="The export; `-` reads stdin.")],
+    as_user: Annotated[
+        uuid.UUID | None,
+        typer.Option("--as-user", help="Import as this user id (default: the exported one)."),
+    ] = None,
+    replace: Annotated[
+        bool,
+        typer.Option("--replace", help="Delete the user's memory first, if they have any."),
+    ] = False,
+    session_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--session-prefix",
+            help="Put this before every session id (ids must be unique across users).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Restore an export into the configured database, in one transaction (all or nothing).
+
+    Refused when the user already holds memory (unless `--replace`) or when another user holds
+    one of its session ids (use `--session-prefix`).
+    """
+    settings = load_settings()
+    if source == "-":
+        records = list(read_export(sys.stdin))
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise InvalidInputError(f"no export file {source}")
+        with path.open(encoding="utf-8") as file:
+            records = list(read_export(file))
+
+    async def work() -> ImportResult:
+        async with admin_memory(settings) as memory:
+            return await memory.admin.import_user(
+                records, user_id=as_user, replace=replace, session_prefix=session_prefix
+            )
+
+    result = run(work)
+    if as_json:
+        print_json(result)
+        return
+    counts = ", ".join(f"{count} {kind}(s)" for kind, count in result.rows.items())
+    note = " (their previous memory replaced)" if result.replaced else ""
+    out.print(f"import: user {result.user_id}{note}: {counts}", markup=False)

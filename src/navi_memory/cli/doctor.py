@@ -1,0 +1,318 @@
+"""``doctor``: what the configured database and models offer, and what to run to fix the rest.
+
+It probes the server itself rather than going through open_memory(), which refuses the very
+states a doctor has to report (a schema behind head, pgvector missing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Annotated, Final, Literal
+
+import typer
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from navi_memory.cli.output import EXIT_FAILURE, out, print_json, run
+from navi_memory.config import Settings, load_settings
+from navi_memory.constants import EMBEDDING_DIM, MIN_PGVECTOR, MIN_POSTGRES_MAJOR
+from navi_memory.db import (
+    SCHEMA_HEAD,
+    Capabilities,
+    create_engine,
+    create_sessionmaker,
+    probe,
+    redact_url,
+    resolve_database_url,
+)
+from navi_memory.errors import NaviMemoryError
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.llm import OllamaChatModel, OllamaEmbedder
+from navi_memory.llm._ollama import redact_host
+from navi_memory.migrations import revisions
+
+__all__ = ["Check", "diagnose", "doctor", "register"]
+
+Status = Literal["ok", "note", "finding"]
+"""ok: as it should be. note: worth knowing, nothing to fix. finding: fix it (exit code 1)."""
+
+PING: Final = "Reply with the single word OK."
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of the doctor's report; a finding carries the command that fixes it."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)
+
+
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    models: Annotated[
+        bool,
+        typer.Option(
+            "--models/--no-models",
+            help="Also ask the embedding and the chat model for an answer.",
+        ),
+    ] = True,
+) -> None:
+    """Check the database, its extensions, the schema revision and the models.
+
+    Every finding comes with the command that fixes it; the exit code is 1 when there is one.
+    Nothing is changed (the embedded server is started if it is not running).
+    """
+    settings = load_settings()
+    checks = run(lambda: diagnose(settings, check_models=models))
+    findings = sum(check.status == "finding" for check in checks)
+    if as_json:
+        print_json({"findings": findings, "checks": [asdict(check) for check in checks]})
+    else:
+        for line in report_lines(checks):
+            out.print(line, markup=False)
+        out.print(f"\n{findings} finding(s)" if findings else "\nall good", markup=False)
+    if findings:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def report_lines(checks: list[Check]) -> list[str]:
+    """The report as plain lines, a fix indented under its finding."""
+    width = max((len(check.name) for check in checks), default=0)
+    lines = []
+    for check in checks:
+        lines.append(f"{check.status:<8} {check.name:<{width}}  {check.detail}")
+        if check.fix:
+            lines.append(f"{'':<8} {'':<{width}}  fix: {check.fix}")
+    return lines
+
+
+async def diagnose(settings: Settings, *, check_models: bool = True) -> list[Check]:
+    """Every check of ``doctor``, in the order it prints them."""
+    checks = await _database_checks(settings)
+    if check_models:
+        checks += await asyncio.gather(_embedding_check(settings), _chat_check(settings))
+    elif settings.text_only:
+        checks.append(await _embedding_check(settings))  # the mode, said without a model call
+    return checks
+
+
+def _where(settings: Settings, url: str | None = None) -> str:
+    if settings.database_url is None:
+        return f"embedded, data in {settings.navi_memory_data_dir / 'pgdata'}"
+    return redact_url(url or settings.database_url)
+
+
+async def _database_checks(settings: Settings) -> list[Check]:
+    try:
+        url = await asyncio.to_thread(resolve_database_url, settings)
+        engine = create_engine(settings, url)
+    except NaviMemoryError as exc:
+        return [Check("database", "finding", str(exc), _reach_fix(settings))]
+    try:
+        try:
+            caps = await probe(engine)
+        except NaviMemoryError as exc:
+            return [Check("database", "finding", str(exc), _reach_fix(settings))]
+        checks = [
+            Check("database", "ok", _where(settings, url)),
+            _server_check(caps),
+            _vector_check(caps),
+            _trgm_check(settings, caps),
+            _schema_check(caps),
+        ]
+        if caps.hnsw_iterative_scan not in ("relaxed_order", "strict_order"):
+            database = engine.url.database or "<database>"
+            checks.append(
+                Check(
+                    "vector search",
+                    "finding",
+                    "the connections do not carry hnsw.iterative_scan (a pooler dropping "
+                    "startup parameters?): per-user vector searches would return too few hits",
+                    f"ALTER DATABASE {database} SET hnsw.iterative_scan = relaxed_order",
+                )
+            )
+        if caps.vector and caps.revision == SCHEMA_HEAD:
+            checks.append(await _queue_check(settings, engine))
+        return checks
+    finally:
+        await engine.dispose()
+
+
+def _reach_fix(settings: Settings) -> str:
+    if settings.database_url is None:
+        return "navi-memory server start (its log: NAVI_MEMORY_DATA_DIR/pgdata/log)"
+    return "check DATABASE_URL and that the server runs and accepts this client"
+
+
+def _server_check(caps: Capabilities) -> Check:
+    major = caps.server_version_num // 10000
+    if major < MIN_POSTGRES_MAJOR:
+        return Check(
+            "PostgreSQL",
+            "finding",
+            f"{caps.server_version}: navi-memory needs PostgreSQL >= {MIN_POSTGRES_MAJOR}",
+            f"upgrade the server to PostgreSQL {MIN_POSTGRES_MAJOR} or later",
+        )
+    return Check("PostgreSQL", "ok", caps.server_version)
+
+
+def _vector_check(caps: Capabilities) -> Check:
+    minimum = ".".join(str(part) for part in MIN_PGVECTOR)
+    major = caps.server_version_num // 10000
+    if not caps.vector and caps.vector_available is None:
+        return Check(
+            "pgvector",
+            "finding",
+            "not available on the server",
+            f"install pgvector >= {minimum} on the server (Debian/Ubuntu: "
+            f"postgresql-{major}-pgvector), then navi-memory migrate",
+        )
+    if not caps.vector:
+        return Check(
+            "pgvector",
+            "finding",
+            f"{caps.vector_available} available, not created in this database",
+            "navi-memory migrate (it creates it)",
+        )
+    if (caps.vector_version_tuple or ()) < MIN_PGVECTOR:
+        return Check(
+            "pgvector",
+            "finding",
+            f"{caps.vector_version}: navi-memory needs >= {minimum} (iterative index scans)",
+            "upgrade the pgvector package on the server, then ALTER EXTENSION vector UPDATE",
+        )
+    return Check("pgvector", "ok", str(caps.vector_version))
+
+
+def _trgm_check(settings: Settings, caps: Capabilities) -> Check:
+    if caps.pg_trgm:
+        return Check("pg_trgm", "ok", f"{caps.pg_trgm_version} (trigram indexes on facts)")
+    if caps.pg_trgm_available is None:
+        return Check(
+            "pg_trgm",
+            "note",
+            "not available on this server: fact text search runs as plain ILIKE (the same "
+            "results, slower on large tables)",
+            "install the PostgreSQL contrib package on the server, then CREATE EXTENSION pg_trgm",
+        )
+    # pg_trgm may need a superuser, so the package never creates it (spec); the embedded
+    # server's own user is one, and its build ships the extension.
+    fix = (
+        "navi-memory server psql -c 'CREATE EXTENSION pg_trgm'"
+        if settings.database_url is None
+        else "as a superuser, in this database: CREATE EXTENSION pg_trgm"
+    )
+    return Check(
+        "pg_trgm",
+        "note",
+        f"{caps.pg_trgm_available} available, not created in this database: fact text search "
+        "runs as plain ILIKE (the same results, slower on large tables)",
+        fix,
+    )
+
+
+def _schema_check(caps: Capabilities) -> Check:
+    if caps.revision == SCHEMA_HEAD:
+        return Check("schema", "ok", f"revision {SCHEMA_HEAD} (head)")
+    if caps.revision is None:
+        return Check("schema", "finding", "no navi-memory schema", "navi-memory migrate")
+    if caps.revision not in revisions():
+        return Check(
+            "schema",
+            "finding",
+            f"revision {caps.revision} is newer than this navi-memory knows ({SCHEMA_HEAD})",
+            "upgrade navi-memory to the version that migrated this database",
+        )
+    return Check(
+        "schema",
+        "finding",
+        f"revision {caps.revision}, behind head {SCHEMA_HEAD}: open_memory() refuses it",
+        "navi-memory migrate",
+    )
+
+
+async def _queue_check(settings: Settings, engine: AsyncEngine) -> Check:
+    indexer = ChunkIndexer(
+        create_sessionmaker(engine), batch_size=settings.chunk_index_batch_size, background=False
+    )
+    try:
+        queued = await indexer.queued()
+    except NaviMemoryError as exc:
+        return Check("chunk queue", "finding", str(exc), _reach_fix(settings))
+    if queued:
+        return Check(
+            "chunk queue",
+            "finding",
+            f"{queued} chunk vector(s) wait for the HNSW index (search scans them exactly "
+            "meanwhile, slower)",
+            "navi-memory backfill",
+        )
+    return Check("chunk queue", "ok", "no chunk vector waits for the HNSW index")
+
+
+async def _model_check(
+    name: str, describe: str, call: Callable[[], Awaitable[str]], fix: str
+) -> Check:
+    try:
+        detail = await call()
+    except NaviMemoryError as exc:
+        return Check(name, "finding", str(exc), fix)
+    return Check(name, "ok", f"{describe}: {detail}")
+
+
+async def _embedding_check(settings: Settings) -> Check:
+    if settings.text_only:
+        return Check(
+            "embedding model",
+            "note",
+            "none: text-only mode (EMBEDDING_MODEL=none): rows are stored without vectors and "
+            "every search is a text search",
+            f"to add vectors later: set EMBEDDING_MODEL to a {EMBEDDING_DIM}-dimensional model, "
+            "then navi-memory backfill",
+        )
+    host = redact_host(settings.embedding_host)
+    model = settings.embedding_model
+
+    async def call() -> str:
+        embedder = OllamaEmbedder.from_settings(settings)
+        try:
+            vector = await embedder.embed_query("navi-memory doctor")
+        finally:
+            await embedder.aclose()
+        return f"answers with {len(vector)} dimensions (the columns are vector({EMBEDDING_DIM}))"
+
+    return await _model_check(
+        "embedding model",
+        f"{model} at {host}",
+        call,
+        f"run Ollama at {host} and `ollama pull {model}` there, or set EMBEDDING_OLLAMA_HOST "
+        f"/ EMBEDDING_MODEL (a {EMBEDDING_DIM}-dimensional model)",
+    )
+
+
+async def _chat_check(settings: Settings) -> Check:
+    host = redact_host(settings.ollama_host)
+    model = settings.memory_llm_model
+
+    async def call() -> str:
+        chat = OllamaChatModel.from_settings(settings)
+        try:
+            await chat.complete([{"role": "user", "content": PING}])
+        finally:
+            await chat.aclose()
+        return "answers"
+
+    return await _model_check(
+        "chat model",
+        f"{model} at {host}",
+        call,
+        f"run Ollama at {host} and `ollama pull {model}` there, or set OLLAMA_HOST / "
+        "MEMORY_LLM_MODEL",
+    )

@@ -1,0 +1,78 @@
+"""``extract``: turn every stale session into facts now, with a progress bar (make extract)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from navi_memory.cli.output import (
+    EXIT_INTERRUPTED,
+    admin_memory,
+    err,
+    out,
+    print_json,
+    run,
+)
+from navi_memory.config import load_settings
+from navi_memory.jobs.stale_sessions import ExtractionProgress
+from navi_memory.schemas import ExtractionReport
+
+__all__ = ["extract", "register"]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("extract")(extract)
+
+
+def extract(
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER_ID", help="Only this user's sessions.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Extract facts from every stale session (idle `MEMORY_STALE_MINUTES`, not extracted since).
+
+    Each session's facts are upserted with dedupe, the user's summary is rewritten from their
+    facts, and the session is marked. A session whose model call fails stays unmarked and is
+    retried next run; any failure makes the exit code 1.
+    """
+    settings = load_settings()
+    progress = Progress(
+        TextColumn("{task.description:<14}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=out,
+    )
+    task = progress.add_task("sessions", total=None)
+
+    def advance(step: ExtractionProgress) -> None:
+        progress.update(task, completed=step.done, total=step.total)
+
+    async def work() -> ExtractionReport:
+        async with admin_memory(settings) as memory:
+            if as_json:
+                return await memory.extractor.process_stale_sessions(user)
+            with progress:
+                return await memory.extractor.process_stale_sessions(user, progress=advance)
+
+    try:
+        report = run(work)
+    except KeyboardInterrupt:
+        err.print("navi-memory: interrupted; extracted sessions are saved, run it again to resume")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    if as_json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        out.print(
+            f"extract: {report.sessions_seen} stale session(s), {report.sessions_extracted} "
+            f"extracted, {report.sessions_skipped} skipped, {report.failures} failed; "
+            f"{report.facts_written} fact(s) written, {report.facts_merged} merged, "
+            f"{report.facts_skipped} unusable item(s) skipped; "
+            f"{report.summaries_written} summary(ies) rewritten",
+            markup=False,
+        )
+    if report.failures:
+        raise typer.Exit(1)

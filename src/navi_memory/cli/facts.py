@@ -1,0 +1,223 @@
+"""``facts list|show|forget|unmerge``: an operator's view of every user's curated facts."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Final, Literal
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from navi_memory.cli.output import admin_memory, out, print_json, run, when
+from navi_memory.config import load_settings
+from navi_memory.errors import InvalidInputError, NotFoundError
+from navi_memory.schemas import Fact
+
+__all__ = ["SortColumn", "register"]
+
+SortColumn = Literal[
+    "id",
+    "category",
+    "key",
+    "value",
+    "source",
+    "confidence",
+    "created_at",
+    "updated_at",
+    "expires_at",
+    "last_verified_at",
+]
+"""The columns get_all_facts sorts by (a test keeps this equal to the repository's list)."""
+
+VALUE_WIDTH: Final = 60
+"""A table cell shows this much of a value; ``facts show`` and ``--json`` show all of it."""
+
+facts_app = typer.Typer(
+    name="facts",
+    help="List, inspect, forget and unmerge curated facts.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+UserOption = Annotated[
+    uuid.UUID | None, typer.Option("--user", "-u", help="The user (a UUID) whose facts to list.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(facts_app)
+
+
+@facts_app.command("list")
+def list_facts(
+    user: UserOption = None,
+    all_users: Annotated[
+        bool, typer.Option("--all-users", help="Every user's facts, and the legacy unowned ones.")
+    ] = False,
+    category: Annotated[
+        str | None, typer.Option("--category", "-c", help="Only this category.")
+    ] = None,
+    search: Annotated[
+        str | None,
+        typer.Option("--search", "-s", help="Only facts whose category, key or value has this."),
+    ] = None,
+    include_merged: Annotated[
+        bool,
+        typer.Option("--include-merged", help="Also the hidden rows merged into another fact."),
+    ] = False,
+    sort: Annotated[SortColumn, typer.Option("--sort", help="The column to sort by.")] = "category",
+    order: Annotated[
+        Literal["asc", "desc"], typer.Option("--order", help="Sort direction.")
+    ] = "desc",
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Show at most this many.")] = 50,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many first.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """List one user's facts (`--user`) or everyone's (`--all-users`).
+
+    Expired facts are never listed; hidden (merged) rows only with `--include-merged`.
+    """
+    if (user is None) == (not all_users):
+        raise InvalidInputError("name one user with --user UUID, or pass --all-users")
+    settings = load_settings()
+
+    async def work() -> list[Fact]:
+        async with admin_memory(settings) as memory:
+            return await memory.store.get_all_facts(
+                user_id=user,
+                all_users=all_users,
+                category=category,
+                limit=limit,
+                offset=offset,
+                search=search,
+                sort_by=sort,
+                sort_order=order,
+                include_merged=include_merged,
+            )
+
+    facts = run(work)
+    if as_json:
+        print_json(facts)
+        return
+    if not facts:
+        out.print("no facts", markup=False)
+        return
+    out.print(_table(facts, show_user=all_users))
+    if len(facts) == limit:
+        out.print(f"first {limit} from {offset}; --offset {offset + limit} for more", markup=False)
+
+
+def _table(facts: list[Fact], *, show_user: bool) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("id", justify="right")
+    if show_user:
+        table.add_column("user", no_wrap=True)
+    for name in ("category", "key", "value", "source", "conf", "updated", "state"):
+        table.add_column(
+            name,
+            justify="right" if name == "conf" else "left",
+            no_wrap=name not in ("value", "state"),
+        )
+    for fact in facts:
+        value = fact.value if len(fact.value) <= VALUE_WIDTH else fact.value[: VALUE_WIDTH - 1]
+        if value != fact.value:
+            value += "…"
+        cells = [str(fact.id)]
+        if show_user:
+            cells.append(str(fact.user_id) if fact.user_id is not None else "(none)")
+        cells += [
+            fact.category,
+            fact.key,
+            value,
+            fact.source or "",
+            "" if fact.confidence is None else str(fact.confidence),
+            when(fact.updated_at),
+            _state(fact),
+        ]
+        # Values are the user's text: Text() so that "[b]" in one is never read as markup.
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
+
+
+def _state(fact: Fact) -> str:
+    parts = []
+    if fact.merged_into is not None:
+        parts.append(f"merged into #{fact.merged_into}")
+    if not fact.has_embedding:
+        parts.append("no vector")
+    return ", ".join(parts)
+
+
+@facts_app.command("show")
+def show_fact(
+    fact_id: Annotated[int, typer.Argument(metavar="ID", min=1, help="The fact's id.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Everything about one fact (hidden or expired alike), with the rows hidden behind it."""
+    settings = load_settings()
+
+    async def work() -> tuple[Fact, list[Fact]]:
+        async with admin_memory(settings) as memory:
+            fact = await memory.store.get_fact(fact_id)
+            merged: list[Fact] = []
+            if fact.user_id is not None:
+                owned = await memory.store.get_all_facts(
+                    user_id=fact.user_id, include_merged=True, sort_by="id", sort_order="asc"
+                )
+                merged = [f for f in owned if f.merged_into == fact_id]
+        return fact, merged
+
+    fact, merged = run(work)
+    if as_json:
+        print_json({**fact.model_dump(mode="json"), "merged_here": [f.id for f in merged]})
+        return
+    fields = fact.model_dump()
+    width = max(len(name) for name in fields)
+    for name, value in fields.items():
+        out.print(f"{name:<{width}}  {'' if value is None else value}", markup=False)
+    for hidden in merged:
+        out.print(
+            f"{'merged here':<{width}}  #{hidden.id} {hidden.key} = {hidden.value}", markup=False
+        )
+
+
+@facts_app.command("forget")
+def forget_fact(
+    key: Annotated[str, typer.Argument(help="The fact's key (another spelling of it works too).")],
+    user: Annotated[uuid.UUID, typer.Option("--user", "-u", help="The user (a UUID).")],
+    category: Annotated[
+        str | None, typer.Option("--category", "-c", help="Only in this category.")
+    ] = None,
+) -> None:
+    """Delete a user's fact by key, with the hidden rows behind it.
+
+    Exit code 1 when the user has no such fact.
+    """
+    settings = load_settings()
+
+    async def work() -> int:
+        async with admin_memory(settings) as memory:
+            return await memory.store.delete_fact(key, category, user_id=user)
+
+    deleted = run(work)
+    if not deleted:
+        where = f" in category {category!r}" if category else ""
+        raise NotFoundError(f"user {user} has no fact {key!r}{where}")
+    out.print(f"forgot {deleted} fact(s) {key!r} of user {user}", markup=False)
+
+
+@facts_app.command("unmerge")
+def unmerge_fact(
+    fact_id: Annotated[int, typer.Argument(metavar="ID", min=1, help="The hidden row's id.")],
+) -> None:
+    """Make a hidden (merged) fact visible again; the fact it was merged into stays."""
+    settings = load_settings()
+
+    async def work() -> Fact:
+        async with admin_memory(settings) as memory:
+            return await memory.store.unmerge_fact(fact_id)
+
+    fact = run(work)
+    out.print(f"fact #{fact.id} [{fact.category}] {fact.key} is visible again", markup=False)

@@ -1,0 +1,171 @@
+"""What every command shares: the consoles, JSON output, exit codes, progress bars, and the
+admin context the commands act in.
+
+Exit codes (docs/operations.md): 0 done; 1 findings (``doctor``) or a failed operation;
+2 a usage or configuration error, reported as one line on stderr; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime
+from typing import Any, Final, TypeVar
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from navi_memory.config import Settings
+from navi_memory.constants import PERMISSION_READ_ALL
+from navi_memory.errors import (
+    ConfigError,
+    InvalidInputError,
+    NaviMemoryError,
+    PermissionDeniedError,
+    SchemaError,
+)
+from navi_memory.jobs.backfill import BackfillProgress
+from navi_memory.memory import Memory, open_memory
+from navi_memory.request_context import request_context
+
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "TableProgress",
+    "admin_memory",
+    "err",
+    "error_line",
+    "exit_code_for",
+    "out",
+    "print_json",
+    "run",
+    "when",
+]
+
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+"""doctor found something to fix, or the operation failed (database down, model down, ...)."""
+EXIT_USAGE: Final = 2
+"""Bad arguments or a bad setting: nothing was attempted; the one-line message says what."""
+EXIT_INTERRUPTED: Final = 130
+
+PIPE_WIDTH: Final = 1000
+"""Columns a table may take when stdout is not a terminal: a row stays one line in a pipe or a
+file (Rich would otherwise assume 80 and wrap every cell)."""
+
+# soft_wrap: a message is one line however narrow the terminal; tables fit themselves to the
+# width. No highlighting: numbers in a value are data, not syntax.
+out = Console(soft_wrap=True, highlight=False)
+if not out.is_terminal:
+    out = Console(soft_wrap=True, highlight=False, width=PIPE_WIDTH)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+T = TypeVar("T")
+
+
+def exit_code_for(exc: NaviMemoryError) -> int:
+    """2 when the operator has to change a setting, an argument or the server's set-up before
+    trying again; 1 when the operation itself failed."""
+    usage = (ConfigError, InvalidInputError, SchemaError, PermissionDeniedError)
+    return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAILURE
+
+
+def error_line(message: str) -> None:
+    """``navi-memory: <message>`` on stderr, as exactly one line (never wrapped by Rich)."""
+    print(f"navi-memory: {' '.join(message.split())}", file=sys.stderr, flush=True)
+
+
+def jsonable(value: Any) -> Any:
+    """A value JSON can hold: models dumped in JSON mode, everything else left to json."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def print_json(value: Any) -> None:
+    """``value`` as indented JSON on stdout, written as it is (no Rich wrapping or colour)."""
+    sys.stdout.write(json.dumps(jsonable(value), ensure_ascii=False, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def when(value: datetime | None) -> str:
+    """A timestamp for a table: minutes are enough to tell rows apart for a person."""
+    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def run(work: Callable[[], Awaitable[T]]) -> T:
+    """Run one command's async work on a fresh event loop."""
+
+    async def main() -> T:
+        return await work()
+
+    return asyncio.run(main())
+
+
+@asynccontextmanager
+async def admin_memory(settings: Settings) -> AsyncIterator[Memory]:
+    """open_memory() for an operator: no current user, and ``navi.memory.read_all``, so the
+    commands may read every user's rows and name any user explicitly (DESIGN: tenancy)."""
+    async with open_memory(settings) as memory:
+        with request_context(permissions=[PERMISSION_READ_ALL]):
+            yield memory
+
+
+def configure_logging(debug: bool) -> None:
+    """The library's log events on stderr: warnings by default, everything with --debug."""
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="navi-memory: %(levelname)s %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+class TableProgress:
+    """One Rich progress bar per table a batch job reports on (``BackfillProgress``).
+
+    On a terminal the bars redraw in place; anywhere else (a pipe, a file, a log) Rich draws
+    nothing until the end and then writes each bar once, as plain lines: no carriage returns.
+    """
+
+    def __init__(self, console: Console = out) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description:<14}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self._tasks: dict[str, TaskID] = {}
+
+    def __call__(self, progress: BackfillProgress) -> None:
+        task = self._tasks.get(progress.table)
+        if task is None:
+            task = self._progress.add_task(progress.table, total=progress.total)
+            self._tasks[progress.table] = task
+        self._progress.update(task, completed=progress.done, total=progress.total)
+
+    @contextmanager
+    def shown(self) -> Iterator[TableProgress]:
+        with self._progress:
+            yield self

@@ -1,0 +1,67 @@
+"""``summary show|set``: a user's narrative summary, the text injected into every session."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from typing import Annotated
+
+import typer
+
+from navi_memory.cli.output import admin_memory, out, print_json, run
+from navi_memory.config import load_settings
+
+__all__ = ["register"]
+
+summary_app = typer.Typer(
+    name="summary",
+    help="Show or replace a user's narrative summary.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+UserOption = Annotated[uuid.UUID, typer.Option("--user", "-u", help="The user (a UUID).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(summary_app)
+
+
+@summary_app.command("show")
+def show_summary(
+    user: UserOption,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print the user's summary (exit code 1 when there is none)."""
+    settings = load_settings()
+
+    async def work() -> str | None:
+        async with admin_memory(settings) as memory:
+            return await memory.store.get_summary(user_id=user)
+
+    content = run(work)
+    if as_json:
+        print_json({"user_id": str(user), "summary": content})
+    elif content is not None:
+        out.print(content, markup=False)
+    if content is None:
+        if not as_json:
+            out.print(f"user {user} has no summary", markup=False)
+        raise typer.Exit(1)
+
+
+@summary_app.command("set")
+def set_summary(
+    user: UserOption,
+    text: Annotated[str, typer.Argument(help="The new summary; `-` reads it from stdin.")],
+) -> None:
+    """Replace the user's summary (the extractor rewrites it after its next run)."""
+    content = sys.stdin.read() if text == "-" else text
+    settings = load_settings()
+
+    async def work() -> None:
+        async with admin_memory(settings) as memory:
+            await memory.store.set_summary(content, user_id=user)
+
+    run(work)
+    out.print(f"summary of user {user} set ({len(content)} characters)", markup=False)

@@ -1,0 +1,115 @@
+"""memory.admin: an operator's calls, for the CLI and for a host's admin endpoint: stats,
+purging expired facts, and one user's memory exported and imported.
+
+Every call needs ``navi.memory.read_all`` (DESIGN: tenancy); a call that writes into a user
+is refused, as any write, when the request acts for another user.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from navi_memory.constants import PERMISSION_READ_ALL, STATS_USERS_DEFAULT
+from navi_memory.errors import InvalidInputError, PermissionDeniedError
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.request_context import as_user_id, has_permission, read_scope, write_scope
+from navi_memory.schemas import ExportRecord, ImportResult, MemoryStats, PurgeResult
+from navi_memory.services.facts import FactService
+from navi_memory.services.stats import StatsService
+from navi_memory.services.transfer import TransferService, parse_records
+from navi_memory.unit_of_work import engine_of, unit_of_work
+from navi_memory.validation import check_int, check_optional_text
+
+__all__ = ["Admin"]
+
+
+def _require_admin(what: str) -> None:
+    if not has_permission(PERMISSION_READ_ALL):
+        raise PermissionDeniedError(f"{what} is an operator's call and needs {PERMISSION_READ_ALL}")
+
+
+class Admin:
+    def __init__(
+        self, *, sessionmaker: async_sessionmaker[AsyncSession], indexer: ChunkIndexer
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        # An export reads many tables: one snapshot, so a concurrent write cannot tear it.
+        self._snapshot = async_sessionmaker(
+            engine_of(sessionmaker).execution_options(isolation_level="REPEATABLE READ"),
+            expire_on_commit=False,
+        )
+        self._indexer = indexer
+        self._stats = StatsService()
+        self._facts = FactService()
+        self._transfer = TransferService()
+
+    async def stats(
+        self, user_id: uuid.UUID | str | None = None, *, users: int = STATS_USERS_DEFAULT
+    ) -> MemoryStats:
+        """Rows per table, vectors missing, every vector-index backlog, hidden and expired
+        facts; per user for ``user_id``, or for the ``users`` users holding the most rows."""
+        _require_admin("stats")
+        uid = None if user_id is None else as_user_id(user_id)
+        users = check_int("users", users, minimum=1)
+        async with unit_of_work(self._snapshot) as session:
+            return await self._stats.stats(session, uid, users=users)
+
+    async def purge_expired(
+        self, user_id: uuid.UUID | str | None = None, *, dry_run: bool = False
+    ) -> PurgeResult:
+        """Delete the facts past their expiry — every user's, or ``user_id``'s — with the rows
+        hidden behind them. Expired facts are invisible already; this frees their rows (and
+        forgoes reviving one by saving the same value again)."""
+        _require_admin("purge_expired")
+        uid = None if user_id is None else write_scope(user_id)
+        async with unit_of_work(self._sessionmaker) as session:
+            expired, hidden = await self._facts.purge_expired(session, uid, dry_run=dry_run)
+        return PurgeResult(expired=expired, hidden=hidden, dry_run=dry_run)
+
+    async def export_user(
+        self, user_id: uuid.UUID | str, *, with_vectors: bool = False
+    ) -> list[ExportRecord]:
+        """Everything the user owns, as records (a JSON Lines file holds one per line): the
+        header, facts (hidden ones too, linked by ref), summary, chunks, sessions with their
+        messages, extraction states and key/value entries (sketches). Vectors only with
+        ``with_vectors``; without them an import leaves them to backfill."""
+        _require_admin("export_user")
+        uid = as_user_id(user_id)
+        read_scope(uid)  # refuses another user's id when acting for one user
+        async with unit_of_work(self._snapshot) as session:
+            return await self._transfer.export(session, uid, with_vectors=with_vectors)
+
+    async def import_user(
+        self,
+        records: Iterable[ExportRecord | Mapping[str, Any]],
+        *,
+        user_id: uuid.UUID | str | None = None,
+        replace: bool = False,
+        session_prefix: str | None = None,
+    ) -> ImportResult:
+        """Restore an export, into this or another database, in one transaction: all of it or
+        nothing. ``user_id`` imports it as another user (default: the exported one). A user
+        who holds memory already is refused unless ``replace`` (their memory is deleted
+        first); session ids another user holds are refused unless ``session_prefix`` renames
+        every session id of the import."""
+        _require_admin("import_user")
+        target = None if user_id is None else write_scope(user_id)
+        if not isinstance(replace, bool):
+            raise InvalidInputError(f"replace must be a bool, got {type(replace).__name__}")
+        session_prefix = check_optional_text("session_prefix", session_prefix, allow_empty=False)
+        parsed = parse_records(records)
+        async with unit_of_work(self._sessionmaker) as session:
+            result = await self._transfer.import_(
+                session,
+                parsed,
+                user_id=target,
+                replace=replace,
+                session_prefix=session_prefix,
+            )
+        if result.rows.get("chunk"):
+            self._indexer.kick()
+        return result

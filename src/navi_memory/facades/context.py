@@ -1,0 +1,225 @@
+"""memory.context: the messages for one model call of an agent turn — the host's system prompt,
+what navi-memory remembers about the user, the excerpts of dropped history that matter now, the
+session's context and the incoming message (spec: "Memory injection into agent context",
+"Automatic recall").
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+
+from navi_memory.config import Settings
+from navi_memory.constants import MESSAGE_MAX_CHARS, SEARCH_K_MAX
+from navi_memory.errors import NotFoundError
+from navi_memory.llm.chat import ChatTurn
+from navi_memory.request_context import write_scope
+from navi_memory.schemas import MemoryHit
+from navi_memory.services.context import (
+    ContextService,
+    ContextSnapshot,
+    RecallOutcome,
+    context_turns,
+)
+from navi_memory.services.embedding import EmbeddingService
+from navi_memory.services.search import SearchRequest, UnifiedSearchService, plan_search
+from navi_memory.text.context import facts_block_text, memory_message_text
+from navi_memory.text.recall import qualifies, recall_message_text, recall_query
+from navi_memory.unit_of_work import engine_of, single_statement, unit_of_work
+from navi_memory.validation import check_session_id, check_text
+
+__all__ = ["ContextBuilder", "ContextPrompt"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPrompt:
+    """One prompt as ``ContextBuilder.build_prompt`` made it: the messages for the model, and
+    what automatic recall put in them."""
+
+    messages: list[ChatTurn]
+    recalled: list[MemoryHit] = field(default_factory=list)
+    """The raw excerpts in the recall message (their chunk ids are now in the ledger)."""
+    recall: RecallOutcome = "no_summary"
+
+    @property
+    def recall_message(self) -> ChatTurn | None:
+        """The recall message among ``messages``, if recall injected one."""
+        if not self.recalled:
+            return None
+        text = recall_message_text(self.recalled)
+        return next((m for m in self.messages if m.content == text), None)
+
+
+class ContextBuilder:
+    """``memory.context``: ``build(session_id, incoming, system_prompt=...)`` per model call."""
+
+    def __init__(
+        self,
+        *,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        settings: Settings,
+        embedding: EmbeddingService,
+        search: UnifiedSearchService | None = None,
+        service: ContextService | None = None,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._engine = engine_of(sessionmaker)
+        self._settings = settings
+        self._embedding = embedding
+        self._search = search or UnifiedSearchService()
+        self._service = service or ContextService()
+
+    async def build(
+        self,
+        session_id: str,
+        incoming: str,
+        *,
+        system_prompt: str,
+        user_id: uuid.UUID | str | None = None,
+    ) -> list[ChatTurn]:
+        """The messages for one model call, in this order (each memory part a system message):
+
+        1. the host's ``system_prompt`` (left out when blank);
+        2. the memory message, ``## What I remember about the user`` and the user's summary
+           (left out when the user has none);
+        3. the facts block: one line a fact, most recently verified first, at most
+           MEMORY_PROMPT_MAX_FACTS, the cap stated (left out without facts);
+        4. the recall message: up to MEMORY_RECALL_K verbatim excerpts of this session's
+           dropped history that match the current topic (left out when none is recalled);
+        5. the session's context as ``memory.sessions.context`` returns it, tool calls and
+           tool results included;
+        6. ``incoming``, the user's new message.
+
+        ``user_id=None`` is the current user; the session must be theirs (NotFoundError
+        otherwise, exactly as for a session that does not exist). Recall runs once per call,
+        records what it delivered in the session's ledger, and never fails the call: its
+        failures are logged (``context.recall_failed``) and the prompt comes without it.
+        ``incoming`` is not appended to the session: that is the caller's, once the turn is
+        under way.
+        """
+        prompt = await self.build_prompt(
+            session_id, incoming, system_prompt=system_prompt, user_id=user_id
+        )
+        return prompt.messages
+
+    async def build_prompt(
+        self,
+        session_id: str,
+        incoming: str,
+        *,
+        system_prompt: str,
+        user_id: uuid.UUID | str | None = None,
+    ) -> ContextPrompt:
+        """``build``, also saying what recall injected (for logs, demos and tests)."""
+        # The ledger is written: a prompt is always one user's, never a global read.
+        uid = write_scope(user_id)
+        sid = check_session_id(session_id)
+        incoming = check_text("incoming", incoming, max_chars=MESSAGE_MAX_CHARS, allow_empty=True)
+        system_prompt = check_text(
+            "system_prompt", system_prompt, max_chars=MESSAGE_MAX_CHARS, allow_empty=True
+        )
+        settings = self._settings
+        async with unit_of_work(self._sessionmaker) as session:
+            snapshot = await self._service.snapshot(
+                session, uid, sid, max_facts=settings.memory_prompt_max_facts
+            )
+        if snapshot is None:
+            raise NotFoundError(f"no session {sid!r} for this user")
+
+        recalled, outcome = await self._recall(uid, sid, snapshot, incoming)
+
+        messages: list[ChatTurn] = []
+        if system_prompt.strip():
+            messages.append(ChatTurn("system", system_prompt))
+        memory_text = memory_message_text(snapshot.summary)
+        if memory_text is not None:
+            messages.append(ChatTurn("system", memory_text))
+        facts_text = facts_block_text(
+            snapshot.facts,
+            now=snapshot.now,
+            max_facts=settings.memory_prompt_max_facts,
+            total=snapshot.facts_total,
+        )
+        if facts_text is not None:
+            messages.append(ChatTurn("system", facts_text))
+        recall_text = recall_message_text(recalled)
+        if recall_text is not None:
+            messages.append(ChatTurn("system", recall_text))
+        messages.extend(context_turns(snapshot.messages))
+        messages.append(ChatTurn("user", incoming))
+        return ContextPrompt(messages=messages, recalled=recalled, recall=outcome)
+
+    async def _recall(
+        self, user_id: uuid.UUID, session_id: str, snapshot: ContextSnapshot, incoming: str
+    ) -> tuple[list[MemoryHit], RecallOutcome]:
+        settings = self._settings
+        if not settings.memory_recall_enabled or settings.memory_recall_k < 1:
+            return [], "disabled"
+        if not snapshot.has_summary:
+            return [], "no_summary"
+        try:
+            candidates = await self._candidates(user_id, session_id, snapshot, incoming)
+            if not candidates:
+                return [], "nothing_found"
+            async with unit_of_work(self._sessionmaker) as session:
+                chosen = await self._service.deliver(
+                    session,
+                    user_id,
+                    session_id,
+                    candidates,
+                    k=settings.memory_recall_k,
+                    min_similarity=settings.memory_recall_min_similarity,
+                )
+        except Exception:
+            # A turn never fails because recall did (spec): whatever broke — the database, a
+            # model, a bug — the prompt is built without it and the log says why.
+            logger.warning(
+                "context.recall_failed: session %s",
+                session_id,
+                exc_info=True,
+                extra={"event": "context.recall_failed", "session_id": session_id},
+            )
+            return [], "failed"
+        return chosen, "injected" if chosen else "nothing_found"
+
+    async def _candidates(
+        self, user_id: uuid.UUID, session_id: str, snapshot: ContextSnapshot, incoming: str
+    ) -> list[MemoryHit]:
+        """The raw excerpts of this session that qualify for recall, best first: unified search
+        with scope raw (its freshness marks included), asked for its most hits so excerpts
+        already in the ledger do not crowd out the next ones."""
+        query = recall_query(snapshot.messages, incoming)
+        plan = plan_search(query, "raw", SEARCH_K_MAX)
+        if not plan.terms:
+            # Without terms search lists the most recent excerpts: "recent" never qualifies.
+            return []
+        vector = await self._embedding.query(query) if plan.embed else None
+        request = SearchRequest(
+            plan=plan,
+            owner=user_id,
+            query_vector=vector,
+            session_id=session_id,
+            current_session_id=session_id,
+            summary_at=_summary_at(snapshot),
+        )
+        # As memory.search does: one autocommit connection per lane, the lanes read at once.
+        async with AsyncExitStack() as stack:
+            connections: list[AsyncConnection] = [
+                await stack.enter_async_context(single_statement(self._engine)) for _ in plan.lanes
+            ]
+            hits = await self._search.search(connections, request)
+        minimum = self._settings.memory_recall_min_similarity
+        return [hit for hit in hits if qualifies(hit, min_similarity=minimum)]
+
+
+def _summary_at(snapshot: ContextSnapshot) -> datetime | None:
+    """When the summary now in the context was written: the session's freshness boundary."""
+    times = [m.created_at for m in snapshot.messages if m.kind == "summary"]
+    return max(times) if times else None

@@ -1,0 +1,79 @@
+"""memory.extractor: facts about a user taken from their stale sessions, on demand.
+
+The same work runs in the background when a user starts a session (MEMORY_EXTRACT_ON_CREATE)
+and as a job (``navi-memory extract``); docs/memory.md describes the loop and its prompts.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from navi_memory.constants import MAX_LIMIT
+from navi_memory.errors import NotFoundError
+from navi_memory.jobs.stale_sessions import (
+    BackgroundExtraction,
+    ExtractionProgressCallback,
+    StaleSessionSweep,
+)
+from navi_memory.request_context import current_user_id, write_scope
+from navi_memory.schemas import ExtractionReport
+from navi_memory.validation import check_int, check_session_id
+
+__all__ = ["Extractor"]
+
+
+class Extractor:
+    """Extraction on demand: a sweep of the stale sessions, or one session now.
+
+    Facts are written for the session's owner only, each with ``dedupe=True``; the owner's
+    summary is then rewritten from all their facts and the session marked extracted at the
+    activity that was read. A model failure leaves the session unmarked (the next run retries
+    it) and the summary as it was.
+    """
+
+    def __init__(
+        self, *, sweep: StaleSessionSweep, background: BackgroundExtraction | None = None
+    ) -> None:
+        self._sweep = sweep
+        self._background = background
+
+    async def process_stale_sessions(
+        self,
+        user_id: uuid.UUID | str | None = None,
+        *,
+        limit: int | None = None,
+        progress: ExtractionProgressCallback | None = None,
+    ) -> ExtractionReport:
+        """Extract the user's sessions idle for MEMORY_STALE_MINUTES whose last activity no
+        extraction covers, longest idle first, at most ``limit``.
+
+        ``user_id=None`` is the current user; with no current user it is every user's
+        sessions (an operator's job: ``navi-memory extract``). Acting for a user, another
+        user's id is refused (PermissionDeniedError). ``progress`` is called after each
+        session. Failing sessions are counted in the report, not raised.
+        """
+        scope = current_user_id() if user_id is None else write_scope(user_id)
+        if limit is not None:
+            limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
+        return await self._sweep.run(scope, limit=limit, progress=progress)
+
+    async def extract_session(
+        self, session_id: str, *, user_id: uuid.UUID | str | None = None
+    ) -> ExtractionReport:
+        """Extract the user's session now, however recently it was active, unless its last
+        activity is covered already (or another extractor is at it): then it is skipped.
+
+        NotFoundError when the session is not the user's. A model failure is a report with
+        ``failures=1``, the session left unmarked.
+        """
+        uid = write_scope(user_id)
+        sid = check_session_id(session_id)
+        result = await self._sweep.extract(uid, sid, stale_only=False)
+        if result.outcome == "missing":
+            raise NotFoundError(f"no session {sid!r} for this user")
+        return result.report
+
+    async def wait_background(self) -> None:
+        """Wait until no background extraction (started by ``sessions.create``) is running."""
+        if self._background is not None:
+            await self._background.wait_idle()

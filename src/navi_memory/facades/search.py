@@ -1,0 +1,113 @@
+"""memory.search: unified search — one query over facts, raw history and sketches, tiered, with
+provenance and freshness on every hit (spec: "Unified search"), and ``format_hits``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+
+from navi_memory.constants import SEARCH_K_DEFAULT
+from navi_memory.errors import InvalidInputError, InvalidTypeError
+from navi_memory.request_context import read_scope
+from navi_memory.schemas import MemoryHit
+from navi_memory.services.embedding import EmbeddingService
+from navi_memory.services.search import (
+    SearchRequest,
+    UnifiedSearchService,
+    plan_search,
+)
+from navi_memory.text.hits import clamp_k, format_hits, normalize_scope
+from navi_memory.unit_of_work import engine_of, single_statement
+from navi_memory.validation import check_int, check_optional_session_id, check_text
+
+__all__ = ["UnifiedMemorySearch"]
+
+
+class UnifiedMemorySearch:
+    """``memory.search``: what an agent reads memory with (the ``memory_search`` tool too)."""
+
+    def __init__(
+        self,
+        *,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        embedding: EmbeddingService,
+        service: UnifiedSearchService | None = None,
+    ) -> None:
+        self._engine = engine_of(sessionmaker)
+        self._embedding = embedding
+        self._service = service or UnifiedSearchService()
+
+    async def search(
+        self,
+        query: str,
+        scope: str = "all",
+        k: int = SEARCH_K_DEFAULT,
+        user_id: uuid.UUID | str | None = None,
+        session_id: str | None = None,
+        current_session_id: str | None = None,
+        summary_at: datetime | None = None,
+    ) -> list[MemoryHit]:
+        """Facts first (curated truth), then raw excerpts by relevance, then sketches (scope
+        ``scratchpad``, ``current_session_id``'s first): at most ``k`` of each.
+
+        ``scope`` narrows to ``facts``, ``raw`` or ``sketches``; an unknown scope is ``all``.
+        ``k`` is clamped to 1–20. The query is embedded once for every store; an empty or
+        stop-words-only query returns the most recent items of each store. ``session_id``
+        narrows raw excerpts and sketches to one session of the user (another user's session
+        finds nothing). Raw excerpts carry ``superseded_by`` (a newer fact sharing two content
+        words) and ``before_summary`` (ended before their session's last summary:
+        ``summary_at`` for ``current_session_id``, else looked up); docs/memory.md.
+
+        ``user_id=None`` is the current user; with none, a global read needs
+        navi.memory.read_all.
+        """
+        owner = read_scope(user_id)
+        query = check_text("query", query, allow_empty=True)
+        if not isinstance(scope, str):
+            raise InvalidTypeError(f"scope must be a str, got {type(scope).__name__}")
+        k = clamp_k(check_int("k", k))
+        session_id = check_optional_session_id(session_id)
+        current_session_id = check_optional_session_id(current_session_id)
+        summary_at = _check_summary_at(summary_at, current_session_id)
+        plan = plan_search(query, normalize_scope(scope), k)
+        vector = await self._embedding.query(query) if plan.embed else None
+        request = SearchRequest(
+            plan=plan,
+            owner=owner,
+            query_vector=vector,
+            session_id=session_id,
+            current_session_id=current_session_id,
+            summary_at=summary_at,
+        )
+        # One autocommit connection per lane of the plan: the lanes are read concurrently, and
+        # every read is one statement, so none needs a transaction.
+        async with AsyncExitStack() as stack:
+            connections: list[AsyncConnection] = [
+                await stack.enter_async_context(single_statement(self._engine)) for _ in plan.lanes
+            ]
+            return await self._service.search(connections, request)
+
+    @staticmethod
+    def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
+        """The ``memory_search`` answer text for ``hits`` (navi_memory.format_hits)."""
+        return format_hits(query, scope, hits)
+
+
+def _check_summary_at(summary_at: Any, current_session_id: str | None) -> datetime | None:
+    if summary_at is None:
+        return None
+    if not isinstance(summary_at, datetime):
+        raise InvalidTypeError(f"summary_at must be a datetime, got {type(summary_at).__name__}")
+    if summary_at.tzinfo is None:
+        raise InvalidInputError("summary_at must carry a time zone")
+    if current_session_id is None:
+        raise InvalidInputError(
+            "summary_at is the boundary of the current session: pass current_session_id too"
+        )
+    return summary_at

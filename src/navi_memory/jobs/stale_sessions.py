@@ -1,0 +1,312 @@
+"""The stale-session sweep: every session idle for MEMORY_STALE_MINUTES whose last activity no
+extraction covers is turned into facts, one session per claim and per set of transactions;
+and the background task that runs the sweep for a user when they start a new session.
+
+No transaction is open and no row is locked while a model answers: a session is claimed with
+a session-level advisory lock on a connection of its own, outside any transaction (appends do
+not take it, so they never wait), and each write re-checks the mark under the session's
+extraction-state lock. Two extractors, in any processes, never extract one activity twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+
+from navi_memory.config import Settings
+from navi_memory.constants import EXTRACTION_BACKGROUND_CONCURRENCY
+from navi_memory.errors import (
+    ChatModelError,
+    ExtractionError,
+    NaviMemoryError,
+    NotFoundError,
+    StorageError,
+)
+from navi_memory.schemas import ExtractionReport
+from navi_memory.services.extraction import ExtractionService, SessionTranscript
+from navi_memory.services.extraction_parser import ParsedFacts
+from navi_memory.unit_of_work import engine_of, single_statement, unit_of_work
+
+__all__ = [
+    "BackgroundExtraction",
+    "ExtractionProgress",
+    "ExtractionProgressCallback",
+    "SessionExtraction",
+    "SessionOutcome",
+    "StaleSessionSweep",
+    "StaleSessionTrigger",
+]
+
+logger = logging.getLogger(__name__)
+
+SessionOutcome = Literal["extracted", "skipped", "failed", "missing"]
+"""``missing``: no such session of the user's (extract_session answers NotFoundError)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionProgress:
+    """Where a sweep is: ``done`` of ``total`` sessions handled, the last one named."""
+
+    done: int
+    total: int
+    session_id: str
+
+
+ExtractionProgressCallback = Callable[[ExtractionProgress], Awaitable[None] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionExtraction:
+    """How the extraction of one session ended, and its counts."""
+
+    outcome: SessionOutcome
+    report: ExtractionReport
+
+
+def _skipped(session_id: str, why: str) -> SessionExtraction:
+    logger.info(
+        "extractor.session_skipped: %s: %s",
+        session_id,
+        why,
+        extra={"event": "extractor.session_skipped", "session_id": session_id},
+    )
+    return SessionExtraction("skipped", ExtractionReport(sessions_seen=1, sessions_skipped=1))
+
+
+class StaleSessionSweep:
+    """Extraction as a batch job: ``run`` sweeps the stale sessions, ``extract`` does one."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        settings: Settings,
+        service: ExtractionService,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._engine = engine_of(sessionmaker)
+        self._settings = settings
+        self._service = service
+
+    async def run(
+        self,
+        scope: uuid.UUID | None,
+        *,
+        limit: int | None = None,
+        progress: ExtractionProgressCallback | None = None,
+    ) -> ExtractionReport:
+        """Extract every stale session of ``scope`` (every user's for None), at most ``limit``,
+        longest idle first. A failing session is counted and left for the next run; the sweep
+        goes on. The caller has checked that ``scope`` may be acted for."""
+        async with unit_of_work(self._sessionmaker) as session:
+            stale = await self._service.stale_sessions(
+                session, scope, stale_minutes=self._settings.memory_stale_minutes, limit=limit
+            )
+        report = ExtractionReport()
+        for done, activity in enumerate(stale, start=1):
+            result = await self.extract(activity.user_id, activity.session_id, stale_only=True)
+            report += result.report
+            if progress is not None:
+                step = progress(ExtractionProgress(done, len(stale), activity.session_id))
+                if inspect.isawaitable(step):
+                    await step
+        return report
+
+    async def extract(
+        self, user_id: uuid.UUID, session_id: str, *, stale_only: bool
+    ) -> SessionExtraction:
+        """Extract the user's session if its last activity is not covered yet (and, with
+        ``stale_only``, if it is still idle for MEMORY_STALE_MINUTES). A model failure, a reply
+        with no JSON or a database error is a ``failed`` result (logged), never raised."""
+        try:
+            async with single_statement(self._engine) as claim:
+                if not await self._service.try_claim(claim, session_id):
+                    return _skipped(session_id, "another extractor holds it")
+                try:
+                    return await self._extract_claimed(user_id, session_id, stale_only=stale_only)
+                finally:
+                    await self._release(claim, session_id)
+        except (ChatModelError, ExtractionError, StorageError) as exc:
+            logger.warning(
+                "extractor.session_failed: %s: %s (left unmarked, retried next run)",
+                session_id,
+                exc,
+                extra={"event": "extractor.session_failed", "session_id": session_id},
+            )
+            return SessionExtraction("failed", ExtractionReport(sessions_seen=1, failures=1))
+
+    async def _release(self, claim: AsyncConnection, session_id: str) -> None:
+        try:
+            await self._service.release(claim, session_id)
+        except BaseException:
+            # A claim that cannot be released must not go back to the pool still held: closing
+            # the connection ends its database session, and the lock with it.
+            await claim.invalidate()
+            raise
+
+    async def _extract_claimed(
+        self, user_id: uuid.UUID, session_id: str, *, stale_only: bool
+    ) -> SessionExtraction:
+        service = self._service
+        async with unit_of_work(self._sessionmaker) as session:
+            transcript = await service.transcript(session, user_id, session_id)
+        if transcript is None:
+            return SessionExtraction(
+                "missing", ExtractionReport(sessions_seen=1, sessions_skipped=1)
+            )
+        if not transcript.needs_extraction:
+            return _skipped(session_id, "no activity since its last extraction")
+        if stale_only and transcript.idle_seconds < self._settings.memory_stale_minutes * 60:
+            return _skipped(session_id, "active again")
+
+        parsed = ParsedFacts(facts=(), skipped=0)
+        if transcript.text:
+            parsed = await service.ask_facts(transcript)
+        vectors = await service.embed(parsed.facts)
+        try:
+            async with unit_of_work(self._sessionmaker) as session:
+                written = await service.write_facts(session, transcript, parsed.facts, vectors)
+        except NotFoundError:
+            return _skipped(session_id, "deleted meanwhile")
+        if written is None:
+            return _skipped(session_id, "another extractor covered this activity")
+        report = ExtractionReport(
+            sessions_seen=1,
+            facts_written=written.written,
+            facts_merged=written.merged,
+            facts_skipped=parsed.skipped,
+        )
+        try:
+            summary = await self._new_summary(transcript) if parsed.facts else None
+        except (ChatModelError, ExtractionError) as exc:
+            logger.warning(
+                "extractor.session_failed: %s: summary: %s (facts kept, left unmarked)",
+                session_id,
+                exc,
+                extra={"event": "extractor.session_failed", "session_id": session_id},
+            )
+            return SessionExtraction("failed", report.model_copy(update={"failures": 1}))
+        async with unit_of_work(self._sessionmaker) as session:
+            finished = await service.finish(session, transcript, summary)
+        if not finished:
+            return _skipped(session_id, "another extractor covered this activity")
+        logger.info(
+            "extractor.session_extracted: %s: %d fact(s) written, %d merged, %d skipped",
+            session_id,
+            written.written,
+            written.merged,
+            parsed.skipped,
+            extra={"event": "extractor.session_extracted", "session_id": session_id},
+        )
+        return SessionExtraction(
+            "extracted",
+            report.model_copy(
+                update={"sessions_extracted": 1, "summaries_written": int(summary is not None)}
+            ),
+        )
+
+    async def _new_summary(self, transcript: SessionTranscript) -> str | None:
+        """The user's summary rewritten from all their facts when it is out of date; None
+        leaves it as it is."""
+        async with unit_of_work(self._sessionmaker) as session:
+            facts, outdated = await self._service.summary_input(session, transcript.user_id)
+        if not facts or not outdated:
+            return None
+        return await self._service.ask_summary(facts)
+
+
+class StaleSessionTrigger(Protocol):
+    """What the session store calls when a user starts a session: run the sweep for them."""
+
+    def schedule(self, user_id: uuid.UUID) -> None:
+        """Start the user's sweep in the background; return at once, never raise."""
+        ...
+
+
+class BackgroundExtraction:
+    """Runs a user's sweep in a background task the Memory owns: at most one per user, and at
+    most ``concurrency`` sweeping at once (the others wait their turn).
+
+    ``schedule`` returns at once (a user whose sweep is running or waiting is not scheduled
+    twice); the task runs with no current user (it acts for the user it was given), logs its
+    errors and never raises them. ``aclose`` cancels the tasks and waits for them.
+    """
+
+    def __init__(
+        self, sweep: StaleSessionSweep, *, concurrency: int = EXTRACTION_BACKGROUND_CONCURRENCY
+    ) -> None:
+        self._sweep = sweep
+        self._tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(concurrency)
+        self._closing = False
+
+    def schedule(self, user_id: uuid.UUID) -> None:
+        """Start the user's sweep unless it is running, or the Memory is closing."""
+        if self._closing:
+            return
+        running = self._tasks.get(user_id)
+        if running is not None and not running.done():
+            return
+        # A fresh context: the task must not act as whoever happened to start it.
+        task = asyncio.get_running_loop().create_task(
+            self._run(user_id),
+            name=f"navi-memory extraction {user_id}",
+            context=contextvars.Context(),
+        )
+        self._tasks[user_id] = task
+        task.add_done_callback(lambda done: self._forget(user_id, done))
+
+    def _forget(self, user_id: uuid.UUID, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(user_id) is task:
+            del self._tasks[user_id]
+
+    async def _run(self, user_id: uuid.UUID) -> None:
+        try:
+            async with self._slots:
+                report = await self._sweep.run(user_id)
+        except NaviMemoryError as exc:
+            logger.warning(
+                "extractor.background_failed: user %s: %s",
+                user_id,
+                exc,
+                extra={"event": "extractor.background_failed"},
+            )
+            return
+        except Exception:
+            # Nobody awaits this task: an unexpected error is logged here or lost.
+            logger.exception(
+                "extractor.background_failed: user %s: unexpected error",
+                user_id,
+                extra={"event": "extractor.background_failed"},
+            )
+            return
+        if report.sessions_seen:
+            logger.info(
+                "extractor.background_done: user %s: %d session(s) extracted, %d failed",
+                user_id,
+                report.sessions_extracted,
+                report.failures,
+                extra={"event": "extractor.background_done"},
+            )
+
+    async def wait_idle(self) -> None:
+        """Wait until no background sweep is running."""
+        while tasks := [task for task in self._tasks.values() if not task.done()]:
+            await asyncio.wait(tasks)
+
+    async def aclose(self) -> None:
+        """Cancel every running sweep and wait for it (a cancelled session stays unmarked and
+        is retried by the next run)."""
+        self._closing = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

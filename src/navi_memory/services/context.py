@@ -1,0 +1,157 @@
+"""The context builder's rules (spec: "Memory injection into agent context", "Automatic recall"):
+what one turn's prompt is read from, the session's messages as model turns, and the recall
+ledger kept under the session row lock.
+
+On the session each call is given; the facade (``facades/context.py``) opens the transactions
+and runs the recall search between them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from navi_memory.constants import INJECTED_LEDGER_MAX
+from navi_memory.llm.chat import ChatTurn, ToolCall
+from navi_memory.repositories.facts import FactRepository
+from navi_memory.repositories.sessions import SessionRepository
+from navi_memory.schemas import Fact, Message
+from navi_memory.services.facts import to_fact
+from navi_memory.services.sessions import to_message
+from navi_memory.text.recall import (
+    LEDGER_KEY,
+    RecallCandidate,
+    extend_ledger,
+    ledger_ids,
+    select_recall,
+)
+
+__all__ = ["ContextService", "ContextSnapshot", "RecallOutcome", "context_turns"]
+
+RecallOutcome = Literal["injected", "disabled", "no_summary", "nothing_found", "failed"]
+"""What automatic recall did for one prompt: injected excerpts; was switched off
+(MEMORY_RECALL_ENABLED=false or MEMORY_RECALL_K=0); had nothing to do (the context holds no
+summary yet); found no excerpt that qualifies and is not in the ledger; or failed (logged)."""
+
+
+H = TypeVar("H", bound=RecallCandidate)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSnapshot:
+    """What one prompt is built from, read in one transaction."""
+
+    now: datetime
+    """The database's clock: the facts' ages are measured against the clock that wrote them."""
+    summary: str | None
+    """The user's narrative summary (memory_summary)."""
+    facts: list[Fact]
+    """The user's visible facts, most recently verified first, at most the prompt's cap."""
+    facts_total: int
+    """How many visible facts the user holds in all."""
+    messages: list[Message]
+    """The session's context: its summary (if any) first, then the kept messages by seq."""
+    ledger: list[int]
+    """Chunk ids recall delivered to this session before (session_metadata)."""
+
+    @property
+    def has_summary(self) -> bool:
+        """Whether the context already holds a compression summary: the moment recall starts."""
+        return any(message.kind == "summary" for message in self.messages)
+
+
+class ContextService:
+    """Reads for the prompt and the recall ledger, on the session each call is given."""
+
+    async def snapshot(
+        self, session: AsyncSession, user_id: uuid.UUID, session_id: str, *, max_facts: int
+    ) -> ContextSnapshot | None:
+        """Everything the prompt shows of the user and the session; None when the session is
+        not the user's (another user's session reads exactly like a missing one)."""
+        sessions = SessionRepository(session=session)
+        row = await sessions.get(session_id, user_id)
+        if row is None:
+            return None
+        facts = FactRepository(session=session)
+        shown = (
+            await facts.list_facts(
+                user_id,
+                search=None,
+                include_merged=False,
+                sort_by="last_verified_at",
+                descending=True,
+                limit=max_facts,
+                offset=0,
+            )
+            if max_facts > 0
+            else []
+        )
+        messages = await sessions.messages(session_id, context_only=True)
+        return ContextSnapshot(
+            now=await facts.now(),
+            summary=await facts.get_summary(user_id),
+            facts=[to_fact(fact) for fact in shown],
+            facts_total=await facts.count(user_id, include_merged=False),
+            messages=[to_message(message) for message in messages],
+            ledger=ledger_ids(row.session_metadata.get(LEDGER_KEY)),
+        )
+
+    async def deliver(
+        self,
+        session: AsyncSession,
+        user_id: uuid.UUID,
+        session_id: str,
+        candidates: Sequence[H],
+        *,
+        k: int,
+        min_similarity: float,
+    ) -> list[H]:
+        """Choose up to ``k`` of ``candidates`` (search order) that qualify and are not in the
+        session's ledger, and append their chunk ids to it — all under the session row lock,
+        reading the ledger afresh, so two turns of one session built at once neither lose ids
+        nor deliver the same excerpt twice. [] when the session is no longer the user's."""
+        sessions = SessionRepository(session=session)
+        row = await sessions.lock_owned(session_id, user_id)
+        if row is None:
+            return []
+        ledger = ledger_ids(row.session_metadata.get(LEDGER_KEY))
+        chosen = select_recall(candidates, ledger=ledger, min_similarity=min_similarity, k=k)
+        if chosen:
+            delivered = [hit.chunk_id for hit in chosen if hit.chunk_id is not None]
+            updated = extend_ledger(ledger, delivered, max_ids=INJECTED_LEDGER_MAX)
+            await sessions.set_metadata_value(session_id, LEDGER_KEY, updated)
+        return chosen
+
+
+def context_turns(messages: Iterable[Message]) -> list[ChatTurn]:
+    """The session's context messages as the model's turns, tool calls and results included.
+
+    A compression summary and system messages are system turns; ``tool_call`` rows become the
+    tool calls of an assistant turn — of the assistant text right before them, as the model
+    sent them in one reply, else of an assistant turn of their own (consecutive calls share
+    one) — and ``tool`` rows are tool turns. Compression markers are bookkeeping, not
+    conversation, and are left out.
+    """
+    turns: list[ChatTurn] = []
+    for message in messages:
+        if message.kind == "marker":
+            continue
+        if message.role == "tool_call":
+            call = ToolCall(message.tool_name or "", dict(message.tool_args or {}))
+            last = turns[-1] if turns else None
+            if last is not None and last.role == "assistant":
+                turns[-1] = ChatTurn("assistant", last.content, (*last.tool_calls, call))
+            else:
+                turns.append(ChatTurn("assistant", "", (call,)))
+        elif message.role == "tool":
+            turns.append(ChatTurn("tool", message.content, tool_name=message.tool_name))
+        elif message.kind == "summary":
+            turns.append(ChatTurn("system", message.content))
+        else:
+            turns.append(ChatTurn(message.role, message.content))
+    return turns

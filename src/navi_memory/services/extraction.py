@@ -1,0 +1,237 @@
+"""Extraction: a session's history turned into facts about its user, and the user's summary
+rewritten from their facts (spec: "Automatic extraction").
+
+The rules, on the session or connection each call is given. The model calls (``ask_facts``,
+``ask_summary``) and ``embed`` take none: never call them inside a transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from navi_memory.constants import SUMMARY_MAX_FACTS
+from navi_memory.errors import NotFoundError
+from navi_memory.llm import ChatModel, embedding_text_for_fact
+from navi_memory.repositories.sessions import (
+    ExtractionClaimRepository,
+    SessionActivity,
+    SessionRepository,
+)
+from navi_memory.schemas import Fact
+from navi_memory.services.embedding import EmbeddingService
+from navi_memory.services.extraction_parser import (
+    FactDraft,
+    ParsedFacts,
+    parse_extracted_facts,
+    parse_summary,
+)
+from navi_memory.services.extraction_prompts import extraction_messages, summary_messages
+from navi_memory.services.facts import FactService, FactWrite
+from navi_memory.services.sessions import to_message
+from navi_memory.text.transcript import render_transcript
+
+__all__ = ["ExtractionService", "FactsWritten", "SessionTranscript"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTranscript:
+    """A session as read for extraction: whose it is, the activity it covers, and its text."""
+
+    session_id: str
+    user_id: uuid.UUID
+    last_active: datetime
+    """The activity this transcript covers: what the mark records when extraction succeeds, so
+    a message that arrives while the model answers makes the session stale again."""
+    extracted_at: datetime | None
+    idle_seconds: float
+    text: str
+
+    @property
+    def needs_extraction(self) -> bool:
+        """Activity no extraction has covered yet: never marked, or marked before it."""
+        return self.extracted_at is None or self.extracted_at < self.last_active
+
+
+@dataclass(frozen=True, slots=True)
+class FactsWritten:
+    """What the upserts of one extraction did."""
+
+    written: int
+    """Facts inserted, updated, revived or verified (same value again)."""
+    merged: int
+    """Facts whose key merged other spellings of it (``dedupe``)."""
+
+
+def _already_covered(mark: datetime | None, transcript: SessionTranscript) -> bool:
+    return mark is not None and mark >= transcript.last_active
+
+
+class ExtractionService:
+    """Extraction's rules; the model calls go to ``chat_model`` (``complete``, JSON mode for
+    facts), fact vectors through ``embedding``, fact writes through ``facts``."""
+
+    def __init__(
+        self, *, chat_model: ChatModel, embedding: EmbeddingService, facts: FactService
+    ) -> None:
+        self.chat_model = chat_model
+        self.embedding = embedding
+        self.facts = facts
+
+    # --- which sessions -----------------------------------------------------------------------
+
+    async def stale_sessions(
+        self,
+        session: AsyncSession,
+        scope: uuid.UUID | None,
+        *,
+        stale_minutes: int,
+        limit: int | None,
+    ) -> list[SessionActivity]:
+        """Sessions of ``scope`` (everyone's for None) idle for more than ``stale_minutes``
+        whose last activity no extraction covers, longest idle first."""
+        return await SessionRepository(session=session).stale_sessions(scope, stale_minutes, limit)
+
+    async def try_claim(self, conn: AsyncConnection, session_id: str) -> bool:
+        """Claim the session for this extractor, held by ``conn`` (outside any transaction)
+        until ``release``; False when another extractor, in any process, holds it."""
+        return await ExtractionClaimRepository(connection=conn).try_claim(session_id)
+
+    async def release(self, conn: AsyncConnection, session_id: str) -> None:
+        await ExtractionClaimRepository(connection=conn).release(session_id)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    async def transcript(
+        self, session: AsyncSession, scope: uuid.UUID | None, session_id: str
+    ) -> SessionTranscript | None:
+        """The session's whole history (demoted messages included) as the extractor's
+        transcript, with the activity it covers; None when it is not ``scope``'s (or gone)."""
+        repo = SessionRepository(session=session)
+        activity = await repo.activity(session_id, scope)
+        if activity is None:
+            return None
+        rows = await repo.messages(session_id, context_only=False)
+        return SessionTranscript(
+            session_id=session_id,
+            user_id=activity.user_id,
+            last_active=activity.last_active,
+            extracted_at=activity.extracted_at,
+            idle_seconds=activity.idle_seconds,
+            text=render_transcript(to_message(row) for row in rows),
+        )
+
+    # --- the model (no transaction) -------------------------------------------------------
+
+    async def ask_facts(self, transcript: SessionTranscript) -> ParsedFacts:
+        """The facts the model finds in the transcript. ChatModelError when the model fails,
+        ExtractionError when its reply holds no JSON; unusable items are only counted."""
+        reply = await self.chat_model.complete(
+            extraction_messages(transcript.text), json_format=True
+        )
+        return parse_extracted_facts(reply)
+
+    async def embed(self, drafts: Sequence[FactDraft]) -> list[array[float] | None]:
+        """One vector per draft, or None for each when the embedding model fails (the facts
+        are written without; backfill fills them)."""
+        if not drafts:
+            return []
+        texts = [embedding_text_for_fact(d.category, d.key, d.value) for d in drafts]
+        vectors = await self.embedding.documents(texts)
+        if vectors is None:
+            return [None] * len(drafts)
+        return list(vectors)
+
+    async def ask_summary(self, facts: Sequence[Fact]) -> str:
+        """The model's summary of the user from ``facts``. ChatModelError when the model fails,
+        ExtractionError when the reply is empty."""
+        return parse_summary(await self.chat_model.complete(summary_messages(facts)))
+
+    # --- writing ----------------------------------------------------------------------------
+
+    async def write_facts(
+        self,
+        session: AsyncSession,
+        transcript: SessionTranscript,
+        drafts: Sequence[FactDraft],
+        vectors: Sequence[array[float] | None],
+    ) -> FactsWritten | None:
+        """Upsert the drafts for the session's owner, each with ``dedupe=True``. Under the
+        session's extraction-state lock the mark is checked again first: None, writing nothing,
+        when another extraction has covered this activity meanwhile. NotFoundError when the
+        session was deleted meanwhile (its facts are not wanted then)."""
+        repo = SessionRepository(session=session)
+        if await repo.activity(transcript.session_id, transcript.user_id) is None:
+            raise NotFoundError(f"session {transcript.session_id!r} was deleted meanwhile")
+        mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
+        if _already_covered(mark, transcript):
+            return None
+        written = merged = 0
+        # Upserts lock (user, category); one order for every extractor keeps two extractions
+        # of one user's sessions, in two processes, from deadlocking on each other.
+        ordered = sorted(zip(drafts, vectors, strict=True), key=lambda pair: pair[0].category)
+        for draft, vector in ordered:
+            _, outcome = await self.facts.upsert(
+                session,
+                FactWrite(
+                    user_id=transcript.user_id,
+                    category=draft.category,
+                    key=draft.key,
+                    value=draft.value,
+                    source=draft.source,
+                    confidence=draft.confidence,
+                    expires_days=None,
+                    source_context=draft.source_context,
+                    embedding=vector,
+                ),
+                dedupe=True,
+            )
+            if outcome == "merged":
+                merged += 1
+            else:
+                written += 1
+        return FactsWritten(written=written, merged=merged)
+
+    async def summary_input(
+        self, session: AsyncSession, user_id: uuid.UUID
+    ) -> tuple[list[Fact], bool]:
+        """The user's current facts for the summary (the most recently verified first, at most
+        SUMMARY_MAX_FACTS), and whether their summary is out of date: missing, or older than
+        the latest change of a fact. Facts only confirmed again change nothing, so they cost no
+        model call; a summary that failed last time is still out of date on the retry."""
+        facts = await self.facts.list_facts(
+            session,
+            user_id,
+            search=None,
+            include_merged=False,
+            sort_by="last_verified_at",
+            descending=True,
+            limit=SUMMARY_MAX_FACTS,
+            offset=0,
+        )
+        written = await self.facts.summary_updated_at(session, user_id)
+        changed = max((f.updated_at for f in facts if f.updated_at is not None), default=None)
+        outdated = written is None or (changed is not None and changed > written)
+        return facts, outdated
+
+    async def finish(
+        self, session: AsyncSession, transcript: SessionTranscript, summary: str | None
+    ) -> bool:
+        """Store the new summary (if any) and mark the session extracted at the activity the
+        transcript covers, together. Under the extraction-state lock the mark is checked again:
+        False, writing nothing, when another extraction covered this activity meanwhile."""
+        repo = SessionRepository(session=session)
+        mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
+        if _already_covered(mark, transcript):
+            return False
+        if summary is not None:
+            await self.facts.set_summary(session, transcript.user_id, summary)
+        await repo.mark_extracted(
+            transcript.session_id, transcript.user_id, at=transcript.last_active
+        )
+        return True

@@ -1,0 +1,412 @@
+"""Reading the extractor's model replies: fact drafts out of whatever JSON a model returns.
+
+Models asked for JSON answer in many shapes. Everything readable is taken, every unusable item
+is skipped and counted; only a reply with no JSON in it at all is a failure.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from navi_memory.constants import (
+    DEFAULT_CONFIDENCE,
+    EXTRACTION_MAX_FACTS,
+    FACT_CATEGORY_MAX_CHARS,
+    FACT_KEY_MAX_CHARS,
+    FACT_SUMMARY_MAX_CHARS,
+    MAX_TEXT_CHARS,
+)
+from navi_memory.errors import ExtractionError
+from navi_memory.services.facts import CONFIDENCE_BY_SOURCE, SOURCES
+from navi_memory.text.chunks import elide_middle
+
+__all__ = [
+    "DEFAULT_CATEGORY",
+    "FactDraft",
+    "ParsedFacts",
+    "confidence_for_source",
+    "parse_extracted_facts",
+    "parse_summary",
+]
+
+DEFAULT_CATEGORY: Final = "general"
+"""The category of a fact the model gave none."""
+
+DEFAULT_SOURCE: Final = "conversation"
+"""The source of a fact whose source is missing or not one of ``SOURCES``."""
+
+# Where a JSON value may start: "[" before a value or "]", "{" before a key or "}". Brackets in
+# prose ("[as requested]", "{name}") do not qualify, so they are never mistaken for the reply.
+_START: Final = re.compile(r"\[(?=\s*[\[{\"\]\d\-tfn])|\{(?=\s*[\"}])")
+_FENCE: Final = re.compile(r"```[\w+-]*[^\S\n]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+_DECODER: Final = json.JSONDecoder()
+_NEXT_ELEMENT: Final = re.compile(r",\s*\{")
+_MAX_BROKEN_STARTS: Final = 20
+"""Broken JSON starts tried before giving up: each try reads on to the end of the reply, so
+an unbounded number would make a hostile reply quadratic."""
+
+# Wrapper names a model puts around the list; any other name of a list or object is a category.
+_WRAPPERS: Final = frozenset(
+    {
+        "facts",
+        "fact",
+        "items",
+        "data",
+        "result",
+        "results",
+        "memories",
+        "memory",
+        "extracted_facts",
+        "stable_facts",
+        "user_facts",
+        "output",
+        "response",
+    }
+)
+_FACT_FIELDS: Final = frozenset({"key", "value"})
+
+
+@dataclass(frozen=True, slots=True)
+class FactDraft:
+    """A fact read from a reply, ready for ``upsert_fact``: text fields cleaned and within the
+    store's limits, ``source`` one of ``SOURCES``, ``confidence`` from the source."""
+
+    category: str
+    key: str
+    value: str
+    source: str
+    confidence: int
+    source_context: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedFacts:
+    """What one reply held: the usable facts, in reply order, and the items skipped."""
+
+    facts: tuple[FactDraft, ...]
+    skipped: int
+    truncated: bool = False
+    """The JSON was cut off (or broken) part-way; the complete items before the break count."""
+
+
+def confidence_for_source(source: str) -> int:
+    """``tool_call`` / ``auto_discovery`` 95, ``user_explicit`` 90, anything else 70 (spec)."""
+    return CONFIDENCE_BY_SOURCE.get(source, DEFAULT_CONFIDENCE)
+
+
+def _clean(text: str) -> str:
+    # PostgreSQL text holds neither NUL nor lone surrogates; JSON escapes can produce both.
+    return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+
+
+# --- finding the JSON ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    value: Any
+    truncated: bool = False
+    lost: int = 0
+    """Items seen but unreadable while salvaging a broken array."""
+
+
+def _holds_facts(value: Any) -> bool:
+    if isinstance(value, dict):
+        return True
+    return isinstance(value, list) and (not value or any(isinstance(v, dict) for v in value))
+
+
+def _python_literal(text: str, start: int) -> Any:
+    """A Python-literal reading of the bracketed text at ``start`` (single quotes, True/None,
+    trailing commas: what a model imitating a Python repr writes), or None."""
+    closing = "]" if text[start] == "[" else "}"
+    end = text.rfind(closing)
+    if end <= start:
+        return None
+    try:
+        return ast.literal_eval(text[start : end + 1])
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _skip_separators(text: str, pos: int) -> int:
+    while pos < len(text) and (text[pos].isspace() or text[pos] == ","):
+        pos += 1
+    return pos
+
+
+def _salvage_array(text: str, start: int) -> _Found:
+    """The complete items of the array opening at ``start``, reading on past broken ones
+    (resuming at the next object) until the text ends: a reply cut off by the model's length
+    limit keeps every item it finished."""
+    items: list[Any] = []
+    lost = 0
+    pos = start + 1
+    while True:
+        pos = _skip_separators(text, pos)
+        if pos >= len(text) or text[pos] == "]":
+            break
+        try:
+            item, pos = _DECODER.raw_decode(text, pos)
+        except RecursionError:
+            # Nested deeper than Python's stack: junk, and nothing after it can be trusted.
+            lost += 1
+            break
+        except json.JSONDecodeError as exc:
+            lost += 1
+            if not items and text[pos] != "{":
+                # Not an array of objects at all ("[to be done]" in prose): give it up, so
+                # the JSON after it is found whole.
+                break
+            # Resume where the next element starts (an object after a comma).
+            resume = _NEXT_ELEMENT.search(text, max(exc.pos, pos + 1))
+            if resume is None:
+                break
+            pos = resume.end() - 1
+            continue
+        items.append(item)
+    return _Found(items, truncated=True, lost=lost)
+
+
+def _salvage(text: str, start: int) -> _Found:
+    if text[start] == "[":
+        return _salvage_array(text, start)
+    # A broken object: the list inside it (``{"facts": [...``) is what can be saved.
+    inner = _START.search(text, start + 1)
+    while inner is not None and text[inner.start()] != "[":
+        inner = _START.search(text, inner.start() + 1)
+    if inner is None:
+        return _Found([], truncated=True, lost=1)
+    return _salvage_array(text, inner.start())
+
+
+def _find_json(text: str) -> _Found | None:
+    """The reply's JSON: the first value that can hold facts, else the first value at all,
+    else what can be salvaged from broken JSON; None when there is no JSON in ``text``."""
+    fallback: _Found | None = None
+    broken: _Found | None = None
+    attempts = 0
+    pos = 0
+    while (match := _START.search(text, pos)) is not None:
+        start = match.start()
+        try:
+            value, end = _DECODER.raw_decode(text, start)
+        except (json.JSONDecodeError, RecursionError):
+            literal = _python_literal(text, start)
+            if _holds_facts(literal):
+                return _Found(literal)
+            salvaged = _salvage(text, start)
+            if any(isinstance(v, dict) for v in salvaged.value):
+                return salvaged
+            broken = broken or salvaged
+            attempts += 1
+            if attempts >= _MAX_BROKEN_STARTS:
+                break
+            pos = start + 1
+            continue
+        if _holds_facts(value):
+            return _Found(value)
+        fallback = fallback or _Found(value)
+        pos = end
+    return fallback or broken
+
+
+def _candidates(reply: str) -> Iterator[str]:
+    # Fenced blocks first: the prose around them may hold brackets of its own.
+    for match in _FENCE.finditer(reply):
+        yield match.group(1).strip()
+    yield reply
+
+
+def _locate(reply: str) -> _Found | None:
+    reply = reply.strip().lstrip("\ufeff")
+    try:
+        return _Found(json.loads(reply))
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    best: _Found | None = None
+    for candidate in _candidates(reply):
+        try:
+            return _Found(json.loads(candidate))
+        except (json.JSONDecodeError, RecursionError):
+            pass
+        found = _find_json(candidate)
+        if found is not None and not found.truncated:
+            return found
+        best = best or found
+    return best
+
+
+# --- from JSON to items -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    raw: Any
+    category: str | None = None
+    """The category the reply's shape implies (a list under ``"preferences"``), if any."""
+
+
+def _lower_keys(value: Mapping[Any, Any]) -> dict[str, Any]:
+    return {k.strip().lower(): v for k, v in value.items() if isinstance(k, str)}
+
+
+def _looks_like_fact(value: Any) -> bool:
+    return isinstance(value, dict) and bool(_FACT_FIELDS & _lower_keys(value).keys())
+
+
+def _items(value: Any, *, depth: int = 0) -> tuple[list[_Item], int]:
+    """The fact items in a reply's JSON, and how many parts of it were no item at all."""
+    if value is None:
+        return [], 0
+    if isinstance(value, list):
+        return [_Item(v) for v in value], 0
+    if isinstance(value, str):
+        # Some models return the JSON as a JSON string.
+        inner = _find_json(value) if depth == 0 else None
+        if inner is None:
+            return [], 1
+        unwrapped, stray = _items(inner.value, depth=depth + 1)
+        return unwrapped, stray + inner.lost
+    if not isinstance(value, dict):
+        return [], 1
+    if _looks_like_fact(value):
+        return [_Item(value)], 0
+    items: list[_Item] = []
+    stray = 0
+    # Beside a list or an object, a plain value is the reply's metadata ("count": 3), not a
+    # fact. A flat mapping of plain values ({"error": "none"}) is not read as facts either: a
+    # guessed fact does more harm than a missed one.
+    structured = any(isinstance(part, list | dict) for part in value.values())
+    for name, part in value.items():
+        category = None if str(name).strip().lower() in _WRAPPERS else str(name)
+        if isinstance(part, list):
+            items.extend(_Item(v, category) for v in part)
+        elif _looks_like_fact(part):
+            items.append(_Item(part, category))
+        elif isinstance(part, dict) and category is not None:
+            # {"preferences": {"editor": "neovim"}}: categories holding key -> value.
+            items.extend(
+                _Item({"key": k, **v} if isinstance(v, dict) else {"key": k, "value": v}, category)
+                for k, v in part.items()
+            )
+        elif isinstance(part, dict):
+            nested, nested_stray = _items(part, depth=depth + 1) if depth < 2 else ([], 1)
+            items.extend(nested)
+            stray += nested_stray
+        elif part is not None and not structured:
+            stray += 1
+    return items, stray
+
+
+def _text(value: Any) -> str | None:
+    """A field as clean, non-blank text: strings, numbers and lists of them; else None."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    if isinstance(value, str):
+        text = _clean(value).strip()
+        return text or None
+    if isinstance(value, list) and value and len(value) <= 100:
+        parts = [_text(v) if not isinstance(v, list | dict) else None for v in value]
+        if all(p is not None for p in parts):
+            return ", ".join(p for p in parts if p is not None)
+    return None
+
+
+def _source(value: Any) -> str:
+    if not isinstance(value, str):
+        return DEFAULT_SOURCE
+    source = re.sub(r"[\s-]+", "_", value.strip().lower())
+    return source if source in SOURCES else DEFAULT_SOURCE
+
+
+def _draft(item: _Item) -> FactDraft | None:
+    if not isinstance(item.raw, dict):
+        return None
+    fields = _lower_keys(item.raw)
+    raw_category = fields.get("category")
+    if raw_category is None or raw_category == "":
+        raw_category = item.category
+    if raw_category is not None and not isinstance(raw_category, str):
+        return None
+    category = _clean(raw_category or "").strip().lower() or DEFAULT_CATEGORY
+    raw_key = fields.get("key")
+    key = _clean(raw_key).strip() if isinstance(raw_key, str) else ""
+    value = _text(fields.get("value"))
+    if not key or value is None:
+        return None
+    if len(category) > FACT_CATEGORY_MAX_CHARS or len(key) > FACT_KEY_MAX_CHARS:
+        return None
+    if len(value) > MAX_TEXT_CHARS:
+        return None
+    source = _source(fields.get("source"))
+    context = _text(fields.get("source_context"))
+    if context is not None and len(context) > MAX_TEXT_CHARS:
+        context = None
+    return FactDraft(
+        category=category,
+        key=key,
+        value=value,
+        source=source,
+        confidence=confidence_for_source(source),
+        source_context=context,
+    )
+
+
+def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) -> ParsedFacts:
+    """The facts in a model's extraction reply, and how many items were skipped.
+
+    Accepted: a JSON array of fact objects; an object holding one (``{"facts": [...]}``, or
+    lists under category names); a single fact object; categories mapping keys to values; any
+    of these inside code fences, with prose around them, as a JSON string, or written as a
+    Python literal. JSON cut off part-way keeps its complete items. Per item: ``key`` and
+    ``value`` are required (a number, a boolean or a list of them becomes text); ``category``
+    defaults to "general" and is lower-cased; an unknown ``source`` becomes "conversation";
+    extra fields are ignored. An item that is not an object, lacks a field, has a field of the
+    wrong type or beyond the store's limits is skipped and counted; so is every item past
+    ``max_facts``. Raises ``ExtractionError`` only when the reply holds no JSON at all.
+    """
+    found = _locate(reply)
+    if found is None:
+        raise ExtractionError(
+            f"the model's reply holds no JSON: {elide_middle(reply.strip(), 200)!r}"
+        )
+    items, skipped = _items(found.value)
+    skipped += found.lost
+    facts: list[FactDraft] = []
+    for item in items:
+        draft = _draft(item)
+        if draft is None or len(facts) >= max_facts:
+            skipped += 1
+        else:
+            facts.append(draft)
+    return ParsedFacts(tuple(facts), skipped, truncated=found.truncated)
+
+
+_SUMMARY_FENCE: Final = re.compile(r"\A```[\w-]*[^\S\n]*\n(.*?)\n?```\Z", re.DOTALL)
+
+
+def parse_summary(reply: str, *, max_chars: int = FACT_SUMMARY_MAX_CHARS) -> str:
+    """The summary text of a model's reply: cleaned, unfenced, cut to ``max_chars``.
+
+    Raises ``ExtractionError`` when nothing is left: the old summary is better than none.
+    """
+    text = _clean(reply).strip()
+    fenced = _SUMMARY_FENCE.match(text)
+    if fenced is not None:
+        text = fenced.group(1).strip()
+    if not text:
+        raise ExtractionError("the model's summary reply is empty")
+    return elide_middle(text, max_chars)

@@ -1,0 +1,327 @@
+"""Unified search: one read over facts, raw history and sketches — tiered (facts, then raw
+excerpts by relevance, then sketches), with provenance and freshness marks on every hit.
+
+The caller (a facade) validates, embeds the query once and gives one connection per store the
+plan names; the store queries then run concurrently, each on its own connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final, Literal
+
+from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from navi_memory.constants import (
+    CHUNK_MAX_DISTANCE,
+    FACT_MAX_DISTANCE,
+    SEARCH_K_MAX,
+    SKETCH_SCOPE,
+)
+from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory.repositories.facts import FactSearchRepository
+from navi_memory.repositories.kv import KvSearchRepository
+from navi_memory.schemas import MemoryHit
+from navi_memory.services.ranking import rank_hits
+from navi_memory.text.freshness import FactVersion, Freshness, RawExcerpt, mark_freshness
+from navi_memory.text.hits import SearchScope
+from navi_memory.text.terms import STOP_WORDS, query_terms
+
+__all__ = [
+    "FRESHNESS_FACTS",
+    "SearchPlan",
+    "SearchRequest",
+    "Store",
+    "UnifiedSearchService",
+    "plan_search",
+]
+
+Store = Literal["facts", "raw", "sketches"]
+"""One store of unified search."""
+
+Connection = AsyncSession | AsyncConnection
+
+FRESHNESS_FACTS: Final = SEARCH_K_MAX
+"""How many of the facts matching the query the freshness rule compares raw excerpts with
+(the best-ranked ones; the first ``k`` of them are also the fact hits)."""
+
+_LANES: Final[dict[SearchScope, tuple[tuple[Store, ...], ...]]] = {
+    # Raw history is the slow read: it gets a connection of its own, and the facts and the
+    # sketches (quick, index-served reads) share the other. More connections than cores
+    # buy nothing: the machine this runs on may have two.
+    "all": (("raw",), ("facts", "sketches")),
+    "facts": (("facts",),),
+    # Raw hits need the facts matching the query for their freshness marks.
+    "raw": (("raw",), ("facts",)),
+    "sketches": (("sketches",),),
+}
+
+Via = Literal["vector", "text", "recent"]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPlan:
+    """What one search reads: its scope, ``k`` per store, the query's terms (none: the most
+    recent items of each store), its lanes — the stores read one after the other on one
+    connection, the lanes concurrently — and whether the query vector is wanted."""
+
+    scope: SearchScope
+    k: int
+    terms: tuple[str, ...]
+    lanes: tuple[tuple[Store, ...], ...]
+    embed: bool
+
+    @property
+    def stores(self) -> frozenset[Store]:
+        return frozenset(store for lane in self.lanes for store in lane)
+
+
+def plan_search(query: str, scope: SearchScope, k: int) -> SearchPlan:
+    """The plan for an already validated query, scope and (clamped) ``k``.
+
+    A query with no terms, or with stop words only, reads the most recent items of each store
+    and needs no vector; sketches are never searched by vector."""
+    terms = query_terms(query)
+    if all(term.casefold() in STOP_WORDS for term in terms):
+        terms = []
+    lanes = _LANES[scope]
+    stores = {store for lane in lanes for store in lane}
+    wants_vector = bool(terms) and ("facts" in stores or "raw" in stores)
+    return SearchPlan(scope=scope, k=k, terms=tuple(terms), lanes=lanes, embed=wants_vector)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """One validated search: the plan, whose memory (None: every user's, read_all checked by
+    the caller), the query vector (None: text only), the session filter, the current session
+    and its summary boundary (None: read with the excerpts)."""
+
+    plan: SearchPlan
+    owner: uuid.UUID | None
+    query_vector: Sequence[float] | None = None
+    session_id: str | None = None
+    current_session_id: str | None = None
+    summary_at: datetime | None = None
+
+
+Ranked = list[tuple[RowMapping, Via]]
+"""Search rows in their final order, each with how it was found."""
+
+
+@dataclass(slots=True)
+class _Found:
+    """What the lanes read; each store is filled by the one lane that reads it."""
+
+    facts: Ranked = field(default_factory=list)
+    raw: Ranked = field(default_factory=list)
+    boundaries: dict[str, datetime] = field(default_factory=dict)
+    """Summary boundaries of the raw rows' sessions."""
+    sketches: list[MemoryHit] = field(default_factory=list)
+
+
+def _score(via: Via, distance: float | None, terms_hit: int) -> float:
+    if via == "vector" and distance is not None:
+        return 1.0 - distance
+    if via == "text":
+        return float(terms_hit)
+    return 0.0
+
+
+def _ranked(row: RowMapping, *, via: Via) -> tuple[RowMapping, Via]:
+    return row, via
+
+
+def _fact_hit(row: RowMapping, *, via: Via) -> MemoryHit:
+    distance = row.get("distance")
+    terms_hit = int(row.get("terms_hit") or 0)
+    return MemoryHit(
+        source_type="fact",
+        text=row["value"],
+        user_id=row["user_id"],
+        session_id=row["session_id"],
+        timestamp=row["updated_at"],
+        score=_score(via, distance, terms_hit),
+        via=via,
+        distance=distance,
+        terms_hit=terms_hit,
+        category=row["category"],
+        key=row["key"],
+        fact_id=row["id"],
+    )
+
+
+def _raw_hit(row: RowMapping, *, via: Via, freshness: Freshness) -> MemoryHit:
+    distance = row.get("distance")
+    terms_hit = int(row.get("terms_hit") or 0)
+    return MemoryHit(
+        source_type="raw",
+        text=row["content"],
+        user_id=row["user_id"],
+        session_id=row["session_id"],
+        timestamp=row["ended_at"],
+        score=_score(via, distance, terms_hit),
+        via=via,
+        distance=distance,
+        terms_hit=terms_hit,
+        chunk_id=row["id"],
+        start_seq=row["start_seq"],
+        end_seq=row["end_seq"],
+        breadcrumbs=list(row["breadcrumbs"] or ()),
+        superseded_by=freshness.superseded_by,
+        before_summary=freshness.before_summary,
+    )
+
+
+def _sketch_hit(row: RowMapping, *, via: Via) -> MemoryHit:
+    terms_hit = int(row["terms_hit"])
+    return MemoryHit(
+        source_type="sketch",
+        text=row["value"],
+        user_id=row["user_id"],
+        session_id=row["session_id"],
+        timestamp=row["updated_at"],
+        score=_score(via, None, terms_hit),
+        via=via,
+        terms_hit=terms_hit,
+        key=row["key"],
+    )
+
+
+class UnifiedSearchService:
+    """The tiered merge and the freshness marks, on the connections each call is given."""
+
+    async def search(
+        self, connections: Sequence[Connection], request: SearchRequest
+    ) -> list[MemoryHit]:
+        """Facts (curated truth) first, then raw excerpts by relevance with their freshness
+        marks, then sketches (the current session's first); ``k`` of each at most.
+
+        ``connections``: one per lane of ``request.plan.lanes``, in that order (never one
+        shared by two lanes: the lanes are read concurrently)."""
+        plan = request.plan
+        if len(connections) != len(plan.lanes):
+            raise ValueError(f"{len(plan.lanes)} connections needed, got {len(connections)}")
+        found = _Found()
+        await _concurrently(
+            *(
+                self._read(conn, lane, request, found)
+                for conn, lane in zip(connections, plan.lanes, strict=True)
+            )
+        )
+        # Every fact read marks excerpts (up to FRESHNESS_FACTS); only k are shown.
+        marks = mark_freshness(
+            [_excerpt(row) for row, _ in found.raw],
+            [_version(row) for row, _ in found.facts],
+            found.boundaries,
+        )
+        raw = [
+            _raw_hit(row, via=via, freshness=mark)
+            for (row, via), mark in zip(found.raw, marks, strict=True)
+        ]
+        facts = (
+            [_fact_hit(row, via=via) for row, via in found.facts[: plan.k]]
+            if plan.scope in ("all", "facts")
+            else []
+        )
+        return [*facts, *raw, *found.sketches]
+
+    async def _read(
+        self, conn: Connection, lane: Sequence[Store], request: SearchRequest, found: _Found
+    ) -> None:
+        for store in lane:
+            if store == "facts":
+                found.facts = await self._facts(conn, request)
+            elif store == "raw":
+                found.raw, found.boundaries = await self._raw(conn, request)
+            else:
+                found.sketches = await self._sketches(conn, request)
+
+    async def _facts(self, conn: Connection, request: SearchRequest) -> Ranked:
+        """The facts matching the query, best first: vector hits closer than
+        FACT_MAX_DISTANCE, then text hits; no terms: the most recently updated. ``k`` of
+        them, or FRESHNESS_FACTS when raw excerpts are to be marked."""
+        plan = request.plan
+        limit = max(plan.k, FRESHNESS_FACTS) if "raw" in plan.stores else plan.k
+        repo = FactSearchRepository(session=conn)
+        if not plan.terms:
+            return [(row, "recent") for row in await repo.recent(request.owner, limit)]
+        rows = await repo.search(
+            request.owner, request.query_vector, plan.terms, limit, FACT_MAX_DISTANCE
+        )
+        return rank_hits(rows, limit, _ranked, recency="updated_at")
+
+    async def _raw(
+        self, conn: Connection, request: SearchRequest
+    ) -> tuple[Ranked, dict[str, datetime]]:
+        """The raw excerpts (vector hits closer than CHUNK_MAX_DISTANCE, then text hits; no
+        terms: the most recent) with their sessions' summary boundaries, in one statement;
+        ``request.summary_at`` stands for the current session's."""
+        repo = ChunkRepository(session=conn)
+        k = request.plan.k
+        ranked: Ranked
+        if request.plan.terms:
+            rows = await repo.search(
+                request.owner,
+                request.session_id,
+                request.query_vector,
+                request.plan.terms,
+                k,
+                CHUNK_MAX_DISTANCE,
+                with_summary_at=True,
+            )
+            ranked = rank_hits(rows, k, _ranked, recency="ended_at")
+        else:
+            recent = await repo.recent(request.owner, request.session_id, k, with_summary_at=True)
+            ranked = [(row, "recent") for row in recent]
+        boundaries = {
+            row["session_id"]: row["summary_at"]
+            for row, _ in ranked
+            if row["summary_at"] is not None
+        }
+        if request.current_session_id is not None and request.summary_at is not None:
+            boundaries[request.current_session_id] = request.summary_at
+        return ranked, boundaries
+
+    async def _sketches(self, conn: Connection, request: SearchRequest) -> list[MemoryHit]:
+        """The scratchpad's entries matching any term (current session first, then terms
+        matched, then the newest); no terms: the newest, current session first."""
+        rows = await KvSearchRepository(session=conn).search(
+            request.owner,
+            SKETCH_SCOPE,
+            request.plan.terms,
+            limit=request.plan.k,
+            session_id=request.session_id,
+            prefer_session_id=request.current_session_id,
+        )
+        via: Via = "text" if request.plan.terms else "recent"
+        return [_sketch_hit(row, via=via) for row in rows]
+
+
+def _excerpt(row: RowMapping) -> RawExcerpt:
+    return RawExcerpt(
+        user_id=row["user_id"],
+        session_id=row["session_id"],
+        ended_at=row["ended_at"],
+        content=row["content"],
+        breadcrumbs=row["breadcrumbs"] or (),
+    )
+
+
+def _version(row: RowMapping) -> FactVersion:
+    return FactVersion(
+        user_id=row["user_id"], key=row["key"], value=row["value"], updated_at=row["updated_at"]
+    )
+
+
+async def _concurrently(*reads: Awaitable[None]) -> None:
+    """The reads run concurrently and every one to its end; then the first failure, if any, is
+    raised. (Plain gather would leave the others running while the caller closes their
+    connections.)"""
+    for result in await asyncio.gather(*reads, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result

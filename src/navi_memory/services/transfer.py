@@ -1,0 +1,399 @@
+"""Export and import of one user's memory: the rules that make export → import → export give
+the same records again, except database ids.
+
+Ids never leave the database: a fact names the fact it is hidden behind by its ``ref`` within
+the export (``f1``, ``f2``, ... in id order), and the recall ledger of a session names chunks by
+their refs (``c1``, ...). On import, new ids are reserved in the same order, so a second export
+numbers the refs exactly as the first; every timestamp is written as it was exported.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from navi_memory.constants import (
+    EXPORT_FORMAT,
+    EXPORT_FORMAT_VERSION,
+    INJECTED_LEDGER_KEY,
+    SESSION_ID_MAX_CHARS,
+)
+from navi_memory.errors import InvalidInputError, NotFoundError
+from navi_memory.repositories.transfer import TransferRepository, floats
+from navi_memory.schemas import (
+    ExportChunk,
+    ExportExtraction,
+    ExportFact,
+    ExportHeader,
+    ExportKv,
+    ExportMessage,
+    ExportRecord,
+    ExportSession,
+    ExportSummary,
+    ImportResult,
+)
+
+__all__ = ["TransferService", "parse_records"]
+
+_RECORD: TypeAdapter[ExportRecord] = TypeAdapter(ExportRecord)
+
+R = TypeVar("R")
+
+
+def parse_records(records: Iterable[ExportRecord | Mapping[str, Any]]) -> list[ExportRecord]:
+    """Records as models; a malformed one is an InvalidInputError naming its position (1-based,
+    the line of a JSON Lines file) and what is wrong with it."""
+    parsed: list[ExportRecord] = []
+    for number, record in enumerate(records, 1):
+        if isinstance(record, Mapping):
+            try:
+                record = _RECORD.validate_python(record)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise InvalidInputError(
+                    f"record {number} is not a navi-memory export record: {where}: {first['msg']}"
+                ) from exc
+        parsed.append(record)
+    return parsed
+
+
+def _of(records: Sequence[ExportRecord], kind: type[R]) -> list[R]:
+    return [record for record in records if isinstance(record, kind)]
+
+
+def _unique(what: str, keys: Iterable[object]) -> None:
+    repeated = [key for key, count in Counter(keys).items() if count > 1]
+    if repeated:
+        raise InvalidInputError(f"the export repeats {what} {repeated[0]!r}")
+
+
+def _no_nul(records: Sequence[ExportRecord]) -> None:
+    """PostgreSQL text cannot hold NUL: refuse the import before writing anything."""
+    pending: list[Any] = [record.model_dump() for record in records]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str) and "\x00" in item:
+            raise InvalidInputError("the export holds a NUL character, which PostgreSQL refuses")
+
+
+class TransferService:
+    """Builds an export from one user's rows, and plans and writes an import."""
+
+    # --- export -----------------------------------------------------------------------------
+
+    async def export(
+        self, session: AsyncSession, user_id: uuid.UUID, *, with_vectors: bool
+    ) -> list[ExportRecord]:
+        repo = TransferRepository(session=session)
+        user = await repo.user(user_id)
+        if user is None:
+            raise NotFoundError(f"no user {user_id}")
+        records: list[ExportRecord] = [
+            ExportHeader(
+                format=EXPORT_FORMAT,
+                version=EXPORT_FORMAT_VERSION,
+                user_id=user.id,
+                name=user.name,
+                created_at=user.created_at,
+                with_vectors=with_vectors,
+            )
+        ]
+        facts = await repo.facts(user_id, with_vectors=with_vectors)
+        fact_refs = {row["id"]: f"f{number}" for number, row in enumerate(facts, 1)}
+        for row in facts:
+            fields = {k: v for k, v in row.items() if k not in ("id", "embedding", "merged_into")}
+            records.append(
+                ExportFact(
+                    ref=fact_refs[row["id"]],
+                    merged_into=fact_refs.get(row["merged_into"]),
+                    embedding=floats(row.get("embedding")) if with_vectors else None,
+                    **fields,
+                )
+            )
+        summary = await repo.summary(user_id)
+        if summary is not None:
+            records.append(ExportSummary(**summary))
+        chunks = await repo.chunks(user_id, with_vectors=with_vectors)
+        chunk_refs = {row["id"]: f"c{number}" for number, row in enumerate(chunks, 1)}
+        for row in chunks:
+            fields = {k: v for k, v in row.items() if k not in ("id", "embedding")}
+            records.append(
+                ExportChunk(
+                    ref=chunk_refs[row["id"]],
+                    embedding=floats(row.get("embedding")) if with_vectors else None,
+                    **fields,
+                )
+            )
+        for sess in await repo.sessions(user_id):
+            records.append(
+                ExportSession(
+                    id=sess.id,
+                    title=sess.title,
+                    last_active=sess.last_active,
+                    session_metadata=_ledger_out(sess.session_metadata, chunk_refs),
+                    created_at=sess.created_at,
+                    updated_at=sess.updated_at,
+                )
+            )
+        records += [ExportMessage(**row) for row in await repo.messages(user_id)]
+        records += [ExportExtraction(**row) for row in await repo.extraction_states(user_id)]
+        records += [ExportKv(**row) for row in await repo.kv(user_id)]
+        return records
+
+    # --- import -----------------------------------------------------------------------------
+
+    async def import_(
+        self,
+        session: AsyncSession,
+        records: Sequence[ExportRecord],
+        *,
+        user_id: uuid.UUID | None,
+        replace: bool,
+        session_prefix: str | None,
+    ) -> ImportResult:
+        """Write ``records`` as the memory of ``user_id`` (None: the exported user's id).
+
+        Refuses (InvalidInputError, nothing written) a malformed export, a user who holds
+        memory already unless ``replace`` (which deletes it first), and session ids another
+        user holds (``session_prefix`` renames every session id of the import)."""
+        header = self._header(records)
+        target = user_id or header.user_id
+        plan = _Plan(records[1:], session_prefix)
+        repo = TransferRepository(session=session)
+
+        existing = await repo.user(target)
+        replaced = False
+        if existing is not None and await repo.owns_anything(target):
+            if not replace:
+                raise InvalidInputError(
+                    f"user {target} already holds memory in this database: replace it "
+                    "(replace=True, --replace), or import as another user (user_id=..., "
+                    "--as-user)"
+                )
+            await repo.delete_user(target)
+            replaced = True
+        taken = await repo.session_ids_of_others(sorted(plan.session_ids), target)
+        if taken:
+            more = f" and {len(taken) - 1} more" if len(taken) > 1 else ""
+            raise InvalidInputError(
+                f"session id {taken[0]!r}{more} belong(s) to another user in this database: "
+                "import with a session prefix (session_prefix=..., --session-prefix)"
+            )
+
+        await repo.ensure_user(target, header.name, header.created_at)
+        fact_ids = dict(
+            zip(
+                (fact.ref for fact in plan.facts),
+                await repo.reserve_ids("memory_facts", len(plan.facts)),
+                strict=True,
+            )
+        )
+        for level in plan.fact_levels():
+            await repo.insert_facts(
+                [_fact_row(fact, target, fact_ids, header.with_vectors) for fact in level]
+            )
+        if plan.summary is not None:
+            await repo.insert_summary(target, plan.summary.content, plan.summary.updated_at)
+        chunk_ids = dict(
+            zip(
+                (chunk.ref for chunk in plan.chunks),
+                await repo.reserve_ids("memory_chunks", len(plan.chunks)),
+                strict=True,
+            )
+        )
+        await repo.insert_chunks(
+            target,
+            [
+                {
+                    **chunk.model_dump(exclude={"type", "ref", "embedding"}),
+                    "id": chunk_ids[chunk.ref],
+                    "session_id": plan.sid(chunk.session_id),
+                    "embedding": chunk.embedding if header.with_vectors else None,
+                }
+                for chunk in plan.chunks
+            ],
+        )
+        await repo.insert_sessions(
+            target,
+            [
+                {
+                    **sess.model_dump(exclude={"type", "session_metadata"}),
+                    "id": plan.sid(sess.id),
+                    "session_metadata": _ledger_in(sess.session_metadata, chunk_ids),
+                }
+                for sess in plan.sessions
+            ],
+        )
+        await repo.insert_messages(
+            [
+                {**m.model_dump(exclude={"type"}), "session_id": plan.sid(m.session_id)}
+                for m in plan.messages
+            ]
+        )
+        await repo.insert_extraction_states(
+            target,
+            [
+                {"session_id": plan.sid(e.session_id), "extracted_at": e.extracted_at}
+                for e in plan.extractions
+            ],
+        )
+        await repo.insert_kv(
+            target,
+            [
+                {
+                    **kv.model_dump(exclude={"type"}),
+                    "session_id": None if kv.session_id is None else plan.sid(kv.session_id),
+                }
+                for kv in plan.kv
+            ],
+        )
+        return ImportResult(
+            user_id=target,
+            rows={
+                "fact": len(plan.facts),
+                "summary": int(plan.summary is not None),
+                "chunk": len(plan.chunks),
+                "session": len(plan.sessions),
+                "message": len(plan.messages),
+                "extraction": len(plan.extractions),
+                "kv": len(plan.kv),
+            },
+            replaced=replaced,
+        )
+
+    @staticmethod
+    def _header(records: Sequence[ExportRecord]) -> ExportHeader:
+        if not records or not isinstance(records[0], ExportHeader):
+            raise InvalidInputError("an export starts with its header record (type 'header')")
+        header = records[0]
+        if header.format != EXPORT_FORMAT or header.version != EXPORT_FORMAT_VERSION:
+            raise InvalidInputError(
+                f"this is {header.format!r} version {header.version}; this navi-memory reads "
+                f"{EXPORT_FORMAT!r} version {EXPORT_FORMAT_VERSION}"
+            )
+        if _of(records[1:], ExportHeader):
+            raise InvalidInputError("an export has exactly one header record")
+        _no_nul(records)
+        return header
+
+
+class _Plan:
+    """The records of one import, checked for consistency before anything is written."""
+
+    def __init__(self, records: Sequence[ExportRecord], session_prefix: str | None) -> None:
+        self.prefix = session_prefix or ""
+        self.facts = _of(records, ExportFact)
+        summaries = _of(records, ExportSummary)
+        if len(summaries) > 1:
+            raise InvalidInputError("an export holds at most one summary")
+        self.summary = summaries[0] if summaries else None
+        self.chunks = _of(records, ExportChunk)
+        self.sessions = _of(records, ExportSession)
+        self.messages = _of(records, ExportMessage)
+        self.extractions = _of(records, ExportExtraction)
+        self.kv = _of(records, ExportKv)
+
+        _unique("the fact ref", (f.ref for f in self.facts))
+        refs = {f.ref for f in self.facts}
+        for fact in self.facts:
+            if fact.merged_into is not None and fact.merged_into not in refs:
+                raise InvalidInputError(
+                    f"fact {fact.ref} is merged into {fact.merged_into!r}, which is not in the "
+                    "export"
+                )
+        _unique(
+            "the visible fact",
+            ((f.category, f.key) for f in self.facts if f.merged_into is None),
+        )
+        _unique("the chunk ref", (c.ref for c in self.chunks))
+        _unique("the chunk", ((c.session_id, c.content_hash) for c in self.chunks))
+        _unique("the session", (s.id for s in self.sessions))
+        sessions = {s.id for s in self.sessions}
+        for message in self.messages:
+            if message.session_id not in sessions:
+                raise InvalidInputError(
+                    f"a message belongs to session {message.session_id!r}, which is not in the "
+                    "export"
+                )
+        _unique("the message", ((m.session_id, m.seq) for m in self.messages))
+        _unique("the extraction state of session", (e.session_id for e in self.extractions))
+        _unique("the kv entry", ((k.scope, k.session_id, k.key) for k in self.kv))
+        chunk_refs = {c.ref for c in self.chunks}
+        for sess in self.sessions:
+            for ref in _ledger(sess.session_metadata):
+                if ref not in chunk_refs:
+                    raise InvalidInputError(
+                        f"session {sess.id!r} recalls chunk {ref!r}, which is not in the export"
+                    )
+        self.session_ids = {s.id for s in self.sessions} | {e.session_id for e in self.extractions}
+        self.session_ids = {self.sid(sid) for sid in self.session_ids}
+        for sid in self.session_ids | {self.sid(c.session_id) for c in self.chunks}:
+            if not sid.strip() or len(sid) > SESSION_ID_MAX_CHARS:
+                raise InvalidInputError(
+                    f"session id {sid[:40]!r} is blank or longer than {SESSION_ID_MAX_CHARS}"
+                )
+
+    def sid(self, session_id: str) -> str:
+        return self.prefix + session_id
+
+    def fact_levels(self) -> list[list[ExportFact]]:
+        """The facts in insert order: visible ones, then those hidden behind them, then those
+        hidden behind hidden ones (legacy chains), each level in export order."""
+        levels: list[list[ExportFact]] = []
+        placed: set[str] = set()
+        left = list(self.facts)
+        while left:
+            level = [f for f in left if f.merged_into is None or f.merged_into in placed]
+            if not level:
+                raise InvalidInputError(
+                    f"facts {', '.join(f.ref for f in left[:3])} are merged into each other "
+                    "in a cycle"
+                )
+            levels.append(level)
+            placed |= {f.ref for f in level}
+            left = [f for f in left if f.ref not in placed]
+        return levels
+
+
+def _fact_row(
+    fact: ExportFact, user_id: uuid.UUID, ids: Mapping[str, int], with_vectors: bool
+) -> dict[str, Any]:
+    row = fact.model_dump(exclude={"type", "ref", "merged_into", "embedding"})
+    return {
+        **row,
+        "id": ids[fact.ref],
+        "user_id": user_id,
+        "merged_into": None if fact.merged_into is None else ids[fact.merged_into],
+        "embedding": fact.embedding if with_vectors else None,
+    }
+
+
+def _ledger(metadata: Mapping[str, Any]) -> list[Any]:
+    ledger = metadata.get(INJECTED_LEDGER_KEY)
+    return list(ledger) if isinstance(ledger, list) else []
+
+
+def _ledger_out(metadata: Mapping[str, Any], refs: Mapping[int, str]) -> dict[str, Any]:
+    """The session metadata with the recall ledger's chunk ids as refs (ids of chunks that are
+    gone are dropped: they name nothing)."""
+    if INJECTED_LEDGER_KEY not in metadata:
+        return dict(metadata)
+    ids = _ledger(metadata)
+    return {**metadata, INJECTED_LEDGER_KEY: [refs[i] for i in ids if i in refs]}
+
+
+def _ledger_in(metadata: Mapping[str, Any], ids: Mapping[str, int]) -> dict[str, Any]:
+    if INJECTED_LEDGER_KEY not in metadata:
+        return dict(metadata)
+    return {**metadata, INJECTED_LEDGER_KEY: [ids[ref] for ref in _ledger(metadata)]}

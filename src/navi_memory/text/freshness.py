@@ -1,0 +1,224 @@
+"""Freshness of raw excerpts: which ones a newer curated fact overrides, and which predate their
+session's current summary. Pure functions over plain data; docs/memory.md has the rule.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from navi_memory.constants import FRESHNESS_MIN_SHARED_WORDS
+from navi_memory.text.terms import STOP_WORDS
+
+__all__ = [
+    "FRESHNESS_STOP_WORDS",
+    "FactVersion",
+    "Freshness",
+    "RawExcerpt",
+    "content_words",
+    "mark_freshness",
+]
+
+FRESHNESS_STOP_WORDS: Final = STOP_WORDS | frozenset(
+    {
+        # build_chunks writes every message with one of these prefixes ("User:", "Assistant:",
+        # "Tool result (name):", "[Tool call]"): shared by every excerpt, they say nothing.
+        "user",
+        "assistant",
+        "tool",
+        "result",
+        "call",
+        # frequent words that carry no subject
+        "all",
+        "also",
+        "any",
+        "just",
+        "no",
+        "not",
+        "now",
+        "ok",
+        "okay",
+        "some",
+        "yes",
+    }
+)
+"""Words that never count as shared: the search stop words plus the chunk rendering prefixes."""
+
+# camelCase and PascalCase humps, as text.keys splits them: "serverPort" -> "server Port",
+# "HTTPPort" -> "HTTP Port".
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# Letters and digits only: `_ - . /` and every other separator split identifiers and paths.
+_WORD = re.compile(r"[^\W_]+")
+
+
+def content_words(*texts: str) -> frozenset[str]:
+    """The content words of ``texts``: lowercased (Unicode case folding) words, identifiers
+    split on ``_ - . /`` and camelCase (``server_port`` and ``serverPort`` → server, port),
+    numbers kept (``8098``), stop words and single letters dropped."""
+    words: set[str] = set()
+    for text in texts:
+        # Tokens first, each distinct one once: a chunk holds thousands of words but a few
+        # hundred distinct ones, and only tokens with capitals can hide a camelCase seam
+        # (a seam never crosses a separator).
+        for token in set(_WORD.findall(text)):
+            parts = [token] if token.islower() or token.isdigit() else _split_camel(token)
+            for part in parts:
+                folded = part.casefold()
+                if folded.isalnum():
+                    words.add(folded)
+                else:  # folding made a non-letter (a combining mark): split there too
+                    words.update(_WORD.findall(folded))
+    return frozenset(
+        word
+        for word in words
+        if word not in FRESHNESS_STOP_WORDS and (len(word) > 1 or word.isdigit())
+    )
+
+
+def _split_camel(token: str) -> list[str]:
+    return _CAMEL_BOUNDARY.sub(" ", token).split(" ")
+
+
+@dataclass(frozen=True, slots=True)
+class FactVersion:
+    """A current fact as freshness sees it: whose, its key and value, when it was written."""
+
+    user_id: uuid.UUID | None
+    key: str
+    value: str
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RawExcerpt:
+    """A raw chunk as freshness sees it: whose, which session, when it ended, what it says."""
+
+    user_id: uuid.UUID | None
+    """None (no owner known) is marked superseded by no fact."""
+    session_id: str
+    ended_at: datetime
+    content: str
+    breadcrumbs: Sequence[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """The marks of one raw excerpt (both may be set; a marked excerpt is still returned)."""
+
+    superseded_by: str | None = None
+    """The key of the newer fact that overrides the excerpt."""
+    before_summary: bool = False
+    """The excerpt ended before its session's last summary was written."""
+
+
+def mark_freshness(
+    excerpts: Sequence[RawExcerpt],
+    facts: Iterable[FactVersion],
+    summary_at: Mapping[str, datetime | None],
+) -> list[Freshness]:
+    """The freshness marks of ``excerpts``, in their order.
+
+    ``superseded_by``: the key of a fact of the excerpt's own user, updated strictly after the
+    excerpt's ``ended_at``, sharing at least FRESHNESS_MIN_SHARED_WORDS content words with it
+    (fact side: key + value; excerpt side: content + breadcrumbs). Of several, the one sharing
+    the most words, then the newest, then the first key in sort order.
+
+    ``before_summary``: the excerpt ended strictly before ``summary_at[session_id]`` (a session
+    missing from the mapping, or mapped to None, has no summary).
+    """
+    fact_words = [(fact, content_words(fact.key, fact.value)) for fact in facts]
+    marks: list[Freshness] = []
+    for excerpt in excerpts:
+        newer = [
+            (fact, words_of_fact)
+            for fact, words_of_fact in fact_words
+            if excerpt.user_id is not None
+            and fact.user_id == excerpt.user_id
+            and fact.updated_at > excerpt.ended_at
+            and len(words_of_fact) >= FRESHNESS_MIN_SHARED_WORDS
+        ]
+        best: tuple[int, datetime, str] | None = None
+        if newer:
+            # A separator of its own: no word crosses from the text into a breadcrumb.
+            text = "\n".join((excerpt.content, *excerpt.breadcrumbs))
+            shared_words = _words_in(text, set().union(*(words for _, words in newer)))
+            for fact, words_of_fact in newer:
+                shared = len(words_of_fact & shared_words)
+                if shared < FRESHNESS_MIN_SHARED_WORDS:
+                    continue
+                candidate = (shared, fact.updated_at, fact.key)
+                if best is None or _ranks_before(candidate, best):
+                    best = candidate
+        boundary = summary_at.get(excerpt.session_id)
+        marks.append(
+            Freshness(
+                superseded_by=None if best is None else best[2],
+                before_summary=boundary is not None and excerpt.ended_at < boundary,
+            )
+        )
+    return marks
+
+
+FIND_WORDS_MAX: Final = 40
+"""Up to this many fact words are looked up in an excerpt one by one; more, it is tokenized."""
+
+
+def _words_in(text: str, words: set[str]) -> set[str]:
+    """Which of ``words`` (content words) are content words of ``text`` too.
+
+    With few words and ASCII text (nearly every chunk) the text is not tokenized: each word is
+    looked up with ``str.find`` and kept where it stands as a whole part of a token —
+    separators or camelCase seams on both sides, no seam inside — which is exactly where
+    ``content_words`` would have cut it. Measured on 2–4 KB chunks, FIND_WORDS_MAX finds cost
+    about what tokenizing the chunk costs. Other text is tokenized (case folding is not
+    per-position there)."""
+    if len(words) > FIND_WORDS_MAX or not text.isascii():
+        return words & content_words(text)
+    lowered = text.lower()
+    found: set[str] = set()
+    for word in words:
+        start = lowered.find(word)
+        while start >= 0:
+            if _whole_part(text, start, start + len(word)):
+                found.add(word)
+                break
+            start = lowered.find(word, start + 1)
+    return found
+
+
+def _whole_part(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` is one part of a token: bounded by a separator or a seam on each
+    side, and no seam inside (ASCII text)."""
+    if start > 0 and text[start - 1].isalnum() and not _seam(text, start):
+        return False
+    if end < len(text) and text[end].isalnum() and not _seam(text, end):
+        return False
+    piece = text[start:end]
+    return (
+        piece.islower()
+        or piece.isdigit()
+        or not any(_seam(text, at) for at in range(start + 1, end))
+    )
+
+
+def _seam(text: str, at: int) -> bool:
+    """A camelCase seam between ``text[at - 1]`` and ``text[at]``, as _CAMEL_BOUNDARY finds."""
+    before, here = text[at - 1], text[at]
+    if not here.isupper():
+        return False
+    if before.islower() or before.isdigit():
+        return True
+    return before.isupper() and at + 1 < len(text) and text[at + 1].islower()
+
+
+def _ranks_before(a: tuple[int, datetime, str], b: tuple[int, datetime, str]) -> bool:
+    """More shared words first, then the newer fact, then the smaller key."""
+    if a[0] != b[0]:
+        return a[0] > b[0]
+    if a[1] != b[1]:
+        return a[1] > b[1]
+    return a[2] < b[2]

@@ -1,0 +1,81 @@
+"""The transcript the extractor shows the model: a session's history as plain text lines.
+
+Pure logic: which messages count, how tool calls and results read, and the overall cut.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Final
+
+from navi_memory.constants import TRANSCRIPT_MAX_CHARS, TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS
+from navi_memory.errors import InvalidInputError
+from navi_memory.schemas import Message
+from navi_memory.text.chunks import elide_middle
+
+__all__ = ["render_transcript", "transcript_line"]
+
+_SKIPPED_KINDS: Final = frozenset({"summary", "marker"})
+
+
+def transcript_line(
+    message: Message, *, tool_output_max_chars: int = TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS
+) -> str | None:
+    """The text one message contributes to a transcript, or None when it contributes nothing.
+
+    ``User: …`` and ``Assistant: …`` for the conversation, ``[Tool call] name(args)`` (the
+    arguments as compact JSON, keys sorted) and ``[Tool result] name: output``, both cut to
+    ``tool_output_max_chars``. System messages, compression summaries and markers are not the
+    conversation (a summary retells messages the history still holds), and blank messages say
+    nothing: all are left out. Whether a message is still in the context does not matter.
+    """
+    if message.role == "system" or message.kind in _SKIPPED_KINDS:
+        return None
+    if message.role == "tool_call":
+        args = (
+            ""
+            if message.tool_args is None
+            else json.dumps(
+                message.tool_args,
+                separators=(",", ":"),
+                ensure_ascii=False,
+                sort_keys=True,
+                default=str,
+            )
+        )
+        args = elide_middle(args, tool_output_max_chars)
+        call = f"[Tool call] {message.tool_name or 'unknown'}({args})"
+        # The assistant may say something alongside the call; that is conversation too.
+        said = message.content.strip()
+        return f"Assistant: {said}\n{call}" if said else call
+    if message.role == "tool":
+        output = elide_middle(message.content, tool_output_max_chars)
+        return f"[Tool result] {message.tool_name or 'unknown'}: {output}"
+    if not message.content.strip():
+        return None
+    prefix = "User: " if message.role == "user" else "Assistant: "
+    return prefix + message.content
+
+
+def render_transcript(
+    messages: Iterable[Message],
+    *,
+    max_chars: int = TRANSCRIPT_MAX_CHARS,
+    tool_output_max_chars: int = TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS,
+) -> str:
+    """``messages`` (in the order given) as the extractor's transcript, one line per message.
+
+    Messages demoted by compression are included: they are the session's history, and the
+    facts in them are what extraction is for. A transcript longer than ``max_chars`` keeps its
+    head and its tail and says how much of the middle was cut (``elide_middle``): the head is
+    where a conversation says who and what, the tail where it settles. Empty when no message
+    has anything to say.
+    """
+    if max_chars < 1 or tool_output_max_chars < 1:
+        raise InvalidInputError(
+            f"transcript sizes must be positive (max_chars={max_chars}, "
+            f"tool_output_max_chars={tool_output_max_chars})"
+        )
+    lines = (transcript_line(m, tool_output_max_chars=tool_output_max_chars) for m in messages)
+    return elide_middle("\n".join(line for line in lines if line is not None), max_chars)

@@ -1,0 +1,312 @@
+"""The ``memory`` tool: the write side of memory — save, forget and list the user's curated facts,
+and search those facts only (spec: "Memory tool", "memory vs memory_search").
+
+Its function-calling spec and its argument rules; what each action does is the handler's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, Protocol, TypeAlias, get_args
+
+from navi_memory.constants import (
+    FACT_CATEGORY_MAX_CHARS,
+    FACT_EXPIRES_MAX_DAYS,
+    FACT_KEY_MAX_CHARS,
+    HIT_TEXT_MAX_CHARS,
+    QUERY_ECHO_MAX_CHARS,
+)
+from navi_memory.schemas import Fact, FactHit
+from navi_memory.services.facts import SOURCES
+from navi_memory.text.context import fact_line
+from navi_memory.tools.arguments import (
+    choice,
+    optional_int,
+    optional_number,
+    optional_text,
+    required_text,
+)
+from navi_memory.tools.base import Tool, ToolContext
+
+__all__ = [
+    "MEMORY",
+    "MEMORY_ACTIONS",
+    "MEMORY_DESCRIPTION",
+    "MEMORY_PARAMETERS",
+    "FactStore",
+    "ForgetFact",
+    "ListCategories",
+    "MemoryAction",
+    "MemoryRequest",
+    "SaveFact",
+    "SearchFacts",
+    "memory_tool",
+    "parse_memory_arguments",
+]
+
+MEMORY: Final = "memory"
+
+MemoryAction: TypeAlias = Literal["save", "search", "forget", "list"]
+MEMORY_ACTIONS: Final[tuple[MemoryAction, ...]] = get_args(MemoryAction)
+
+MEMORY_DESCRIPTION: Final = (
+    "Curated facts about the user: save, search, forget or list them. "
+    'action="save" stores one fact (category, key, value); saving a key again replaces its '
+    "value. Say where it came from (source) and how sure you are (confidence 0-100: tool output "
+    "95, user statement 80, web 50, guess 30; left out, the source decides). "
+    'action="search" finds stored facts only, by keyword (query). '
+    'action="forget" deletes a fact by key (optionally only in one category): only when the '
+    "user asks, or when a stored fact is clearly wrong or outdated. "
+    'action="list" shows the categories that hold facts, with how many each, not the facts. '
+    "This tool writes memory. To read everything remembered — facts, the earlier conversation "
+    "that is no longer in view, scratchpad notes — use memory_search instead."
+)
+
+MEMORY_PARAMETERS: Final[Mapping[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "action": {
+            "type": "string",
+            "enum": list(MEMORY_ACTIONS),
+            "description": "save, search, forget or list.",
+        },
+        "category": {
+            "type": "string",
+            "description": (
+                "save (required): the fact's category, e.g. preferences, personal, technical, "
+                "work. forget: only delete the key in this category."
+            ),
+        },
+        "key": {
+            "type": "string",
+            "description": "save and forget (required): the fact's name, e.g. editor, home_city.",
+        },
+        "value": {
+            "type": "string",
+            "description": "save (required): the fact itself, e.g. neovim.",
+        },
+        "source": {
+            "type": "string",
+            "enum": list(SOURCES),
+            "description": (
+                "save: where the fact came from; user_explicit when the user said it should be "
+                "remembered, tool_call when a tool's output showed it. Default conversation."
+            ),
+        },
+        "confidence": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 100,
+            "description": (
+                "save: how sure, 0-100 (tool output 95, user statement 80, web 50, guess 30). "
+                "Left out, the source decides."
+            ),
+        },
+        "expires_days": {
+            "type": "number",
+            "description": (
+                f"save: forget the fact after this many days (at most {FACT_EXPIRES_MAX_DAYS}); "
+                "leave out for a lasting fact."
+            ),
+        },
+        "source_context": {
+            "type": "string",
+            "description": "save: where it was learned, in a few words.",
+        },
+        "query": {
+            "type": "string",
+            "description": "search (required): keywords to look for among the facts.",
+        },
+    },
+    "required": ["action"],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SaveFact:
+    category: str
+    key: str
+    value: str
+    source: str = "conversation"
+    confidence: int | None = None
+    expires_days: float | None = None
+    source_context: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFacts:
+    query: str
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetFact:
+    key: str
+    category: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListCategories:
+    pass
+
+
+MemoryRequest: TypeAlias = SaveFact | SearchFacts | ForgetFact | ListCategories
+
+
+def parse_memory_arguments(arguments: Mapping[str, Any]) -> MemoryRequest:
+    """The action a ``memory`` call asks for, with its arguments checked; an
+    ``InvalidInputError`` / ``InvalidTypeError`` worded for the model otherwise.
+
+    Arguments that belong to another action are ignored; those of the action must be usable:
+    text without NUL bytes and within the store's limits, a known source, a confidence from 0
+    to 100, an expiry from 0 (exclusive) to 36500 days.
+    """
+    action = choice(arguments, "action", MEMORY_ACTIONS)
+    if action == "save":
+        return SaveFact(
+            category=required_text(
+                arguments,
+                "category",
+                max_chars=FACT_CATEGORY_MAX_CHARS,
+                why="a category such as preferences, personal, technical or work",
+            ).strip(),
+            key=required_text(
+                arguments, "key", max_chars=FACT_KEY_MAX_CHARS, why="the fact's name"
+            ).strip(),
+            value=required_text(arguments, "value", why="the fact to remember"),
+            source=choice(arguments, "source", SOURCES, default="conversation"),
+            confidence=optional_int(arguments, "confidence", minimum=0, maximum=100),
+            expires_days=optional_number(
+                arguments, "expires_days", above=0, maximum=FACT_EXPIRES_MAX_DAYS
+            ),
+            source_context=optional_text(arguments, "source_context"),
+        )
+    if action == "search":
+        return SearchFacts(
+            query=required_text(arguments, "query", why="keywords to look for among the facts")
+        )
+    if action == "forget":
+        return ForgetFact(
+            key=required_text(
+                arguments, "key", max_chars=FACT_KEY_MAX_CHARS, why="the key of the fact to delete"
+            ).strip(),
+            category=_optional_stripped(
+                optional_text(arguments, "category", max_chars=FACT_CATEGORY_MAX_CHARS)
+            ),
+        )
+    return ListCategories()
+
+
+def _optional_stripped(value: str | None) -> str | None:
+    return None if value is None else value.strip()
+
+
+# --- the handler ------------------------------------------------------------------------------
+
+
+class FactStore(Protocol):
+    """What the tool needs of ``memory.store`` (``MemoryStore`` provides it)."""
+
+    async def upsert_fact(
+        self,
+        category: str,
+        key: str,
+        value: str,
+        *,
+        source: str = "conversation",
+        confidence: int | None = None,
+        expires_days: float | None = None,
+        source_context: str | None = None,
+        user_id: uuid.UUID | str | None = None,
+        dedupe: bool = False,
+    ) -> Fact: ...
+
+    async def search_facts(
+        self, query: str, user_id: uuid.UUID | str | None = None, limit: int = 15
+    ) -> list[FactHit]: ...
+
+    async def delete_fact(
+        self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
+    ) -> int: ...
+
+    async def fact_categories(
+        self, user_id: uuid.UUID | str | None = None
+    ) -> list[tuple[str, int]]: ...
+
+
+def memory_tool(store: FactStore) -> Tool:
+    """The ``memory`` tool on ``store``: every action acts for the context's user (the request
+    context's, when the ToolContext names none); ``save`` writes with ``dedupe=True``, and
+    without a confidence takes the store's default for the source."""
+
+    async def handle(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        request = parse_memory_arguments(arguments)
+        with context.applied():
+            if isinstance(request, SaveFact):
+                return await _save(store, request)
+            if isinstance(request, SearchFacts):
+                return await _search(store, request)
+            if isinstance(request, ForgetFact):
+                return await _forget(store, request)
+            return await _list(store)
+
+    return Tool(
+        name=MEMORY,
+        description=MEMORY_DESCRIPTION,
+        parameters=MEMORY_PARAMETERS,
+        handler=handle,
+    )
+
+
+async def _save(store: FactStore, request: SaveFact) -> str:
+    fact = await store.upsert_fact(
+        request.category,
+        request.key,
+        request.value,
+        source=request.source,
+        confidence=request.confidence,
+        expires_days=request.expires_days,
+        source_context=request.source_context,
+        dedupe=True,
+    )
+    line = fact_line(fact, now=datetime.now(UTC), text_max_chars=HIT_TEXT_MAX_CHARS)
+    expiry = (
+        ""
+        if fact.expires_at is None
+        else f"; it expires {fact.expires_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    )
+    return f"memory: saved\n{line}\nsource: {fact.source}{expiry}"
+
+
+async def _search(store: FactStore, request: SearchFacts) -> str:
+    hits = await store.search_facts(request.query)
+    echo = " ".join(request.query.split())[:QUERY_ECHO_MAX_CHARS]
+    if not hits:
+        return f'memory search "{echo}": no stored fact matches.'
+    now = datetime.now(UTC)
+    lines = [f'memory search "{echo}": {len(hits)} fact(s)', ""]
+    lines.extend(fact_line(hit, now=now, text_max_chars=HIT_TEXT_MAX_CHARS) for hit in hits)
+    return "\n".join(lines)
+
+
+async def _forget(store: FactStore, request: ForgetFact) -> str:
+    removed = await store.delete_fact(request.key, request.category)
+    where = f"[{request.category}] " if request.category is not None else ""
+    if removed == 0:
+        scope = f" in category {request.category!r}" if request.category is not None else ""
+        return f"memory: nothing to forget, no stored fact has the key {request.key!r}{scope}."
+    noun = "fact" if removed == 1 else "facts"
+    every = "" if request.category is not None or removed == 1 else " (in every category)"
+    return f"memory: forgot {removed} {noun}: {where}{request.key}{every}"
+
+
+async def _list(store: FactStore) -> str:
+    categories = await store.fact_categories()
+    if not categories:
+        return "memory: no facts are stored yet."
+    total = sum(count for _, count in categories)
+    lines = [f"memory: {total} fact(s) in {len(categories)} categories", ""]
+    lines.extend(f"• {category}: {count}" for category, count in categories)
+    return "\n".join(lines)

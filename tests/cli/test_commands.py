@@ -1,0 +1,214 @@
+"""The operator's commands through the console script, against real PostgreSQL: output parsed
+back, exit codes, and errors as one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any, get_args
+
+import psycopg
+
+from navi_memory import Memory, request_context
+from navi_memory.cli.facts import SortColumn
+from navi_memory.constants import PERMISSION_READ_ALL
+from navi_memory.db import SCHEMA_HEAD
+from navi_memory.repositories.facts import FACT_SORT_COLUMNS
+from navi_memory.testing import FakeOllama
+from tests import dbtools
+from tests.cli.conftest import Navi
+from tests.integration.factories import new_user
+
+MARKUP = re.compile(r"``|:param|:class:|\[/?(bold|dim|cyan|red|green|blue)\]|\x1b\[")
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_help_version_and_usage_errors_without_a_database(navi: Navi) -> None:
+    """--help renders without markup, --version prints the version, and a usage error or a bad
+    setting is exit 2 with one line that names the problem, never a traceback."""
+    helps = {}
+    for args in (["--help"], ["facts", "list", "--help"], ["migrate", "--help"]):
+        shown = navi(*args)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.count("Usage: navi-memory") == 1
+        assert not MARKUP.search(shown.stdout), shown.stdout
+        helps[args[0]] = shown.stdout
+    assert "--include-merged" in helps["facts"] and "--to" in helps["migrate"]
+    assert "Exit codes" in helps["--help"]
+
+    assert re.fullmatch(r"navi-memory \d+\.\d+\.\d+\S*", navi("--version").stdout.strip())
+
+    neither = navi("facts", "list")
+    assert neither.returncode == 2
+    assert "--user" in one_line(neither.stderr) and neither.stdout == ""
+
+    unknown = navi("facts", "show", "abc")
+    assert unknown.returncode == 2
+    assert "'ID'" in one_line(unknown.stderr) and unknown.stdout == ""
+
+    bare = navi("facts")
+    assert bare.returncode == 2 and bare.stdout.count("Usage: navi-memory facts") == 1
+
+    bad = navi("facts", "list", "--all-users", env={"DB_POOL_SIZE": "abc"})
+    assert bad.returncode == 2
+    line = one_line(bad.stderr)
+    assert "DB_POOL_SIZE" in line and "abc" in line and "Traceback" not in bad.stderr
+
+
+def test_a_missing_database_is_named_as_missing(
+    navi: Navi, pg_server: dbtools.EmbeddedServer
+) -> None:
+    """DATABASE_URL naming a database the server lacks says so (exit 2), for a command and for
+    migrate alike; it is not reported as an unreachable server."""
+    env = {"DATABASE_URL": pg_server.url("no_such_db_here")}
+    for args in (["facts", "list", "--all-users"], ["migrate"]):
+        done = navi(*args, env=env)
+        assert done.returncode == 2, done.stderr
+        line = one_line(done.stderr)
+        assert "'no_such_db_here' does not exist" in line and "cannot reach" not in line
+
+
+async def test_facts_and_summary_commands_over_two_users(
+    navi: Navi, memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """facts list/show/unmerge/forget and summary set/show act across users as an admin, and
+    their --json output parses back to what the library holds."""
+    sam, kim = await new_user(memory, "Sam"), await new_user(memory, "Kim")
+    store = memory.store
+    await store.upsert_fact("preferences", "language", "English", user_id=sam)
+    merged_into = await store.upsert_fact(
+        "preferences", "preferred_language", "Dutch", user_id=sam, dedupe=True
+    )
+    await store.upsert_fact("work", "editor", "[bold]neovim[/bold]", user_id=sam)
+    await store.upsert_fact("work", "editor", "emacs", user_id=kim)
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        hidden = next(
+            f for f in await store.get_all_facts(user_id=sam, include_merged=True) if f.merged_into
+        )
+    env = {"DATABASE_URL": memory.settings.database_url or ""}
+
+    listed = navi("facts", "list", "--user", str(sam), "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert {(r["key"], r["value"]) for r in rows} == {
+        ("preferred_language", "Dutch"),
+        ("editor", "[bold]neovim[/bold]"),
+    }
+    assert {r["user_id"] for r in rows} == {str(sam)}
+
+    everyone = navi(
+        "facts", "list", "--all-users", "--include-merged", "--sort", "id", "--order", "asc",
+        "--json", env=env,
+    )  # fmt: skip
+    everything = json.loads(everyone.stdout)
+    assert [r["id"] for r in everything] == sorted(r["id"] for r in everything)
+    assert {r["user_id"] for r in everything} == {str(sam), str(kim)}
+    assert hidden.id in {r["id"] for r in everything}
+
+    only_work = json.loads(
+        navi("facts", "list", "--all-users", "--category", "work", "--json", env=env).stdout
+    )
+    assert sorted(r["value"] for r in only_work) == ["[bold]neovim[/bold]", "emacs"]
+
+    table = navi("facts", "list", "--user", str(sam), env=env)
+    assert "[bold]neovim[/bold]" in table.stdout  # user text is never read as markup
+    assert "preferred_language" in table.stdout
+
+    shown = json.loads(navi("facts", "show", str(merged_into.id), "--json", env=env).stdout)
+    assert shown["key"] == "preferred_language" and shown["merged_here"] == [hidden.id]
+    assert navi("facts", "show", "999999", env=env).returncode == 1
+
+    unmerged = navi("facts", "unmerge", str(hidden.id), env=env)
+    assert unmerged.returncode == 0, unmerged.stderr
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        visible = {f.key for f in await store.get_all_facts(user_id=sam)}
+    assert {"language", "preferred_language", "editor"} <= visible
+    again = navi("facts", "unmerge", str(hidden.id), env=env)
+    assert again.returncode == 2 and "not merged" in one_line(again.stderr)
+
+    forgot = navi("facts", "forget", "editor", "--user", str(kim), env=env)
+    assert forgot.returncode == 0, forgot.stderr
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        assert await store.get_all_facts(user_id=kim) == []
+        assert len(await store.get_all_facts(user_id=sam)) == 3  # Sam's editor stays
+    assert navi("facts", "forget", "editor", "--user", str(kim), env=env).returncode == 1
+
+    summary = "Sam writes Dutch and uses neovim."
+    assert navi("summary", "set", "--user", str(sam), "-", env=env, stdin=summary).returncode == 0
+    read = json.loads(navi("summary", "show", "--user", str(sam), "--json", env=env).stdout)
+    assert read == {"user_id": str(sam), "summary": summary}
+    assert navi("summary", "show", "--user", str(kim), env=env).returncode == 1
+    nobody = navi("summary", "set", "--user", str(uuid.uuid4()), "text", env=env)
+    assert nobody.returncode == 1 and "does not exist" in one_line(nobody.stderr)
+
+
+def test_doctor_reports_a_schema_behind_head_and_dead_models_with_their_fixes(
+    navi: Navi,
+    pg_server: dbtools.EmbeddedServer,
+    scratch_db: str,
+    fake_ollama: FakeOllama,
+) -> None:
+    """doctor reports what open_memory would refuse (a schema behind head) and models that do
+    not answer, each with the command that fixes it (exit 1); after `migrate` and with the
+    models up it is clean (exit 0)."""
+    env = {"DATABASE_URL": pg_server.url(scratch_db), "OLLAMA_HOST": fake_ollama.url}
+    assert navi("migrate", "--to", "0002", env=env).returncode == 0
+    fake_ollama.mode = "fail"
+    sick = navi("doctor", "--json", env=env)
+    assert sick.returncode == 1, sick.stderr
+    report = json.loads(sick.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["schema"]["status"] == "finding"
+    assert checks["schema"]["fix"] == "navi-memory migrate"
+    assert "0002" in checks["schema"]["detail"]
+    assert checks["embedding model"]["status"] == "finding"
+    assert checks["chat model"]["status"] == "finding"
+    assert fake_ollama.url.removeprefix("http://") in checks["embedding model"]["detail"]
+    assert checks["pgvector"]["status"] == "ok"
+    assert report["findings"] == sum(c["status"] == "finding" for c in report["checks"])
+
+    migrated = navi("migrate", env=env)
+    assert migrated.returncode == 0 and SCHEMA_HEAD in migrated.stdout
+    fake_ollama.mode = "ok"
+    fake_ollama.default_chat_reply = "OK"
+    healthy = navi("doctor", env=env)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert f"revision {SCHEMA_HEAD} (head)" in healthy.stdout
+    assert "768 dimensions" in healthy.stdout
+    assert "pg_trgm" in healthy.stdout and "CREATE EXTENSION pg_trgm" in healthy.stdout
+
+
+def test_server_commands_start_report_and_stop_the_embedded_server(navi: Navi) -> None:
+    """server status/start/stop drive the embedded PostgreSQL of NAVI_MEMORY_DATA_DIR: stop is
+    refused while a client is connected, unless --force."""
+    before = navi("server", "status")
+    assert before.returncode == 1 and "not created yet" in before.stdout
+    started = navi("server", "start")
+    assert started.returncode == 0, started.stderr
+    try:
+        status: dict[str, Any] = json.loads(navi("server", "status", "--json").stdout)
+        assert status["running"] and status["pid"] > 0
+        assert status["url"].startswith("postgresql+asyncpg://postgres@/navi_memory")
+        with psycopg.connect(
+            host=status["socket_dir"], user="postgres", dbname="navi_memory"
+        ) as client:
+            refused = navi("server", "stop")
+            assert refused.returncode == 1
+            assert "client connection" in one_line(refused.stderr)
+            assert client.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        stopped = navi("server", "stop", "--force")
+    assert stopped.returncode == 0, stopped.stderr
+    after = navi("server", "status")
+    assert after.returncode == 1 and "stopped" in after.stdout
+
+
+def test_the_cli_sort_choices_are_the_library_s() -> None:
+    """facts list --sort offers exactly the columns get_all_facts accepts."""
+    assert set(get_args(SortColumn)) == set(FACT_SORT_COLUMNS)

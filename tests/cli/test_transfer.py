@@ -1,0 +1,78 @@
+"""export → import → export through the console script, across two databases; stats,
+purge-expired and text-only mode as an operator sees them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from navi_memory import Memory
+from navi_memory.testing import FakeOllama
+from tests.cli.conftest import Navi
+from tests.seed import seed_user
+
+
+async def test_export_import_export_across_two_databases(
+    navi: Navi, memory: Memory, trgm_db_url: str, fake_ollama: FakeOllama, tmp_path: Path
+) -> None:
+    """The second export is byte for byte the first; a second import is refused (exit 2, one
+    line) until --replace; an export without --with-vectors carries no vectors."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-cli")
+    source = {"DATABASE_URL": memory.settings.database_url or ""}
+    target = {"DATABASE_URL": trgm_db_url}
+
+    first = navi("export", "--user", str(uid), "--with-vectors", env=source)
+    assert first.returncode == 0, first.stderr
+    lines = [json.loads(line) for line in first.stdout.splitlines()]
+    assert lines[0]["type"] == "header" and lines[0]["user_id"] == str(uid)
+    assert {line["type"] for line in lines} == {
+        "header", "fact", "summary", "chunk", "session", "message", "extraction", "kv"
+    }  # fmt: skip
+    assert any(line.get("merged_into") == "f2" for line in lines)
+    dump = tmp_path / "u.jsonl"
+    dump.write_text(first.stdout, encoding="utf-8")
+
+    imported = navi("import", str(dump), "--json", env=target)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["rows"]["fact"] == 3
+    again = navi("export", "--user", str(uid), "--with-vectors", env=target)
+    assert again.stdout == first.stdout
+
+    refused = navi("import", str(dump), env=target)
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1 and "--replace" in refused.stderr
+    replaced = navi("import", "-", "--replace", env=target, stdin=first.stdout)
+    assert replaced.returncode == 0 and "replaced" in replaced.stdout
+
+    plain = navi("export", "--user", str(uid), "--output", str(tmp_path / "p.jsonl"), env=target)
+    assert plain.returncode == 0, plain.stderr
+    assert all(
+        "embedding" not in json.loads(line)
+        for line in (tmp_path / "p.jsonl").read_text().splitlines()
+    )
+
+    stats = json.loads(navi("stats", "--json", env=target).stdout)
+    (mine,) = [u for u in stats["per_user"] if u["user_id"] == str(uid)]
+    assert (mine["facts"], mine["hidden_facts"], mine["sessions"]) == (2, 1, 1)
+    purged = navi("purge-expired", "--dry-run", env=target)
+    assert purged.returncode == 0 and "would purge 0 expired" in purged.stdout
+
+
+def test_text_only_mode_as_doctor_and_backfill_report_it(
+    navi: Navi, db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """EMBEDDING_MODEL=none: doctor notes text-only mode instead of a finding, and backfill
+    makes no vectors and says why."""
+    fake_ollama.default_chat_reply = "OK"
+    env = {"DATABASE_URL": db_url, "OLLAMA_HOST": fake_ollama.url, "EMBEDDING_MODEL": "none"}
+    doctor = navi("doctor", "--json", env=env)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["embedding model"]["status"] == "note"
+    assert "text-only" in checks["embedding model"]["detail"]
+    backfill = navi("backfill", env=env)
+    assert backfill.returncode == 0, backfill.stderr
+    assert "text-only mode" in backfill.stdout
+    assert fake_ollama.requests_to("/api/embed") == []

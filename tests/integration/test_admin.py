@@ -1,0 +1,244 @@
+"""memory.admin: export and import of one user, stats, purge_expired, and who may call them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from navi_memory import (
+    PERMISSION_READ_ALL,
+    InvalidInputError,
+    Memory,
+    NotFoundError,
+    PermissionDeniedError,
+    open_memory,
+    request_context,
+)
+from navi_memory.constants import INJECTED_LEDGER_KEY
+from navi_memory.schemas import ExportChunk, ExportFact, ExportSession
+from navi_memory.testing import FakeOllama
+from tests.conftest import make_settings
+from tests.integration.factories import execute, new_user, scalar
+from tests.seed import seed_user
+
+
+def admin() -> request_context:
+    return request_context(permissions=[PERMISSION_READ_ALL])
+
+
+def dumped(records: list[Any]) -> list[dict[str, Any]]:
+    return [record.model_dump(mode="json") for record in records]
+
+
+@pytest.fixture
+async def other_memory(trgm_db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    """A second database (another clone at head) to import into."""
+    async with open_memory(make_settings(trgm_db_url, fake_ollama)) as opened:
+        yield opened
+
+
+async def test_export_import_export_across_databases_gives_the_same_records(
+    memory: Memory, other_memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Every value, timestamp, merge link, message, breadcrumb, ledger entry and vector comes
+    back; the merge link and the ledger point at the new rows."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-api")
+    with admin():
+        first = await memory.admin.export_user(uid, with_vectors=True)
+        result = await other_memory.admin.import_user(first)
+        again = await other_memory.admin.export_user(uid, with_vectors=True)
+    assert dumped(again) == dumped(first)
+    assert result.user_id == uid and result.rows["fact"] == 3 and result.rows["chunk"] >= 1
+
+    facts = [r for r in first if isinstance(r, ExportFact)]
+    hidden = next(f for f in facts if f.merged_into is not None)
+    assert hidden.key == "language" and hidden.merged_into == "f2"
+    assert all(f.embedding is not None and len(f.embedding) == 768 for f in facts)
+    session = next(r for r in first if isinstance(r, ExportSession))
+    chunks = [r for r in first if isinstance(r, ExportChunk)]
+    assert session.session_metadata[INJECTED_LEDGER_KEY] == [c.ref for c in chunks]
+    assert "port 8099" in chunks[0].breadcrumbs
+
+    # In the new database the links are its own ids.
+    survivor = await scalar(
+        other_memory, "SELECT id FROM memory_facts WHERE key = 'preferred_language'"
+    )
+    assert (
+        await scalar(other_memory, "SELECT merged_into FROM memory_facts WHERE key = 'language'")
+        == survivor
+    )
+    ledger = await scalar(
+        other_memory, f"SELECT session_metadata->'{INJECTED_LEDGER_KEY}' FROM sessions"
+    )
+    chunk_ids = await scalar(other_memory, "SELECT array_agg(id ORDER BY id) FROM memory_chunks")
+    assert isinstance(chunk_ids, list) and ledger == chunk_ids
+    # Imported vectors are searchable: the chunk vectors were queued for the index.
+    with request_context(user_id=uid):
+        hits = await other_memory.store.search_facts("preferred language")
+        assert hits[0].key == "preferred_language" and hits[0].via == "vector"
+        history = await other_memory.sessions.history("s-api")
+    assert [m.role for m in history][:2] == ["tool_call", "user"]
+
+
+async def test_import_refuses_to_overwrite_unless_told_and_then_replaces(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Importing into a user who holds memory is refused with nothing written; replace=True
+    deletes the old memory first; another user's session ids need a session prefix."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-one")
+    with admin():
+        records = await memory.admin.export_user(uid)
+        before = await memory.admin.stats(uid)
+        with pytest.raises(InvalidInputError, match="already holds memory"):
+            await memory.admin.import_user(records)
+        assert await memory.admin.stats(uid) == before
+
+        with request_context(user_id=uid):
+            await memory.store.upsert_fact("notes", "extra", "to be replaced")
+        replaced = await memory.admin.import_user(records, replace=True)
+        assert replaced.replaced
+        assert [r for r in dumped(await memory.admin.export_user(uid))] == dumped(records)
+
+        copy = uuid.uuid4()
+        with pytest.raises(InvalidInputError, match="'s-one' belong"):
+            await memory.admin.import_user(records, user_id=copy)
+        assert await memory.users.get(copy) is None  # nothing written, not even the user
+        await memory.admin.import_user(records, user_id=copy, session_prefix="copy-")
+        copied = await memory.sessions.list(user_id=copy)
+    assert [s.id for s in copied] == ["copy-s-one"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r[1:], "starts with its header"),
+        (lambda r: [r[0].model_copy(update={"version": 99}), *r[1:]], "version 99"),
+        (lambda r: [*r, {"type": "fact", "ref": "x"}], r"record 4 .*category"),
+        (
+            lambda r: [*r, {**r[1].model_dump(), "ref": "f9", "merged_into": "f77"}],
+            "'f77', which is not in the export",
+        ),
+        (lambda r: [*r, r[1]], "repeats the fact ref"),
+        (lambda r: [*r, {**r[1].model_dump(), "value": "a\x00b", "ref": "f8"}], "NUL"),
+    ],
+)
+async def test_a_malformed_export_is_refused_whole(
+    memory: Memory, change: Any, message: str
+) -> None:
+    """A broken export is an InvalidInputError that says what is wrong, and writes nothing."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("p", "a", "alpha")
+        await memory.store.upsert_fact("p", "b", "beta")
+    with admin():
+        records = await memory.admin.export_user(uid)
+        assert len(records) == 3
+        target = uuid.uuid4()
+        with pytest.raises(InvalidInputError, match=message):
+            await memory.admin.import_user(change(records), user_id=target)
+        assert await memory.users.get(target) is None
+
+
+async def test_admin_calls_need_read_all_and_never_write_into_another_user(
+    memory: Memory,
+) -> None:
+    """Without read_all every admin call is refused; acting for one user, an import into
+    another user is refused even with read_all."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    for call in (
+        memory.admin.stats(),
+        memory.admin.purge_expired(),
+        memory.admin.export_user(sam),
+        memory.admin.import_user([], user_id=sam),
+    ):
+        with pytest.raises(PermissionDeniedError, match=PERMISSION_READ_ALL):
+            await call
+    with request_context(user_id=sam, permissions=[PERMISSION_READ_ALL]):
+        records = await memory.admin.export_user(sam)
+        with pytest.raises(PermissionDeniedError, match="another user"):
+            await memory.admin.import_user(records, user_id=kim)
+        with pytest.raises(PermissionDeniedError):
+            await memory.admin.purge_expired(kim)
+    with admin(), pytest.raises(NotFoundError):
+        await memory.admin.export_user(uuid.uuid4())
+
+
+async def test_stats_count_per_table_and_per_user(memory: Memory, fake_ollama: FakeOllama) -> None:
+    """stats counts hidden, expired and vector-less facts, and attributes rows to their user."""
+    sam, kim = uuid.uuid4(), await new_user(memory, "Kim")
+    await seed_user(memory, fake_ollama, sam, "s-stats")
+    fake_ollama.mode = "fail"
+    with request_context(user_id=kim):
+        await memory.store.upsert_fact("notes", "a", "no vector here")
+    await execute(
+        memory,
+        "UPDATE memory_facts SET expires_at = now() - interval '1 day' WHERE key = 'vpn_ticket'",
+    )
+    with admin():
+        stats = await memory.admin.stats()
+        only_kim = await memory.admin.stats(kim)
+    assert stats.tables["navi_users"] == 2 and stats.tables["memory_facts"] == 4
+    assert stats.hidden_facts == 1 and stats.expired_facts == 1
+    assert stats.vectors_missing["memory_facts"] == 1
+    by_user = {u.user_id: u for u in stats.per_user}
+    assert by_user[sam].facts == 2 and by_user[sam].hidden_facts == 1
+    assert by_user[sam].expired_facts == 1 and by_user[sam].summary
+    assert (
+        by_user[sam].sessions == 1 and by_user[sam].messages >= 6 and by_user[sam].kv_entries == 2
+    )
+    assert by_user[kim].facts == 1 and by_user[kim].facts_without_vector == 1
+    assert [u.user_id for u in only_kim.per_user] == [kim]
+    assert only_kim.tables == stats.tables  # the totals stay global
+
+
+async def test_purge_expired_deletes_expired_facts_with_the_rows_behind_them(
+    memory: Memory,
+) -> None:
+    """Expired facts go with their hidden rows; a dry run only counts; a user scope keeps
+    other users' expired facts."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    for uid in (sam, kim):
+        with request_context(user_id=uid):
+            await memory.store.upsert_fact("p", "language", "English")
+            await memory.store.upsert_fact("p", "preferred_language", "Dutch", dedupe=True)
+            await memory.store.upsert_fact("p", "editor", "vim")
+    await execute(
+        memory,
+        "UPDATE memory_facts SET expires_at = now() - interval '1 hour' "
+        "WHERE key = 'preferred_language'",
+    )
+    with admin():
+        dry = await memory.admin.purge_expired(dry_run=True)
+        assert (dry.expired, dry.hidden, dry.dry_run) == (2, 2, True)
+        assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 6
+        only_sam = await memory.admin.purge_expired(sam)
+        assert (only_sam.expired, only_sam.hidden) == (1, 1)
+        keys = await memory.store.get_all_facts(user_id=sam, include_merged=True)
+        assert [f.key for f in keys] == ["editor"]
+        rest = await memory.admin.purge_expired()
+    assert (rest.expired, rest.hidden) == (1, 1)
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 2
+
+
+async def test_get_fact_and_the_category_filter(memory: Memory) -> None:
+    """get_fact finds one's own row (hidden too), another's only with read_all; get_all_facts
+    narrows to a category."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    with request_context(user_id=sam):
+        await memory.store.upsert_fact("p", "language", "English")
+        survivor = await memory.store.upsert_fact("p", "preferred_language", "Dutch", dedupe=True)
+        await memory.store.upsert_fact("work", "editor", "vim")
+        hidden = next(
+            f for f in await memory.store.get_all_facts(include_merged=True) if f.merged_into
+        )
+        assert (await memory.store.get_fact(hidden.id)).merged_into == survivor.id
+        assert [f.key for f in await memory.store.get_all_facts(category="work")] == ["editor"]
+    with request_context(user_id=kim), pytest.raises(NotFoundError):
+        await memory.store.get_fact(survivor.id)
+    with admin():
+        assert (await memory.store.get_fact(survivor.id)).key == "preferred_language"

@@ -1,0 +1,513 @@
+"""memory.context on real PostgreSQL: the prompt's parts and their order, the facts block, and
+automatic recall with its ledger (skips, freshness, no repeats, the cap, concurrency, failure),
+and that no part of another user's memory reaches a prompt."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from navi_memory import (
+    Memory,
+    NaviMemoryError,
+    NotFoundError,
+    PermissionDeniedError,
+    open_memory,
+    request_context,
+)
+from navi_memory.constants import INJECTED_LEDGER_MAX
+from navi_memory.llm.chat import ChatTurn, message_dicts
+from navi_memory.testing import FakeOllama
+from navi_memory.text.chunks import build_chunks
+from navi_memory.text.recall import LEDGER_KEY, RECALL_HEADER
+from tests.conftest import make_settings
+from tests.integration.factories import execute, new_user, scalar
+
+HOST = "You are Navi."
+SUMMARY = "The user works on the navi API.\nKEYS: navi API"
+
+
+@pytest.fixture
+async def small_chunks(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    """A Memory whose compression writes one raw chunk per (long enough) message."""
+    async with open_memory(make_settings(db_url, fake_ollama, chunk_max_chars=200)) as opened:
+        yield opened
+
+
+async def conversation(
+    memory: Memory,
+    fake: FakeOllama,
+    user_id: uuid.UUID,
+    lines: Sequence[tuple[str, str]],
+    *,
+    keep_last: int = 2,
+    session_id: str | None = None,
+) -> str:
+    """A session of ``user_id`` holding ``lines`` (role, content), compressed behind a summary
+    so that all but the last ``keep_last`` messages are raw chunks."""
+    sid = session_id or f"s-{uuid.uuid4().hex[:8]}"
+    await memory.sessions.create(sid, user_id=user_id)
+    for role, content in lines:
+        await memory.sessions.append(sid, role, content, user_id=user_id)
+    fake.chat_replies.append(SUMMARY)
+    result = await memory.sessions.compress(sid, keep_last=keep_last, user_id=user_id)
+    assert result.summary is not None and not result.used_fallback
+    return sid
+
+
+def padded(text: str) -> str:
+    """``text`` long enough (over half of CHUNK_MAX_CHARS=200) to be a chunk of its own."""
+    return text + " " + "." * max(0, 120 - len(text))
+
+
+async def ledger(memory: Memory, session_id: str) -> list[int]:
+    raw = await scalar(
+        memory,
+        "SELECT session_metadata -> :key FROM sessions WHERE id = :sid",
+        key=LEDGER_KEY,
+        sid=session_id,
+    )
+    return [] if raw is None else list(raw)  # type: ignore[call-overload]
+
+
+def texts(messages: Sequence[ChatTurn]) -> str:
+    return "\n".join(m.content for m in messages)
+
+
+# --- order and parts --------------------------------------------------------------------------
+
+
+async def test_messages_come_in_the_documented_order(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Host system, memory message, facts block, recall, the session's context (summary, kept
+    messages with tool calls and results), then the incoming message."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    await memory.store.set_summary("Likes short answers.", user_id=uid)
+    await memory.store.upsert_fact("preferences", "editor", "neovim", user_id=uid)
+    sid = await conversation(
+        memory,
+        fake_ollama,
+        uid,
+        [
+            ("user", padded("The deploy script lives in /opt/navi/deploy.sh and needs root")),
+            ("assistant", padded("Understood, the deploy script needs root")),
+            ("user", "Check the disk please"),
+        ],
+        keep_last=1,
+    )
+    await memory.sessions.append(
+        sid, "tool_call", tool_name="df", tool_args={"h": True}, user_id=uid
+    )
+    await memory.sessions.append(sid, "tool", "40% used", tool_name="df", user_id=uid)
+    await memory.sessions.append(sid, "assistant", "The disk is 40% full.", user_id=uid)
+
+    with request_context(user_id=uid):
+        prompt = await memory.context.build_prompt(
+            sid, "Where is the deploy script again?", system_prompt=HOST
+        )
+    shape = [(m.role, m.content.split("\n", 1)[0]) for m in prompt.messages]
+    assert shape == [
+        ("system", HOST),
+        ("system", "## What I remember about the user"),
+        ("system", "## Facts about the user"),
+        ("system", RECALL_HEADER),
+        ("system", "The user works on the navi API."),
+        ("user", "Check the disk please"),
+        ("assistant", ""),
+        ("tool", "40% used"),
+        ("assistant", "The disk is 40% full."),
+        ("user", "Where is the deploy script again?"),
+    ]
+    assert prompt.messages[1].content == "## What I remember about the user\n\nLikes short answers."
+    call_turn, result_turn = prompt.messages[6], prompt.messages[7]
+    assert [(c.name, c.arguments) for c in call_turn.tool_calls] == [("df", {"h": True})]
+    assert result_turn.tool_name == "df"
+    assert prompt.recall == "injected"
+    assert "/opt/navi/deploy.sh" in prompt.messages[3].content
+    # It goes to a model as it is.
+    dicts = message_dicts(prompt.messages)
+    assert dicts[6]["tool_calls"] == [{"function": {"name": "df", "arguments": {"h": True}}}]
+    assert dicts[7] == {"role": "tool", "content": "40% used", "tool_name": "df"}
+
+
+async def test_build_returns_the_prompts_messages(memory: Memory) -> None:
+    """build() is build_prompt().messages: the host message and the incoming one at least."""
+    uid = await new_user(memory)
+    await memory.sessions.create("plain", user_id=uid)
+    with request_context(user_id=uid):
+        messages = await memory.context.build("plain", "hello", system_prompt=HOST)
+    assert messages == [ChatTurn("system", HOST), ChatTurn("user", "hello")]
+
+
+async def test_no_memory_message_without_a_summary(memory: Memory) -> None:
+    """A user without a summary gets no memory message; the facts block follows the host."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("preferences", "editor", "neovim", user_id=uid)
+    await memory.sessions.create("s", user_id=uid)
+    messages = await memory.context.build("s", "hi", system_prompt=HOST, user_id=uid)
+    assert "What I remember" not in texts(messages)
+    assert messages[1].content.startswith("## Facts about the user")
+
+
+async def test_a_blank_system_prompt_is_left_out(memory: Memory) -> None:
+    """No host prompt: the prompt starts with the memory parts."""
+    uid = await new_user(memory)
+    await memory.store.set_summary("Likes tea.", user_id=uid)
+    await memory.sessions.create("s", user_id=uid)
+    messages = await memory.context.build("s", "hi", system_prompt=" ", user_id=uid)
+    assert messages[0].content.startswith("## What I remember about the user")
+
+
+# --- the facts block --------------------------------------------------------------------------
+
+
+async def test_facts_block_caps_and_shows_confidence_and_age(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """At most MEMORY_PROMPT_MAX_FACTS lines, most recently verified first, the cap stated,
+    the rest counted; confidence and age on each line, '?' for an unknown confidence."""
+    settings = make_settings(db_url, fake_ollama, memory_prompt_max_facts=3)
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        for days, key in enumerate(["a", "b", "c", "d", "e"]):
+            await memory.store.upsert_fact("misc", key, f"value {key}", user_id=uid, confidence=80)
+            await execute(
+                memory,
+                "UPDATE memory_facts SET last_verified_at = now() - make_interval(days => :d) "
+                "WHERE key = :k",
+                d=days * 10 + 4,
+                k=key,
+            )
+        await execute(memory, "UPDATE memory_facts SET confidence = NULL WHERE key = 'b'")
+        await memory.sessions.create("s", user_id=uid)
+        messages = await memory.context.build("s", "hi", system_prompt=HOST, user_id=uid)
+    block = messages[1].content
+    lines = [line for line in block.splitlines() if line.startswith("• ")]
+    assert lines == [
+        "• [misc] a → value a (confidence: 80%, updated 4d ago)",
+        "• [misc] b → value b (confidence: ?, updated 14d ago)",
+        "• [misc] c → value c (confidence: 80%, updated 24d ago)",
+    ]
+    assert "at most 3 shown (MEMORY_PROMPT_MAX_FACTS)" in block
+    assert block.splitlines()[-1].startswith("… and 2 more not shown here")
+
+
+async def test_facts_block_never_shows_expired_or_hidden_facts(memory: Memory) -> None:
+    """An expired fact and a fact hidden by a merge stay out of the prompt."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("preferences", "language", "English", user_id=uid)
+    await memory.store.upsert_fact(
+        "preferences", "preferred_language", "Dutch", user_id=uid, dedupe=True
+    )
+    await memory.store.upsert_fact("travel", "hotel", "Hotel Krone", user_id=uid)
+    await execute(memory, "UPDATE memory_facts SET expires_at = now() WHERE key = 'hotel'")
+    await memory.sessions.create("s", user_id=uid)
+    messages = await memory.context.build("s", "hi", system_prompt=HOST, user_id=uid)
+    prompt = texts(messages)
+    assert "preferred_language → Dutch" in prompt
+    assert "English" not in prompt
+    assert "Hotel Krone" not in prompt
+    assert "more not shown" not in prompt
+
+
+# --- automatic recall -------------------------------------------------------------------------
+
+DEPLOY = padded("The deploy script lives in /opt/navi/deploy.sh and it needs root")
+PORT = padded("The API server port is 8098 for now")
+
+
+async def test_recall_is_skipped_without_a_summary(small_chunks: Memory) -> None:
+    """Chunks exist, but the context holds no summary yet: no recall, the ledger stays empty."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    await memory.sessions.create("s", user_id=uid)
+    await memory.sessions.append("s", "user", DEPLOY, user_id=uid)
+    drafts = build_chunks(await memory.sessions.context("s", user_id=uid))
+    assert await memory.store.add_chunks(drafts, user_id=uid, session_id="s") == 1
+    prompt = await memory.context.build_prompt(
+        "s", "where is the deploy script?", system_prompt=HOST, user_id=uid
+    )
+    assert prompt.recall == "no_summary" and prompt.recalled == []
+    assert RECALL_HEADER not in texts(prompt.messages)
+    assert await ledger(memory, "s") == []
+
+
+async def test_recall_is_skipped_when_disabled(db_url: str, fake_ollama: FakeOllama) -> None:
+    """MEMORY_RECALL_ENABLED=false: no recall message even for a matching dropped excerpt."""
+    settings = make_settings(db_url, fake_ollama, chunk_max_chars=200, memory_recall_enabled=False)
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        sid = await conversation(
+            memory, fake_ollama, uid, [("user", DEPLOY), ("user", "ok")], keep_last=1
+        )
+        prompt = await memory.context.build_prompt(
+            sid, "where is the deploy script?", system_prompt=HOST, user_id=uid
+        )
+        assert prompt.recall == "disabled"
+        assert RECALL_HEADER not in texts(prompt.messages)
+        assert await ledger(memory, sid) == []
+
+
+async def test_recall_injects_a_matching_excerpt_and_records_it(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """A dropped excerpt matching the topic is injected verbatim, and its id enters the ledger."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    prompt = await memory.context.build_prompt(
+        sid, "where is the deploy script?", system_prompt=HOST, user_id=uid
+    )
+    assert prompt.recall == "injected"
+    [hit] = prompt.recalled
+    assert hit.text == f"User: {DEPLOY}"
+    assert prompt.recall_message is not None
+    assert f"   User: {DEPLOY}" in prompt.recall_message.content
+    assert await ledger(memory, sid) == [hit.chunk_id]
+
+
+async def test_recall_never_injects_a_superseded_excerpt(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """An excerpt a newer fact overrides (server_port 8098 → 8099) is never injected."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", PORT), ("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    await memory.store.upsert_fact("technical", "server_port", "8099", user_id=uid)
+    prompt = await memory.context.build_prompt(
+        sid, "which server port does the deploy script use?", system_prompt=HOST, user_id=uid
+    )
+    recalled = [hit.text for hit in prompt.recalled]
+    assert recalled == [f"User: {DEPLOY}"]
+    assert "server port is 8098" not in texts(prompt.messages)
+
+
+async def test_recall_never_repeats_an_excerpt_in_the_ledger(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """The same question twice: the second prompt does not carry the excerpt again."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    first = await memory.context.build_prompt(
+        sid, "the deploy script?", system_prompt=HOST, user_id=uid
+    )
+    second = await memory.context.build_prompt(
+        sid, "the deploy script?", system_prompt=HOST, user_id=uid
+    )
+    assert len(first.recalled) == 1
+    assert second.recalled == [] and second.recall == "nothing_found"
+    assert RECALL_HEADER not in texts(second.messages)
+    assert await ledger(memory, sid) == [first.recalled[0].chunk_id]
+
+
+async def test_ledger_keeps_the_last_hundred_and_an_old_excerpt_comes_back(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """A full ledger drops its oldest id when a new one is delivered; an excerpt whose id
+    dropped out can be recalled again."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", DEPLOY), ("user", PORT), ("user", "ok")], keep_last=1
+    )
+    first = await memory.context.build_prompt(sid, "deploy script", system_prompt=HOST, user_id=uid)
+    [deploy] = first.recalled
+    assert deploy.chunk_id is not None
+    # The deploy excerpt is now the oldest of a full ledger.
+    fillers = list(range(10_000_000, 10_000_000 + INJECTED_LEDGER_MAX - 1))
+    await execute(
+        memory,
+        "UPDATE sessions SET session_metadata = "
+        "jsonb_build_object(CAST(:key AS text), CAST(:ids AS jsonb)) WHERE id = :sid",
+        key=LEDGER_KEY,
+        ids=json.dumps([deploy.chunk_id, *fillers]),
+        sid=sid,
+    )
+    assert (
+        await memory.context.build_prompt(sid, "deploy script", system_prompt=HOST, user_id=uid)
+    ).recalled == []
+    port = await memory.context.build_prompt(
+        sid, "the API server port", system_prompt=HOST, user_id=uid
+    )
+    [port_hit] = port.recalled
+    after = await ledger(memory, sid)
+    assert len(after) == INJECTED_LEDGER_MAX
+    assert after[-1] == port_hit.chunk_id and deploy.chunk_id not in after
+    again = await memory.context.build_prompt(sid, "deploy script", system_prompt=HOST, user_id=uid)
+    assert [hit.chunk_id for hit in again.recalled] == [deploy.chunk_id]
+
+
+async def test_concurrent_builds_deliver_every_excerpt_once(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """Six builds of one session at once: no excerpt is injected twice, and the ledger holds
+    every delivered id exactly once."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_max_chars=200, db_pool_size=30, db_max_overflow=10
+    )
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        notes = [
+            ("user", padded(f"Deploy note {i}: the deploy script step {i} runs")) for i in range(12)
+        ]
+        sid = await conversation(memory, fake_ollama, uid, [*notes, ("user", "ok")], keep_last=1)
+        with request_context(user_id=uid):
+            prompts = await asyncio.gather(
+                *(
+                    memory.context.build_prompt(sid, "the deploy script steps", system_prompt=HOST)
+                    for _ in range(6)
+                )
+            )
+        delivered = [hit.chunk_id or 0 for prompt in prompts for hit in prompt.recalled]
+        assert len(delivered) == len(set(delivered))
+        assert len(delivered) == 12  # 6 builds × k=2, and 12 excerpts qualify
+        stored = await ledger(memory, sid)
+        assert sorted(stored) == sorted(delivered)
+
+
+async def test_recall_failure_leaves_a_prompt_without_recall(
+    small_chunks: Memory, fake_ollama: FakeOllama, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The raw-history table failing under recall: the prompt is built, without recall, and the
+    failure is logged."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    await memory.store.set_summary("Likes tea.", user_id=uid)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    await execute(memory, "ALTER TABLE memory_chunks RENAME TO memory_chunks_away")
+    with caplog.at_level(logging.WARNING):
+        prompt = await memory.context.build_prompt(
+            sid, "where is the deploy script?", system_prompt=HOST, user_id=uid
+        )
+    assert prompt.recall == "failed" and prompt.recalled == []
+    assert [m.content.split("\n", 1)[0] for m in prompt.messages][:2] == [
+        HOST,
+        "## What I remember about the user",
+    ]
+    assert prompt.messages[-1] == ChatTurn("user", "where is the deploy script?")
+    assert any(getattr(r, "event", None) == "context.recall_failed" for r in caplog.records)
+    assert await ledger(memory, sid) == []
+
+
+async def test_recall_works_with_the_embedder_down(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """No embedding for the query: recall finds the excerpt by text (two matched terms)."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    fake_ollama.mode = "fail"
+    prompt = await memory.context.build_prompt(
+        sid, "where is the deploy script?", system_prompt=HOST, user_id=uid
+    )
+    [hit] = prompt.recalled
+    assert hit.via == "text" and hit.terms_hit >= 2
+
+
+# --- tenancy ----------------------------------------------------------------------------------
+
+
+async def test_no_part_of_another_users_memory_reaches_a_prompt(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Bob's prompt never holds Alice's summary, facts or excerpts; her session is not his."""
+    memory = small_chunks
+    alice, bob = await new_user(memory), await new_user(memory)
+    await memory.store.set_summary("Alice summary", user_id=alice)
+    await memory.store.upsert_fact("secrets", "alice_token", "alice-value", user_id=alice)
+    alice_sid = await conversation(
+        memory, fake_ollama, alice, [("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    bob_sid = await conversation(
+        memory, fake_ollama, bob, [("user", "hello " * 30), ("user", "ok")], keep_last=1
+    )
+
+    with request_context(user_id=bob):
+        prompt = await memory.context.build_prompt(
+            bob_sid, "where is the deploy script? alice token", system_prompt=HOST
+        )
+        with pytest.raises(NotFoundError):
+            await memory.context.build(alice_sid, "deploy script", system_prompt=HOST)
+        with pytest.raises(PermissionDeniedError):
+            await memory.context.build(alice_sid, "x", system_prompt=HOST, user_id=alice)
+    everything = texts(prompt.messages)
+    for secret in ("Alice summary", "alice-value", "deploy.sh"):
+        assert secret not in everything
+    assert prompt.recalled == []
+    assert await ledger(memory, alice_sid) == []
+
+
+# --- generated input --------------------------------------------------------------------------
+
+TEXTS = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["a\x00b", "\ud800", "deploy script", "alice secret", " "]),
+    st.integers(),
+    st.none(),
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    incoming=TEXTS,
+    system_prompt=TEXTS,
+    session=st.sampled_from(["own", "alice", "missing", "", "x\x00", None]),
+)
+async def test_generated_builds_are_a_prompt_or_a_navi_memory_error_and_never_alices(
+    small_chunks: Memory, fake_ollama: FakeOllama, incoming: Any, system_prompt: Any, session: Any
+) -> None:
+    """Any incoming text, system prompt and session id, as Bob: a prompt that holds nothing of
+    Alice's, or a navi_memory error; Alice's ledger never moves."""
+    memory = small_chunks
+    alice, bob = await new_user(memory), await new_user(memory)
+    await memory.store.set_summary("alice-secret summary", user_id=alice)
+    await memory.store.upsert_fact("secret", "token", "alice-secret fact", user_id=alice)
+    alice_sid = await conversation(
+        memory,
+        fake_ollama,
+        alice,
+        [("user", padded("alice-secret: the deploy script is /opt/alice.sh")), ("user", "ok")],
+        keep_last=1,
+    )
+    bob_sid = await conversation(
+        memory,
+        fake_ollama,
+        bob,
+        [("user", padded("the deploy script is mine")), ("user", "ok")],
+        keep_last=1,
+    )
+    session_id = {"own": bob_sid, "alice": alice_sid, "missing": "nope"}.get(session, session)
+    with request_context(user_id=bob):
+        try:
+            prompt = await memory.context.build_prompt(
+                session_id, incoming, system_prompt=system_prompt
+            )
+        except NaviMemoryError:
+            prompt = None
+    if prompt is not None:
+        assert "alice-secret" not in texts(prompt.messages)
+        assert prompt.messages[-1] == ChatTurn("user", incoming)
+    assert await ledger(memory, alice_sid) == []

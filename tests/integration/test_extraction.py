@@ -1,0 +1,836 @@
+"""Automatic extraction on real PostgreSQL with the fake Ollama: stale sessions into facts, the
+summary rewritten from the facts, the mark, the claim between processes, the background
+trigger of sessions.create, and tenancy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from navi_memory import (
+    ExtractionReport,
+    InvalidInputError,
+    InvalidTypeError,
+    Memory,
+    NaviMemoryError,
+    NotFoundError,
+    PermissionDeniedError,
+    open_memory,
+    request_context,
+)
+from navi_memory.testing import FakeOllama
+from tests.conftest import make_settings
+from tests.integration.extraction_model import ExtractionModel
+from tests.integration.factories import execute, new_user, scalar
+from tests.integration.test_backfill import run_cli
+
+STALE = 60
+"""Minutes a test session has been idle: past MEMORY_STALE_MINUTES (30)."""
+
+
+@pytest.fixture
+def model(fake_ollama: FakeOllama) -> ExtractionModel:
+    scripted = ExtractionModel()
+    fake_ollama.chat_handler = scripted
+    return scripted
+
+
+def extraction_settings(db_url: str, fake: FakeOllama, **overrides: Any) -> Any:
+    values: dict[str, Any] = {"memory_extract_on_create": False, "memory_llm_timeout_seconds": 30}
+    values.update(overrides)
+    return make_settings(db_url, fake, **values)
+
+
+@pytest.fixture
+async def memory(
+    db_url: str, fake_ollama: FakeOllama, model: ExtractionModel
+) -> AsyncIterator[Memory]:
+    """A Memory whose sessions.create starts no background extraction: the tests run it."""
+    async with open_memory(extraction_settings(db_url, fake_ollama)) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def triggering_memory(
+    db_url: str, fake_ollama: FakeOllama, model: ExtractionModel
+) -> AsyncIterator[Memory]:
+    """A Memory with the default MEMORY_EXTRACT_ON_CREATE=true, on the database of ``memory``
+    (set a test up through ``memory``: its creates start no sweep that could race the set-up)."""
+    settings = extraction_settings(db_url, fake_ollama, memory_extract_on_create=True)
+    async with open_memory(settings) as opened:
+        yield opened
+
+
+async def idle(memory: Memory, session_id: str, minutes: float) -> None:
+    """Move the session's last activity ``minutes`` into the past (database clock)."""
+    await execute(
+        memory,
+        "UPDATE sessions SET last_active = now() - make_interval(secs => :s) WHERE id = :id",
+        s=minutes * 60,
+        id=session_id,
+    )
+
+
+async def conversation(
+    memory: Memory,
+    user_id: uuid.UUID,
+    *texts: str,
+    session_id: str | None = None,
+    idle_minutes: float = STALE,
+) -> str:
+    """A session of the user holding ``texts`` as user messages, idle for ``idle_minutes``."""
+    sid = (await memory.sessions.create(session_id, user_id=user_id)).id
+    for content in texts:
+        await memory.sessions.append(sid, "user", content, user_id=user_id)
+    await idle(memory, sid, idle_minutes)
+    return sid
+
+
+async def last_active(memory: Memory, session_id: str) -> datetime:
+    value = await scalar(memory, "SELECT last_active FROM sessions WHERE id = :id", id=session_id)
+    assert isinstance(value, datetime)
+    return value
+
+
+async def visible_facts(memory: Memory, user_id: uuid.UUID) -> dict[tuple[str, str], str]:
+    return {(f.category, f.key): f.value for f in await memory.store.get_all_facts(user_id)}
+
+
+def facts_json(*items: tuple[str, str, str, str]) -> str:
+    return json.dumps([{"category": c, "key": k, "value": v, "source": s} for c, k, v, s in items])
+
+
+def echo_facts(transcript: str) -> str:
+    """Facts made from the transcript's own words: `User: fact <key> <value>` lines."""
+    pairs = re.findall(r"User: fact (\S+) (\S+)", transcript)
+    return facts_json(*(("notes", key, value, "user_explicit") for key, value in pairs))
+
+
+# --- the loop -----------------------------------------------------------------------------------
+
+
+async def test_stale_session_yields_facts_with_confidences_a_summary_and_the_mark(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A stale session's facts land with the confidence of their source, the summary is
+    rewritten from them, and the session is marked at the last activity that was read."""
+    uid = await new_user(memory)
+    await memory.store.set_summary("old summary", user_id=uid)
+    model.facts = facts_json(
+        ("preferences", "editor", "neovim", "user_explicit"),
+        ("environment", "os", "Ubuntu 24.04", "tool_call"),
+        ("environment", "kube_context", "staging", "auto_discovery"),
+        ("location", "city", "Lisbon", "conversation"),
+        ("pets", "cat", "Pixel", "overheard"),
+    )
+    model.summary = "Maria uses neovim on Ubuntu 24.04 and lives in Lisbon."
+    sid = await conversation(memory, uid, "I use neovim", "My cat is Pixel")
+    read_at = await last_active(memory, sid)
+
+    report = await memory.extractor.process_stale_sessions(uid)
+
+    assert report == ExtractionReport(
+        sessions_seen=1, sessions_extracted=1, facts_written=5, summaries_written=1
+    )
+    facts = await memory.store.get_all_facts(uid)
+    assert {f.key: (f.source, f.confidence) for f in facts} == {
+        "editor": ("user_explicit", 90),
+        "os": ("tool_call", 95),
+        "kube_context": ("auto_discovery", 95),
+        "city": ("conversation", 70),
+        "cat": ("conversation", 70),
+    }
+    assert all(f.has_embedding for f in facts)
+    assert await memory.store.get_summary(uid) == model.summary
+    assert await memory.store.get_extracted_at(sid, uid) == read_at
+    assert "User: I use neovim\nUser: My cat is Pixel" in model.transcripts[0]
+    assert "- [preferences] editor: neovim (confidence 90)" in model.summary_inputs[0]
+
+    again = await memory.extractor.process_stale_sessions(uid)
+    assert again == ExtractionReport()
+    assert model.extraction_calls == 1
+
+
+async def test_fresh_session_is_not_touched(memory: Memory, model: ExtractionModel) -> None:
+    """A session idle for less than MEMORY_STALE_MINUTES is not seen, the model not asked."""
+    uid = await new_user(memory)
+    sid = await conversation(memory, uid, "I use neovim", idle_minutes=29)
+    assert await memory.extractor.process_stale_sessions(uid) == ExtractionReport()
+    assert model.extraction_calls == 0
+    assert await memory.store.get_extracted_at(sid, uid) is None
+
+
+async def test_session_active_again_after_extraction_is_extracted_again(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """New messages after the mark make the session stale again once idle; the second
+    extraction reads the whole history, the new messages included."""
+    uid = await new_user(memory)
+    model.facts = echo_facts
+    sid = await conversation(memory, uid, "fact editor neovim")
+    first = await memory.extractor.process_stale_sessions(uid)
+    assert first.sessions_extracted == 1
+
+    await memory.sessions.append(sid, "user", "fact editor helix", user_id=uid)
+    assert (await memory.extractor.process_stale_sessions(uid)).sessions_seen == 0  # active
+    await idle(memory, sid, 31)
+    second = await memory.extractor.process_stale_sessions(uid)
+
+    assert second.sessions_extracted == 1
+    assert model.extraction_calls == 2
+    assert "fact editor helix" in model.transcripts[1]
+    assert await visible_facts(memory, uid) == {("notes", "editor"): "helix"}
+    assert await memory.store.get_extracted_at(sid, uid) == await last_active(memory, sid)
+
+
+async def test_message_appended_during_the_model_call_leaves_the_session_stale(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The mark records the activity that was read: a message appended while the model
+    answers (the append does not wait) makes the session due again."""
+    uid = await new_user(memory)
+    model.facts = echo_facts
+    sid = await conversation(memory, uid, "fact editor neovim")
+    read_at = await last_active(memory, sid)
+    model.hold()
+    sweep = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
+    try:
+        assert await asyncio.to_thread(model.entered.wait, 10)
+        # Generous bound: a deadlock guard, not a speed goal.
+        await asyncio.wait_for(
+            memory.sessions.append(sid, "user", "fact shell fish", user_id=uid), timeout=10
+        )
+    finally:
+        model.release()
+    report = await sweep
+
+    assert report.sessions_extracted == 1
+    assert await memory.store.get_extracted_at(sid, uid) == read_at
+    assert await last_active(memory, sid) > read_at
+    await idle(memory, sid, 31)
+    again = await memory.extractor.process_stale_sessions(uid)
+    assert again.sessions_extracted == 1
+    assert await visible_facts(memory, uid) == {
+        ("notes", "editor"): "neovim",
+        ("notes", "shell"): "fish",
+    }
+
+
+async def test_only_sessions_past_the_limit_are_taken_longest_idle_first(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """``limit`` caps a sweep; the longest idle session goes first."""
+    uid = await new_user(memory)
+    newer = await conversation(memory, uid, "a", idle_minutes=40)
+    older = await conversation(memory, uid, "b", idle_minutes=90)
+    report = await memory.extractor.process_stale_sessions(uid, limit=1)
+    assert (report.sessions_seen, report.sessions_extracted) == (1, 1)
+    assert await memory.store.get_extracted_at(older, uid) is not None
+    assert await memory.store.get_extracted_at(newer, uid) is None
+
+
+async def test_session_without_messages_is_marked_without_asking_the_model(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Nothing to read: the session is marked, no model is called, the summary stays."""
+    uid = await new_user(memory)
+    sid = await conversation(memory, uid)
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert report == ExtractionReport(sessions_seen=1, sessions_extracted=1)
+    assert (model.extraction_calls, model.summary_calls) == (0, 0)
+    assert await memory.store.get_extracted_at(sid, uid) is not None
+
+
+async def test_zero_facts_leave_the_summary_as_it_is(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A session that yields no fact marks the session and leaves the summary untouched."""
+    uid = await new_user(memory)
+    await memory.store.set_summary("old summary", user_id=uid)
+    model.facts = '{"facts": []}'
+    sid = await conversation(memory, uid, "what is 17 * 23?")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert report == ExtractionReport(sessions_seen=1, sessions_extracted=1)
+    assert model.summary_calls == 0
+    assert await memory.store.get_summary(uid) == "old summary"
+    assert await memory.store.get_extracted_at(sid, uid) is not None
+
+
+async def test_unchanged_facts_do_not_rewrite_the_summary(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Facts only confirmed (same values again) leave an existing summary as it is."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    await conversation(memory, uid, "I use neovim")
+    await conversation(memory, uid, "still neovim")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.facts_written, report.summaries_written) == (2, 2, 1)
+    assert model.summary_calls == 1
+
+
+async def test_other_spellings_of_a_key_are_merged(memory: Memory, model: ExtractionModel) -> None:
+    """Facts are written with dedupe: `tz` merges the stored `time_zone` (reported as merged)."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("location", "time_zone", "Europe/Berlin", user_id=uid)
+    model.facts = facts_json(("location", "tz", "Europe/Lisbon", "user_explicit"))
+    await conversation(memory, uid, "I moved, my tz is Europe/Lisbon")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.facts_written, report.facts_merged) == (0, 1)
+    assert await visible_facts(memory, uid) == {("location", "tz"): "Europe/Lisbon"}
+    hidden = await memory.store.get_all_facts(uid, include_merged=True)
+    assert {f.key for f in hidden if f.merged_into is not None} == {"time_zone"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "written", "skipped"),
+    [
+        ('Here:\n```json\n[{"category": "a", "key": "k", "value": "v"}]\n```\nDone.', 1, 0),
+        ('Sure! {"facts": [{"category": "a", "key": "k", "value": 8080}]} hope it helps', 1, 0),
+        ('{"category": "a", "key": "k", "value": "v", "confidence": 0.9}', 1, 0),
+        ('[{"category": "a", "key": "k", "value": "v"}, {"category": "a", "key": "j", "va', 1, 1),
+        (
+            '["a string", {"key": 5, "value": "x"}, {"key": "k", "value": {"x": 1}}, '
+            '{"key": "k2", "value": "ok"}]',
+            1,
+            3,
+        ),
+        ("[]", 0, 0),
+    ],
+    ids=["fence-prose", "wrapper-number", "single-object", "partial", "wrong-types", "empty"],
+)
+async def test_junk_reply_shapes_are_handled_and_counted(
+    memory: Memory, model: ExtractionModel, reply: str, written: int, skipped: int
+) -> None:
+    """Each reply shape real models produce is read; unusable items are counted, the session
+    still extracted and marked."""
+    uid = await new_user(memory)
+    model.facts = reply
+    sid = await conversation(memory, uid, "hello")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.failures) == (1, 0)
+    assert (report.facts_written, report.facts_skipped) == (written, skipped)
+    assert len(await memory.store.get_all_facts(uid)) == written
+    assert await memory.store.get_extracted_at(sid, uid) is not None
+
+
+async def test_reply_without_json_is_a_failure_that_is_retried(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A reply with no JSON at all leaves the session unmarked; the next run retries it."""
+    uid = await new_user(memory)
+    model.facts = "I could not find any facts, sorry."
+    sid = await conversation(memory, uid, "hello")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.failures) == (0, 1)
+    assert await memory.store.get_extracted_at(sid, uid) is None
+    model.facts = "[]"
+    assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1
+
+
+async def test_model_down_leaves_the_session_unmarked_and_the_summary_untouched(
+    memory: Memory, fake_ollama: FakeOllama, model: ExtractionModel
+) -> None:
+    """The chat model failing: counted, session unmarked, nothing written; retried later."""
+    uid = await new_user(memory)
+    await memory.store.set_summary("old summary", user_id=uid)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    sid = await conversation(memory, uid, "I use neovim")
+    fake_ollama.mode = "fail"
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert report == ExtractionReport(sessions_seen=1, failures=1)
+    assert await memory.store.get_extracted_at(sid, uid) is None
+    assert await memory.store.get_summary(uid) == "old summary"
+    assert await memory.store.get_all_facts(uid) == []
+
+    fake_ollama.mode = "ok"
+    assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1
+    assert await memory.store.get_summary(uid) == model.summary
+
+
+async def test_summary_failure_keeps_the_facts_and_the_old_summary_and_no_mark(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The model failing at the summary: facts stay, the old summary stays, the session is
+    unmarked; the rerun writes no fact twice."""
+    uid = await new_user(memory)
+    await memory.store.set_summary("old summary", user_id=uid)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    model.summary = ""  # an empty reply is a ChatModelError
+    sid = await conversation(memory, uid, "I use neovim")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.failures, report.facts_written, report.sessions_extracted) == (1, 1, 0)
+    assert await memory.store.get_summary(uid) == "old summary"
+    assert await memory.store.get_extracted_at(sid, uid) is None
+
+    model.summary = "Uses neovim."
+    rerun = await memory.extractor.process_stale_sessions(uid)
+    assert rerun.sessions_extracted == 1
+    assert await memory.store.fact_count(uid, include_merged=True) == 1
+    assert await memory.store.get_summary(uid) == "Uses neovim."
+
+
+async def test_session_deleted_during_the_model_call_gets_no_facts(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A conversation the user deleted while the model read it is not turned into facts."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    sid = await conversation(memory, uid, "I use neovim")
+    model.hold()
+    sweep = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
+    try:
+        assert await asyncio.to_thread(model.entered.wait, 10)
+        assert await memory.sessions.delete(sid, user_id=uid)
+    finally:
+        model.release()
+    report = await sweep
+    assert (report.sessions_seen, report.sessions_skipped, report.failures) == (1, 1, 0)
+    assert await memory.store.get_all_facts(uid) == []
+    assert await scalar(memory, "SELECT count(*) FROM session_memory_state") == 0
+
+
+# --- on demand ----------------------------------------------------------------------------------
+
+
+async def test_extract_session_extracts_a_fresh_session_once(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """On demand, a session is extracted however recently it was active; asked again with
+    nothing new, it is skipped."""
+    uid = await new_user(memory)
+    model.facts = echo_facts
+    sid = await conversation(memory, uid, "fact editor neovim", idle_minutes=0)
+    report = await memory.extractor.extract_session(sid, user_id=uid)
+    assert report == ExtractionReport(
+        sessions_seen=1, sessions_extracted=1, facts_written=1, summaries_written=1
+    )
+    again = await memory.extractor.extract_session(sid, user_id=uid)
+    assert again == ExtractionReport(sessions_seen=1, sessions_skipped=1)
+    assert model.extraction_calls == 1
+
+
+async def test_extract_session_of_a_missing_session_is_not_found(memory: Memory) -> None:
+    """An unknown session id is a NotFoundError."""
+    uid = await new_user(memory)
+    with pytest.raises(NotFoundError):
+        await memory.extractor.extract_session("nope", user_id=uid)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 10**6, True, "5"])
+async def test_bad_limit_is_refused(memory: Memory, limit: Any) -> None:
+    """``limit`` must be an int from 1 to 1000."""
+    uid = await new_user(memory)
+    with pytest.raises(InvalidInputError):
+        await memory.extractor.process_stale_sessions(uid, limit=limit)
+
+
+async def test_progress_is_reported_per_session(memory: Memory, model: ExtractionModel) -> None:
+    """The progress callback (sync or async) hears of every session, with the total."""
+    uid = await new_user(memory)
+    for _ in range(3):
+        await conversation(memory, uid, "hello")
+    seen: list[tuple[int, int]] = []
+
+    async def progress(step: Any) -> None:
+        seen.append((step.done, step.total))
+
+    await memory.extractor.process_stale_sessions(uid, progress=progress)
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+# --- the mark -----------------------------------------------------------------------------------
+
+
+async def test_mark_session_extracted_records_the_time_given(memory: Memory) -> None:
+    """``at=`` is recorded as given; without it the mark is now."""
+    uid = await new_user(memory)
+    sid = (await memory.sessions.create(user_id=uid)).id
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert await memory.store.mark_session_extracted(sid, uid, at=when) == when
+    assert await memory.store.get_extracted_at(sid, uid) == when
+    now = await memory.store.mark_session_extracted(sid, uid)
+    assert now > when
+
+
+@pytest.mark.parametrize(
+    ("at", "error"),
+    [
+        (datetime(2026, 1, 2), InvalidInputError),
+        ("2026-01-02T00:00:00Z", InvalidTypeError),
+        (1767312000, InvalidTypeError),
+    ],
+    ids=["naive", "string", "number"],
+)
+async def test_mark_refuses_an_at_that_is_not_an_aware_datetime(
+    memory: Memory, at: Any, error: type[Exception]
+) -> None:
+    """A naive datetime or a non-datetime ``at`` is refused before anything is written."""
+    uid = await new_user(memory)
+    sid = (await memory.sessions.create(user_id=uid)).id
+    with pytest.raises(error):
+        await memory.store.mark_session_extracted(sid, uid, at=at)
+    assert await memory.store.get_extracted_at(sid, uid) is None
+
+
+# --- two processes ------------------------------------------------------------------------------
+
+
+async def test_two_runners_with_their_own_engines_extract_each_session_once(
+    db_url: str, fake_ollama: FakeOllama, model: ExtractionModel
+) -> None:
+    """Two Memories (two engines, as two processes would have) sweeping at once: every
+    session is extracted by exactly one of them, and the model asked once per session."""
+    settings = extraction_settings(db_url, fake_ollama)
+
+    def slow_facts(transcript: str) -> str:
+        time.sleep(0.2)  # in the fake server's thread: both runners are mid-sweep together
+        return echo_facts(transcript)
+
+    model.facts = slow_facts
+    async with open_memory(settings) as first, open_memory(settings) as second:
+        users = [await new_user(first) for _ in range(2)]
+        sessions = [
+            await conversation(first, uid, f"fact key{i}{j} value{i}{j}")
+            for i, uid in enumerate(users)
+            for j in range(3)
+        ]
+        one, two = await asyncio.gather(
+            first.extractor.process_stale_sessions(),
+            second.extractor.process_stale_sessions(),
+        )
+        assert one.sessions_extracted + two.sessions_extracted == len(sessions)
+        assert one.sessions_extracted and two.sessions_extracted  # they really overlapped
+        assert one.failures == two.failures == 0
+        assert model.extraction_calls == len(sessions)
+        for i, uid in enumerate(users):
+            facts = await first.store.get_all_facts(uid, include_merged=True)
+            assert sorted(f.key for f in facts) == [f"key{i}{j}" for j in range(3)]
+            assert all(f.last_verified_at == f.created_at for f in facts)  # written once
+        for sid in sessions:
+            assert await scalar(
+                first, "SELECT extracted_at FROM session_memory_state WHERE session_id = :s", s=sid
+            ) == await last_active(first, sid)
+
+
+async def test_a_claimed_session_is_skipped_by_another_runner(
+    db_url: str, fake_ollama: FakeOllama, model: ExtractionModel
+) -> None:
+    """While one runner waits on the model, another skips that session (no lock waits) and
+    appends to it go through."""
+    settings = extraction_settings(db_url, fake_ollama)
+    async with open_memory(settings) as first, open_memory(settings) as second:
+        uid = await new_user(first)
+        sid = await conversation(first, uid, "hello")
+        model.hold()
+        slow = asyncio.create_task(first.extractor.process_stale_sessions(uid))
+        try:
+            assert await asyncio.to_thread(model.entered.wait, 10)
+            other = await asyncio.wait_for(second.extractor.process_stale_sessions(uid), timeout=10)
+            assert other == ExtractionReport(sessions_seen=1, sessions_skipped=1)
+            await asyncio.wait_for(
+                second.sessions.append(sid, "user", "more", user_id=uid), timeout=10
+            )
+        finally:
+            model.release()
+        assert (await slow).sessions_extracted == 1
+        assert model.extraction_calls == 1
+
+
+# --- the trigger --------------------------------------------------------------------------------
+
+
+async def test_create_returns_while_a_slow_extraction_runs(
+    memory: Memory, triggering_memory: Memory, model: ExtractionModel
+) -> None:
+    """sessions.create starts the user's sweep in the background and returns without waiting
+    for it; a second create while it runs starts no second sweep for the user."""
+    uid = await new_user(memory)
+    stale = await conversation(memory, uid, "fact editor neovim")
+    memory = triggering_memory
+    model.facts = echo_facts
+    model.hold()
+    try:
+        created = await asyncio.wait_for(memory.sessions.create(user_id=uid), timeout=10)
+        assert await asyncio.to_thread(model.entered.wait, 10)
+        assert await memory.store.get_extracted_at(stale, uid) is None  # still at the model
+        await asyncio.wait_for(memory.sessions.create(user_id=uid), timeout=10)
+        assert await memory.sessions.get(created.id, user_id=uid) is not None
+    finally:
+        model.release()
+    await memory.extractor.wait_background()
+    assert model.extraction_calls == 1
+    assert await memory.store.get_extracted_at(stale, uid) is not None
+    assert await visible_facts(memory, uid) == {("notes", "editor"): "neovim"}
+
+
+async def test_closing_the_memory_cancels_a_running_extraction_cleanly(
+    db_url: str, fake_ollama: FakeOllama, model: ExtractionModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """open_memory's exit cancels and awaits the background sweep: nothing half-written, the
+    session unmarked, its claim gone (another Memory extracts it next)."""
+    async with open_memory(extraction_settings(db_url, fake_ollama)) as quiet:
+        uid = await new_user(quiet)
+        stale = await conversation(quiet, uid, "fact editor neovim")
+    settings = extraction_settings(db_url, fake_ollama, memory_extract_on_create=True)
+    model.facts = echo_facts
+    caplog.set_level(logging.WARNING)
+    model.hold()
+    try:
+        async with open_memory(settings) as memory:
+            await memory.sessions.create(user_id=uid)
+            assert await asyncio.to_thread(model.entered.wait, 10)
+            closing = asyncio.get_running_loop().time()
+        assert asyncio.get_running_loop().time() - closing < 10  # a hang guard, not a goal
+    finally:
+        model.release()
+    assert not [r for r in caplog.records if "extractor." in r.getMessage()]
+
+    async with open_memory(extraction_settings(db_url, fake_ollama)) as memory:
+        assert await memory.store.get_extracted_at(stale, uid) is None
+        assert await memory.store.get_all_facts(uid) == []
+        report = await memory.extractor.process_stale_sessions(uid)
+        assert report.sessions_extracted == 1
+
+
+async def test_background_sweeps_run_two_at_a_time(
+    memory: Memory, triggering_memory: Memory, model: ExtractionModel
+) -> None:
+    """Three users starting sessions at once: two sweeps reach the model, the third waits for
+    a free turn and then runs; none is lost."""
+    model.facts = echo_facts
+    users = [await new_user(memory) for _ in range(3)]
+    stale = [await conversation(memory, uid, f"fact k{i} v{i}") for i, uid in enumerate(users)]
+    model.hold()
+    try:
+        for uid in users:
+            await triggering_memory.sessions.create(user_id=uid)
+        for _ in range(100):
+            if model.extraction_calls == 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # room for a third call, were it allowed
+        assert model.extraction_calls == 2
+    finally:
+        model.release()
+    await triggering_memory.extractor.wait_background()
+    assert model.extraction_calls == 3
+    for uid, sid in zip(users, stale, strict=True):
+        assert await memory.store.get_extracted_at(sid, uid) is not None
+
+
+async def test_trigger_off_extracts_nothing_on_create(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """MEMORY_EXTRACT_ON_CREATE=false: create starts no extraction."""
+    uid = await new_user(memory)
+    stale = await conversation(memory, uid, "hello")
+    await memory.sessions.create(user_id=uid)
+    await memory.extractor.wait_background()
+    assert model.extraction_calls == 0
+    assert await memory.store.get_extracted_at(stale, uid) is None
+
+
+async def test_failing_background_extraction_never_fails_create(
+    memory: Memory,
+    triggering_memory: Memory,
+    fake_ollama: FakeOllama,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the model down the background sweep fails; create still succeeds, the failure is
+    logged."""
+    uid = await new_user(memory)
+    stale = await conversation(memory, uid, "hello")
+    memory = triggering_memory
+    fake_ollama.mode = "fail"
+    caplog.set_level(logging.WARNING)
+    created = await memory.sessions.create(user_id=uid)
+    await memory.extractor.wait_background()
+    assert created.user_id == uid
+    assert await memory.store.get_extracted_at(stale, uid) is None
+    assert any("extractor.session_failed" in r.getMessage() for r in caplog.records)
+
+
+# --- tenancy ------------------------------------------------------------------------------------
+
+
+async def two_users_with_stale_sessions(memory: Memory) -> tuple[list[uuid.UUID], list[str]]:
+    alice, bob = await new_user(memory), await new_user(memory)
+    sessions = [
+        await conversation(memory, alice, "fact city lisbon"),
+        await conversation(memory, bob, "fact city berlin"),
+    ]
+    return [alice, bob], sessions
+
+
+async def test_extraction_for_one_user_never_touches_another(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A sweep for one user extracts only their sessions and writes only their facts."""
+    model.facts = echo_facts
+    (alice, bob), (alice_s, bob_s) = await two_users_with_stale_sessions(memory)
+    report = await memory.extractor.process_stale_sessions(alice)
+    assert report.sessions_extracted == 1
+    assert await memory.store.get_extracted_at(alice_s, alice) is not None
+    assert await visible_facts(memory, alice) == {("notes", "city"): "lisbon"}
+    assert await visible_facts(memory, bob) == {}
+    assert await memory.store.get_summary(bob) is None
+    assert await memory.store.get_extracted_at(bob_s, bob) is None
+    assert all("berlin" not in t for t in model.transcripts)
+
+
+async def test_operator_sweep_writes_each_users_facts_under_their_own_id(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """With no current user the sweep takes everyone's sessions, each fact for its owner."""
+    model.facts = echo_facts
+    (alice, bob), _ = await two_users_with_stale_sessions(memory)
+    report = await memory.extractor.process_stale_sessions()
+    assert report.sessions_extracted == 2
+    assert await visible_facts(memory, alice) == {("notes", "city"): "lisbon"}
+    assert await visible_facts(memory, bob) == {("notes", "city"): "berlin"}
+
+
+async def test_acting_for_a_user_the_extractor_stays_within_their_sessions(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """In a request context: no user_id means the current user only; another user's id is
+    refused, and another user's session is not found."""
+    model.facts = echo_facts
+    (alice, bob), (_, bob_s) = await two_users_with_stale_sessions(memory)
+    with request_context(user_id=alice):
+        assert (await memory.extractor.process_stale_sessions()).sessions_extracted == 1
+        with pytest.raises(PermissionDeniedError):
+            await memory.extractor.process_stale_sessions(bob)
+        with pytest.raises(NotFoundError):
+            await memory.extractor.extract_session(bob_s)
+    assert await visible_facts(memory, bob) == {}
+    assert await memory.store.get_extracted_at(bob_s, bob) is None
+
+
+async def test_background_trigger_extracts_only_the_creating_users_sessions(
+    memory: Memory, triggering_memory: Memory, model: ExtractionModel
+) -> None:
+    """Creating a session for one user sweeps that user's stale sessions, nobody else's."""
+    model.facts = echo_facts
+    (alice, bob), (alice_s, bob_s) = await two_users_with_stale_sessions(memory)
+    await triggering_memory.sessions.create(user_id=alice)
+    await triggering_memory.extractor.wait_background()
+    assert await memory.store.get_extracted_at(alice_s, alice) is not None
+    assert await memory.store.get_extracted_at(bob_s, bob) is None
+    assert await visible_facts(memory, bob) == {}
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+async def test_extract_command_shows_progress_and_reports(
+    memory: Memory, fake_ollama: FakeOllama, model: ExtractionModel
+) -> None:
+    """`navi-memory extract` sweeps with a progress bar; `--json` prints the report; a failed
+    session makes it exit 1; `--user` narrows to one user."""
+    model.facts = echo_facts
+    (alice, bob), _ = await two_users_with_stale_sessions(memory)
+    env = {
+        "DATABASE_URL": memory.settings.database_url or "",
+        "OLLAMA_HOST": fake_ollama.url,
+        "MEMORY_LLM_TIMEOUT_SECONDS": "30",
+    }
+    narrowed = await asyncio.to_thread(run_cli, "extract", "--user", str(alice), "--json", **env)
+    assert narrowed.returncode == 0, narrowed.stderr
+    assert json.loads(narrowed.stdout)["sessions_extracted"] == 1
+    assert await visible_facts(memory, bob) == {}
+
+    await conversation(memory, alice, "fact shell fish")
+    fake_ollama.mode = "fail"
+    failed = await asyncio.to_thread(run_cli, "extract", **env)
+    assert failed.returncode == 1
+    assert "1 failed" in failed.stdout or "2 failed" in failed.stdout
+
+    fake_ollama.mode = "ok"
+    done = await asyncio.to_thread(run_cli, "extract", **env)
+    assert done.returncode == 0, done.stderr
+    assert "sessions" in done.stdout and "2/2" in done.stdout
+    assert "2 extracted" in done.stdout
+
+    bad = await asyncio.to_thread(run_cli, "extract", "--user", "not-a-uuid", **env)
+    assert bad.returncode == 2
+    assert "user_id" in bad.stderr
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+_HOSTILE_TEXT = st.sampled_from(
+    [
+        "",
+        " ",
+        "\x00",
+        "a\x00b",
+        "\ud800",
+        "x" * 1_000_000,
+        "%_\\",
+        "'; DROP TABLE sessions; --",
+        "\u202egnp.exe",
+        "e\u0301",
+        "\u200b",
+    ]
+) | st.text(max_size=50)
+_HOSTILE = (
+    _HOSTILE_TEXT
+    | st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.just(uuid.uuid4())
+    | st.lists(st.integers(), max_size=3)
+)
+
+
+async def _rows(memory: Memory) -> list[str]:
+    """Every row of the tables extraction writes, as text: contents, not counts."""
+    rows: list[str] = []
+    async with memory.engine.connect() as conn:
+        for table in ("memory_facts", "memory_summary", "session_memory_state", "sessions"):
+            result = await conn.execute(text(f"SELECT t::text FROM {table} t ORDER BY 1"))
+            rows += [f"{table}:{row}" for row in result.scalars()]
+    return rows
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(user_id=_HOSTILE, session_id=_HOSTILE, limit=_HOSTILE, at=_HOSTILE)
+async def test_extractor_entry_points_refuse_bad_input_with_package_errors(
+    memory: Memory, model: ExtractionModel, user_id: Any, session_id: Any, limit: Any, at: Any
+) -> None:
+    """Generated hostile values for every argument of the extractor's entry points (and the
+    mark's ``at``): each call succeeds or raises a navi_memory error, and an error changes no
+    row."""
+
+    async def sweep() -> object:
+        return await memory.extractor.process_stale_sessions(user_id, limit=limit)
+
+    async def one() -> object:
+        return await memory.extractor.extract_session(session_id, user_id=user_id)
+
+    async def mark() -> object:
+        return await memory.store.mark_session_extracted(session_id, user_id, at=at)
+
+    for call in (sweep, one, mark):
+        before = await _rows(memory)
+        try:
+            await call()
+        except NaviMemoryError:
+            assert await _rows(memory) == before

@@ -1,0 +1,111 @@
+"""The memory_search tool on real PostgreSQL: its answers are format_hits of unified search for
+the ToolContext's user, argument errors and failures are text, and no other user leaks."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import pytest
+
+from navi_memory import PERMISSION_READ_ALL, Memory, ToolContext, request_context
+from navi_memory.constants import SKETCH_SCOPE
+from navi_memory.tools import MEMORY_SEARCH
+from tests.integration.factories import execute, new_session_row, new_user
+from tests.integration.test_search import draft
+
+SCOPES = ("all", "facts", "raw", "sketches")
+
+
+async def seed(memory: Memory, uid: uuid.UUID, sid: str, marker: str) -> None:
+    """A fact, a chunk and a sketch about the alpha deploy, each carrying ``marker``."""
+    await memory.store.upsert_fact("project", "alpha_deploy", f"alpha deploy {marker}", user_id=uid)
+    await memory.store.add_chunks(
+        [draft(f"User: alpha deploy {marker}")], user_id=uid, session_id=sid
+    )
+    await memory.kv.set(
+        SKETCH_SCOPE, "topic", f"alpha deploy {marker}", session_id=sid, user_id=uid
+    )
+
+
+async def test_the_tool_answers_format_hits_of_unified_search(memory: Memory) -> None:
+    """Same user, scope and k: the tool's text is exactly format_hits of memory.search."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    await seed(memory, uid, sid, "mine")
+    answer = await memory.tools.memory_search.call(
+        {"query": "alpha deploy", "scope": "everything", "k": 99}, ToolContext(uid, sid)
+    )
+    with request_context(user_id=uid, session_id=sid):
+        hits = await memory.search.search("alpha deploy", "all", 20, current_session_id=sid)
+    assert answer == memory.search.format_hits("alpha deploy", "all", hits)
+    assert answer.startswith('memory_search "alpha deploy" (scope=all): 3 hit(s)')
+    assert MEMORY_SEARCH in [spec["function"]["name"] for spec in memory.tools.specs()]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "starts"),
+    [
+        ({}, "memory_search error: query is required"),
+        ('{"query": ""}', "memory_search error: query is empty"),
+        ({"query": 12}, "memory_search error: query must be a string"),
+        ({"query": "x", "k": "many"}, "memory_search error: k must be a whole number"),
+        ({"query": "x", "scope": ["raw"]}, "memory_search error: scope must be one of"),
+        ("{oops", "memory_search error: the arguments are not valid JSON"),
+        ("[]", "memory_search error: the arguments must be a JSON object"),
+        ({"query": "x", "user_id": str(uuid.uuid4())}, "memory_search error: user_id is not"),
+        ({"query": "x", "session_id": "s1"}, "memory_search error: session_id is not"),
+    ],
+)
+async def test_argument_errors_are_one_line_of_text(
+    memory: Memory, arguments: Any, starts: str
+) -> None:
+    """Missing/empty query, wrong types, bad JSON, identity arguments: text, never raised."""
+    uid = await new_user(memory)
+    answer = await memory.tools.memory_search.call(arguments, ToolContext(uid))
+    assert answer.startswith(starts) and "\n" not in answer
+
+
+async def test_no_user_at_all_is_an_error_text(memory: Memory) -> None:
+    """Without a user in the ToolContext or the request context, the tool refuses in text."""
+    answer = await memory.tools.memory_search.call({"query": "x"})
+    assert answer.startswith("memory_search error: no current user")
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+async def test_the_tool_never_shows_another_users_memory(memory: Memory, scope: str) -> None:
+    """Alice's tool calls — her context, the request context, Bob's session as current — never
+    show a row of Bob's, in any scope."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    sa, sb = await new_session_row(memory, alice), await new_session_row(memory, bob)
+    await seed(memory, alice, sa, "alicemarker")
+    await seed(memory, bob, sb, "bobmarker")
+    tool = memory.tools.memory_search
+    arguments = {"query": "alpha deploy bobmarker alicemarker", "scope": scope}
+    answers = [
+        await tool.call(arguments, ToolContext(alice, sa)),
+        await tool.call(arguments, ToolContext(alice, sb)),
+        await tool.call(arguments, ToolContext(str(alice))),
+    ]
+    with request_context(user_id=alice, session_id=sb):
+        answers.append(await tool.call(arguments))
+    for answer in answers:
+        _header, body = answer.split("\n", 1)  # the header echoes the query
+        assert "alicemarker" in body and "bobmarker" not in body
+    # Even a context with read_all acting for Alice stays Alice's: the user is never global.
+    with request_context(user_id=alice, permissions=[PERMISSION_READ_ALL]):
+        assert "bobmarker" not in (await tool.call(arguments)).split("\n", 1)[1]
+
+
+async def test_a_storage_failure_is_an_error_text_and_logged(
+    memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database refusing the query: a short text for the model, the cause in the log."""
+    uid = await new_user(memory)
+    await execute(memory, "ALTER TABLE memory_chunks RENAME TO memory_chunks_gone")
+    with caplog.at_level(logging.WARNING):
+        answer = await memory.tools.memory_search.call({"query": "alpha"}, ToolContext(uid))
+    assert answer == "memory_search error: memory storage is unavailable right now; try later"
+    failed = [r for r in caplog.records if "tools.storage_failed" in r.getMessage()]
+    assert failed and "memory_chunks" in failed[0].getMessage()

@@ -1,0 +1,68 @@
+"""db.translate_driver_error: which driver errors mean "connection lost, safe to call again",
+which mean "the outcome is unknown", and which are the server refusing a statement."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from navi_memory.db import is_connection_lost, translate_driver_error
+from navi_memory.errors import ConnectionLostError, NotFoundError, StorageError
+
+LOST = [
+    asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle"),
+    asyncpg.exceptions.AdminShutdownError("terminating connection due to administrator command"),
+    asyncpg.exceptions.CannotConnectNowError("the database system is starting up"),
+    asyncpg.exceptions.InternalClientError("cannot switch to state 12; another operation"),
+    asyncpg.exceptions.InterfaceError("connection is closed"),
+    ConnectionRefusedError(111, "Connection refused"),
+    FileNotFoundError(2, "No such file or directory: '/tmp/.s.PGSQL.5432'"),
+    TimeoutError(),
+]
+REFUSED = [
+    asyncpg.exceptions.DataError("invalid input for query argument $1 (value out of range)"),
+    asyncpg.exceptions.UniqueViolationError("duplicate key value"),
+    asyncpg.exceptions.InterfaceError("cannot perform operation: another operation is in progress"),
+]
+
+
+@pytest.mark.parametrize("error", LOST, ids=lambda e: type(e).__name__)
+def test_a_lost_connection_before_the_commit_is_safe_to_call_again(error: Exception) -> None:
+    """Killed, reset, refused, not there yet, timed out: ConnectionLostError, a StorageError."""
+    assert is_connection_lost(error)
+    translated = translate_driver_error(error, None, committing=False)
+    assert isinstance(translated, ConnectionLostError)
+    assert isinstance(translated, StorageError)
+
+
+@pytest.mark.parametrize("error", LOST, ids=lambda e: type(e).__name__)
+def test_a_lost_connection_during_the_commit_says_the_outcome_is_unknown(error: Exception) -> None:
+    """The COMMIT was in flight: a plain StorageError, never "safe to retry"."""
+    translated = translate_driver_error(error, None, committing=True)
+    assert type(translated) is StorageError
+    assert "may or may not have taken effect" in str(translated)
+
+
+@pytest.mark.parametrize("error", REFUSED, ids=lambda e: type(e).__name__)
+def test_a_refused_statement_is_a_storage_error_not_a_lost_connection(error: Exception) -> None:
+    """The server (or the driver) refused the statement on a healthy connection."""
+    assert not is_connection_lost(error)
+    assert type(translate_driver_error(error, None, committing=False)) is StorageError
+
+
+def test_a_wrapped_error_is_classified_by_what_it_wraps() -> None:
+    """SQLAlchemy's DBAPIError around a killed connection is a lost connection too."""
+    orig = asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed")
+    wrapped = DBAPIError("SELECT 1", {}, orig)
+    assert isinstance(translate_driver_error(wrapped, None, committing=False), ConnectionLostError)
+
+
+def test_a_missing_user_is_not_found() -> None:
+    """A foreign-key violation on user_id names the missing user, not the database."""
+    orig = asyncpg.exceptions.ForeignKeyViolationError(
+        'insert violates foreign key constraint "fk_user_id"'
+    )
+    orig.sqlstate = "23503"
+    error = IntegrityError("INSERT", {}, orig)
+    assert isinstance(translate_driver_error(error, None, committing=False), NotFoundError)

@@ -1,0 +1,82 @@
+"""EmbeddingService: a failing model is reported at most once per interval, with a count, and
+text-only mode (no embedder) answers "no vector" without a word."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import pytest
+
+from navi_memory.errors import EmbeddingError
+from navi_memory.services.embedding import EmbeddingService
+
+
+class Switchable:
+    """An embedder that fails while ``failing`` is set."""
+
+    dim = 768
+
+    def __init__(self) -> None:
+        self.failing = True
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.failing:
+            raise EmbeddingError("the model is down")
+        return [[1.0] * self.dim for _ in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        return (await self.embed_documents([text]))[0]
+
+    async def aclose(self) -> None:
+        return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "event", None) == name]
+
+
+async def test_failures_are_reported_once_per_interval_with_their_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Five failures inside the interval make one warning; the next one after it reports the
+    four it held back; a success after failures is reported once."""
+    model, clock = Switchable(), Clock()
+    service = EmbeddingService(model, log_interval_seconds=60, clock=clock)
+    with caplog.at_level(logging.INFO, logger="navi_memory"):
+        for _ in range(5):
+            assert await service.query("q") is None
+            clock.now += 1
+        assert [r.failures for r in events(caplog, "memory.embedding_failed")] == [1]  # type: ignore[attr-defined]
+        clock.now += 60
+        assert await service.documents(["a", "b"]) is None
+        failed = events(caplog, "memory.embedding_failed")
+        assert [r.failures for r in failed] == [1, 5]  # type: ignore[attr-defined]
+        assert "5 failure(s)" in failed[1].getMessage()
+
+        model.failing = False
+        assert await service.document("a") is not None
+        assert await service.query("b") is not None
+        assert len(events(caplog, "memory.embedding_recovered")) == 1
+        # After a recovery the next failure is reported at once.
+        model.failing = True
+        assert await service.query("c") is None
+    assert len(events(caplog, "memory.embedding_failed")) == 3
+
+
+async def test_text_only_mode_answers_no_vector_silently(caplog: pytest.LogCaptureFixture) -> None:
+    """With no embedder every call is None, and nothing is logged."""
+    service = EmbeddingService(None)
+    with caplog.at_level(logging.DEBUG, logger="navi_memory"):
+        assert await service.query("q") is None
+        assert await service.documents(["a"]) is None
+        assert await service.document("a") is None
+    assert service.text_only and caplog.records == []

@@ -1,0 +1,26 @@
+"""load_settings(): a malformed setting is one ConfigError line naming the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from navi_memory.config import load_settings
+from navi_memory.errors import ConfigError
+
+
+def test_a_malformed_setting_is_named_with_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DB_POOL_SIZE=abc gives a ConfigError that names DB_POOL_SIZE and the value, on one line."""
+    monkeypatch.setenv("DB_POOL_SIZE", "abc")
+    monkeypatch.setenv("MEMORY_RECALL_K", "99")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(_env_file=None)
+    message = str(caught.value)
+    assert "DB_POOL_SIZE='abc'" in message and "MEMORY_RECALL_K='99'" in message
+    assert "\n" not in message
+
+
+def test_good_settings_load_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Well-formed values come through; keyword overrides win over the environment."""
+    monkeypatch.setenv("DB_POOL_SIZE", "7")
+    assert load_settings(_env_file=None).db_pool_size == 7
+    assert load_settings(_env_file=None, db_pool_size=3).db_pool_size == 3

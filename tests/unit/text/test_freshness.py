@@ -1,0 +1,221 @@
+"""content_words and mark_freshness: the freshness rule of unified search (docs/memory.md)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from navi_memory.text.freshness import (
+    FactVersion,
+    Freshness,
+    RawExcerpt,
+    _words_in,
+    content_words,
+    mark_freshness,
+)
+
+ALICE = uuid.UUID(int=1)
+BOB = uuid.UUID(int=2)
+CHUNK_END = datetime(2026, 11, 6, 18, 41, tzinfo=UTC)
+LATER = CHUNK_END + timedelta(days=3)
+EARLIER = CHUNK_END - timedelta(days=3)
+
+
+def excerpt(
+    content: str = "User: the API listens on port 8098 for now",
+    *,
+    breadcrumbs: tuple[str, ...] = ("server_port", "8098"),
+    user_id: uuid.UUID = ALICE,
+    session_id: str = "s1",
+    ended_at: datetime = CHUNK_END,
+) -> RawExcerpt:
+    return RawExcerpt(
+        user_id=user_id,
+        session_id=session_id,
+        ended_at=ended_at,
+        content=content,
+        breadcrumbs=breadcrumbs,
+    )
+
+
+def fact(
+    key: str = "server_port",
+    value: str = "8099",
+    *,
+    user_id: uuid.UUID | None = ALICE,
+    updated_at: datetime = LATER,
+) -> FactVersion:
+    return FactVersion(user_id=user_id, key=key, value=value, updated_at=updated_at)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("server_port", {"server", "port"}),
+        ("serverPort", {"server", "port"}),
+        ("HTTPPort", {"http", "port"}),
+        ("api-gateway.config/prod", {"api", "gateway", "config", "prod"}),
+        ("Port 8098 on the API", {"port", "8098", "api"}),
+        ("v1.2.3", {"v1", "2", "3"}),
+        ("User: what is it? Assistant: it is x", set()),
+        ("", set()),
+    ],
+)
+def test_content_words_split_identifiers_keep_numbers_and_drop_stop_words(
+    text: str, words: set[str]
+) -> None:
+    """Identifiers split on _ - . / and camelCase, lowercased; numbers kept; stop words out."""
+    assert content_words(text) == frozenset(words)
+
+
+def test_content_words_join_several_texts() -> None:
+    """Key and value (or content and breadcrumbs) give one set of words."""
+    assert content_words("server_port", "8099") == {"server", "port", "8099"}
+
+
+@given(st.text(max_size=200))
+def test_content_words_are_lowercase_alphanumeric_and_never_stop_words(text: str) -> None:
+    """Whatever the input: every word is lowercase letters or digits, no stop word."""
+    for word in content_words(text):
+        assert word == word.lower()
+        assert all(ch.isalnum() for ch in word)
+        assert word not in {"the", "user", "assistant", "is"}
+
+
+def test_a_newer_fact_sharing_two_words_supersedes_the_excerpt() -> None:
+    """server_port=8099 updated after the chunk shares {server, port} with its breadcrumbs."""
+    marks = mark_freshness([excerpt()], [fact()], {})
+    assert marks == [Freshness(superseded_by="server_port", before_summary=False)]
+
+
+def test_one_shared_word_does_not_supersede() -> None:
+    """A fact sharing only 'port' (one content word) leaves the excerpt unmarked."""
+    marks = mark_freshness(
+        [excerpt("User: which port?", breadcrumbs=())], [fact("ssh_port", "22")], {}
+    )
+    assert marks == [Freshness()]
+
+
+def test_words_shared_only_through_stop_words_and_prefixes_do_not_count() -> None:
+    """'the', 'is', 'user', 'assistant' shared with the fact never count as content words."""
+    marks = mark_freshness(
+        [excerpt("User: what is the plan? Assistant: the plan is", breadcrumbs=())],
+        [fact("user_assistant", "the is what")],
+        {},
+    )
+    assert marks == [Freshness()]
+
+
+def test_an_older_fact_does_not_supersede() -> None:
+    """A fact updated before the excerpt ended (or at the same moment) marks nothing."""
+    for updated_at in (EARLIER, CHUNK_END):
+        marks = mark_freshness([excerpt()], [fact(updated_at=updated_at)], {})
+        assert marks == [Freshness()]
+
+
+def test_a_fact_of_another_user_never_marks_an_excerpt() -> None:
+    """In a global read the facts of Bob (and unowned legacy facts) leave Alice's chunk alone."""
+    marks = mark_freshness(
+        [excerpt(user_id=ALICE)], [fact(user_id=BOB), fact(key="server.port", user_id=None)], {}
+    )
+    assert marks == [Freshness()]
+    bobs = mark_freshness([excerpt(user_id=BOB)], [fact(user_id=BOB)], {})
+    assert bobs == [Freshness(superseded_by="server_port")]
+
+
+def test_the_fact_sharing_most_words_wins_then_the_newest() -> None:
+    """Of several newer facts, the one sharing more words names the mark; ties go to the newest."""
+    chunk = excerpt("User: the api server port is 8098", breadcrumbs=())
+    broad = fact("server_port", "8099")
+    narrow = fact("api_server_port", "8099")
+    assert mark_freshness([chunk], [broad, narrow], {})[0].superseded_by == "api_server_port"
+    older = fact("port_server", "x", updated_at=LATER)
+    newer = fact("server_port", "y", updated_at=LATER + timedelta(hours=1))
+    assert mark_freshness([chunk], [older, newer], {})[0].superseded_by == "server_port"
+
+
+def test_an_excerpt_that_ended_before_its_sessions_summary_is_before_summary() -> None:
+    """Only the excerpt's own session's boundary counts, and only when it is later."""
+    chunks = [
+        excerpt(session_id="s1"),
+        excerpt(session_id="s2"),
+        excerpt(session_id="s3"),
+        excerpt(session_id="s4"),
+    ]
+    boundaries = {"s1": CHUNK_END + timedelta(minutes=1), "s2": CHUNK_END, "s3": None}
+    marks = mark_freshness(chunks, [], boundaries)
+    assert [m.before_summary for m in marks] == [True, False, False, False]
+
+
+def test_both_marks_can_hold_and_order_follows_the_excerpts() -> None:
+    """An excerpt may be superseded and before the summary; marks come back in input order."""
+    chunks = [
+        excerpt(session_id="s1"),
+        excerpt("User: lunch at noon", breadcrumbs=(), session_id="s2"),
+    ]
+    marks = mark_freshness(chunks, [fact()], {"s1": LATER})
+    assert marks == [Freshness(superseded_by="server_port", before_summary=True), Freshness()]
+
+
+WORDS = [
+    *("server", "Port", "HTTPPort", "serverPort", "ABCdef", "8098", "v2", "api", "K", "s"),
+    *("ΣΑΣ", "straße", "İstanbul", "\u212aey", "the", "user", "Assistant"),
+]
+SEPARATORS = [" ", "_", "-", ".", "/", "", "\n", ": "]
+texts = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)), max_size=8).map(
+    lambda parts: "".join(word + sep for word, sep in parts)
+)
+
+
+@settings(max_examples=500)
+@given(st.one_of(texts, st.text(max_size=80)), st.lists(st.one_of(texts, st.text(max_size=12))))
+def test_finding_words_in_a_text_equals_tokenizing_it(text: str, others: list[str]) -> None:
+    """The fast lookup of fact words in an excerpt gives exactly the shared content words."""
+    candidates = set(content_words(*others)) | content_words(text)
+    assert _words_in(text, candidates) == candidates & content_words(text)
+
+
+def reference_marks(excerpts: list[RawExcerpt], facts: list[FactVersion]) -> list[str | None]:
+    """The rule written plainly: every excerpt tokenized, every fact compared."""
+    marks: list[str | None] = []
+    for ex in excerpts:
+        words = content_words(ex.content, *ex.breadcrumbs)
+        best: tuple[int, datetime, str] | None = None
+        for f in facts:
+            shared = len(words & content_words(f.key, f.value))
+            if f.user_id != ex.user_id or f.updated_at <= ex.ended_at or shared < 2:
+                continue
+            key = (shared, f.updated_at, f.key)
+            if (
+                best is None
+                or (key[0], key[1]) > (best[0], best[1])
+                or ((key[0], key[1]) == (best[0], best[1]) and key[2] < best[2])
+            ):
+                best = key
+        marks.append(None if best is None else best[2])
+    return marks
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(st.tuples(texts, st.lists(texts, max_size=2), st.integers(0, 3)), max_size=4),
+    st.lists(st.tuples(texts, texts, st.integers(0, 3), st.booleans()), max_size=5),
+)
+def test_the_marks_equal_the_rule_written_plainly(
+    raw: list[tuple[str, list[str], int]], facts: list[tuple[str, str, int, bool]]
+) -> None:
+    """The pre-filtered mark_freshness gives exactly the marks of the plain rule."""
+    excerpts = [
+        excerpt(content, breadcrumbs=tuple(crumbs), ended_at=CHUNK_END + timedelta(days=day))
+        for content, crumbs, day in raw
+    ]
+    versions = [
+        fact(key, value, user_id=ALICE if mine else BOB, updated_at=CHUNK_END + timedelta(days=d))
+        for key, value, d, mine in facts
+    ]
+    got = [m.superseded_by for m in mark_freshness(excerpts, versions, {})]
+    assert got == reference_marks(excerpts, versions)

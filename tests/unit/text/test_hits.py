@@ -1,0 +1,209 @@
+"""format_hits, normalize_scope, clamp_k: the memory_search answer text (spec: Unified search)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from navi_memory.constants import HIT_TEXT_MAX_CHARS, QUERY_ECHO_MAX_CHARS
+from navi_memory.schemas import MemoryHit
+from navi_memory.text.freshness import FactVersion, RawExcerpt, mark_freshness
+from navi_memory.text.hits import (
+    BEFORE_SUMMARY_LINE,
+    clamp_k,
+    cut_text,
+    format_hits,
+    normalize_scope,
+)
+
+UID = uuid.UUID(int=7)
+
+SPEC_EXAMPLE = """\
+memory_search "server port" (scope=all): 2 hit(s)
+
+1. fact [technical] · session s1 · updated 2026-11-09 12:00
+   server_port: 8099
+2. raw · session s1 · turn 12–14 · 2026-11-06 18:41
+   ⚠ outdated: a newer curated fact overrides this
+   keys: server_port, 8098
+   User: ...verbatim..."""
+"""The spec's example, byte for byte (spec: "Unified search", format_hits)."""
+
+
+def fact_hit(**changes: object) -> MemoryHit:
+    data: dict[str, object] = {
+        "source_type": "fact",
+        "text": "8099",
+        "user_id": UID,
+        "session_id": "s1",
+        "timestamp": datetime(2026, 11, 9, 12, 0, tzinfo=UTC),
+        "score": 2.0,
+        "via": "text",
+        "terms_hit": 2,
+        "category": "technical",
+        "key": "server_port",
+        "fact_id": 1,
+    }
+    data.update(changes)
+    return MemoryHit.model_validate(data)
+
+
+def raw_hit(**changes: object) -> MemoryHit:
+    data: dict[str, object] = {
+        "source_type": "raw",
+        "text": "User: ...verbatim...",
+        "user_id": UID,
+        "session_id": "s1",
+        "timestamp": datetime(2026, 11, 6, 18, 41, tzinfo=UTC),
+        "score": 2.0,
+        "via": "text",
+        "terms_hit": 2,
+        "chunk_id": 10,
+        "start_seq": 12,
+        "end_seq": 14,
+        "breadcrumbs": ["server_port", "8098"],
+    }
+    data.update(changes)
+    return MemoryHit.model_validate(data)
+
+
+def sketch_hit(**changes: object) -> MemoryHit:
+    data: dict[str, object] = {
+        "source_type": "sketch",
+        "text": "ports: api 8099, admin 9000",
+        "user_id": UID,
+        "session_id": "s1",
+        "timestamp": datetime(2026, 11, 9, 13, 0, tzinfo=UTC),
+        "score": 1.0,
+        "via": "text",
+        "terms_hit": 1,
+        "key": "topic",
+    }
+    data.update(changes)
+    return MemoryHit.model_validate(data)
+
+
+def test_format_hits_reproduces_the_spec_example_byte_for_byte() -> None:
+    """Facts first, then the raw excerpt the newer fact supersedes, exactly as the spec prints."""
+    fact = fact_hit()
+    raw = raw_hit()
+    # The mark comes from the rule itself, so the example's data is true, not asserted.
+    [marks] = mark_freshness(
+        [RawExcerpt(UID, "s1", raw.timestamp, raw.text, raw.breadcrumbs)],
+        [FactVersion(UID, "server_port", "8099", fact.timestamp)],
+        {},
+    )
+    raw = raw.model_copy(
+        update={"superseded_by": marks.superseded_by, "before_summary": marks.before_summary}
+    )
+    assert format_hits("server port", "all", [fact, raw]) == SPEC_EXAMPLE
+
+
+def test_times_are_shown_in_utc() -> None:
+    """A timestamp in another zone is rendered as its UTC time."""
+    cest = timezone(timedelta(hours=2))
+    text = format_hits(
+        "port", "facts", [fact_hit(timestamp=datetime(2026, 11, 9, 14, 0, tzinfo=cest))]
+    )
+    assert "updated 2026-11-09 12:00" in text
+
+
+def test_a_fact_without_a_known_session_omits_the_session_part() -> None:
+    """Legacy facts (no session) read `fact [category] · updated ...`."""
+    text = format_hits("port", "facts", [fact_hit(session_id=None)])
+    assert text.splitlines()[2] == "1. fact [technical] · updated 2026-11-09 12:00"
+
+
+def test_raw_lines_show_single_turn_before_summary_and_no_keys_line_without_breadcrumbs() -> None:
+    """One turn prints `turn 7`; before_summary adds its line; no breadcrumbs, no keys line."""
+    hit = raw_hit(start_seq=7, end_seq=7, breadcrumbs=[], before_summary=True, text="User: a\n\nB")
+    lines = format_hits("a", "raw", [hit]).splitlines()
+    assert lines[2] == "1. raw · session s1 · turn 7 · 2026-11-06 18:41"
+    assert lines[3] == "   " + BEFORE_SUMMARY_LINE
+    # Every line of the verbatim text is indented; blank lines stay empty (no trailing blanks).
+    assert lines[4:] == ["   User: a", "", "   B"]
+
+
+def test_a_superseded_excerpt_before_the_summary_shows_both_warnings_in_order() -> None:
+    """⚠ outdated first, then the before-summary line, then keys, then the text."""
+    lines = format_hits(
+        "port", "all", [raw_hit(superseded_by="server_port", before_summary=True)]
+    ).splitlines()
+    assert lines[3].startswith("   ⚠ outdated")
+    assert lines[4] == "   " + BEFORE_SUMMARY_LINE
+    assert lines[5] == "   keys: server_port, 8098"
+
+
+def test_sketches_show_session_and_section_then_the_value() -> None:
+    """`sketch · session s1 · <key>` and its value; a user-wide sketch has no session part."""
+    text = format_hits("ports", "sketches", [sketch_hit(), sketch_hit(session_id=None, key="x")])
+    assert text.splitlines()[2:] == [
+        "1. sketch · session s1 · topic",
+        "   ports: api 8099, admin 9000",
+        "2. sketch · x",
+        "   ports: api 8099, admin 9000",
+    ]
+
+
+def test_no_hits_is_one_line_naming_query_and_scope() -> None:
+    """Nothing found: a single line with the query and the scope searched."""
+    assert format_hits("zebra", "raw", []) == (
+        'memory_search "zebra" (scope=raw): nothing found in raw history.'
+    )
+    assert "\n" not in format_hits("zebra", "all", [])
+
+
+def test_an_unknown_scope_is_shown_as_all() -> None:
+    """The header shows scope=all for a scope search treats as all."""
+    assert format_hits("zebra", "everything", []).startswith('memory_search "zebra" (scope=all)')
+
+
+def test_long_text_is_cut_at_the_limit_and_the_cut_is_marked() -> None:
+    """A chunk longer than HIT_TEXT_MAX_CHARS shows that many characters and says how many more."""
+    long = "x" * (HIT_TEXT_MAX_CHARS + 250)
+    body = format_hits("x", "raw", [raw_hit(text=long, breadcrumbs=[])]).splitlines()[3]
+    assert body == "   " + "x" * HIT_TEXT_MAX_CHARS + " … [cut: 250 more characters]"
+    assert cut_text("short") == "short"
+    assert cut_text("y" * HIT_TEXT_MAX_CHARS) == "y" * HIT_TEXT_MAX_CHARS
+
+
+def test_the_query_is_echoed_on_one_line_and_cut() -> None:
+    """Newlines in the query do not break the header; a long query is shortened."""
+    header = format_hits("a\nb", "all", []).splitlines()
+    assert header == [
+        'memory_search "a b" (scope=all): nothing found in facts, raw history or sketches.'
+    ]
+    long = format_hits("q" * 1000, "all", [])
+    assert '"' + "q" * QUERY_ECHO_MAX_CHARS + '…"' in long
+
+
+@pytest.mark.parametrize(
+    ("scope", "expected"),
+    [
+        ("all", "all"),
+        ("facts", "facts"),
+        (" RAW ", "raw"),
+        ("Sketches", "sketches"),
+        ("sessions", "all"),
+        ("", "all"),
+    ],
+)
+def test_normalize_scope_knows_four_scopes_and_falls_back_to_all(scope: str, expected: str) -> None:
+    """Unknown scopes are all (spec), case and blanks ignored."""
+    assert normalize_scope(scope) == expected
+
+
+@pytest.mark.parametrize(
+    ("k", "expected"), [(-5, 1), (0, 1), (1, 1), (7, 7), (20, 20), (21, 20), (10**30, 20)]
+)
+def test_clamp_k_keeps_k_between_1_and_20(k: int, expected: int) -> None:
+    """k per store is clamped, never refused (spec)."""
+    assert clamp_k(k) == expected
+
+
+def test_memory_hit_section_is_a_sketchs_key() -> None:
+    """`section` names a sketch's key and is None for the other kinds."""
+    assert sketch_hit().section == "topic"
+    assert fact_hit().section is None
