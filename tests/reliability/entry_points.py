@@ -407,7 +407,95 @@ ENTRY_POINTS: list[EntryPoint] = [
             },
         ),
     ),
+    # --- memory.search (#11) -----------------------------------------------------------------
+    EntryPoint(
+        "search.search",
+        lambda m, a: m.search.search(**a),
+        lambda w: args(
+            {"query": s.text_param(st.sampled_from(["server port", "plan", ""]))},
+            {
+                "scope": st.one_of(
+                    st.sampled_from(["all", "facts", "raw", "sketches", "nonsense"]), s.hostile
+                ),
+                "k": s.int_param(st.integers(min_value=-5, max_value=40)),
+                "user_id": _user(w),
+                "session_id": st.one_of(st.none(), _session(w)),
+                "current_session_id": st.one_of(st.none(), _session(w)),
+                "summary_at": st.one_of(st.none(), s.timestamps()),
+            },
+        ),
+    ),
+    # --- memory.tools and memory.context (#12) ----------------------------------------------
+    EntryPoint(
+        "tools.call",
+        lambda m, a: m.tools.call(**a),
+        lambda w: args(
+            {
+                "name": s.text_param(st.sampled_from(["memory", "memory_search", "scratchpad"])),
+                "arguments": st.one_of(
+                    st.dictionaries(
+                        st.sampled_from(
+                            [
+                                "action",
+                                "query",
+                                "scope",
+                                "k",
+                                "key",
+                                "value",
+                                "category",
+                                "source",
+                                "confidence",
+                                "expires_days",
+                                "user_id",
+                                "note",
+                            ]
+                        ),
+                        st.one_of(s.text_param(), s.json_values()),
+                        max_size=5,
+                    ),
+                    s.text_param(st.just('{"action": "list"}')),
+                ),
+            },
+            {"context": st.one_of(st.none(), _session(w).map(lambda sid: _tool_context(sid)))},
+        ),
+    ),
+    EntryPoint(
+        "context.build",
+        lambda m, a: m.context.build(**a),
+        lambda w: args(
+            {
+                "session_id": _session(w),
+                "incoming": s.text_param(),
+                "system_prompt": s.text_param(st.just("You are Navi.")),
+            },
+            {"user_id": _user(w)},
+        ),
+    ),
+    # --- memory.extractor (#13) ---------------------------------------------------------------
+    EntryPoint(
+        "extractor.process_stale_sessions",
+        lambda m, a: m.extractor.process_stale_sessions(**a),
+        lambda w: args(
+            {},
+            {"user_id": _user(w), "limit": st.one_of(st.none(), _limit(5))},
+        ),
+    ),
+    EntryPoint(
+        "extractor.extract_session",
+        lambda m, a: m.extractor.extract_session(**a),
+        lambda w: args({"session_id": _session(w)}, {"user_id": _user(w)}),
+    ),
 ]
-"""Every public call of memory.users / store / sessions / kv, and request_context."""
+"""Every public call of memory.users / store / sessions / kv / search / tools / context /
+extractor, and request_context."""
+
+
+def _tool_context(session_id: Any) -> Any:
+    """A ToolContext naming a session (valid, another tenant's, or hostile); built without
+    validation, as a host's code could."""
+    from navi_memory.tools import ToolContext
+
+    return ToolContext(session_id=session_id)
+
 
 BY_NAME = {entry.name: entry for entry in ENTRY_POINTS}
