@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import Field, ValidationError, field_validator
@@ -18,6 +18,7 @@ from navi_memory.constants import (
     BACKFILL_PAUSE_MAX_SECONDS,
     BATCH_SIZE_MAX,
     CHUNK_CHARS_MIN,
+    CHUNK_MAX_DISTANCE,
     TEXT_ONLY_EMBEDDING_MODEL,
 )
 from navi_memory.errors import ConfigError
@@ -98,6 +99,20 @@ class Settings(BaseSettings):
         description="Index new chunk vectors (HNSW) in a background task of this process.",
     )
     chunk_index_batch_size: int = Field(default=64, ge=1, le=1000)
+    chunk_text_ranking: Literal["bm25", "terms"] = Field(
+        default="bm25",
+        description=(
+            "How search_chunks ranks text hits: bm25 (per-user idf, tf saturation, length "
+            "normalisation, index-served, fused with the vector list by reciprocal rank) or "
+            "terms (the spec's: distinct terms hit, then recency, after every vector hit)."
+        ),
+    )
+    chunk_max_distance: float = Field(
+        default=CHUNK_MAX_DISTANCE,
+        gt=0,
+        le=2,
+        description="search_chunks: a vector hit must lie closer than this cosine distance.",
+    )
 
     # --- backfill -------------------------------------------------------------------------
     backfill_batch_size: int = Field(default=BACKFILL_BATCH_SIZE, ge=1, le=BATCH_SIZE_MAX)

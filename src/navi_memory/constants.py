@@ -15,7 +15,21 @@ FACT_MAX_DISTANCE: Final = 0.3
 """search_facts: a vector hit must lie closer than this cosine distance."""
 
 CHUNK_MAX_DISTANCE: Final = 0.45
-"""search_chunks: a vector hit must lie closer than this cosine distance."""
+"""search_chunks: a vector hit must lie closer than this cosine distance (the default of the
+CHUNK_MAX_DISTANCE setting: the spec's value for nomic-embed-text)."""
+
+CHUNK_BM25_K1: Final = 1.5
+"""search_chunks' BM25: term-frequency saturation (Okapi's usual value)."""
+
+CHUNK_BM25_B: Final = 0.75
+"""search_chunks' BM25: how much a chunk's length normalises its score (Okapi's usual value)."""
+
+CHUNK_FUSION_K: Final = 60
+"""search_chunks: the reciprocal-rank fusion constant, 1 / (k + rank) per list a hit is in (the
+usual 60; to be tuned on the LoCoMo dev split once make bench-quality has a real embedder)."""
+
+CHUNK_FUSION_VECTOR_WEIGHT: Final = 1.0
+"""search_chunks: the weight of the vector list in the fusion (the text list's is 1)."""
 
 MAX_BREADCRUMBS: Final = 40
 """Breadcrumbs attached to the chunks of one compression, most important first."""

@@ -148,7 +148,7 @@ async def open_memory(
         # its chunks through the same service as add_chunks, their vectors share one queue
         # drain, and a failing model is reported once for all of them.
         embedding = EmbeddingService(guarded)
-        chunks = ChunkService(embedding=embedding)
+        chunks = ChunkService.from_settings(settings, embedding=embedding)
         indexer = ChunkIndexer(
             sessionmaker,
             batch_size=settings.chunk_index_batch_size,

@@ -17,10 +17,12 @@ from navi_memory import (
     Memory,
     NotFoundError,
     PermissionDeniedError,
+    open_memory,
     request_context,
 )
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
+from tests.conftest import make_settings
 from tests.integration.factories import new_session_row, new_user, scalar
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -171,23 +173,32 @@ async def test_empty_query_returns_the_most_recent_chunks(memory: Memory) -> Non
 
 
 @pytest.mark.parametrize(
-    ("query", "expected"),
-    # "_" stays inside a term (it is a word character) and must match only an underscore;
-    # "%" and "\\" never are part of a term, so "50%" searches for "50".
-    [("a_b", {"literal"}), ("e_c", {"literal"}), ("50%", {"literal", "decoy"})],
+    ("ranking", "query", "expected"),
+    # terms: "_" stays inside a term (it is a word character) and must match only an
+    # underscore; "%" and "\\" never are part of a term, so "50%" searches for "50" as a
+    # substring. bm25 matches whole lexemes: "50" is not "500".
+    [
+        ("terms", "a_b", {"literal"}),
+        ("terms", "e_c", {"literal"}),
+        ("terms", "50%", {"literal", "decoy"}),
+        ("bm25", "a_b", {"literal"}),
+        ("bm25", "e_c", {"literal"}),
+        ("bm25", "50%", {"literal"}),
+    ],
 )
 async def test_wildcards_in_the_query_match_only_themselves(
-    memory: Memory, fake_ollama: FakeOllama, query: str, expected: set[str]
+    db_url: str, fake_ollama: FakeOllama, ranking: str, query: str, expected: set[str]
 ) -> None:
-    uid = await new_user(memory)
-    chunks = {
-        "literal": draft("User: save 50% on a_b with code e_c", 2),
-        # Each decoy matches one of the queries only if a wildcard is left unescaped.
-        "decoy": draft("User: 500 aXb and eXc", 3),
-    }
-    await memory.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s1")
-    fake_ollama.mode = "fail"
-    hits = await memory.store.search_chunks(query, user_id=uid)
+    async with open_memory(make_settings(db_url, fake_ollama, chunk_text_ranking=ranking)) as m:
+        uid = await new_user(m)
+        chunks = {
+            "literal": draft("User: save 50% on a_b with code e_c", 2),
+            # Each decoy matches one of the queries only if a wildcard is left unescaped.
+            "decoy": draft("User: 500 aXb and eXc", 3),
+        }
+        await m.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s1")
+        fake_ollama.mode = "fail"
+        hits = await m.store.search_chunks(query, user_id=uid)
     names = {name for name, c in chunks.items() for h in hits if h.content_hash == c.content_hash}
     assert names == expected
     assert all(h.via == "text" for h in hits)

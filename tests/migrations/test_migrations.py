@@ -26,6 +26,7 @@ TABLES = {
     "memory_chunks",
     "memory_chunk_vectors",
     "memory_chunk_vector_queue",
+    "memory_chunk_text_stats",
     "kv_store",
 }
 
@@ -266,6 +267,7 @@ def test_catalog_has_the_operator_classes_alembic_does_not_compare(
         assert f"USING gin ({column} gin_trgm_ops)" in defs[name]
     assert "ix_memory_chunks_content_fts" not in defs  # 0004: no query used it
     assert "USING gin (breadcrumbs)" in defs["ix_memory_chunks_breadcrumbs"]
+    assert "USING gin (search_tsv)" in defs["ix_memory_chunks_search_tsv"]
     assert "NULLS NOT DISTINCT" in defs["uq_memory_facts_user_id_category_key"]
     assert "WHERE (merged_into IS NULL)" in defs["uq_memory_facts_user_id_category_key"]
     assert "NULLS NOT DISTINCT" in defs["uq_kv_store_user_id_scope_session_id_key"]
@@ -335,3 +337,43 @@ def test_0004_moves_existing_chunk_vectors_into_the_index_table_and_back(
         indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
         assert {"ix_memory_chunks_embedding_hnsw", "ix_memory_chunks_content_fts"} <= indexes
         assert conn.execute("SELECT to_regclass('memory_chunk_vectors')").fetchone() == (None,)
+
+
+def test_0006_indexes_existing_chunks_text_and_counts_them_per_user(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0006 gives chunks written before it their search_tsv and per-user statistics, and its
+    downgrade removes both with the functions and triggers behind them."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0005")
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        for uid, contents in (
+            (alice, ["set QUARTZ_RETRY_LIMIT", "see /etc/x.toml"]),
+            (bob, ["hi"]),
+        ):
+            conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+            for i, content in enumerate(contents):
+                conn.execute(
+                    "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
+                    "start_seq, end_seq, started_at, ended_at) "
+                    "VALUES (%s, 's1', %s, %s, 1, 1, now(), now())",
+                    (uid, content, f"h{i}"),
+                )
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        found = conn.execute(
+            "SELECT content FROM memory_chunks WHERE search_tsv @@ navi_text_tsquery(%s)",
+            ("quartz_retry_limit",),
+        ).fetchall()
+        assert found == [("set QUARTZ_RETRY_LIMIT",)]
+        stats = dict(conn.execute("SELECT user_id, chunks FROM memory_chunk_text_stats").fetchall())
+        assert stats == {alice: 2, bob: 1}
+    dbtools.downgrade(url, "0005")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (3,)
+        assert conn.execute("SELECT to_regclass('memory_chunk_text_stats')").fetchone() == (None,)
+        left = conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname LIKE 'navi\\_%%'"
+        ).fetchone()
+        assert left == (0,)

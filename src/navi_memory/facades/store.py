@@ -98,7 +98,7 @@ class MemoryStore:
         self._settings = settings
         self._embedding = embedding or EmbeddingService(embedder)
         self._facts = FactService()
-        self._chunks = chunks or ChunkService(embedding=self._embedding)
+        self._chunks = chunks or ChunkService.from_settings(settings, embedding=self._embedding)
         self._indexer = indexer or ChunkIndexer(
             sessionmaker,
             batch_size=settings.chunk_index_batch_size,
@@ -451,11 +451,14 @@ class MemoryStore:
         session_id: str | None = None,
         limit: int = 8,
     ) -> list[ChunkHit]:
-        """Vector hits (cosine distance < 0.45) first, then full-text hits up to ``limit``.
+        """The user's chunks best matching ``query``, at most ``limit``.
 
-        Text hits contain any query term in their content or breadcrumbs (case-insensitive),
-        ranked by distinct terms hit, then recency. An empty normalised query returns the most
-        recent chunks. ``session_id`` narrows to one session of the user.
+        CHUNK_TEXT_RANKING=bm25 (default): text hits ranked by BM25 over content and
+        breadcrumbs (idf from the user's own chunks), fused by reciprocal rank with the vector
+        hits closer than CHUNK_MAX_DISTANCE; recency breaks only exact ties. ``terms`` (the
+        spec's): vector hits first, then hits containing any query term, by distinct terms hit,
+        then recency. An empty normalised query returns the most recent chunks. ``session_id``
+        narrows to one session of the user.
         """
         scope = read_scope(user_id)
         query = check_text("query", query, allow_empty=True)

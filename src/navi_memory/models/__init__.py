@@ -1,7 +1,12 @@
 """SQLAlchemy 2.0 typed declarative models, one module per table group."""
 
 from navi_memory.models.base import NAMING_CONVENTION, Base
-from navi_memory.models.chunks import ChunkRow, ChunkVectorQueueRow, ChunkVectorRow
+from navi_memory.models.chunks import (
+    ChunkRow,
+    ChunkTextStatsRow,
+    ChunkVectorQueueRow,
+    ChunkVectorRow,
+)
 from navi_memory.models.facts import FactRow, SessionMemoryStateRow, SummaryRow
 from navi_memory.models.kv import KvRow
 from navi_memory.models.sessions import MessageRow, SessionRow
@@ -11,6 +16,7 @@ __all__ = [
     "NAMING_CONVENTION",
     "Base",
     "ChunkRow",
+    "ChunkTextStatsRow",
     "ChunkVectorQueueRow",
     "ChunkVectorRow",
     "FactRow",

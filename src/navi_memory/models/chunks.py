@@ -8,6 +8,7 @@ from datetime import datetime
 from pgvector.sqlalchemy import HALFVEC, Vector
 from sqlalchemy import (
     BigInteger,
+    Computed,
     DateTime,
     ForeignKey,
     Identity,
@@ -17,7 +18,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from navi_memory.constants import EMBEDDING_DIM
@@ -46,9 +47,15 @@ class ChunkRow(Base):
     )
     embedding: Mapped[list[float] | None] = mapped_column(Vector(EMBEDDING_DIM))
     created_at: Mapped[datetime] = created_at_column()
+    # The text search_chunks ranks (BM25), made by navi_chunk_tsv (revision 0006): the 'simple'
+    # lexemes of content and breadcrumbs, plus every identifier with an underscore kept whole.
+    search_tsv: Mapped[str] = mapped_column(
+        TSVECTOR, Computed("navi_chunk_tsv(content, breadcrumbs)", persisted=True)
+    )
 
     __table_args__ = (
         UniqueConstraint("user_id", "session_id", "content_hash"),
+        Index("ix_memory_chunks_search_tsv", "search_tsv", postgresql_using="gin"),
         Index(
             "ix_memory_chunks_user_id_session_id_ended_at",
             "user_id",
@@ -100,3 +107,17 @@ class ChunkVectorQueueRow(Base):
     user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
 
     __table_args__ = (Index("ix_memory_chunk_vector_queue_user_id", "user_id"),)
+
+
+class ChunkTextStatsRow(Base):
+    """Per user: how many chunks and how many lexemes (summed over chunks) they hold, the N and
+    average length of search_chunks' BM25. Kept in step with every insert and delete of
+    memory_chunks by statement-level triggers (revision 0006), whoever writes."""
+
+    __tablename__ = "memory_chunk_text_stats"
+
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("navi_users.id", ondelete="CASCADE"), primary_key=True
+    )
+    chunks: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    lexemes: Mapped[int] = mapped_column(BigInteger, nullable=False)

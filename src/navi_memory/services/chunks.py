@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,12 @@ from pydantic import ValidationError
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from navi_memory.config import Settings
 from navi_memory.constants import (
+    CHUNK_BM25_B,
+    CHUNK_BM25_K1,
+    CHUNK_FUSION_K,
+    CHUNK_FUSION_VECTOR_WEIGHT,
     CHUNK_INSERT_BATCH,
     CHUNK_MAX_DISTANCE,
     INT32_MAX,
@@ -28,7 +33,7 @@ from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.schemas import ChunkDraft, ChunkHit
 from navi_memory.services.embedding import EmbeddingService
-from navi_memory.services.ranking import hit_fields, rank_hits
+from navi_memory.services.ranking import fuse_hits, hit_fields, rank_hits
 from navi_memory.text import BREADCRUMB_MAX_CHARS
 from navi_memory.validation import check_int, check_text
 
@@ -77,15 +82,32 @@ def checked_draft(chunk: object) -> ChunkDraft:
     return chunk
 
 
-def to_chunk_hit(row: RowMapping, **score: Any) -> ChunkHit:
+def to_chunk_hit(row: RowMapping | Mapping[str, Any], **score: Any) -> ChunkHit:
     return ChunkHit.model_validate(hit_fields(row, score))
 
 
 class ChunkService:
     """Chunk writing and chunk search, on the session or connection each call is given."""
 
-    def __init__(self, *, embedding: EmbeddingService) -> None:
+    def __init__(
+        self,
+        *,
+        embedding: EmbeddingService,
+        text_ranking: str = "bm25",
+        max_distance: float = CHUNK_MAX_DISTANCE,
+    ) -> None:
         self.embedding = embedding
+        self.text_ranking = text_ranking
+        self.max_distance = max_distance
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, embedding: EmbeddingService) -> ChunkService:
+        """The service with CHUNK_TEXT_RANKING and CHUNK_MAX_DISTANCE from ``settings``."""
+        return cls(
+            embedding=embedding,
+            text_ranking=settings.chunk_text_ranking,
+            max_distance=settings.chunk_max_distance,
+        )
 
     @staticmethod
     def one_statement(count: int) -> bool:
@@ -127,14 +149,34 @@ class ChunkService:
         terms: Sequence[str],
         limit: int,
     ) -> list[ChunkHit]:
-        """Vector hits closer than CHUNK_MAX_DISTANCE first, then text hits; no terms: the most
-        recent chunks."""
+        """No terms: the most recent chunks. ``bm25``: the BM25 text list and the vector hits
+        closer than ``max_distance``, fused by reciprocal rank. ``terms`` (the spec's): vector
+        hits closer than ``max_distance`` first, then text hits by distinct terms hit."""
         repo = ChunkRepository(session=conn)
         if not terms:
             recent = await repo.recent(scope, session_id, limit)
             return [to_chunk_hit(row, via="recent") for row in recent]
-        rows = await repo.search(scope, session_id, query_vector, terms, limit, CHUNK_MAX_DISTANCE)
-        return rank_hits(rows, limit, to_chunk_hit, recency="ended_at")
+        if self.text_ranking == "terms":
+            rows = await repo.search(
+                scope, session_id, query_vector, terms, limit, self.max_distance
+            )
+            return rank_hits(rows, limit, to_chunk_hit, recency="ended_at")
+        text = await repo.search_ranked_text(
+            scope, session_id, terms, limit, k1=CHUNK_BM25_K1, b=CHUNK_BM25_B
+        )
+        vector = []
+        if query_vector is not None:
+            nearest = await repo.nearest(scope, session_id, query_vector, limit)
+            vector = [row for row in nearest if row["distance"] < self.max_distance]
+        return fuse_hits(
+            vector,
+            text,
+            limit,
+            to_chunk_hit,
+            recency="ended_at",
+            k=CHUNK_FUSION_K,
+            vector_weight=CHUNK_FUSION_VECTOR_WEIGHT,
+        )
 
     async def latest_summary_at(
         self, session: AsyncSession, scope: uuid.UUID | None, session_id: str

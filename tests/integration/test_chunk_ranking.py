@@ -1,0 +1,248 @@
+"""search_chunks' BM25 text ranking on real PostgreSQL: term weighting, whole identifiers,
+per-user statistics, the index serving the query, and the fusion with the vector list."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from navi_memory import Memory, open_memory
+from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1
+from navi_memory.repositories.chunks import ranked_text_sql
+from navi_memory.schemas import ChunkDraft
+from navi_memory.testing import FakeOllama
+from tests.conftest import make_settings
+from tests.integration.factories import execute, new_user, scalar
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def draft(content: str, seq: int, breadcrumbs: list[str] | None = None) -> ChunkDraft:
+    return ChunkDraft(
+        content=content,
+        content_hash=hashlib.sha256(content.encode()).hexdigest(),
+        start_seq=seq,
+        end_seq=seq,
+        started_at=T0 + timedelta(minutes=seq),
+        ended_at=T0 + timedelta(minutes=seq),
+        breadcrumbs=breadcrumbs or [],
+    )
+
+
+@pytest.fixture
+async def terms_memory(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    async with open_memory(make_settings(db_url, fake_ollama, chunk_text_ranking="terms")) as m:
+        yield m
+
+
+async def test_a_rare_term_outranks_a_common_one_whatever_the_recency(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """A chunk holding the query's rare word beats a newer one holding only its common word."""
+    uid = await new_user(memory)
+    filler = [draft(f"User: coffee again, cup number {i}", i) for i in range(1, 9)]
+    rare = draft("User: the zanzibar trip is booked", 10)
+    newest_common = draft("User: more coffee please", 20)
+    await memory.store.add_chunks([*filler, rare, newest_common], user_id=uid, session_id="s1")
+    fake_ollama.mode = "fail"  # the text path alone
+    hits = await memory.store.search_chunks("coffee zanzibar", user_id=uid)
+    assert hits[0].content_hash == rare.content_hash
+    assert hits[0].via == "text" and hits[0].terms_hit == 1
+    assert hits[1].content_hash == newest_common.content_hash  # then recency among equals
+
+
+async def test_the_spec_ranking_stays_reachable_and_lets_recency_win_that_tie(
+    terms_memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """CHUNK_TEXT_RANKING=terms ranks by distinct terms hit, then recency, as the spec says."""
+    uid = await new_user(terms_memory)
+    common = draft("User: coffee again", 1)
+    rare = draft("User: the zanzibar trip", 2)
+    newest_common = draft("User: more coffee", 3)
+    await terms_memory.store.add_chunks([common, rare, newest_common], user_id=uid, session_id="s")
+    fake_ollama.mode = "fail"
+    hits = await terms_memory.store.search_chunks("coffee zanzibar", user_id=uid)
+    assert [h.content_hash for h in hits] == [
+        newest_common.content_hash,
+        rare.content_hash,
+        common.content_hash,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("query", "wanted"),
+    [
+        ("QUARTZ_RETRY_LIMIT", "identifier"),
+        ("what is quartz_retry_limit set to", "identifier"),
+        ("8098", "number"),
+        ("#4521", "ticket"),
+        ("/etc/x.toml", "path"),
+        ("x.toml", "path"),
+    ],
+)
+async def test_identifiers_numbers_and_paths_are_found_whole(
+    memory: Memory, fake_ollama: FakeOllama, query: str, wanted: str
+) -> None:
+    """Identifiers, numbers, ticket ids and paths (or a path's file name) find their chunk
+    first, ahead of chunks holding only their parts or a longer number."""
+    uid = await new_user(memory)
+    chunks = {
+        "identifier": draft("Assistant: set QUARTZ_RETRY_LIMIT to 5", 1),
+        "parts": draft("User: quartz watches retry the limit; quartz again, limit again", 2),
+        "number": draft("User: the service listens on 8098", 3),
+        "longer": draft("User: 80981 is a zip code", 4),
+        "ticket": draft("User: see ticket #4521 for the crash", 5),
+        "path": draft("User: the config is in", 6, ["/etc/x.toml"]),
+        "other": draft("User: nothing to see at /etc/y.toml", 7),
+    }
+    await memory.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s1")
+    fake_ollama.mode = "fail"
+    hits = await memory.store.search_chunks(query, user_id=uid)
+    assert hits, query
+    assert hits[0].content_hash == chunks[wanted].content_hash
+    if wanted == "number":
+        assert chunks["longer"].content_hash not in {h.content_hash for h in hits}
+
+
+async def test_another_users_chunks_change_neither_idf_nor_results(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Alice's ranking is the same before and after Bob stores many chunks that would flip it
+    if document frequencies were counted over everyone; Bob's chunks never show."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    alpha = draft("User: alpha here", 1)  # alpha: 1 of Alice's 3 chunks
+    beta_new = draft("User: beta here", 3)  # beta: 2 of 3, and the newest
+    beta_old = draft("User: beta there", 2)
+    await memory.store.add_chunks([alpha, beta_new, beta_old], user_id=alice, session_id="a")
+    fake_ollama.mode = "fail"
+    before = await memory.store.search_chunks("alpha beta", user_id=alice)
+    assert before[0].content_hash == alpha.content_hash
+    bobs = [draft(f"User: alpha number {i}", 10 + i) for i in range(40)]
+    await memory.store.add_chunks(bobs, user_id=bob, session_id="b")
+    after = await memory.store.search_chunks("alpha beta", user_id=alice)
+    assert [(h.id, h.terms_hit) for h in after] == [(h.id, h.terms_hit) for h in before]
+    assert {h.user_id for h in after} == {alice}
+    stats = await scalar(
+        memory, "SELECT chunks FROM memory_chunk_text_stats WHERE user_id = :u", u=alice
+    )
+    assert stats == 3
+
+
+async def test_text_statistics_follow_inserts_and_deletes_by_any_writer(memory: Memory) -> None:
+    """The per-user chunk count and lexeme total follow add_chunks, plain SQL deletes and a
+    user's deletion."""
+    uid = await new_user(memory)
+    await memory.store.add_chunks(
+        [draft("User: one two three", 1), draft("User: four", 2)], user_id=uid, session_id="s1"
+    )
+    await memory.store.add_chunks([draft("User: five six", 3)], user_id=uid, session_id="s2")
+    row = "SELECT chunks || '/' || lexemes FROM memory_chunk_text_stats WHERE user_id = :u"
+    lexemes = "SELECT sum(length(search_tsv)) FROM memory_chunks WHERE user_id = :u"
+    assert await scalar(memory, row, u=uid) == f"3/{await scalar(memory, lexemes, u=uid)}"
+    await execute(memory, "DELETE FROM memory_chunks WHERE session_id = 's1'")
+    assert await scalar(memory, row, u=uid) == f"1/{await scalar(memory, lexemes, u=uid)}"
+    await memory.users.delete(uid)
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunk_text_stats") == 0
+
+
+async def test_fusion_keeps_distance_and_terms_hit_and_finds_each_hit_once(
+    memory: Memory,
+) -> None:
+    """With an embedder, a chunk found by both lists is one hit carrying its distance and its
+    terms hit; text-only hits carry no distance."""
+    uid = await new_user(memory)
+    port = draft("User: which port should the API use?\n\nAssistant: we picked port 8099.", 1)
+    berlin = draft("User: I am flying to Berlin next week for the port of Hamburg.", 2)
+    await memory.store.add_chunks([port, berlin], user_id=uid, session_id="s1")
+    hits = await memory.store.search_chunks("which port should the API use", user_id=uid)
+    assert len({h.id for h in hits}) == len(hits) == 2
+    first = hits[0]
+    assert first.content_hash == port.content_hash
+    assert first.via == "vector" and first.distance is not None and first.distance < 0.45
+    assert first.terms_hit >= 2
+    assert all(h.distance is None for h in hits if h.via == "text")
+
+
+async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(
+    memory: Memory,
+) -> None:
+    """EXPLAIN ANALYZE of the BM25 statement for a 20,000-chunk user: candidates come from the
+    GIN index on search_tsv, and only the few chunks holding the rare query term are read."""
+    uid, other = await new_user(memory), await new_user(memory)
+    for owner, count in ((uid, 20_000), (other, 5_000)):
+        await execute(
+            memory,
+            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
+            " end_seq, started_at, ended_at)"
+            # ~1.2 KB of text a chunk, like real chunks: the table is too big to scan cheaply.
+            " SELECT :u, 's' || (g % 50),"
+            "   'User: ' || repeat('talk about weather and lunch ', 40) || g"
+            "   || CASE WHEN g % 5000 = 7 THEN ' glockenspiel' ELSE '' END,"
+            "   md5(g::text), g, g, now(), now()"
+            " FROM generate_series(1, :n) g",
+            u=owner,
+            n=count,
+        )
+    await execute(memory, "ANALYZE memory_chunks")
+    sql = ranked_text_sql(by_user=True, by_session=False)
+    params: dict[str, Any] = {
+        "uid": uid,
+        "query": "glockenspiel",
+        "limit": 8,
+        "k1": CHUNK_BM25_K1,
+        "b": CHUNK_BM25_B,
+    }
+    async with memory.engine.connect() as conn:
+        plan = (
+            await conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params)
+        ).scalar_one()
+        found = (await conn.execute(text(sql), params)).mappings().all()
+    nodes = list(_walk(plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]))
+    chunk_reads = [n for n in nodes if n.get("Relation Name") == "memory_chunks"]
+    assert any(
+        n["Node Type"] == "Bitmap Index Scan" and n["Index Name"] == "ix_memory_chunks_search_tsv"
+        for n in nodes
+    )
+    assert not any(n["Node Type"] == "Seq Scan" for n in chunk_reads)
+    # The user owns 20,000 chunks; four hold the term, and no scan of the table returns more.
+    assert max(n["Actual Rows"] for n in chunk_reads) <= 8
+    assert len(found) == 4 and {r["user_id"] for r in found} == {uid}
+
+
+def _walk(node: dict[str, Any]) -> Any:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _walk(child)
+
+
+async def test_a_query_of_stop_words_only_still_ranks_by_them(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """A query whose every word is a stop word still searches (query_terms keeps them)."""
+    uid = await new_user(memory)
+    chunk = draft("User: to be or not to be", 1)
+    await memory.store.add_chunks([chunk, draft("User: lunch", 2)], user_id=uid, session_id="s")
+    fake_ollama.mode = "fail"
+    hits = await memory.store.search_chunks("to be", user_id=uid)
+    assert [h.content_hash for h in hits] == [chunk.content_hash]
+
+
+async def test_chunk_max_distance_setting_is_the_vector_cut_off(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """CHUNK_MAX_DISTANCE decides which vector hits enter the fusion: near zero, none do."""
+    port = draft("User: which port should the API use?\n\nAssistant: we picked port 8099.", 1)
+    for cut_off, vector_hits in ((0.45, 1), (1e-9, 0)):
+        settings = make_settings(db_url, fake_ollama, chunk_max_distance=cut_off)
+        async with open_memory(settings) as m:
+            uid = await new_user(m)
+            await m.store.add_chunks([port], user_id=uid, session_id="s1")
+            hits = await m.store.search_chunks("which port should the API use", user_id=uid)
+        assert [h.content_hash for h in hits] == [port.content_hash]
+        assert sum(h.via == "vector" for h in hits) == vector_hits
