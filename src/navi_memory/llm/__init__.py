@@ -18,13 +18,19 @@ from navi_memory.llm.chat import (
     ToolSpec,
     message_dicts,
 )
-from navi_memory.llm.embedder import Embedder, OllamaEmbedder, embedding_text_for_fact
+from navi_memory.llm.embedder import (
+    Embedder,
+    OllamaEmbedder,
+    embedder_from_settings,
+    embedding_text_for_fact,
+)
 from navi_memory.llm.guard import (
     GuardedChatModel,
     GuardedEmbedder,
     guard_chat_model,
     guard_embedder,
 )
+from navi_memory.llm.local import LocalEmbedder
 from navi_memory.llm.vectors import storable_vector, storable_vectors
 
 __all__ = [
@@ -36,11 +42,13 @@ __all__ = [
     "Embedder",
     "GuardedChatModel",
     "GuardedEmbedder",
+    "LocalEmbedder",
     "OllamaChatModel",
     "OllamaEmbedder",
     "ToolCall",
     "ToolChatModel",
     "ToolSpec",
+    "embedder_from_settings",
     "embedding_text_for_fact",
     "guard_chat_model",
     "guard_embedder",

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from navi_memory.config import Settings
 
-__all__ = ["Embedder", "OllamaEmbedder", "embedding_text_for_fact"]
+__all__ = ["Embedder", "OllamaEmbedder", "embedder_from_settings", "embedding_text_for_fact"]
 
 
 @runtime_checkable
@@ -151,3 +151,15 @@ class OllamaEmbedder(ClientOwner):
 
     def _error(self, what: str) -> EmbeddingError:
         return EmbeddingError(f"{self._subject()} {what}")
+
+
+def embedder_from_settings(settings: Settings) -> Embedder:
+    """The embedder EMBEDDING_MODEL names: ``local`` or ``local:<directory>`` runs a
+    sentence-transformers model in this process (the ``[local]`` extra, navi_memory.llm.local);
+    any other name is a model of the Ollama server at EMBEDDING_OLLAMA_HOST (or OLLAMA_HOST)."""
+    # Imported here: the local module is only needed, and its extra only checked, when chosen.
+    from navi_memory.llm.local import LocalEmbedder, local_model_of
+
+    if local_model_of(settings.embedding_model) is not None:
+        return LocalEmbedder.from_settings(settings)
+    return OllamaEmbedder.from_settings(settings)
