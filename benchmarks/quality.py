@@ -2,40 +2,56 @@
 
 Each conversation is one user's memory, ingested session by session through the package's own
 write path (build_chunks, the breadcrumbs compression would give, add_chunks). Every question
-(category 5, adversarial, left out) is asked through ``search_chunks`` with no embedder (an
-embedder that always fails, so the text path answers) and a hit is a returned chunk holding an
-evidence turn. Beside it, in the same run and over the same chunks, a plain Okapi BM25 in
-Python (k1 1.5, b 0.75, English stop words) is the baseline.
+(category 5, adversarial, left out) is asked through ``search_chunks(limit=10)`` and a hit is a
+returned chunk holding an evidence turn. Retrievers, all over the same chunks in one run:
 
-The data is read from the shared benchmark folder (``--data``), never copied into the package.
+- the text path of every CHUNK_TEXT_RANKING (an embedder that always fails for the queries);
+- with the ``[local]`` extra installed (all-MiniLM-L6-v2 in this process): the package's
+  default and the spec's ranking with that embedder, exact vector-only rankings of the same
+  vectors (one vector per chunk; and a chunk scored by its best message), and a sweep of the
+  fusion's constant, vector weight and distance cut-off, computed from the same lists;
+- a plain Okapi BM25 in Python (k1 1.5, b 0.75, English stop words), the baseline.
 
-    python -m benchmarks.quality                      # every text ranking the package has
-    python -m benchmarks.quality --ranking terms      # one of them
+Embeddings are cached on disk by content hash (``.bench-data/quality-embeddings.pkl``), so a
+run after the first embeds nothing. The data is read from the shared benchmark folder
+(``--data``), never copied into the package.
+
+    python -m benchmarks.quality                      # everything this install can run
+    python -m benchmarks.quality --ranking terms      # the text path of one ranking only
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import logging
 import math
+import pickle
 import re
 import statistics
 import time
 import uuid
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ROOT, BenchServer, migrate, percentile
 from navi_memory import open_memory
 from navi_memory.config import Settings
-from navi_memory.constants import EMBEDDING_DIM
-from navi_memory.errors import EmbeddingError
+from navi_memory.constants import (
+    CHUNK_FUSION_K,
+    CHUNK_FUSION_VECTOR_WEIGHT,
+    EMBEDDING_DIM,
+)
+from navi_memory.errors import ConfigError, EmbeddingError
+from navi_memory.llm import Embedder
 from navi_memory.schemas import ChunkDraft, Message
 from navi_memory.text.breadcrumbs import extract_breadcrumbs
 from navi_memory.text.chunks import build_chunks, render_message
@@ -90,8 +106,11 @@ class StoredChunk:
     session_id: str
     start_seq: int
     end_seq: int
+    content: str
     text: str
+    """Content and breadcrumbs: what the text rankings see."""
     dia_ids: frozenset[str]
+    messages: tuple[str, ...]
 
 
 @dataclass(slots=True)
@@ -112,8 +131,17 @@ class Tally:
     chars_k2: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
 
-    def add(self, category: int, rank: int | None) -> None:
-        self.ranks[category].append(rank)
+    def record(
+        self,
+        conv: Conversation,
+        category: int,
+        evidence: frozenset[str],
+        found: Sequence[int],
+    ) -> None:
+        """One question's answer: the indices (into ``conv.chunks``) returned, best first."""
+        self.ranks[category].append(first_hit([conv.chunks[i].dia_ids for i in found], evidence))
+        self.chars_k1.append(sum(len(conv.chunks[i].content) for i in found[:1]))
+        self.chars_k2.append(sum(len(conv.chunks[i].content) for i in found[:2]))
 
     def scores(self, categories: Sequence[int]) -> tuple[int, float, float, float]:
         ranks = [r for c in categories for r in self.ranks.get(c, [])]
@@ -224,6 +252,59 @@ class Bm25:
         return [i for _, i in sorted(scores)[:k]]
 
 
+# --- embeddings -----------------------------------------------------------------------------
+
+CACHE = ROOT / ".bench-data" / "quality-embeddings.pkl"
+
+
+class CachedEmbedder:
+    """An embedder behind an on-disk cache keyed by the model and the text's SHA-256: the
+    first run embeds, later runs read. The model treats queries and documents alike."""
+
+    def __init__(self, inner: Embedder, model: str, path: Path = CACHE) -> None:
+        self.inner, self.model, self.path = inner, model, path
+        self.dim = inner.dim
+        self.embedded = 0
+        self._cache: dict[str, bytes] = {}
+        if path.exists():
+            self._cache = pickle.loads(path.read_bytes())
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha256(f"{self.model}\0{text}".encode()).hexdigest()
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        missing = sorted({t for t in texts if self._key(t) not in self._cache})
+        for start in range(0, len(missing), 256):
+            batch = missing[start : start + 256]
+            for text, vector in zip(batch, await self.inner.embed_documents(batch), strict=True):
+                self._cache[self._key(text)] = array("f", vector).tobytes()
+            self.embedded += len(batch)
+        return [list(array("f", self._cache[self._key(t)])) for t in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        (vector,) = await self.embed_documents([text])
+        return vector
+
+    async def aclose(self) -> None:
+        return None
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_bytes(pickle.dumps(self._cache))
+
+
+def local_embedder() -> CachedEmbedder | None:
+    """all-MiniLM-L6-v2 in this process behind the cache; None without the [local] extra."""
+    from navi_memory.llm.local import LocalEmbedder
+
+    try:
+        inner = LocalEmbedder()
+    except ConfigError as exc:
+        print(f"  no local embedder ({exc}): its rows are left out")
+        return None
+    return CachedEmbedder(inner, "all-MiniLM-L6-v2")
+
+
 # --- the run --------------------------------------------------------------------------------
 
 
@@ -234,115 +315,278 @@ def first_hit(found: Sequence[frozenset[str]], evidence: frozenset[str]) -> int 
     return None
 
 
-async def run_package(
-    url: str, conversations: Sequence[Conversation], ranking: str | None, ingest: bool
-) -> Tally:
-    overrides: dict[str, Any] = {"database_url": url, "chunk_index_in_background": False}
-    if ranking is not None:
-        overrides["chunk_text_ranking"] = ranking
-    settings = Settings(**overrides)
-    tally = Tally()
-    async with open_memory(settings, embedder=FailingEmbedder()) as memory:
+@dataclass(slots=True)
+class Lists:
+    """Per question (conversation, question index): the chunk indices a retriever returned."""
+
+    ranked: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+
+
+async def ingest(url: str, conversations: Sequence[Conversation], embedder: Embedder) -> None:
+    settings = Settings(database_url=url, chunk_index_in_background=False)
+    async with open_memory(settings, embedder=embedder) as memory:
         for conv in conversations:
-            if ingest:
-                await memory.users.ensure(conv.user_id)
-                for sid, messages in conv.sessions:
-                    drafts = session_chunks(messages)
-                    await memory.store.add_chunks(drafts, user_id=conv.user_id, session_id=sid)
-                    for d in drafts:
-                        conv.chunks.append(
-                            StoredChunk(
-                                sid,
-                                d.start_seq,
-                                d.end_seq,
-                                d.content + "\n" + "\n".join(d.breadcrumbs),
-                                frozenset(
-                                    conv.dia_by_seq[(sid, s)]
-                                    for s in range(d.start_seq, d.end_seq + 1)
-                                    if (sid, s) in conv.dia_by_seq
-                                ),
-                            )
+            await memory.users.ensure(conv.user_id)
+            for sid, messages in conv.sessions:
+                drafts = session_chunks(messages)
+                await memory.store.add_chunks(drafts, user_id=conv.user_id, session_id=sid)
+                by_seq = {m.seq: m for m in messages}
+                for d in drafts:
+                    seqs = range(d.start_seq, d.end_seq + 1)
+                    conv.chunks.append(
+                        StoredChunk(
+                            sid,
+                            d.start_seq,
+                            d.end_seq,
+                            d.content,
+                            d.content + "\n" + "\n".join(d.breadcrumbs),
+                            frozenset(
+                                conv.dia_by_seq[(sid, s)]
+                                for s in seqs
+                                if (sid, s) in conv.dia_by_seq
+                            ),
+                            tuple(
+                                rendered
+                                for s in seqs
+                                if s in by_seq
+                                and (rendered := render_message(by_seq[s])) is not None
+                            ),
                         )
-            by_key = {(c.session_id, c.start_seq): c for c in conv.chunks}
-            for question, category, evidence in conv.questions:
+                    )
+
+
+async def run_package(
+    url: str,
+    conversations: Sequence[Conversation],
+    ranking: str,
+    embedder: Embedder,
+    lists: Lists | None = None,
+) -> Tally:
+    settings = Settings(
+        database_url=url, chunk_index_in_background=False, chunk_text_ranking=ranking
+    )
+    tally = Tally()
+    async with open_memory(settings, embedder=embedder) as memory:
+        for c, conv in enumerate(conversations):
+            by_key = {(ch.session_id, ch.start_seq): i for i, ch in enumerate(conv.chunks)}
+            for q, (question, category, evidence) in enumerate(conv.questions):
                 started = time.perf_counter()
                 hits = await memory.store.search_chunks(question, user_id=conv.user_id, limit=K)
                 tally.seconds.append(time.perf_counter() - started)
-                found = [by_key[(h.session_id, h.start_seq)].dia_ids for h in hits]
-                tally.add(category, first_hit(found, evidence))
-                tally.chars_k1.append(sum(len(h.content) for h in hits[:1]))
-                tally.chars_k2.append(sum(len(h.content) for h in hits[:2]))
+                found = [by_key[(h.session_id, h.start_seq)] for h in hits]
+                if lists is not None:
+                    lists.ranked[(c, q)] = found
+                tally.record(conv, category, evidence, found)
     return tally
 
 
-def run_bm25(conversations: Sequence[Conversation]) -> Tally:
+def run_python(conversations: Sequence[Conversation], rank: Any) -> Tally:
+    """A retriever computed here: ``rank(c, q)`` gives chunk indices best first."""
     tally = Tally()
-    for conv in conversations:
-        index = Bm25([c.text for c in conv.chunks])
-        for question, category, evidence in conv.questions:
+    for c, conv in enumerate(conversations):
+        for q, (_question, category, evidence) in enumerate(conv.questions):
             started = time.perf_counter()
-            top = index.top(question, K)
+            found = rank(c, q)
             tally.seconds.append(time.perf_counter() - started)
-            tally.add(category, first_hit([conv.chunks[i].dia_ids for i in top], evidence))
-            tally.chars_k1.append(sum(len(conv.chunks[i].text) for i in top[:1]))
-            tally.chars_k2.append(sum(len(conv.chunks[i].text) for i in top[:2]))
+            tally.record(conv, category, evidence, found)
     return tally
+
+
+def bm25_ranker(conversations: Sequence[Conversation]) -> Any:
+    indexes = [Bm25([ch.text for ch in conv.chunks]) for conv in conversations]
+    return lambda c, q: indexes[c].top(conversations[c].questions[q][0], K)
+
+
+@dataclass(slots=True)
+class VectorLists:
+    """Exact cosine distances of every question to every chunk of its user, per granularity."""
+
+    chunk: dict[tuple[int, int], list[tuple[float, int]]] = field(default_factory=dict)
+    message: dict[tuple[int, int], list[tuple[float, int]]] = field(default_factory=dict)
+
+
+async def vector_lists(
+    conversations: Sequence[Conversation], embedder: CachedEmbedder
+) -> VectorLists:
+    """Distances from each question's vector: to each chunk's vector (what the package stores:
+    the chunk's content, cut at the model's 256 tokens) and to each chunk's best message."""
+    np: Any = import_module("numpy")  # comes with the [local] extra
+
+    out = VectorLists()
+    for c, conv in enumerate(conversations):
+        chunk_rows = np.array(await embedder.embed_documents([ch.content for ch in conv.chunks]))
+        owners = [i for i, ch in enumerate(conv.chunks) for _ in ch.messages]
+        message_rows = np.array(
+            await embedder.embed_documents([m for ch in conv.chunks for m in ch.messages])
+        )
+        queries = np.array(await embedder.embed_documents([q for q, _, _ in conv.questions]))
+        by_chunk = 1.0 - queries @ chunk_rows.T  # normalised vectors: cosine distance
+        by_message = 1.0 - queries @ message_rows.T
+        for q in range(len(conv.questions)):
+            out.chunk[(c, q)] = sorted((float(d), i) for i, d in enumerate(by_chunk[q]))
+            best: dict[int, float] = {}
+            for j, d in enumerate(by_message[q]):
+                best[owners[j]] = min(best.get(owners[j], 2.0), float(d))
+            out.message[(c, q)] = sorted((d, i) for i, d in best.items())
+    return out
+
+
+def fuse(
+    text: Sequence[int],
+    vector: Sequence[tuple[float, int]],
+    *,
+    k: float,
+    weight: float,
+    max_distance: float,
+) -> list[int]:
+    """The package's reciprocal-rank fusion (services/ranking.py fuse_hits) over two lists of
+    K: ties go to the newer chunk (a higher index: chunks are stored in time order)."""
+    scores: dict[int, float] = defaultdict(float)
+    for rank, (_d, i) in enumerate([v for v in vector if v[0] < max_distance][:K], start=1):
+        scores[i] += weight / (k + rank)
+    for rank, i in enumerate(text[:K], start=1):
+        scores[i] += 1.0 / (k + rank)
+    return sorted(scores, key=lambda i: (-scores[i], -i))[:K]
+
+
+def sweep(
+    conversations: Sequence[Conversation],
+    text: Lists,
+    vectors: dict[tuple[int, int], list[tuple[float, int]]],
+) -> list[tuple[float, float, float, Tally]]:
+    """Every (k, vector weight, cut-off) of a small grid, scored on the dev split."""
+    results: list[tuple[float, float, float, Tally]] = []
+    for k in (1, 2, 5, 10, 20, 60):
+        for weight in (0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5):
+            for cut in (0.45, 0.5, 0.6, 0.75, 2.0):
+                tally = run_python(
+                    conversations,
+                    lambda c, q, k=k, w=weight, m=cut: fuse(
+                        text.ranked[(c, q)], vectors[(c, q)], k=k, weight=w, max_distance=m
+                    ),
+                )
+                results.append((k, weight, cut, tally))
+    return results
+
+
+# --- the report -----------------------------------------------------------------------------
 
 
 def report(results: dict[str, Tally]) -> str:
     lines = [
-        "| retriever | category | n | hit@1 | hit@5 | MRR@10 |",
+        "| retriever | hit@1 | hit@5 | MRR@10 | chars k=1 / k=2 | query p50 / p95 |",
         "|---|---|---|---|---|---|",
     ]
-    groups = [(name, [c]) for c, name in CATEGORIES.items()] + [("all", list(CATEGORIES))]
     for label, tally in results.items():
-        for group, cats in groups:
-            n, h1, h5, mrr = tally.scores(cats)
-            lines.append(f"| {label} | {group} | {n} | {h1:.3f} | {h5:.3f} | {mrr:.3f} |")
-    lines += [
-        "",
-        "| retriever | chars at k=1 (mean) | chars at k=2 (mean) | query p50 | query p95 |",
-        "|---|---|---|---|---|",
-    ]
-    for label, tally in results.items():
+        _, h1, h5, mrr = tally.scores(list(CATEGORIES))
         lines.append(
-            f"| {label} | {statistics.mean(tally.chars_k1):,.0f} | "
-            f"{statistics.mean(tally.chars_k2):,.0f} | "
-            f"{percentile(tally.seconds, 0.5) * 1000:.1f} ms | "
-            f"{percentile(tally.seconds, 0.95) * 1000:.1f} ms |"
+            f"| {label} | {h1:.3f} | {h5:.3f} | {mrr:.3f} | "
+            f"{statistics.mean(tally.chars_k1):,.0f} / {statistics.mean(tally.chars_k2):,.0f} | "
+            f"{percentile(tally.seconds, 50) * 1000:.2f} / "
+            f"{percentile(tally.seconds, 95) * 1000:.2f} ms |"
+        )
+    lines += ["", "Per category (hit@1 / hit@5 / MRR@10):", ""]
+    lines.append("| retriever | " + " | ".join(f"{n} (n)" for n in CATEGORIES.values()) + " |")
+    lines.append("|---" * (len(CATEGORIES) + 1) + "|")
+    for label, tally in results.items():
+        cells = []
+        for category in CATEGORIES:
+            n, h1, h5, mrr = tally.scores([category])
+            cells.append(f"{h1:.3f} / {h5:.3f} / {mrr:.3f} ({n})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def sweep_report(results: list[tuple[float, float, float, Tally]], top: int = 8) -> str:
+    scored = [(t.scores(list(CATEGORIES)), k, w, m) for k, w, m, t in results]
+    scored.sort(key=lambda r: (-r[0][3], -r[0][1]))
+    lines = [
+        "| fusion k | vector weight | max distance | hit@1 | hit@5 | MRR@10 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (_, h1, h5, mrr), k, w, m in scored[:top]:
+        lines.append(
+            f"| {k:g} | {w:g} | {'none' if m >= 2 else f'{m:g}'} | "
+            f"{h1:.3f} | {h5:.3f} | {mrr:.3f} |"
         )
     return "\n".join(lines)
 
 
-def rankings() -> list[str | None]:
-    """Every text ranking this version of the package offers (None: it has no setting)."""
-    choices = Settings.model_fields.get("chunk_text_ranking")
-    if choices is None:
-        return [None]
+def rankings() -> list[str]:
+    """Every CHUNK_TEXT_RANKING this version of the package offers."""
     return ["bm25", "terms"]
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    # Every search logs the failing embedder once; that is the point here, not news.
+    # Every text-path search logs the failing embedder once; that is the point here, not news.
     logging.getLogger("navi_memory").setLevel(logging.ERROR)
+    started = time.perf_counter()
     conversations, faults = load(args.data)
     asked = sum(len(c.questions) for c in conversations)
     print(f"LoCoMo dev split: {len(conversations)} conversations, {asked} questions asked")
     for what, count in sorted(faults.items()):
         print(f"  {what}: {count}")
+    local = None if args.ranking or args.no_local else local_embedder()
     server = BenchServer()
     try:
         url = await server.create_database("quality")
         await migrate(url)
+        await ingest(url, conversations, local or FailingEmbedder())
+        print(f"  {sum(len(c.chunks) for c in conversations)} chunks stored")
         results: dict[str, Tally] = {}
-        chosen = [args.ranking] if args.ranking else rankings()
-        for i, ranking in enumerate(chosen):
-            label = "search_chunks, text path" + (f" ({ranking})" if ranking else "")
-            results[label] = await run_package(url, conversations, ranking, ingest=i == 0)
-        stored = sum(len(c.chunks) for c in conversations)
-        print(f"  {stored} chunks stored")
-        results["Okapi BM25 (Python, same chunks)"] = run_bm25(conversations)
+        text = Lists()
+        for ranking in [args.ranking] if args.ranking else rankings():
+            results[f"text path, no embedder ({ranking})"] = await run_package(
+                url, conversations, ranking, FailingEmbedder(), text if ranking == "bm25" else None
+            )
+        results["Okapi BM25 in Python, same chunks"] = run_python(
+            conversations, bm25_ranker(conversations)
+        )
+        swept: list[tuple[float, float, float, Tally]] = []
+        swept_messages: list[tuple[float, float, float, Tally]] = []
+        if local is not None:
+            for ranking in rankings():
+                label = "default" if ranking == "bm25" else "the spec's ranking"
+                results[f"MiniLM, {label} ({ranking})"] = await run_package(
+                    url, conversations, ranking, local
+                )
+            vectors = await vector_lists(conversations, local)
+            results["MiniLM vector only, a vector per chunk (exact)"] = run_python(
+                conversations, lambda c, q: [i for _, i in vectors.chunk[(c, q)][:K]]
+            )
+            results["MiniLM vector only, a chunk by its best message (exact)"] = run_python(
+                conversations, lambda c, q: [i for _, i in vectors.message[(c, q)][:K]]
+            )
+            for name, lists in (("per chunk", vectors.chunk), ("best message", vectors.message)):
+                results[
+                    f"bm25 + MiniLM {name}, fused (k {CHUNK_FUSION_K}, w "
+                    f"{CHUNK_FUSION_VECTOR_WEIGHT}, no cut-off)"
+                ] = run_python(
+                    conversations,
+                    lambda c, q, lists=lists: fuse(
+                        text.ranked[(c, q)],
+                        lists[(c, q)],
+                        k=CHUNK_FUSION_K,
+                        weight=CHUNK_FUSION_VECTOR_WEIGHT,
+                        max_distance=2.0,
+                    ),
+                )
+            if text.ranked:
+                swept = sweep(conversations, text, vectors.chunk)
+                swept_messages = sweep(conversations, text, vectors.message)
+            local.save()
+            print(f"  embedded {local.embedded} texts this run (the rest from the cache)")
+        print()
         print(report(results))
+        if swept:
+            print(
+                "\nFusion of the bm25 text list and MiniLM's per-chunk vector list, best by MRR:\n"
+            )
+            print(sweep_report(swept))
+        if swept_messages:
+            print("\nThe same with a chunk scored by its best message, best by MRR:\n")
+            print(sweep_report(swept_messages))
+        print(f"\nMeasured in {time.perf_counter() - started:.0f} s.")
     finally:
         server.stop()
     return 0
@@ -351,7 +595,8 @@ async def main_async(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo_dev.json")
-    parser.add_argument("--ranking", help="only this CHUNK_TEXT_RANKING (default: every one)")
+    parser.add_argument("--ranking", help="only the text path of this CHUNK_TEXT_RANKING")
+    parser.add_argument("--no-local", action="store_true", help="leave the local embedder out")
     return asyncio.run(main_async(parser.parse_args(argv)))
 
 
