@@ -18,7 +18,6 @@ __all__ = [
     "DEFAULT_MESSAGE_MAX_CHARS",
     "build_chunks",
     "elide_middle",
-    "embedding_segments",
     "render_message",
 ]
 
@@ -145,31 +144,3 @@ def build_chunks(
     if current:
         chunks.append(_draft(current))
     return chunks
-
-
-def embedding_segments(content: str, max_chars: int | None) -> list[str]:
-    """A chunk's text in the pieces an embedding model with a short context sees whole.
-
-    A chunk holds messages joined by a blank line. Its messages are packed, in order, into
-    segments of up to ``max_chars`` characters; a message longer than that is cut into
-    ``max_chars`` pieces. ``None`` (a model that reads a whole chunk): the content, whole. The
-    chunk is then scored by its nearest segment, so a model that would see only a chunk's
-    first 256 tokens still finds a message at its end (docs/raw-history.md, "Vectors").
-    """
-    if max_chars is None or len(content) <= max_chars:
-        return [content]
-    if max_chars < 1:
-        raise InvalidInputError(f"segment size must be positive, got {max_chars}")
-    segments: list[str] = []
-    current = ""
-    for part in content.split(_JOIN):
-        pieces = [part[i : i + max_chars] for i in range(0, len(part), max_chars)] or [part]
-        for piece in pieces:
-            if current and len(current) + len(_JOIN) + len(piece) > max_chars:
-                segments.append(current)
-                current = piece
-            else:
-                current = f"{current}{_JOIN}{piece}" if current else piece
-    if current:
-        segments.append(current)
-    return segments

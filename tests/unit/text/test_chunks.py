@@ -7,8 +7,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import Message
@@ -17,7 +15,6 @@ from navi_memory.text.chunks import (
     DEFAULT_MESSAGE_MAX_CHARS,
     build_chunks,
     elide_middle,
-    embedding_segments,
     render_message,
 )
 
@@ -218,44 +215,3 @@ def test_lone_surrogates_are_replaced_so_content_is_valid_utf8() -> None:
 def test_non_positive_sizes_are_refused(max_chars: int, message_max_chars: int) -> None:
     with pytest.raises(InvalidInputError):
         build_chunks([message(1)], max_chars=max_chars, message_max_chars=message_max_chars)
-
-
-# --- embedding_segments ---------------------------------------------------------------------
-
-
-def test_a_model_that_reads_whole_chunks_gets_the_content_whole() -> None:
-    """No segment size, or content within it: one segment, the content itself."""
-    content = "user: a\n\nassistant: b"
-    assert embedding_segments(content, None) == [content]
-    assert embedding_segments(content, len(content)) == [content]
-
-
-def test_messages_pack_into_segments_in_order_and_long_ones_are_cut() -> None:
-    """Messages are packed whole up to the size; one longer than the size is cut in pieces."""
-    messages = ["user: " + "a" * 40, "assistant: " + "b" * 40, "user: " + "c" * 130]
-    segments = embedding_segments("\n\n".join(messages), 100)
-    assert segments[0] == messages[0] + "\n\n" + messages[1]
-    assert "".join(segments[1:]).replace("\n\n", "") == messages[2]
-    assert all(len(s) <= 100 for s in segments)
-
-
-@given(
-    st.lists(st.text(alphabet="ab \n", min_size=1, max_size=60), min_size=1, max_size=8),
-    st.integers(min_value=5, max_value=80),
-)
-def test_segments_never_exceed_the_size_and_keep_every_character_in_order(
-    parts: list[str], size: int
-) -> None:
-    """Every segment fits the size, and the segments hold the content's characters in order
-    (only the blank-line joins between messages may move)."""
-    content = "\n\n".join(parts)
-    segments = embedding_segments(content, size)
-    if len(content) > size:
-        assert all(len(s) <= size for s in segments)
-    assert "".join(segments).replace("\n", "") == content.replace("\n", "")
-
-
-def test_a_segment_size_below_one_is_refused() -> None:
-    """A non-positive size is an input error, not an endless loop."""
-    with pytest.raises(InvalidInputError):
-        embedding_segments("x" * 10, 0)
