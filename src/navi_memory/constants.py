@@ -24,12 +24,15 @@ CHUNK_BM25_K1: Final = 1.5
 CHUNK_BM25_B: Final = 0.75
 """search_chunks' BM25: how much a chunk's length normalises its score (Okapi's usual value)."""
 
-CHUNK_FUSION_K: Final = 60
-"""search_chunks: the reciprocal-rank fusion constant, 1 / (k + rank) per list a hit is in (the
-usual 60; to be tuned on the LoCoMo dev split once make bench-quality has a real embedder)."""
+CHUNK_FUSION_K: Final = 1
+"""search_chunks: the reciprocal-rank fusion constant, w / (k + rank) per list a hit is in.
+Chosen on the LoCoMo dev split with all-MiniLM-L6-v2 (make bench-quality): 1 and 2 led, the
+usual 60 let a weak vector list pull down the text list's first places."""
 
-CHUNK_FUSION_VECTOR_WEIGHT: Final = 1.0
-"""search_chunks: the weight of the vector list in the fusion (the text list's is 1)."""
+CHUNK_FUSION_VECTOR_WEIGHT: Final = 0.3
+"""search_chunks: the weight of the vector list in the fusion (the text list's is 1). Chosen
+on the dev split with the same model: 0.2-0.3 led, 1.0 lost 0.01-0.03 hit@1 to the text path
+alone. A stronger model (nomic-embed-text) was not measurable here; see docs/benchmarks.md."""
 
 MAX_BREADCRUMBS: Final = 40
 """Breadcrumbs attached to the chunks of one compression, most important first."""

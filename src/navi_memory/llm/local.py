@@ -27,7 +27,11 @@ from navi_memory.errors import ConfigError, EmbeddingError
 if TYPE_CHECKING:
     from navi_memory.config import Settings
 
-__all__ = ["LOCAL_MODEL_PREFIX", "LocalEmbedder", "local_model_of"]
+__all__ = [
+    "LOCAL_MODEL_PREFIX",
+    "LocalEmbedder",
+    "local_model_of",
+]
 
 LOCAL_MODEL_PREFIX: Final = "local"
 """EMBEDDING_MODEL=local (the bundled all-MiniLM-L6-v2) or local:<directory>."""
