@@ -13,7 +13,7 @@ The tsvector and its GIN insertion cost about 1.7 ms a 3 KB chunk, five times th
 chunk's write, so neither is on add_chunks' path (the same move 0004 made for HNSW):
 
 - ``memory_chunk_text_queue`` holds the ids of chunks whose text is not indexed yet; add_chunks
-  fills it in the statement that writes the chunks (one btree row a chunk);
+  fills it in the statement that writes the chunks (a row a chunk, no foreign key check);
 - ``memory_chunk_terms`` holds each indexed chunk's tsvector (with its owner, session, end time
   and length, so ranking never reads memory_chunks for a candidate), GIN-indexed; the chunk
   indexer moves queued chunks into it in batches;
@@ -73,14 +73,15 @@ def upgrade() -> None:
                 FROM unnest(tsvector_to_array(navi_text_tsv(body))) l)
         """
     )
+    # No foreign key: its check is a query per row, most of what a queue row costs add_chunks.
+    # Session and user deletes remove their chunks' rows first; a row whose chunk went by
+    # SQL of its own joins nothing, and the indexer drops it.
     op.execute(
         """
         CREATE TABLE memory_chunk_text_queue (
             chunk_id bigint NOT NULL,
             user_id uuid NOT NULL,
-            CONSTRAINT pk_memory_chunk_text_queue PRIMARY KEY (chunk_id),
-            CONSTRAINT fk_memory_chunk_text_queue_chunk_id_memory_chunks FOREIGN KEY (chunk_id)
-                REFERENCES memory_chunks (id) ON DELETE CASCADE
+            CONSTRAINT pk_memory_chunk_text_queue PRIMARY KEY (chunk_id)
         )
         """
     )

@@ -315,6 +315,24 @@ async def test_a_chunk_both_queued_and_indexed_counts_once(manual: Memory) -> No
     assert await stats_match_the_index(manual, uid)
 
 
+async def test_a_queued_chunk_deleted_by_sql_of_its_own_is_ignored_then_dropped(
+    manual: Memory, fake_ollama: FakeOllama
+) -> None:
+    """The text queue has no foreign key: a chunk deleted while queued leaves its queue row,
+    which search does not rank or count and the indexer removes without indexing anything."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts()[:4], user_id=uid, session_id="s1")
+    await execute(manual, "DELETE FROM memory_chunks WHERE content LIKE '%Berlin%'")
+    assert await text_counts(manual) == (4, 0)
+    fake_ollama.mode = "fail"
+    assert await manual.store.search_chunks("berlin office", user_id=uid) == []
+    staging = await bm25(manual, uid, None, "staging database")
+    assert await manual.store.index_pending_chunks() == 3
+    assert await text_counts(manual) == (0, 3)
+    assert await bm25(manual, uid, None, "staging database") == staging
+    assert await stats_match_the_index(manual, uid)
+
+
 async def test_backfill_queues_chunk_text_that_no_index_holds(
     manual: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -108,13 +108,15 @@ class ChunkVectorQueueRow(Base):
 
 
 class ChunkTextQueueRow(Base):
-    """A chunk whose text is not yet in memory_chunk_terms (search ranks it exactly)."""
+    """A chunk whose text is not yet in memory_chunk_terms (search ranks it exactly).
+
+    No foreign key: checking it was most of what a queue row costs add_chunks. Session and
+    user deletes remove their chunks' rows first; a row left by a chunk deleted by SQL of its
+    own joins no chunk, so search ignores it and the indexer drops it."""
 
     __tablename__ = "memory_chunk_text_queue"
 
-    chunk_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("memory_chunks.id", ondelete="CASCADE"), primary_key=True
-    )
+    chunk_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
 
     __table_args__ = (Index("ix_memory_chunk_text_queue_user_id", "user_id"),)
