@@ -194,15 +194,16 @@ async def test_fused_search_gives_the_same_hits_before_and_after_indexing(
     queries = [*QUERIES, NOTES[0].removeprefix("User: ")]  # a whole note: a vector hit
 
     async def hits() -> list[list[tuple[int, str, float | None, int]]]:
-        found = []
+        found: list[list[tuple[int, str, float | None, int]]] = []
         for mode in ("ok", "fail"):
             fake_ollama.mode = mode
             for q in queries:
+                ranked = await manual.store.search_chunks(q, user_id=uid)
                 found.append(
                     [
                         (h.id, h.via, None if h.distance is None else round(h.distance, 6),
                          h.terms_hit)
-                        for h in await manual.store.search_chunks(q, user_id=uid)
+                        for h in ranked
                     ]
                 )  # fmt: skip
         fake_ollama.mode = "ok"
