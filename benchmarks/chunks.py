@@ -78,7 +78,8 @@ SEARCH_P50_TARGET: Final = 0.010
 ADD_RATE_TARGET: Final = 2_000.0
 """The issue's target: add_chunks >= 2,000 chunks/s into the 100k table, embedding excluded."""
 HNSW_INDEX: Final = "ix_memory_chunk_vectors_embedding_hnsw"
-INDEXED_TABLES: Final = ("memory_chunks", "memory_chunk_vectors")
+INDEXED_TABLES: Final = ("memory_chunks", "memory_chunk_vectors", "memory_chunk_terms")
+TEXT_GIN: Final = "ix_memory_chunk_terms_tsv"
 MAINTENANCE_WORK_MEM: Final = "5GB"
 """Enough for the 1M-row halfvec HNSW graph to be built in memory (≈ 2 GiB)."""
 CONCURRENT_CALLERS: Final = 8
@@ -195,7 +196,8 @@ class ChunksSection:
             f"query's is l2_normalize(the target chunk's + noise of norm {TAU}), made on the "
             "server (pgvector arithmetic) from pools of random unit vectors.",
             f"Load (set-up, not measured): generation + COPY into a staging table "
-            f"{load.copy_seconds:.0f} s, INSERT … SELECT with the vectors {load.insert_seconds:.0f}"
+            f"{load.copy_seconds:.0f} s, INSERT … SELECT with the vectors, then of the halfvec "
+            f"copies and the tsvectors {load.insert_seconds:.0f}"
             " s, then the indexes built after the load (maintenance_work_mem "
             f"{MAINTENANCE_WORK_MEM}, "
             "max_parallel_maintenance_workers 1): "
@@ -370,12 +372,19 @@ async def bulk_load(
         "JOIN bench_noise a ON a.id = s.n1 JOIN bench_noise b ON b.id = s.n2 "
         "JOIN bench_noise c ON c.id = s.n3"
     )
-    # What the package's indexer would have moved there: every vector, normalised, as halfvec.
+    # What the package's indexer would have moved there: every vector, normalised, as halfvec,
+    # and every chunk's text as its tsvector (the statistics trigger runs once, for all).
     await conn.execute(
         "INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id, embedding) "
         "SELECT id, user_id, session_id, "
         f"CAST(l2_normalize(embedding) AS halfvec({EMBEDDING_DIM})) "
         "FROM memory_chunks"
+    )
+    ctx.log(f"{tag}: INSERT … SELECT into memory_chunk_terms (tsvectors)")
+    await conn.execute(
+        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv) "
+        "SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM "
+        "(SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c"
     )
     await conn.execute(
         "DROP TABLE bench_stage;"
@@ -394,7 +403,10 @@ async def bulk_load(
     await conn.execute("RESET maintenance_work_mem; RESET max_parallel_maintenance_workers")
     built = time.perf_counter()
     ctx.log(f"{tag}: VACUUM ANALYZE")
-    await conn.execute("VACUUM (ANALYZE) navi_users, memory_chunks, memory_chunk_vectors")
+    await conn.execute(
+        "VACUUM (ANALYZE) navi_users, memory_chunks, memory_chunk_vectors, memory_chunk_terms, "
+        "memory_chunk_text_stats"
+    )
     return LoadTimes(
         copied - started,
         inserted - copied,
@@ -419,6 +431,11 @@ SIZE_PARTS: Final = (
     ),
     ("its HNSW index", f"pg_relation_size('{HNSW_INDEX}')"),
     ("GIN breadcrumbs", "pg_relation_size('ix_memory_chunks_breadcrumbs')"),
+    (
+        "memory_chunk_terms (tsvectors)",
+        f"pg_total_relation_size('memory_chunk_terms') - pg_relation_size('{TEXT_GIN}')",
+    ),
+    ("its GIN index", f"pg_relation_size('{TEXT_GIN}')"),
     ("btree (user, session, ended_at)", f"pg_relation_size('{PER_USER_BTREES[0]}')"),
 )
 """What relation_sizes reports for this section."""
@@ -777,13 +794,29 @@ class ChunksBench:
         return calls
 
     async def _add_round(
-        self, label: str, count: int, batch: Callable[[], int], *, callers: int = 1
+        self,
+        label: str,
+        count: int,
+        batch: Callable[[], int],
+        *,
+        callers: int = 1,
+        vectors: bool = True,
     ) -> Row:
         """add_chunks calls of ``batch()`` chunks, ``callers`` at a time (each caller its own
-        connection, calls one after another), then the indexer timed on the vectors they
-        queued. The rate is chunks over the wall time of the calls, embedding excluded."""
+        connection, calls one after another), then the indexer timed on the chunks they
+        queued (text and vectors). The rate is chunks over the wall time of the calls,
+        embedding excluded. ``vectors=False``: the embedder is down, the chunks land without
+        vectors and the indexer indexes their text alone."""
         calls = await self._make_calls(count, batch)
         self.log(f"add_chunks: {label}, {count:,} chunks in {len(calls)} calls")
+        self.lookup.failing = not vectors
+        try:
+            with quiet_embedding_failures():
+                return await self._add_calls(label, calls, callers)
+        finally:
+            self.lookup.failing = False
+
+    async def _add_calls(self, label: str, calls: Sequence[AddCall], callers: int) -> Row:
         warmup = min(ADD_WARMUP_CALLS, len(calls) // 5)
         for call in calls[:warmup]:
             await self.memory.store.add_chunks(
@@ -821,6 +854,11 @@ class ChunksBench:
         self.last_rate = chunks / seconds
         indent = "  " if label.startswith(" ") else ""
         who = f"{callers} callers at once" if callers > 1 else "one caller"
+        what = (
+            "text into the GIN index, vectors into the HNSW index"
+            if not self.lookup.failing
+            else "text into the GIN index; no vectors"
+        )
         return Row(
             f"{indent}add_chunks, {label.strip()}",
             fmt_rate(chunks / seconds),
@@ -829,8 +867,8 @@ class ChunksBench:
             f"per call p50 {fmt_ms(percentile(per_call, 50))} ms, p95 "
             f"{fmt_ms(percentile(per_call, 95))} ms"
             + (f"; SQL {sql / seconds:.0%} of the time" if callers == 1 else "")
-            + f". Then the indexer moved the {fmt_count(indexed)} queued vectors into the "
-            f"HNSW index at {fmt_rate(indexed / index_seconds)} chunks/s "
+            + f". Then the indexer indexed the {fmt_count(indexed)} queued chunks ({what}) "
+            f"at {fmt_rate(indexed / index_seconds)} chunks/s "
             f"(batches of {self.memory.settings.chunk_index_batch_size}); both together: "
             f"{fmt_rate(chunks / (seconds + index_seconds))} chunks/s",
         )
@@ -864,6 +902,14 @@ class ChunksBench:
                 n,
                 small,
                 callers=CONCURRENT_CALLERS,
+            )
+        )
+        rows.append(
+            await self._add_round(
+                "all indexes, 1–8 chunks a call, no vectors (embedder down)",
+                n,
+                small,
+                vectors=False,
             )
         )
         if not self.ctx.large:

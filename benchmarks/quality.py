@@ -353,6 +353,9 @@ async def ingest(url: str, conversations: Sequence[Conversation], embedder: Embe
                             ),
                         )
                     )
+        # Indexed, as the background indexer would have done by the time anyone asks: queued
+        # chunks rank the same but cost their tsvector on every query.
+        await memory.store.index_pending_chunks()
 
 
 async def run_package(

@@ -1,23 +1,30 @@
-"""Chunk text is ranked BM25-style, served by an index: search_tsv, its GIN index, and per-user
-text statistics.
+"""Chunk text is ranked BM25-style, served by a GIN index kept off the write path:
+memory_chunk_terms, its queue, and per-user text statistics.
 
-``memory_chunks.search_tsv`` is a stored generated column, ``navi_chunk_tsv(content,
-breadcrumbs)``: the 'simple' lexemes of content and breadcrumbs (lower-cased, no stemming, stop
-words kept in the document and dropped from queries), read with "_" as "-" (so
-``QUARTZ_RETRY_LIMIT`` is the one lexeme ``quartz-retry-limit`` beside its parts) and "/" as a
-space (so ``x.toml`` finds ``/etc/x.toml``, and the path is found by all its segments); hosts,
-versions and numbers the parser keeps whole itself. A regular expression for identifiers cost
-as much again as the tsvector (about 0.6 ms a 2.8 KB chunk here); translate() costs nothing.
-A GIN index on it finds a query's candidates, so a big user's search reads the chunks holding
-a query lexeme, not all of the user's chunks.
+``navi_chunk_tsv(content, breadcrumbs)`` makes a chunk's searchable text: the 'simple' lexemes
+of content and breadcrumbs (lower-cased, no stemming, stop words kept in the document and
+dropped from queries), read with "_" as "-" (so ``QUARTZ_RETRY_LIMIT`` is the one lexeme
+``quartz-retry-limit`` beside its parts) and "/" as a space (so ``x.toml`` finds
+``/etc/x.toml``, and the path is found by all its segments); hosts, versions and numbers the
+parser keeps whole itself. A regular expression for identifiers cost as much again as the
+tsvector (about 0.6 ms a 2.8 KB chunk here); translate() costs nothing.
 
-``memory_chunk_text_stats`` holds per user the number of chunks and the lexemes they hold (the
-BM25 N and average length). Statement-level triggers keep it in step with every insert and
-delete of memory_chunks, whoever writes them (one upsert per statement, not per chunk).
+The tsvector and its GIN insertion cost about 1.7 ms a 3 KB chunk, five times the rest of a
+chunk's write, so neither is on add_chunks' path (the same move 0004 made for HNSW):
 
-Adding the column computes it for every existing chunk (a table rewrite: about 0.5 ms a
-2.8 KB chunk here).
-See docs/raw-history.md, "Raw chunks".
+- ``memory_chunk_text_queue`` holds the ids of chunks whose text is not indexed yet; add_chunks
+  fills it in the statement that writes the chunks (a row a chunk, no foreign key check);
+- ``memory_chunk_terms`` holds each indexed chunk's tsvector (with its owner, session, end time
+  and length, so ranking never reads memory_chunks for a candidate), GIN-indexed; the chunk
+  indexer moves queued chunks into it in batches;
+- ``memory_chunk_text_stats`` holds per user the number of indexed chunks and the lexemes they
+  hold (the BM25 N and average length). Statement-level triggers on memory_chunk_terms keep it
+  in step with every insert and delete (cascades from memory_chunks included), whoever writes.
+
+Search ranks the GIN candidates and, exactly, the user's queued chunks (their tsvectors made on
+the fly, their counts added to the statistics), so scores never depend on how far the indexer
+got. Existing chunks are indexed here, the GIN index built after the copy (faster than row by
+row). See docs/raw-history.md, "Text index".
 
 Revision ID: 0006
 Revises: 0005
@@ -66,11 +73,53 @@ def upgrade() -> None:
                 FROM unnest(tsvector_to_array(navi_text_tsv(body))) l)
         """
     )
+    # No foreign key: its check is a query per row, most of what a queue row costs add_chunks.
+    # Session and user deletes remove their chunks' rows first; a row whose chunk went by
+    # SQL of its own joins nothing, and the indexer drops it.
     op.execute(
-        "ALTER TABLE memory_chunks ADD COLUMN search_tsv tsvector "
-        "GENERATED ALWAYS AS (navi_chunk_tsv(content, breadcrumbs)) STORED"
+        """
+        CREATE TABLE memory_chunk_text_queue (
+            chunk_id bigint NOT NULL,
+            user_id uuid NOT NULL,
+            CONSTRAINT pk_memory_chunk_text_queue PRIMARY KEY (chunk_id)
+        )
+        """
     )
-    op.execute("CREATE INDEX ix_memory_chunks_search_tsv ON memory_chunks USING gin (search_tsv)")
+    op.execute(
+        "CREATE INDEX ix_memory_chunk_text_queue_user_id ON memory_chunk_text_queue (user_id)"
+    )
+    op.execute(
+        """
+        CREATE TABLE memory_chunk_terms (
+            chunk_id bigint NOT NULL,
+            user_id uuid NOT NULL,
+            session_id text NOT NULL,
+            ended_at timestamptz NOT NULL,
+            lexemes integer NOT NULL,
+            tsv tsvector NOT NULL,
+            CONSTRAINT pk_memory_chunk_terms PRIMARY KEY (chunk_id),
+            CONSTRAINT fk_memory_chunk_terms_chunk_id_memory_chunks FOREIGN KEY (chunk_id)
+                REFERENCES memory_chunks (id) ON DELETE CASCADE
+        )
+        """
+    )
+    op.execute(
+        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv) "
+        "SELECT id, user_id, session_id, ended_at, length(tsv), tsv "
+        "FROM (SELECT id, user_id, session_id, ended_at, "
+        "             navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c"
+    )
+    op.execute(
+        "CREATE INDEX ix_memory_chunk_terms_user_id_session_id "
+        "ON memory_chunk_terms (user_id, session_id)"
+    )
+    # A short pending list (fastupdate's buffer of unmerged entries, 4 MB by default): every
+    # search scans all of it, and at 4 MB that cost more than the index saved (the planner
+    # then read the whole table instead). Merging 128 kB at a time indexes as fast here.
+    op.execute(
+        "CREATE INDEX ix_memory_chunk_terms_tsv ON memory_chunk_terms USING gin (tsv) "
+        "WITH (gin_pending_list_limit = 128)"
+    )
     op.execute(
         """
         CREATE TABLE memory_chunk_text_stats (
@@ -85,27 +134,31 @@ def upgrade() -> None:
     )
     op.execute(
         "INSERT INTO memory_chunk_text_stats (user_id, chunks, lexemes) "
-        "SELECT user_id, count(*), sum(length(search_tsv)) FROM memory_chunks GROUP BY user_id"
+        "SELECT user_id, count(*), sum(lexemes) FROM memory_chunk_terms GROUP BY user_id"
     )
+    # Users in a fixed order: two indexers adding the same users' chunks lock their rows in
+    # the same order, so they queue behind each other instead of deadlocking.
     op.execute(
         """
         CREATE FUNCTION navi_chunk_text_stats_added() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             INSERT INTO memory_chunk_text_stats AS s (user_id, chunks, lexemes)
-            SELECT user_id, count(*), sum(length(search_tsv)) FROM added GROUP BY user_id
+            SELECT user_id, count(*), sum(lexemes) FROM added GROUP BY user_id ORDER BY user_id
             ON CONFLICT (user_id) DO UPDATE
                 SET chunks = s.chunks + EXCLUDED.chunks, lexemes = s.lexemes + EXCLUDED.lexemes;
             RETURN NULL;
         END $$
         """
     )
+    # An UPDATE, never an upsert: a user's deletion removes their row by its own cascade, and
+    # the cascade through their chunks must not bring it back.
     op.execute(
         """
         CREATE FUNCTION navi_chunk_text_stats_removed() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             UPDATE memory_chunk_text_stats s
             SET chunks = s.chunks - r.chunks, lexemes = s.lexemes - r.lexemes
-            FROM (SELECT user_id, count(*) AS chunks, sum(length(search_tsv)) AS lexemes
+            FROM (SELECT user_id, count(*) AS chunks, sum(lexemes) AS lexemes
                   FROM removed GROUP BY user_id) r
             WHERE s.user_id = r.user_id;
             RETURN NULL;
@@ -113,25 +166,23 @@ def upgrade() -> None:
         """
     )
     op.execute(
-        "CREATE TRIGGER memory_chunks_text_stats_added AFTER INSERT ON memory_chunks "
+        "CREATE TRIGGER memory_chunk_terms_stats_added AFTER INSERT ON memory_chunk_terms "
         "REFERENCING NEW TABLE AS added FOR EACH STATEMENT "
         "EXECUTE FUNCTION navi_chunk_text_stats_added()"
     )
     op.execute(
-        "CREATE TRIGGER memory_chunks_text_stats_removed AFTER DELETE ON memory_chunks "
+        "CREATE TRIGGER memory_chunk_terms_stats_removed AFTER DELETE ON memory_chunk_terms "
         "REFERENCING OLD TABLE AS removed FOR EACH STATEMENT "
         "EXECUTE FUNCTION navi_chunk_text_stats_removed()"
     )
 
 
 def downgrade() -> None:
-    op.execute("DROP TRIGGER memory_chunks_text_stats_removed ON memory_chunks")
-    op.execute("DROP TRIGGER memory_chunks_text_stats_added ON memory_chunks")
+    op.execute("DROP TABLE memory_chunk_text_stats")
+    op.execute("DROP TABLE memory_chunk_terms")
+    op.execute("DROP TABLE memory_chunk_text_queue")
     op.execute("DROP FUNCTION navi_chunk_text_stats_removed()")
     op.execute("DROP FUNCTION navi_chunk_text_stats_added()")
-    op.execute("DROP TABLE memory_chunk_text_stats")
-    op.execute("DROP INDEX ix_memory_chunks_search_tsv")
-    op.execute("ALTER TABLE memory_chunks DROP COLUMN search_tsv")
     op.execute("DROP FUNCTION navi_chunk_tsv(text, text[])")
     op.execute("DROP FUNCTION navi_text_tsquery(text)")
     op.execute("DROP FUNCTION navi_text_tsv(text)")

@@ -50,6 +50,7 @@ from navi_memory.services.chunks import ChunkService
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.extraction import ExtractionService
 from navi_memory.services.facts import FactService
+from navi_memory.services.search import UnifiedSearchService
 from navi_memory.tools import MemoryTools, memory_tools
 
 __all__ = ["Memory", "open_memory"]
@@ -173,7 +174,10 @@ async def open_memory(
             indexer=indexer,
         )
         kv = KvStore(sessionmaker=sessionmaker)
-        search = UnifiedMemorySearch(sessionmaker=sessionmaker, embedding=embedding)
+        unified = UnifiedSearchService.from_settings(settings)
+        search = UnifiedMemorySearch(
+            sessionmaker=sessionmaker, embedding=embedding, service=unified
+        )
         memory = Memory(
             settings=settings,
             engine=engine,
@@ -195,7 +199,7 @@ async def open_memory(
             extractor=Extractor(sweep=sweep, background=background),
             search=search,
             context=ContextBuilder(
-                sessionmaker=sessionmaker, settings=settings, embedding=embedding
+                sessionmaker=sessionmaker, settings=settings, embedding=embedding, search=unified
             ),
             tools=memory_tools(store=store, search=search, kv=kv),
             admin=Admin(sessionmaker=sessionmaker, indexer=indexer),

@@ -1,4 +1,5 @@
-"""The chunk vector index off the write path: queue, indexer, and search over both tables."""
+"""The chunk vector index off the write path: queue, indexer, and search over both tables (the
+text index: test_chunk_text_index.py)."""
 
 from __future__ import annotations
 
@@ -249,10 +250,13 @@ async def test_a_background_indexer_that_keeps_failing_gives_up_and_says_so(
     assert await memory.store.index_pending_chunks() == 8
 
 
+@pytest.mark.parametrize("slow", ["memory_chunk_terms", "memory_chunk_vectors"])
 @pytest.mark.parametrize("delete", ["session", "user"])
 async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
-    db_url: str, fake_ollama: FakeOllama, delete: str
+    db_url: str, fake_ollama: FakeOllama, delete: str, slow: str
 ) -> None:
+    """A session or user delete that arrives while the indexer is inserting a batch of text
+    (or vectors) waits for it, and then deletes everything; nobody deadlocks."""
     settings = make_settings(
         db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=40
     )
@@ -260,7 +264,7 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
         uid = await new_user(memory)
         session = await memory.sessions.create(user_id=uid)
         await memory.store.add_chunks(drafts("d", 40), user_id=uid, session_id=session.id)
-        # Each vector the indexer inserts takes 20 ms, as a slow HNSW insertion would: the
+        # Each row the indexer inserts takes 20 ms, as a slow GIN or HNSW insertion would: the
         # delete arrives while the indexer holds the queue rows and has not reached the
         # foreign key check on the chunks yet.
         async with memory.engine.begin() as conn:
@@ -272,7 +276,7 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
             )
             await conn.execute(
                 text(
-                    "CREATE TRIGGER slow BEFORE INSERT ON memory_chunk_vectors "
+                    f"CREATE TRIGGER slow BEFORE INSERT ON {slow} "
                     "FOR EACH ROW EXECUTE FUNCTION slow()"
                 )
             )
@@ -285,6 +289,13 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
         await indexing
         assert await counts(memory) == (0, 0)
         assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
+        left = await scalar(
+            memory,
+            "SELECT (SELECT count(*) FROM memory_chunk_terms)"
+            " + (SELECT count(*) FROM memory_chunk_text_queue)"
+            " + (SELECT coalesce(sum(chunks), 0) FROM memory_chunk_text_stats)",
+        )
+        assert left == 0
 
 
 async def test_backfilled_chunk_vectors_are_queued_then_indexed(
@@ -304,6 +315,8 @@ async def test_backfilled_chunk_vectors_are_queued_then_indexed(
 
 
 async def test_backfill_queues_chunk_vectors_that_no_index_holds(manual: Memory) -> None:
+    """A chunk with a vector written by SQL of its own is found once backfill has queued its
+    text and vector."""
     uid = await new_user(manual)
     await manual.store.add_chunks(drafts("kept"), user_id=uid, session_id="s1")
     await manual.store.index_pending_chunks()
@@ -317,7 +330,7 @@ async def test_backfill_queues_chunk_vectors_that_no_index_holds(manual: Memory)
         "embedding FROM memory_chunks WHERE content LIKE '%note 4:%'",
     )
     hits = await manual.store.search_chunks(TOPICS[4], user_id=uid, session_id="s2")
-    assert [h.via for h in hits] == ["text"]  # not in the vector pass yet
+    assert hits == []  # in neither index nor queue, text or vector: no pass sees it yet
     assert await manual.store.backfill_embeddings() == 0  # nothing lacked a vector
     assert await counts(manual) == (1, 8)
     assert await manual.store.index_pending_chunks() == 1

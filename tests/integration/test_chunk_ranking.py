@@ -128,6 +128,10 @@ async def test_another_users_chunks_change_neither_idf_nor_results(
     after = await memory.store.search_chunks("alpha beta", user_id=alice)
     assert [(h.id, h.terms_hit) for h in after] == [(h.id, h.terms_hit) for h in before]
     assert {h.user_id for h in after} == {alice}
+    await memory.store.wait_chunk_indexing()
+    assert [(h.id, h.terms_hit) for h in after] == [
+        (h.id, h.terms_hit) for h in await memory.store.search_chunks("alpha beta", user_id=alice)
+    ]
     stats = await scalar(
         memory, "SELECT chunks FROM memory_chunk_text_stats WHERE user_id = :u", u=alice
     )
@@ -135,15 +139,19 @@ async def test_another_users_chunks_change_neither_idf_nor_results(
 
 
 async def test_text_statistics_follow_inserts_and_deletes_by_any_writer(memory: Memory) -> None:
-    """The per-user chunk count and lexeme total follow add_chunks, plain SQL deletes and a
-    user's deletion."""
+    """The per-user chunk count and lexeme total follow the indexer, plain SQL deletes of
+    memory_chunks (through the cascade) and a user's deletion."""
     uid = await new_user(memory)
     await memory.store.add_chunks(
         [draft("User: one two three", 1), draft("User: four", 2)], user_id=uid, session_id="s1"
     )
     await memory.store.add_chunks([draft("User: five six", 3)], user_id=uid, session_id="s2")
+    await memory.store.wait_chunk_indexing()
     row = "SELECT chunks || '/' || lexemes FROM memory_chunk_text_stats WHERE user_id = :u"
-    lexemes = "SELECT sum(length(search_tsv)) FROM memory_chunks WHERE user_id = :u"
+    lexemes = (
+        "SELECT sum(length(navi_chunk_tsv(content, breadcrumbs))) FROM memory_chunks "
+        "WHERE user_id = :u"
+    )
     assert await scalar(memory, row, u=uid) == f"3/{await scalar(memory, lexemes, u=uid)}"
     await execute(memory, "DELETE FROM memory_chunks WHERE session_id = 's1'")
     assert await scalar(memory, row, u=uid) == f"1/{await scalar(memory, lexemes, u=uid)}"
@@ -173,7 +181,8 @@ async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(
     memory: Memory,
 ) -> None:
     """EXPLAIN ANALYZE of the BM25 statement for a 20,000-chunk user: candidates come from the
-    GIN index on search_tsv, and only the few chunks holding the rare query term are read."""
+    GIN index on memory_chunk_terms, and only the few chunks holding the rare query term are
+    read, of either table."""
     uid, other = await new_user(memory), await new_user(memory)
     for owner, count in ((uid, 20_000), (other, 5_000)):
         await execute(
@@ -189,11 +198,19 @@ async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(
             u=owner,
             n=count,
         )
-    await execute(memory, "ANALYZE memory_chunks")
+    # What the indexer would have made of them, in one statement.
+    await execute(
+        memory,
+        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv)"
+        " SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
+        " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c",
+    )
+    await execute(memory, "ANALYZE memory_chunks, memory_chunk_terms")
     sql = ranked_text_sql(by_user=True, by_session=False)
     params: dict[str, Any] = {
         "uid": uid,
         "query": "glockenspiel",
+        "terms": ["glockenspiel"],
         "limit": 8,
         "k1": CHUNK_BM25_K1,
         "b": CHUNK_BM25_B,
@@ -204,13 +221,16 @@ async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(
         ).scalar_one()
         found = (await conn.execute(text(sql), params)).mappings().all()
     nodes = list(_walk(plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]))
-    chunk_reads = [n for n in nodes if n.get("Relation Name") == "memory_chunks"]
+    chunk_reads = [
+        n for n in nodes if n.get("Relation Name") in ("memory_chunks", "memory_chunk_terms")
+    ]
     assert any(
-        n["Node Type"] == "Bitmap Index Scan" and n["Index Name"] == "ix_memory_chunks_search_tsv"
+        n["Node Type"] == "Bitmap Index Scan" and n["Index Name"] == "ix_memory_chunk_terms_tsv"
         for n in nodes
     )
     assert not any(n["Node Type"] == "Seq Scan" for n in chunk_reads)
-    # The user owns 20,000 chunks; four hold the term, and no scan of the table returns more.
+    # The user owns 20,000 chunks; four hold the term, and no scan of either table returns
+    # more.
     assert max(n["Actual Rows"] for n in chunk_reads) <= 8
     assert len(found) == 4 and {r["user_id"] for r in found} == {uid}
 

@@ -24,11 +24,13 @@ from navi_memory import (
     PermissionDeniedError,
     StorageError,
     format_hits,
+    open_memory,
     request_context,
 )
 from navi_memory.constants import SKETCH_SCOPE
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
+from tests.conftest import make_settings
 from tests.integration.factories import execute, new_session_row, new_user, scalar
 
 T0 = datetime(2026, 11, 6, 18, 41, tzinfo=UTC)
@@ -150,6 +152,66 @@ async def test_raw_hits_rank_by_relevance_and_sketches_of_the_current_session_fi
     assert [h.start_seq for h in raw] == [5, 1]
     assert [h.terms_hit for h in raw] == [2, 1] and [h.score for h in raw] == [2.0, 1.0]
     assert [h.key for h in hits if h.source_type == "sketch"] == ["b", "a"]
+
+
+async def test_raw_hits_rank_by_bm25_as_search_chunks_does(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Raw excerpts come in search_chunks' order: a chunk holding the query's rare word beats
+    newer ones holding only its common word; terms_hit counts query terms held whole (an
+    identifier once, not as its parts), and the score of a text hit is that count."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    filler = [
+        draft(f"User: coffee again, cup {i}", start_seq=i, ended_at=T0 + timedelta(minutes=i))
+        for i in range(10, 16)
+    ]
+    rare = draft("Assistant: set QUARTZ_RETRY_LIMIT before the coffee", start_seq=1)
+    parts = draft(
+        "User: quartz clocks retry at the limit",
+        start_seq=2,
+        ended_at=T0 + timedelta(hours=1),
+    )
+    await memory.store.add_chunks([*filler, rare, parts], user_id=uid, session_id=sid)
+    fake_ollama.mode = "fail"
+    hits = await memory.search.search("coffee QUARTZ_RETRY_LIMIT", "raw", user_id=uid, k=8)
+    by_chunk = await memory.store.search_chunks("coffee QUARTZ_RETRY_LIMIT", user_id=uid)
+    assert [h.chunk_id for h in hits] == [h.id for h in by_chunk]
+    assert hits[0].text == rare.content and hits[0].terms_hit == 2 and hits[0].score == 2.0
+    [partial] = [h for h in hits if h.text == parts.content]
+    assert partial.via == "text" and partial.terms_hit == 0
+
+
+async def test_the_spec_ranking_of_raw_hits_stays_reachable(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """With CHUNK_TEXT_RANKING=terms, raw excerpts rank by distinct terms hit (substrings),
+    then recency, as the spec says."""
+    async with open_memory(make_settings(db_url, fake_ollama, chunk_text_ranking="terms")) as m:
+        uid = await new_user(m)
+        common = draft("User: coffee again", start_seq=1)
+        rare = draft("User: the zanzibar trip", start_seq=2, ended_at=T0 + timedelta(hours=1))
+        newest = draft("User: more coffee", start_seq=3, ended_at=T0 + timedelta(hours=2))
+        await m.store.add_chunks([common, rare, newest], user_id=uid, session_id="s")
+        fake_ollama.mode = "fail"
+        hits = await m.search.search("coffee zanzibar", "raw", user_id=uid)
+    assert [h.text for h in hits] == [newest.content, rare.content, common.content]
+    assert [h.terms_hit for h in hits] == [1, 1, 1]
+
+
+async def test_a_raw_hit_of_both_lists_keeps_distance_and_terms_hit(memory: Memory) -> None:
+    """With an embedder, an excerpt found by the vector and the BM25 list is one hit, via
+    "vector", carrying its distance (the score 1 - distance) and the terms it holds."""
+    uid = await new_user(memory)
+    port = draft("User: which port should the API use?\n\nAssistant: we picked port 8099.")
+    other = draft("User: I am flying to Berlin next week.", start_seq=3)
+    await memory.store.add_chunks([port, other], user_id=uid, session_id="s1")
+    hits = await memory.search.search("which port should the API use", "raw", user_id=uid)
+    assert len({h.chunk_id for h in hits}) == len(hits)
+    first = hits[0]
+    assert first.text == port.content and first.via == "vector"
+    assert first.distance is not None and first.score == pytest.approx(1 - first.distance)
+    assert first.terms_hit >= 2
 
 
 async def test_an_unknown_scope_is_all_and_shows_as_all(memory: Memory) -> None:
@@ -420,9 +482,10 @@ async def test_a_summary_of_another_users_session_id_is_no_boundary(memory: Memo
     await add_summary(memory, sid, T0 + timedelta(days=1))
     await execute(
         memory,
-        "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq, "
-        "end_seq, started_at, ended_at, breadcrumbs) "
-        "VALUES (:u, :s, 'User: zebra', 'h', 1, 2, :t, :t, '{}')",
+        "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
+        "start_seq, end_seq, started_at, ended_at, breadcrumbs) "
+        "VALUES (:u, :s, 'User: zebra', 'h', 1, 2, :t, :t, '{}') RETURNING id, user_id) "
+        "INSERT INTO memory_chunk_text_queue (chunk_id, user_id) SELECT id, user_id FROM c",
         u=alice,
         s=sid,
         t=T0,

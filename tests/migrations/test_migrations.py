@@ -27,6 +27,8 @@ TABLES = {
     "memory_chunk_vectors",
     "memory_chunk_vector_queue",
     "memory_chunk_text_stats",
+    "memory_chunk_text_queue",
+    "memory_chunk_terms",
     "kv_store",
 }
 
@@ -267,7 +269,11 @@ def test_catalog_has_the_operator_classes_alembic_does_not_compare(
         assert f"USING gin ({column} gin_trgm_ops)" in defs[name]
     assert "ix_memory_chunks_content_fts" not in defs  # 0004: no query used it
     assert "USING gin (breadcrumbs)" in defs["ix_memory_chunks_breadcrumbs"]
-    assert "USING gin (search_tsv)" in defs["ix_memory_chunks_search_tsv"]
+    # Chunk text is GIN-indexed in memory_chunk_terms only, off add_chunks' write path.
+    assert (
+        "USING gin (tsv) WITH (gin_pending_list_limit='128')" in defs["ix_memory_chunk_terms_tsv"]
+    )
+    assert not any("search_tsv" in d or "tsvector" in d for d in defs.values())
     assert "NULLS NOT DISTINCT" in defs["uq_memory_facts_user_id_category_key"]
     assert "WHERE (merged_into IS NULL)" in defs["uq_memory_facts_user_id_category_key"]
     assert "NULLS NOT DISTINCT" in defs["uq_kv_store_user_id_scope_session_id_key"]
@@ -342,8 +348,9 @@ def test_0004_moves_existing_chunk_vectors_into_the_index_table_and_back(
 def test_0006_indexes_existing_chunks_text_and_counts_them_per_user(
     pg_server: dbtools.EmbeddedServer, scratch_db: str
 ) -> None:
-    """0006 gives chunks written before it their search_tsv and per-user statistics, and its
-    downgrade removes both with the functions and triggers behind them."""
+    """0006 indexes the text of chunks written before it (memory_chunk_terms, GIN) with
+    per-user statistics, queues nothing, and leaves the write path free of text work; its
+    downgrade removes the tables, functions and triggers behind them."""
     url = pg_server.url(scratch_db)
     dbtools.upgrade(url, "0005")
     alice, bob = uuid.uuid4(), uuid.uuid4()
@@ -356,23 +363,52 @@ def test_0006_indexes_existing_chunks_text_and_counts_them_per_user(
             for i, content in enumerate(contents):
                 conn.execute(
                     "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
-                    "start_seq, end_seq, started_at, ended_at) "
-                    "VALUES (%s, 's1', %s, %s, 1, 1, now(), now())",
+                    "start_seq, end_seq, started_at, ended_at, breadcrumbs) "
+                    "VALUES (%s, 's1', %s, %s, 1, 1, now(), now(), '{crumb}')",
                     (uid, content, f"h{i}"),
                 )
     dbtools.upgrade(url)
     with connect(pg_server, scratch_db) as conn:
         found = conn.execute(
-            "SELECT content FROM memory_chunks WHERE search_tsv @@ navi_text_tsquery(%s)",
+            "SELECT c.content FROM memory_chunk_terms t JOIN memory_chunks c ON c.id = t.chunk_id"
+            " WHERE t.tsv @@ navi_text_tsquery(%s)",
             ("quartz_retry_limit",),
         ).fetchall()
         assert found == [("set QUARTZ_RETRY_LIMIT",)]
-        stats = dict(conn.execute("SELECT user_id, chunks FROM memory_chunk_text_stats").fetchall())
-        assert stats == {alice: 2, bob: 1}
+        exact = conn.execute(
+            "SELECT bool_and(t.tsv = navi_chunk_tsv(c.content, c.breadcrumbs)"
+            " AND t.lexemes = length(t.tsv) AND t.user_id = c.user_id"
+            " AND t.session_id = c.session_id AND t.ended_at = c.ended_at), count(*)"
+            " FROM memory_chunk_terms t JOIN memory_chunks c ON c.id = t.chunk_id"
+        ).fetchone()
+        assert exact == (True, 3)
+        stats = {
+            r[0]: (r[1], r[2])
+            for r in conn.execute(
+                "SELECT user_id, chunks, lexemes FROM memory_chunk_text_stats"
+            ).fetchall()
+        }
+        lexemes = dict(
+            conn.execute(
+                "SELECT user_id, sum(lexemes) FROM memory_chunk_terms GROUP BY user_id"
+            ).fetchall()
+        )
+        assert stats == {alice: (2, lexemes[alice]), bob: (1, lexemes[bob])}
+        assert conn.execute("SELECT count(*) FROM memory_chunk_text_queue").fetchone() == (0,)
+        # memory_chunks itself carries no text index: writing a chunk makes no tsvector.
+        assert conn.execute(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_name = 'memory_chunks' AND data_type = 'tsvector'"
+        ).fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'memory_chunks'::regclass "
+            "AND NOT tgisinternal"
+        ).fetchone() == (0,)
     dbtools.downgrade(url, "0005")
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (3,)
-        assert conn.execute("SELECT to_regclass('memory_chunk_text_stats')").fetchone() == (None,)
+        for table in ("memory_chunk_text_stats", "memory_chunk_terms", "memory_chunk_text_queue"):
+            assert conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,)
         left = conn.execute(
             "SELECT count(*) FROM pg_proc WHERE proname LIKE 'navi\\_%%'"
         ).fetchone()

@@ -69,6 +69,9 @@ async def degrades_like_a_model_that_is_down(
     assert set(range(1, 5)) <= covered, "compress left demoted messages in no chunk"
     assert not any(c.has_embedding for c in chunks)
 
+    # The chunks' text is being indexed in the background; let it finish so the snapshot
+    # shows only what the failing backfill does.
+    await store.wait_chunk_indexing()
     before = await table_contents(memory.engine)
     with pytest.raises(EmbeddingError):
         await bounded(store.backfill_embeddings(8))

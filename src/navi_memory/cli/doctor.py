@@ -251,11 +251,11 @@ async def _queue_check(settings: Settings, engine: AsyncEngine) -> Check:
         return Check(
             "chunk queue",
             "finding",
-            f"{queued} chunk vector(s) wait for the HNSW index (search scans them exactly "
-            "meanwhile, slower)",
+            f"{queued} chunk(s) wait for the text or vector index (search scans them "
+            "exactly meanwhile, slower)",
             "navi-memory backfill",
         )
-    return Check("chunk queue", "ok", "no chunk vector waits for the HNSW index")
+    return Check("chunk queue", "ok", "no chunk waits for the text or vector index")
 
 
 async def _model_check(

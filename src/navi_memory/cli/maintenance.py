@@ -74,7 +74,7 @@ def backfill() -> None:
         else f"{embedded} row(s) embedded"
     )
     out.print(
-        f"backfill: {recovered} chunk(s) of dropped history recovered, {made}, {indexed} chunk "
-        "vector(s) indexed",
+        f"backfill: {recovered} chunk(s) of dropped history recovered, {made}, {indexed} chunk(s) "
+        "indexed",
         markup=False,
     )

@@ -334,7 +334,7 @@ class SessionStore:
                 chunks_written = await self._compression.write_chunks(
                     session, uid, sid, chunks, vectors
                 )
-        if chunks_written and vectors is not None and self._indexer is not None:
+        if chunks_written and self._indexer is not None:
             self._indexer.kick()
         return CompressionResult(
             demoted=len(plan.demoted),

@@ -415,12 +415,13 @@ class MemoryStore:
             written = await self._chunks.write(
                 conn, uid, sid, drafts, vectors, require_session=require_session
             )
-        if written and vectors is not None:
+        if written:
             self._indexer.kick()
         return written
 
     async def index_pending_chunks(self, max_batches: int | None = None) -> int:
-        """Move queued chunk vectors into the HNSW index now, in this task; returns how many.
+        """Index queued chunks now (text into the GIN index, vectors into the HNSW index), in
+        this task; returns how many chunks.
 
         add_chunks leaves this to a background task (``CHUNK_INDEX_IN_BACKGROUND``); call it
         where that is off (a worker, a cron job, a script that exits at once). Queued chunks
@@ -431,7 +432,7 @@ class MemoryStore:
         return await self._indexer.drain(max_batches)
 
     async def pending_chunk_count(self) -> int:
-        """How many stored chunk vectors wait for the HNSW index."""
+        """How many stored chunks wait for the text index, the HNSW index or both."""
         return await self._indexer.queued()
 
     async def wait_chunk_indexing(self) -> None:

@@ -107,7 +107,7 @@ class Backfill:
             requeued = await ChunkRepository(session=session).requeue_unindexed()
         if requeued:
             logger.info(
-                "backfill.chunks_requeued: %d chunk vector(s) were in no index, queued",
+                "backfill.chunks_requeued: %d chunk(s) were in no index (text or vector), queued",
                 requeued,
                 extra={"event": "backfill.chunks_requeued", "rows": requeued},
             )

@@ -102,7 +102,7 @@ class HistoryRepair:
                         added = await self._compression.write_chunks(
                             conn, user_id, session_id, chunks, vectors
                         )
-                    if added and vectors is not None and self._indexer is not None:
+                    if added and self._indexer is not None:
                         self._indexer.kick()
                     written += added
             except NotFoundError:

@@ -3,6 +3,8 @@
 from navi_memory.models.base import NAMING_CONVENTION, Base
 from navi_memory.models.chunks import (
     ChunkRow,
+    ChunkTermsRow,
+    ChunkTextQueueRow,
     ChunkTextStatsRow,
     ChunkVectorQueueRow,
     ChunkVectorRow,
@@ -16,6 +18,8 @@ __all__ = [
     "NAMING_CONVENTION",
     "Base",
     "ChunkRow",
+    "ChunkTermsRow",
+    "ChunkTextQueueRow",
     "ChunkTextStatsRow",
     "ChunkVectorQueueRow",
     "ChunkVectorRow",

@@ -1,4 +1,4 @@
-"""memory_chunks and its vector index tables: verbatim dropped history, searchable."""
+"""memory_chunks and its index tables (vectors, text): verbatim dropped history, searchable."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from datetime import datetime
 from pgvector.sqlalchemy import HALFVEC, Vector
 from sqlalchemy import (
     BigInteger,
-    Computed,
     DateTime,
     ForeignKey,
     Identity,
@@ -24,6 +23,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.models.base import Base, created_at_column
 from navi_memory.models.facts import HNSW_OPTIONS
+
+TEXT_GIN_OPTIONS = {"gin_pending_list_limit": 128}
+"""The GIN index of memory_chunk_terms keeps its pending list (entries not yet merged into the
+tree, which every search scans) at 128 kB instead of 4 MB: as fast to fill, and searches never
+scan more than 16 pages of it (docs/raw-history.md, "Text index")."""
 
 
 class ChunkRow(Base):
@@ -47,15 +51,9 @@ class ChunkRow(Base):
     )
     embedding: Mapped[list[float] | None] = mapped_column(Vector(EMBEDDING_DIM))
     created_at: Mapped[datetime] = created_at_column()
-    # The text search_chunks ranks (BM25), made by navi_chunk_tsv (revision 0006): the 'simple'
-    # lexemes of content and breadcrumbs, plus every identifier with an underscore kept whole.
-    search_tsv: Mapped[str] = mapped_column(
-        TSVECTOR, Computed("navi_chunk_tsv(content, breadcrumbs)", persisted=True)
-    )
 
     __table_args__ = (
         UniqueConstraint("user_id", "session_id", "content_hash"),
-        Index("ix_memory_chunks_search_tsv", "search_tsv", postgresql_using="gin"),
         Index(
             "ix_memory_chunks_user_id_session_id_ended_at",
             "user_id",
@@ -109,10 +107,58 @@ class ChunkVectorQueueRow(Base):
     __table_args__ = (Index("ix_memory_chunk_vector_queue_user_id", "user_id"),)
 
 
+class ChunkTextQueueRow(Base):
+    """A chunk whose text is not yet in memory_chunk_terms (search ranks it exactly).
+
+    No foreign key: checking it was most of what a queue row costs add_chunks. Session and
+    user deletes remove their chunks' rows first; a row left by a chunk deleted by SQL of its
+    own joins no chunk, so search ignores it and the indexer drops it."""
+
+    __tablename__ = "memory_chunk_text_queue"
+
+    chunk_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+
+    __table_args__ = (Index("ix_memory_chunk_text_queue_user_id", "user_id"),)
+
+
+class ChunkTermsRow(Base):
+    """The GIN-indexed text of a chunk (docs/raw-history.md, "Text index").
+
+    ``tsv`` is ``navi_chunk_tsv(content, breadcrumbs)`` (revision 0006): the 'simple' lexemes of
+    content and breadcrumbs, identifiers with an underscore also kept whole; ``lexemes`` its
+    length (BM25's document length). Owner, session and end time are copied so ranking reads
+    no memory_chunks row for a candidate. Rows arrive from memory_chunk_text_queue off the
+    write path and go with their chunk (``ON DELETE CASCADE``).
+    """
+
+    __tablename__ = "memory_chunk_terms"
+
+    chunk_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("memory_chunks.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    session_id: Mapped[str] = mapped_column(Text, nullable=False)
+    ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    lexemes: Mapped[int] = mapped_column(Integer, nullable=False)
+    tsv: Mapped[str] = mapped_column(TSVECTOR, nullable=False)
+
+    __table_args__ = (
+        Index("ix_memory_chunk_terms_user_id_session_id", "user_id", "session_id"),
+        Index(
+            "ix_memory_chunk_terms_tsv",
+            "tsv",
+            postgresql_using="gin",
+            postgresql_with=TEXT_GIN_OPTIONS,
+        ),
+    )
+
+
 class ChunkTextStatsRow(Base):
-    """Per user: how many chunks and how many lexemes (summed over chunks) they hold, the N and
-    average length of search_chunks' BM25. Kept in step with every insert and delete of
-    memory_chunks by statement-level triggers (revision 0006), whoever writes."""
+    """Per user: how many chunks memory_chunk_terms holds and how many lexemes they hold
+    (summed), the N and average length of search_chunks' BM25 (the user's queued chunks are
+    added by the query). Kept in step with every insert and delete of memory_chunk_terms by
+    statement-level triggers (revision 0006), whoever writes."""
 
     __tablename__ = "memory_chunk_text_stats"
 

@@ -1,4 +1,4 @@
-"""SQL for memory_chunks (raw history) and its vector index tables."""
+"""SQL for memory_chunks (raw history) and its index tables: vectors (HNSW) and text (GIN)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.constants import CHUNK_INSERT_BATCH, EMBEDDING_DIM
 from navi_memory.db import vector_binary
-from navi_memory.models import ChunkRow, ChunkVectorQueueRow
+from navi_memory.models import ChunkRow
 from navi_memory.repositories.like import contains_pattern
 from navi_memory.repositories.sessions import summary_at_of_chunk
 from navi_memory.repositories.vectors import (
@@ -57,17 +57,55 @@ _INSERT = text(
     queued AS (
         INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)
         SELECT id, :uid FROM ins WHERE has_vector
+    ),
+    text_queued AS (
+        -- Every chunk: its tsvector and GIN entries are made by the indexer, off this path.
+        INSERT INTO memory_chunk_text_queue (chunk_id, user_id)
+        SELECT id, :uid FROM ins
     )
     SELECT (SELECT ok FROM allowed) AS allowed, (SELECT count(*) FROM ins) AS written
     """
 )
 
-_INDEX_QUEUED = text(
+_INDEX_TEXT = text(
+    """
+    WITH taken AS (
+        DELETE FROM memory_chunk_text_queue
+        WHERE chunk_id IN (SELECT chunk_id FROM memory_chunk_text_queue
+                           ORDER BY chunk_id LIMIT :limit FOR UPDATE SKIP LOCKED)
+        RETURNING chunk_id
+    ),
+    made AS (
+        SELECT c.id, c.user_id, c.session_id, c.ended_at,
+               navi_chunk_tsv(c.content, c.breadcrumbs) AS tsv
+        FROM memory_chunks c JOIN taken t ON t.chunk_id = c.id
+    ),
+    moved AS (
+        -- One statement a batch: the statistics trigger runs once for the batch.
+        INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv)
+        SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM made
+        ON CONFLICT (chunk_id) DO NOTHING
+        RETURNING chunk_id
+    )
+    SELECT ARRAY(SELECT chunk_id FROM taken) AS taken, ARRAY(SELECT chunk_id FROM moved) AS moved
+    """
+)
+"""Up to ``:limit`` queued chunks' text into memory_chunk_terms (GIN), lowest ids first."""
+
+_INDEX_VECTORS = text(
     f"""
     WITH taken AS (
         DELETE FROM memory_chunk_vector_queue
         WHERE chunk_id IN (SELECT chunk_id FROM memory_chunk_vector_queue
-                           ORDER BY chunk_id LIMIT :limit FOR UPDATE SKIP LOCKED)
+                           WHERE chunk_id = ANY(CAST(:ids AS bigint[]))
+                           FOR UPDATE SKIP LOCKED)
+           OR chunk_id IN (SELECT chunk_id FROM memory_chunk_vector_queue v
+                           WHERE chunk_id <> ALL(CAST(:ids AS bigint[]))
+                             -- Never a chunk whose text waits (or another indexer has it):
+                             -- its vector goes with its text, and counts with it.
+                             AND NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t
+                                             WHERE t.chunk_id = v.chunk_id)
+                           ORDER BY chunk_id LIMIT :spare FOR UPDATE SKIP LOCKED)
         RETURNING chunk_id
     ),
     moved AS (
@@ -78,9 +116,13 @@ _INDEX_QUEUED = text(
         ON CONFLICT (chunk_id) DO NOTHING
         RETURNING chunk_id
     )
-    SELECT (SELECT count(*) FROM taken) AS taken, (SELECT count(*) FROM moved) AS indexed
+    SELECT (SELECT count(*) FROM taken WHERE chunk_id <> ALL(CAST(:ids AS bigint[]))) AS spare,
+           ARRAY(SELECT chunk_id FROM moved) AS moved
     """
 )
+"""The queued vectors of the chunks in ``:ids`` (the text batch), and up to ``:spare`` more
+whose text is not queued (vectors queued after their text was indexed: backfill, a requeue),
+lowest ids first."""
 
 
 def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElement[bool]]:
@@ -143,69 +185,136 @@ def _nearest(vector_where: str, queue_where: str) -> str:
 
 _RANKED_TEXT = r"""
     WITH ql AS MATERIALIZED (
-        -- The query's lexemes, made by the very function that made every chunk's search_tsv.
+        -- The query's lexemes, made by the very function that made every chunk's tsvector.
         SELECT DISTINCT l AS lexeme
         FROM unnest(tsvector_to_array(navi_text_tsv(CAST(:query AS text)))) l
+    ),
+    qt AS MATERIALIZED (
+        -- Each query term's lexemes. A chunk hits a term when it holds all of them (an
+        -- identifier whole, a path with every segment): terms_hit counts terms, as the
+        -- spec's "distinct terms hit" does, not lexemes (QUARTZ_RETRY_LIMIT is four).
+        SELECT t.ord, array_agg(l) AS lexemes
+        FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY t(term, ord),
+             unnest(tsvector_to_array(navi_text_tsv(t.term))) l
+        GROUP BY t.ord
+    ),
+    queued AS MATERIALIZED (
+        -- The scope's chunks whose text the indexer has not reached, their tsvectors made
+        -- here by the function it uses. A chunk in both tables counts once, as indexed.
+        SELECT c.id, c.session_id, c.ended_at, navi_chunk_tsv(c.content, c.breadcrumbs) AS tsv
+        FROM memory_chunk_text_queue q JOIN memory_chunks c ON c.id = q.chunk_id
+        WHERE {queue_where}
+          AND NOT EXISTS (SELECT 1 FROM memory_chunk_terms i WHERE i.chunk_id = q.chunk_id)
     ),
     cand AS MATERIALIZED (
         -- Only chunks holding a query lexeme (navi_text_tsquery: evaluated while planning, so
         -- the planner weighs the words: the per-user btree for a small user, GIN for rare
-        -- words).
-        SELECT c.id, c.ended_at, c.search_tsv AS tsv
-        FROM memory_chunks c
-        WHERE {where} AND c.search_tsv @@ navi_text_tsquery(CAST(:query AS text))
+        -- words), and the queued ones holding one.
+        SELECT t.chunk_id AS id, t.ended_at, t.tsv, t.lexemes AS dl
+        FROM memory_chunk_terms t
+        WHERE {terms_where} AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
+        UNION ALL
+        SELECT q.id, q.ended_at, q.tsv, length(q.tsv)
+        FROM queued q
+        WHERE {queued_where} AND q.tsv @@ navi_text_tsquery(CAST(:query AS text))
     ),
     st AS (
-        SELECT greatest(sum(chunks), 1)::float8 AS n,
-               greatest(sum(lexemes)::float8 / greatest(sum(chunks), 1), 1) AS avgdl
-        FROM memory_chunk_text_stats s WHERE {stats_where}
+        -- N and the total length in integers, indexed and queued chunks together: the same
+        -- figures, to the bit, however many the indexer has moved.
+        SELECT greatest(s.chunks + q.chunks, 1)::float8 AS n,
+               greatest((s.lexemes + q.lexemes)::float8 / greatest(s.chunks + q.chunks, 1), 1)
+                   AS avgdl
+        FROM (SELECT coalesce(sum(chunks), 0) AS chunks, coalesce(sum(lexemes), 0) AS lexemes
+              FROM memory_chunk_text_stats s WHERE {stats_where}) s,
+             (SELECT count(*) AS chunks, coalesce(sum(length(tsv)), 0) AS lexemes
+              FROM queued) q
     ),
     tf AS (
         -- The query's lexemes of each candidate: marked (weight A, a binary search each) and
         -- kept, instead of unnesting all its lexemes (5x faster on long chunks).
-        SELECT cand.id, u.lexeme, coalesce(cardinality(u.positions), 1) AS tf,
-               length(cand.tsv) AS dl
+        SELECT cand.id, u.lexeme, coalesce(cardinality(u.positions), 1) AS tf, cand.dl
         FROM cand,
              unnest(ts_filter(setweight(cand.tsv, 'A', (SELECT array_agg(lexeme) FROM ql)),
                               '{{a}}')) u
     ),
     df AS (SELECT lexeme, count(*)::float8 AS df FROM tf GROUP BY lexeme),
     scored AS (
+        -- Summed in lexeme order: floating-point addition is not associative, and the plan
+        -- (so the row order) may differ between two searches of the same chunks.
         SELECT tf.id,
                sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
-                   * tf.tf * (:k1 + 1) / (tf.tf + :k1 * (1 - :b + :b * tf.dl / st.avgdl)))
-                   AS score,
-               count(*) AS hits
+                   * tf.tf * (:k1 + 1) / (tf.tf + :k1 * (1 - :b + :b * tf.dl / st.avgdl))
+                   ORDER BY tf.lexeme) AS score,
+               array_agg(tf.lexeme) AS held
         FROM tf JOIN df USING (lexeme) CROSS JOIN st
         GROUP BY tf.id
     ),
-    top AS (
-        SELECT s.id, s.score, s.hits FROM scored s JOIN cand ON cand.id = s.id
+    best AS (
+        SELECT s.id, s.score, s.held FROM scored s JOIN cand ON cand.id = s.id
         ORDER BY s.score DESC, cand.ended_at DESC, s.id DESC
         LIMIT :limit
-    )
-    SELECT {columns}, c.embedding IS NOT NULL AS has_embedding, top.score, top.hits AS terms_hit
-    FROM top JOIN memory_chunks c ON c.id = top.id
-    ORDER BY top.score DESC, c.ended_at DESC, c.id DESC
-"""
-"""BM25 over search_tsv: idf from the statistics of the chunks in scope (the user's own), tf
-saturation (``k1``), length normalisation (``b``, length in distinct lexemes). The document
-frequency of a lexeme is counted over the candidates, which is exact: every chunk holding the
-lexeme is a candidate."""
+    ),
+    top AS MATERIALIZED (
+        SELECT b.id, b.score, (SELECT count(*) FROM qt WHERE qt.lexemes <@ b.held) AS hits
+        FROM best b
+    )"""
+"""BM25 over the chunks' tsvectors: memory_chunk_terms (GIN) and, exactly, the queued chunks;
+idf from the statistics of the chunks in scope (the user's own), tf saturation (``k1``),
+length normalisation (``b``, length in distinct lexemes). The document frequency of a lexeme is
+counted over the candidates, which is exact: every chunk holding the lexeme is a candidate."""
 
 
-def ranked_text_sql(*, by_user: bool, by_session: bool) -> str:
+def ranked_text_sql(
+    *,
+    by_user: bool,
+    by_session: bool,
+    with_vector: bool = False,
+    with_summary_at: bool = False,
+) -> str:
     """The BM25 text statement, narrowed to ``:uid`` and/or ``:sid`` (bound parameters, with
-    ``:query``, ``:k1``, ``:b`` and ``:limit``)."""
-    where, stats_where = ["TRUE"], ["TRUE"]
+    ``:query`` — the ``:terms`` joined by spaces —, ``:k1``, ``:b`` and ``:limit``). Rows carry
+    ``score`` and ``terms_hit`` (query terms the chunk holds whole), best first.
+
+    ``with_vector`` adds the ``:limit`` nearest chunks to ``:q`` (see ``_nearest``) in the same
+    statement: one round trip, each chunk read once. Rows then carry ``distance`` when they
+    are among the nearest, ``score`` and ``terms_hit`` when they are in the text list (NULL
+    otherwise), in no order. ``with_summary_at`` adds each row's ``summary_at`` (see
+    ``summary_at_of_chunk``)."""
+    queue_where, terms_where, queued_where, stats_where = ["TRUE"], ["TRUE"], ["TRUE"], ["TRUE"]
+    vector_where, vector_queue_where = ["TRUE"], ["TRUE"]
     if by_user:
-        where.append("c.user_id = :uid")
+        queue_where.append("q.user_id = :uid")
+        terms_where.append("t.user_id = :uid")
         stats_where.append("s.user_id = :uid")
+        vector_where.append("v.user_id = :uid")
+        vector_queue_where.append("p.user_id = :uid")
     if by_session:
-        where.append("c.session_id = :sid")
-    return _RANKED_TEXT.format(
-        where=" AND ".join(where), stats_where=" AND ".join(stats_where), columns=_CHUNK_COLUMNS
+        terms_where.append("t.session_id = :sid")
+        queued_where.append("q.session_id = :sid")
+        vector_where.append("v.session_id = :sid")
+        vector_queue_where.append("c.session_id = :sid")
+    ctes = _RANKED_TEXT.format(
+        queue_where=" AND ".join(queue_where),
+        terms_where=" AND ".join(terms_where),
+        queued_where=" AND ".join(queued_where),
+        stats_where=" AND ".join(stats_where),
     )
+    columns = f"{_CHUNK_COLUMNS}, c.embedding IS NOT NULL AS has_embedding"
+    if with_summary_at:
+        columns += f", {summary_at_of_chunk('c')} AS summary_at"
+    if not with_vector:
+        return f"""{ctes}
+    SELECT {columns}, top.score, top.hits AS terms_hit
+    FROM top JOIN memory_chunks c ON c.id = top.id
+    ORDER BY top.score DESC, c.ended_at DESC, c.id DESC"""
+    nearest = _nearest(" AND ".join(vector_where), " AND ".join(vector_queue_where))
+    return f"""{ctes},
+    nearest AS MATERIALIZED ({nearest}),
+    picked AS (SELECT id FROM top UNION SELECT id FROM nearest)
+    SELECT {columns}, top.score, top.hits AS terms_hit,
+           CASE WHEN c.id IN (SELECT id FROM nearest) THEN c.embedding <=> {QUERY_VECTOR} END
+               AS distance
+    FROM picked JOIN memory_chunks c ON c.id = picked.id LEFT JOIN top ON top.id = c.id"""
 
 
 def _patterns(terms: Sequence[str]) -> list[str]:
@@ -322,46 +431,77 @@ class ChunkRepository:
         *,
         k1: float,
         b: float,
+        with_summary_at: bool = False,
     ) -> list[RowMapping]:
-        """The ``limit`` best chunks by BM25 over their content and breadcrumbs (search_tsv),
-        best first; rows carry ``score`` and ``terms_hit`` (query lexemes held). Reads only the
-        chunks holding a query lexeme (GIN on search_tsv), never the vectors."""
-        params: dict[str, Any] = {"limit": limit, "query": " ".join(terms), "k1": k1, "b": b}
-        if user_id is not None:
-            params["uid"] = user_id
-        if session_id is not None:
-            params["sid"] = session_id
-        sql = ranked_text_sql(by_user=user_id is not None, by_session=session_id is not None)
+        """The ``limit`` best chunks by BM25 over their content and breadcrumbs, best first;
+        rows carry ``score`` and ``terms_hit`` (query terms held whole: every lexeme of it).
+        Reads the indexed chunks holding a query lexeme (GIN on memory_chunk_terms) and the
+        scope's queued chunks, never the vectors."""
+        params = self._ranked_params(user_id, session_id, terms, limit, k1=k1, b=b)
+        sql = ranked_text_sql(
+            by_user=user_id is not None,
+            by_session=session_id is not None,
+            with_summary_at=with_summary_at,
+        )
         return list((await self.session.execute(text(sql), params)).mappings())
 
-    async def nearest(
+    async def search_ranked(
         self,
         user_id: uuid.UUID | None,
         session_id: str | None,
         query_vector: Sequence[float],
+        terms: Sequence[str],
         limit: int,
-    ) -> list[RowMapping]:
-        """The ``limit`` nearest chunks (HNSW index and queue, see ``_nearest``), nearest first,
-        each with its exact cosine ``distance``; no threshold (the caller applies one)."""
-        vector_where, queue_where = ["TRUE"], ["TRUE"]
-        params: dict[str, Any] = {"limit": limit, "q": vector_binary(query_vector)}
+        *,
+        k1: float,
+        b: float,
+        with_summary_at: bool = False,
+    ) -> tuple[list[RowMapping], list[RowMapping]]:
+        """Both lists of a fused search in one statement: the ``limit`` nearest chunks (HNSW
+        index and queue, see ``_nearest``), nearest first, each with its exact cosine
+        ``distance`` (no threshold: the caller applies one); and the ``limit`` best by BM25,
+        best first, with ``score`` and ``terms_hit``. A chunk in both lists is read once and
+        is the same row in both."""
+        params = self._ranked_params(user_id, session_id, terms, limit, k1=k1, b=b)
+        params["q"] = vector_binary(query_vector)
+        sql = ranked_text_sql(
+            by_user=user_id is not None,
+            by_session=session_id is not None,
+            with_vector=True,
+            with_summary_at=with_summary_at,
+        )
+        rows = list((await self.session.execute(text(sql), params)).mappings())
+        nearest = sorted(
+            (r for r in rows if r["distance"] is not None), key=lambda r: (r["distance"], r["id"])
+        )
+        ranked = sorted(
+            (r for r in rows if r["score"] is not None),
+            key=lambda r: (-r["score"], -r["ended_at"].timestamp(), -r["id"]),
+        )
+        return nearest, ranked
+
+    @staticmethod
+    def _ranked_params(
+        user_id: uuid.UUID | None,
+        session_id: str | None,
+        terms: Sequence[str],
+        limit: int,
+        *,
+        k1: float,
+        b: float,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "limit": limit,
+            "query": " ".join(terms),
+            "terms": list(terms),
+            "k1": k1,
+            "b": b,
+        }
         if user_id is not None:
-            vector_where.append("v.user_id = :uid")
-            queue_where.append("p.user_id = :uid")
             params["uid"] = user_id
         if session_id is not None:
-            vector_where.append("v.session_id = :sid")
-            queue_where.append("c.session_id = :sid")
             params["sid"] = session_id
-        sql = f"""
-            WITH nearest AS MATERIALIZED (
-                {_nearest(" AND ".join(vector_where), " AND ".join(queue_where))}
-            )
-            SELECT {_CHUNK_COLUMNS}, c.embedding IS NOT NULL AS has_embedding,
-                   c.embedding <=> {QUERY_VECTOR} AS distance
-            FROM (SELECT DISTINCT id FROM nearest) n JOIN memory_chunks c ON c.id = n.id
-            ORDER BY distance, c.id"""
-        return list((await self.session.execute(text(sql), params)).mappings())
+        return params
 
     async def recent(
         self,
@@ -416,46 +556,76 @@ class ChunkRepository:
             {"id": chunk_id, "vec": vector_binary(embedding)},
         )
 
-    # --- the vector index -------------------------------------------------------------------
+    # --- the indexes ------------------------------------------------------------------------
 
     async def index_queued(self, limit: int) -> tuple[int, int]:
-        """Move up to ``limit`` queued vectors into memory_chunk_vectors (L2-normalised halfvec,
-        HNSW-indexed); returns (queue rows taken, vectors indexed). Rows another indexer holds
-        are skipped, so indexers in several processes share the queue."""
-        row = (await self.session.execute(_INDEX_QUEUED, {"limit": limit})).one()
-        return int(row.taken), int(row.indexed)
+        """Index up to ``limit`` queued chunks: their text into memory_chunk_terms (GIN) and
+        their vectors into memory_chunk_vectors (L2-normalised halfvec, HNSW) — a chunk's text
+        and vector in the same batch, and then vectors whose text was indexed before. Returns
+        (chunks taken off the queues, chunks indexed). Rows another indexer holds are skipped,
+        so indexers in several processes share the queues."""
+        texts = (await self.session.execute(_INDEX_TEXT, {"limit": limit})).one()
+        taken = list(texts.taken)
+        vectors = (
+            await self.session.execute(_INDEX_VECTORS, {"ids": taken, "spare": limit - len(taken)})
+        ).one()
+        return len(taken) + int(vectors.spare), len(set(texts.moved) | set(vectors.moved))
 
     async def requeue_unindexed(self) -> int:
-        """Queue every chunk that has a vector but is in neither memory_chunk_vectors nor the
-        queue (written by SQL of its own, restored from a dump of memory_chunks alone, or by a
-        process older than revision 0004); returns how many. A full scan: for backfill."""
-        queued = (
+        """Queue every chunk whose text is in neither memory_chunk_terms nor its queue, and
+        every chunk that has a vector in neither memory_chunk_vectors nor its queue (written
+        by SQL of its own, restored from a dump of memory_chunks alone, or by a process older
+        than revision 0004 or 0006); returns how many chunks. A full scan: for backfill."""
+        requeued = (
             await self.session.execute(
                 text(
-                    "WITH added AS ("
+                    "WITH vectors AS ("
                     " INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)"
                     " SELECT c.id, c.user_id FROM memory_chunks c"
                     " WHERE c.embedding IS NOT NULL AND NOT EXISTS"
                     " (SELECT 1 FROM memory_chunk_vectors v WHERE v.chunk_id = c.id)"
+                    " ON CONFLICT (chunk_id) DO NOTHING RETURNING chunk_id),"
+                    " texts AS ("
+                    " INSERT INTO memory_chunk_text_queue (chunk_id, user_id)"
+                    " SELECT c.id, c.user_id FROM memory_chunks c WHERE NOT EXISTS"
+                    " (SELECT 1 FROM memory_chunk_terms t WHERE t.chunk_id = c.id)"
                     " ON CONFLICT (chunk_id) DO NOTHING RETURNING chunk_id)"
-                    " SELECT count(*) FROM added"
+                    " SELECT ARRAY(SELECT chunk_id FROM vectors UNION SELECT chunk_id FROM texts)"
                 )
             )
         ).scalar_one()
-        # An indexer that committed while the INSERT ran took rows it did not see yet: a new
-        # statement sees that commit, and drops what is now queued and indexed both.
-        dropped = (
-            await self.session.execute(
-                text(
-                    "WITH gone AS (DELETE FROM memory_chunk_vector_queue q"
-                    " USING memory_chunk_vectors v WHERE v.chunk_id = q.chunk_id"
-                    " RETURNING q.chunk_id) SELECT count(*) FROM gone"
-                )
+        # An indexer that committed while the INSERTs ran took rows they did not see yet: a
+        # new statement sees that commit, and drops what is now queued and indexed both.
+        await self.session.execute(
+            text(
+                "DELETE FROM memory_chunk_vector_queue q USING memory_chunk_vectors v"
+                " WHERE v.chunk_id = q.chunk_id"
             )
-        ).scalar_one()
-        return int(queued) - int(dropped)
+        )
+        await self.session.execute(
+            text(
+                "DELETE FROM memory_chunk_text_queue q USING memory_chunk_terms t"
+                " WHERE t.chunk_id = q.chunk_id"
+            )
+        )
+        still = await self.session.scalar(
+            text(
+                "SELECT count(*) FROM unnest(CAST(:ids AS bigint[])) i(id)"
+                " WHERE EXISTS (SELECT 1 FROM memory_chunk_vector_queue q WHERE q.chunk_id = i.id)"
+                " OR EXISTS (SELECT 1 FROM memory_chunk_text_queue q WHERE q.chunk_id = i.id)"
+            ),
+            {"ids": list(requeued)},
+        )
+        return int(still or 0)
 
     async def queued_count(self) -> int:
+        """How many chunks wait for an index (their text, their vector or both)."""
         return int(
-            await self.session.scalar(select(func.count()).select_from(ChunkVectorQueueRow)) or 0
+            await self.session.scalar(
+                text(
+                    "SELECT count(*) FROM (SELECT chunk_id FROM memory_chunk_text_queue"
+                    " UNION SELECT chunk_id FROM memory_chunk_vector_queue) q"
+                )
+            )
+            or 0
         )

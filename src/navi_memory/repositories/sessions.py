@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.models import (
     ChunkRow,
+    ChunkTextQueueRow,
     ChunkVectorQueueRow,
     KvRow,
     MessageRow,
@@ -123,19 +124,21 @@ class SessionRepository:
 
         memory_chunks has no foreign key on session_id (spec), so its rows are deleted here, in
         the caller's transaction, together with the extraction state and the sketches. Their
-        queued vectors go first: the chunk indexer locks queue rows, then (its foreign key
-        check) chunk rows, and taking them in the same order cannot deadlock with it.
+        queue rows (text and vector) go first: the chunk indexer locks queue rows, then (its
+        foreign key checks) chunk rows, and taking them in the same order cannot deadlock
+        with it.
         """
-        await self.session.execute(
-            delete(ChunkVectorQueueRow).where(
-                ChunkVectorQueueRow.user_id == user_id,
-                ChunkVectorQueueRow.chunk_id.in_(
-                    select(ChunkRow.id).where(
-                        ChunkRow.user_id == user_id, ChunkRow.session_id == session_id
-                    )
-                ),
+        for queue in (ChunkTextQueueRow, ChunkVectorQueueRow):
+            await self.session.execute(
+                delete(queue).where(
+                    queue.user_id == user_id,
+                    queue.chunk_id.in_(
+                        select(ChunkRow.id).where(
+                            ChunkRow.user_id == user_id, ChunkRow.session_id == session_id
+                        )
+                    ),
+                )
             )
-        )
         await self.session.execute(
             delete(ChunkRow).where(ChunkRow.user_id == user_id, ChunkRow.session_id == session_id)
         )

@@ -14,6 +14,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from navi_memory.models import (
     ChunkRow,
+    ChunkTextQueueRow,
     ChunkVectorQueueRow,
     FactRow,
     KvRow,
@@ -187,11 +188,10 @@ class TransferRepository:
     # --- writing ---------------------------------------------------------------------------
 
     async def delete_user(self, user_id: uuid.UUID) -> None:
-        """The user and everything they own (the cascades; queued vectors first, in the
-        chunk indexer's lock order)."""
-        await self.session.execute(
-            delete(ChunkVectorQueueRow).where(ChunkVectorQueueRow.user_id == user_id)
-        )
+        """The user and everything they own (the cascades; the chunks' queue rows first, in
+        the chunk indexer's lock order)."""
+        for queue in (ChunkTextQueueRow, ChunkVectorQueueRow):
+            await self.session.execute(delete(queue).where(queue.user_id == user_id))
         await self.session.execute(delete(User).where(User.id == user_id))
 
     async def ensure_user(self, user_id: uuid.UUID, name: str | None, created_at: Any) -> None:
@@ -227,10 +227,14 @@ class TransferRepository:
         )
 
     async def insert_chunks(self, user_id: uuid.UUID, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Rows with their ids; those with a vector are queued for the HNSW index."""
+        """Rows with their ids, queued for the text index; those with a vector for the HNSW
+        index too."""
         if not rows:
             return
         await self.session.execute(insert(ChunkRow), [{**row, "user_id": user_id} for row in rows])
+        await self.session.execute(
+            insert(ChunkTextQueueRow), [{"chunk_id": row["id"], "user_id": user_id} for row in rows]
+        )
         queued = [
             {"chunk_id": row["id"], "user_id": user_id}
             for row in rows

@@ -8,7 +8,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from navi_memory.models import ChunkVectorQueueRow, User
+from navi_memory.models import ChunkTextQueueRow, ChunkVectorQueueRow, User
 
 
 class UserRepository:
@@ -29,11 +29,11 @@ class UserRepository:
         return await self.session.scalar(select(User).where(User.id == user_id))
 
     async def delete(self, user_id: uuid.UUID) -> bool:
-        """Delete the user; everything they own goes by the cascades. Their queued chunk
-        vectors go first, in the chunk indexer's lock order (queue rows, then chunk rows)."""
-        await self.session.execute(
-            delete(ChunkVectorQueueRow).where(ChunkVectorQueueRow.user_id == user_id)
-        )
+        """Delete the user; everything they own goes by the cascades. Their
+        chunks' queue rows (text and vector) go first, in the chunk indexer's lock order (queue
+        rows, then chunk rows)."""
+        for queue in (ChunkTextQueueRow, ChunkVectorQueueRow):
+            await self.session.execute(delete(queue).where(queue.user_id == user_id))
         result = await self.session.execute(
             delete(User).where(User.id == user_id).returning(User.id)
         )

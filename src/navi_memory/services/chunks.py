@@ -37,7 +37,7 @@ from navi_memory.services.ranking import fuse_hits, hit_fields, rank_hits
 from navi_memory.text import BREADCRUMB_MAX_CHARS
 from navi_memory.validation import check_int, check_text
 
-__all__ = ["ChunkService", "checked_draft"]
+__all__ = ["ChunkService", "checked_draft", "ranked_lists"]
 
 
 def checked_draft(chunk: object) -> ChunkDraft:
@@ -80,6 +80,44 @@ def checked_draft(chunk: object) -> ChunkDraft:
     for crumb in chunk.breadcrumbs:
         check_text("breadcrumb", crumb, max_chars=BREADCRUMB_MAX_CHARS)
     return chunk
+
+
+async def ranked_lists(
+    repo: ChunkRepository,
+    scope: uuid.UUID | None,
+    session_id: str | None,
+    query_vector: Sequence[float] | None,
+    terms: Sequence[str],
+    limit: int,
+    max_distance: float,
+    *,
+    with_summary_at: bool = False,
+) -> tuple[list[RowMapping], list[RowMapping]]:
+    """The two lists the bm25 ranking fuses, in one statement: the vector hits closer than
+    ``max_distance``, nearest first (none without ``query_vector``), and the BM25 text list,
+    best first; ``limit`` of each at most."""
+    if query_vector is None:
+        text = await repo.search_ranked_text(
+            scope,
+            session_id,
+            terms,
+            limit,
+            k1=CHUNK_BM25_K1,
+            b=CHUNK_BM25_B,
+            with_summary_at=with_summary_at,
+        )
+        return [], text
+    nearest, text = await repo.search_ranked(
+        scope,
+        session_id,
+        query_vector,
+        terms,
+        limit,
+        k1=CHUNK_BM25_K1,
+        b=CHUNK_BM25_B,
+        with_summary_at=with_summary_at,
+    )
+    return [row for row in nearest if row["distance"] < max_distance], text
 
 
 def to_chunk_hit(row: RowMapping | Mapping[str, Any], **score: Any) -> ChunkHit:
@@ -161,13 +199,9 @@ class ChunkService:
                 scope, session_id, query_vector, terms, limit, self.max_distance
             )
             return rank_hits(rows, limit, to_chunk_hit, recency="ended_at")
-        text = await repo.search_ranked_text(
-            scope, session_id, terms, limit, k1=CHUNK_BM25_K1, b=CHUNK_BM25_B
+        vector, text = await ranked_lists(
+            repo, scope, session_id, query_vector, terms, limit, self.max_distance
         )
-        vector = []
-        if query_vector is not None:
-            nearest = await repo.nearest(scope, session_id, query_vector, limit)
-            vector = [row for row in nearest if row["distance"] < self.max_distance]
         return fuse_hits(
             vector,
             text,

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from navi_memory.config import Settings
 from navi_memory.constants import (
+    CHUNK_FUSION_K,
+    CHUNK_FUSION_VECTOR_WEIGHT,
     CHUNK_MAX_DISTANCE,
     FACT_MAX_DISTANCE,
     FRESHNESS_FACTS,
@@ -27,7 +30,8 @@ from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.kv import KvSearchRepository
 from navi_memory.schemas import MemoryHit
-from navi_memory.services.ranking import rank_hits
+from navi_memory.services.chunks import ranked_lists
+from navi_memory.services.ranking import fuse_hits, rank_hits
 from navi_memory.text.freshness import FactVersion, Freshness, RawExcerpt, mark_freshness
 from navi_memory.text.hits import SearchScope
 from navi_memory.text.terms import STOP_WORDS, query_terms
@@ -104,7 +108,9 @@ class SearchRequest:
     summary_at: datetime | None = None
 
 
-Ranked = list[tuple[RowMapping, Via]]
+Row = RowMapping | Mapping[str, Any]
+
+Ranked = list[tuple[Row, Via]]
 """Search rows in their final order, each with how it was found."""
 
 
@@ -127,11 +133,11 @@ def _score(via: Via, distance: float | None, terms_hit: int) -> float:
     return 0.0
 
 
-def _ranked(row: RowMapping, *, via: Via) -> tuple[RowMapping, Via]:
+def _ranked(row: Row, *, via: Via) -> tuple[Row, Via]:
     return row, via
 
 
-def _fact_hit(row: RowMapping, *, via: Via) -> MemoryHit:
+def _fact_hit(row: Row, *, via: Via) -> MemoryHit:
     distance = row.get("distance")
     terms_hit = int(row.get("terms_hit") or 0)
     return MemoryHit(
@@ -150,7 +156,7 @@ def _fact_hit(row: RowMapping, *, via: Via) -> MemoryHit:
     )
 
 
-def _raw_hit(row: RowMapping, *, via: Via, freshness: Freshness) -> MemoryHit:
+def _raw_hit(row: Row, *, via: Via, freshness: Freshness) -> MemoryHit:
     distance = row.get("distance")
     terms_hit = int(row.get("terms_hit") or 0)
     return MemoryHit(
@@ -188,7 +194,25 @@ def _sketch_hit(row: RowMapping, *, via: Via) -> MemoryHit:
 
 
 class UnifiedSearchService:
-    """The tiered merge and the freshness marks, on the connections each call is given."""
+    """The tiered merge and the freshness marks, on the connections each call is given.
+
+    Raw excerpts are ranked as search_chunks ranks them: ``text_ranking`` ``bm25`` (the BM25
+    list and the vector hits closer than ``chunk_max_distance``, fused by reciprocal rank) or
+    ``terms`` (the spec's: vector hits first, then text hits by distinct terms hit)."""
+
+    def __init__(
+        self, *, text_ranking: str = "bm25", chunk_max_distance: float = CHUNK_MAX_DISTANCE
+    ) -> None:
+        self.text_ranking = text_ranking
+        self.chunk_max_distance = chunk_max_distance
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> UnifiedSearchService:
+        """The service with CHUNK_TEXT_RANKING and CHUNK_MAX_DISTANCE from ``settings``."""
+        return cls(
+            text_ranking=settings.chunk_text_ranking,
+            chunk_max_distance=settings.chunk_max_distance,
+        )
 
     async def search(
         self, connections: Sequence[Connection], request: SearchRequest
@@ -253,26 +277,47 @@ class UnifiedSearchService:
     async def _raw(
         self, conn: Connection, request: SearchRequest
     ) -> tuple[Ranked, dict[str, datetime]]:
-        """The raw excerpts (vector hits closer than CHUNK_MAX_DISTANCE, then text hits; no
-        terms: the most recent) with their sessions' summary boundaries, in one statement;
+        """The raw excerpts, ranked as search_chunks ranks them (see the class; no terms: the
+        most recent), with their sessions' summary boundaries, in one statement;
         ``request.summary_at`` stands for the current session's."""
         repo = ChunkRepository(session=conn)
-        k = request.plan.k
+        plan = request.plan
+        k = plan.k
         ranked: Ranked
-        if request.plan.terms:
+        if not plan.terms:
+            recent = await repo.recent(request.owner, request.session_id, k, with_summary_at=True)
+            ranked = [(row, "recent") for row in recent]
+        elif self.text_ranking == "terms":
             rows = await repo.search(
                 request.owner,
                 request.session_id,
                 request.query_vector,
-                request.plan.terms,
+                plan.terms,
                 k,
-                CHUNK_MAX_DISTANCE,
+                self.chunk_max_distance,
                 with_summary_at=True,
             )
             ranked = rank_hits(rows, k, _ranked, recency="ended_at")
         else:
-            recent = await repo.recent(request.owner, request.session_id, k, with_summary_at=True)
-            ranked = [(row, "recent") for row in recent]
+            vector, text = await ranked_lists(
+                repo,
+                request.owner,
+                request.session_id,
+                request.query_vector,
+                plan.terms,
+                k,
+                self.chunk_max_distance,
+                with_summary_at=True,
+            )
+            ranked = fuse_hits(
+                vector,
+                text,
+                k,
+                _ranked,
+                recency="ended_at",
+                k=CHUNK_FUSION_K,
+                vector_weight=CHUNK_FUSION_VECTOR_WEIGHT,
+            )
         boundaries = {
             row["session_id"]: row["summary_at"]
             for row, _ in ranked
@@ -297,7 +342,7 @@ class UnifiedSearchService:
         return [_sketch_hit(row, via=via) for row in rows]
 
 
-def _excerpt(row: RowMapping) -> RawExcerpt:
+def _excerpt(row: Row) -> RawExcerpt:
     return RawExcerpt(
         user_id=row["user_id"],
         session_id=row["session_id"],
@@ -307,7 +352,7 @@ def _excerpt(row: RowMapping) -> RawExcerpt:
     )
 
 
-def _version(row: RowMapping) -> FactVersion:
+def _version(row: Row) -> FactVersion:
     return FactVersion(
         user_id=row["user_id"], key=row["key"], value=row["value"], updated_at=row["updated_at"]
     )

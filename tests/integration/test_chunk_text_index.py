@@ -1,0 +1,383 @@
+"""The chunk text index off the write path: the text queue add_chunks fills, the indexer's
+GIN-indexed memory_chunk_terms and per-user statistics, and BM25 over indexed and queued chunks
+alike (the same scores, to the bit, however far the indexer got)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import event, text
+
+from navi_memory import PERMISSION_READ_ALL, Memory, open_memory, request_context
+from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1
+from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory.schemas import ChunkDraft
+from navi_memory.testing import FakeOllama
+from navi_memory.text.terms import query_terms
+from tests.conftest import make_settings
+from tests.integration.factories import execute, new_user, scalar
+from tests.seed import seed_user
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+NOTES = (
+    "User: the staging database runs on port 5433 behind pgbouncer",
+    "Assistant: deploys go out through the blue green pipeline on fridays, port 443",
+    "User: the invoice total for october was 4120 euros; the invoice is late",
+    "User: the Berlin office moves in march. Berlin again: the office, the office",
+    "Assistant: the nightly backup job writes to /srv/backups/nightly at 02:00",
+    "User: ticket #4411 tracks the flaky login test on the staging database",
+    "Assistant: the search service answers in 12 ms at p50 on staging",
+    "User: we chose PostgreSQL 18 with pgvector for the memory store of the database",
+    "User: set QUARTZ_RETRY_LIMIT to 5 on staging and the backup job",
+    "Assistant: pgbouncer pools the database connections; port 6432 for the pool",
+    "User: coffee",
+    "User: the flaky login test fails on fridays after the nightly backup",
+)
+QUERIES = (
+    "staging database port",
+    "flaky login test fridays",
+    "berlin office",
+    "quartz_retry_limit backup",
+    "invoice euros 4120",
+    "pgbouncer pool",
+)
+
+
+def draft(content: str, seq: int, breadcrumbs: list[str] | None = None) -> ChunkDraft:
+    return ChunkDraft(
+        content=content,
+        content_hash=hashlib.sha256(content.encode()).hexdigest(),
+        start_seq=seq,
+        end_seq=seq,
+        started_at=T0 + timedelta(minutes=seq),
+        ended_at=T0 + timedelta(minutes=seq),
+        breadcrumbs=breadcrumbs or [],
+    )
+
+
+def drafts(prefix: str = "") -> list[ChunkDraft]:
+    return [draft(f"{note} {prefix}".strip(), i) for i, note in enumerate(NOTES)]
+
+
+@pytest.fixture
+async def manual(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    """A Memory with background indexing off and batches of 5: the test decides how far the
+    indexer gets."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=5
+    )
+    async with open_memory(settings) as opened:
+        yield opened
+
+
+async def text_counts(memory: Memory) -> tuple[object, object]:
+    """(chunks queued for the text index, chunks in it)."""
+    return (
+        await scalar(memory, "SELECT count(*) FROM memory_chunk_text_queue"),
+        await scalar(memory, "SELECT count(*) FROM memory_chunk_terms"),
+    )
+
+
+async def bm25(
+    memory: Memory, user_id: uuid.UUID | None, session_id: str | None, query: str
+) -> list[tuple[int, float, int]]:
+    """The BM25 text list as the repository ranks it: (chunk id, score, terms hit)."""
+    async with memory.engine.connect() as conn:
+        rows = await ChunkRepository(session=conn).search_ranked_text(
+            user_id, session_id, query_terms(query), 20, k1=CHUNK_BM25_K1, b=CHUNK_BM25_B
+        )
+    return [(r["id"], r["score"], r["terms_hit"]) for r in rows]
+
+
+async def stats_match_the_index(memory: Memory, user_id: uuid.UUID) -> bool:
+    """Whether the user's statistics row is exactly the count and lexeme total of their
+    indexed chunks (no row stands for none)."""
+    stats = await scalar(
+        memory,
+        "SELECT coalesce((SELECT chunks || '/' || lexemes FROM memory_chunk_text_stats"
+        " WHERE user_id = :u), '0/0')",
+        u=user_id,
+    )
+    actual = await scalar(
+        memory,
+        "SELECT count(*) || '/' || coalesce(sum(lexemes), 0) FROM memory_chunk_terms"
+        " WHERE user_id = :u",
+        u=user_id,
+    )
+    return stats == actual
+
+
+async def test_add_chunks_queues_every_chunk_for_the_text_index_and_indexes_none(
+    manual: Memory, fake_ollama: FakeOllama
+) -> None:
+    """The write is one text-queue row a chunk, with or without a vector; the indexer then
+    stores each chunk's tsvector and length, and the user's statistics."""
+    uid = await new_user(manual)
+    chunks = drafts()
+    await manual.store.add_chunks(chunks[:8], user_id=uid, session_id="s1")
+    fake_ollama.mode = "fail"  # these land without vectors
+    await manual.store.add_chunks(chunks[8:], user_id=uid, session_id="s2")
+    assert await text_counts(manual) == (len(chunks), 0)
+    assert await scalar(manual, "SELECT count(*) FROM memory_chunk_vector_queue") == 8
+    assert await scalar(manual, "SELECT count(*) FROM memory_chunk_text_stats") == 0
+    assert await manual.store.pending_chunk_count() == len(chunks)
+
+    assert await manual.store.index_pending_chunks() == len(chunks)
+    assert await text_counts(manual) == (0, len(chunks))
+    assert await manual.store.pending_chunk_count() == 0
+    mismatched = await scalar(
+        manual,
+        "SELECT count(*) FROM memory_chunk_terms t JOIN memory_chunks c ON c.id = t.chunk_id"
+        " WHERE t.tsv <> navi_chunk_tsv(c.content, c.breadcrumbs) OR t.lexemes <> length(t.tsv)"
+        " OR (t.user_id, t.session_id, t.ended_at) <> (c.user_id, c.session_id, c.ended_at)",
+    )
+    assert mismatched == 0
+    assert await stats_match_the_index(manual, uid)
+
+
+async def test_bm25_scores_and_order_are_the_same_before_during_and_after_indexing(
+    manual: Memory,
+) -> None:
+    """Every query in every scope (a user, one session, every user) ranks the same chunks with
+    the same scores, bit for bit, with all chunks queued, part of them indexed, and all
+    indexed; another user's chunks, indexed or not, change nothing."""
+    alice, bob = await new_user(manual), await new_user(manual)
+    chunks = drafts()
+    await manual.store.add_chunks(drafts("bob")[:5], user_id=bob, session_id="b1")
+    await manual.store.add_chunks(chunks[:7], user_id=alice, session_id="s1")
+    await manual.store.add_chunks(chunks[7:], user_id=alice, session_id="s2")
+    scopes = ((alice, None), (alice, "s1"), (alice, "s2"), (None, None))
+
+    async def everything() -> dict[tuple[object, object, str], list[tuple[int, float, int]]]:
+        return {(u, s, q): await bm25(manual, u, s, q) for u, s in scopes for q in QUERIES}
+
+    queued = await everything()
+    assert await manual.store.index_pending_chunks(max_batches=2) == 10
+    assert await text_counts(manual) == (7, 10)  # bob's indexed, alice's 5 indexed, 7 queued
+    partly = await everything()
+    await manual.store.index_pending_chunks()
+    assert await text_counts(manual) == (0, 17)
+    indexed = await everything()
+
+    assert queued == partly == indexed
+    assert all(indexed[(alice, None, q)] for q in QUERIES)
+    scores = {score for ranked in indexed.values() for _, score, _ in ranked}
+    assert len(scores) > 10  # real term weighting, not ties everywhere
+    async with manual.engine.connect() as conn:
+        alices = set(
+            (
+                await conn.execute(
+                    text("SELECT id FROM memory_chunks WHERE user_id = :u"), {"u": alice}
+                )
+            ).scalars()
+        )
+    assert all(
+        chunk_id in alices
+        for (owner, _, _), ranked in indexed.items()
+        if owner == alice
+        for chunk_id, _, _ in ranked
+    )
+
+
+async def test_fused_search_gives_the_same_hits_before_and_after_indexing(
+    manual: Memory, fake_ollama: FakeOllama
+) -> None:
+    """search_chunks with and without an embedder returns the same hits, in the same order,
+    with the same distances and terms hit, before and after the indexer drains both queues."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts(), user_id=uid, session_id="s1")
+    queries = [*QUERIES, NOTES[0].removeprefix("User: ")]  # a whole note: a vector hit
+
+    async def hits() -> list[list[tuple[int, str, float | None, int]]]:
+        found: list[list[tuple[int, str, float | None, int]]] = []
+        for mode in ("ok", "fail"):
+            fake_ollama.mode = mode
+            for q in queries:
+                ranked = await manual.store.search_chunks(q, user_id=uid)
+                found.append(
+                    [
+                        (h.id, h.via, None if h.distance is None else round(h.distance, 6),
+                         h.terms_hit)
+                        for h in ranked
+                    ]
+                )  # fmt: skip
+        fake_ollama.mode = "ok"
+        return found
+
+    before = await hits()
+    await manual.store.index_pending_chunks()
+    assert await manual.store.pending_chunk_count() == 0
+    after = await hits()
+    assert before == after
+    assert any(via == "vector" for ranked in after for _, via, _, _ in ranked)
+    assert all(ranked for ranked in after)
+
+
+async def test_a_fused_search_is_one_statement(manual: Memory) -> None:
+    """The vector list and the BM25 list of one search_chunks call come in one statement (one
+    round trip); without an embedding, the text list alone."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts(), user_id=uid, session_id="s1")
+    sent: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        sent.append(statement)
+
+    event.listen(manual.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        hits = await manual.store.search_chunks(NOTES[0].removeprefix("User: "), user_id=uid)
+    finally:
+        event.remove(manual.engine.sync_engine, "before_cursor_execute", record)
+    searches = [s for s in sent if "memory_chunk_terms" in s]
+    assert len(searches) == 1 and "memory_chunk_vectors" in searches[0]
+    assert hits[0].via == "vector" and hits[0].terms_hit >= 3
+
+
+async def test_session_and_user_deletes_keep_the_statistics_exact(manual: Memory) -> None:
+    """Deleting a session whose chunks are partly indexed, partly queued leaves the user's
+    statistics equal to their indexed chunks, and their ranking equal to that of a user who
+    only ever held the chunks that are left; deleting the user leaves no row of theirs in any
+    text table, and another user's statistics untouched."""
+    alice, carol = await new_user(manual), await new_user(manual)
+    gone = await manual.sessions.create(user_id=alice)
+    kept = await manual.sessions.create(user_id=alice)
+    chunks = drafts()
+    await manual.store.add_chunks(chunks[:6], user_id=alice, session_id=kept.id)
+    await manual.store.add_chunks(chunks[6:], user_id=alice, session_id=gone.id)
+    await manual.store.index_pending_chunks(max_batches=2)  # 6 kept + 4 gone indexed
+    assert await text_counts(manual) == (2, 10)
+    await manual.store.add_chunks(chunks[:6], user_id=carol, session_id="c1")
+
+    assert await manual.sessions.delete(gone.id, user_id=alice)
+    assert await text_counts(manual) == (6, 6)  # carol's queued, alice's kept indexed
+    assert await stats_match_the_index(manual, alice)
+    for q in QUERIES:
+        alices = [(score, hits) for _, score, hits in await bm25(manual, alice, None, q)]
+        carols = [(score, hits) for _, score, hits in await bm25(manual, carol, None, q)]
+        assert alices == carols, q
+
+    await manual.store.index_pending_chunks()
+    assert await stats_match_the_index(manual, carol)
+    carol_stats = await scalar(
+        manual, "SELECT chunks FROM memory_chunk_text_stats WHERE user_id = :u", u=carol
+    )
+    await manual.store.add_chunks(drafts("later"), user_id=alice, session_id=kept.id)
+    assert await manual.users.delete(alice)
+    for table in ("memory_chunk_text_stats", "memory_chunk_terms", "memory_chunk_text_queue"):
+        left = await scalar(manual, f"SELECT count(*) FROM {table} WHERE user_id = :u", u=alice)
+        assert left == 0, table
+    assert await stats_match_the_index(manual, carol)
+    assert (
+        await scalar(
+            manual, "SELECT chunks FROM memory_chunk_text_stats WHERE user_id = :u", u=carol
+        )
+        == carol_stats
+        == 6
+    )
+
+
+async def test_chunks_without_vectors_are_text_indexed_in_the_background(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """With the embedding model down, add_chunks still starts the background indexer, which
+    empties the text queue."""
+    assert memory.settings.chunk_index_in_background
+    uid = await new_user(memory)
+    fake_ollama.mode = "fail"
+    await memory.store.add_chunks(drafts(), user_id=uid, session_id="s1")
+    await memory.store.wait_chunk_indexing()
+    assert await text_counts(memory) == (0, len(NOTES))
+    hits = await memory.store.search_chunks("QUARTZ_RETRY_LIMIT", user_id=uid)
+    assert hits[0].content.startswith("User: set QUARTZ_RETRY_LIMIT")
+
+
+async def test_a_chunk_both_queued_and_indexed_counts_once(manual: Memory) -> None:
+    """A chunk found in the text queue and in memory_chunk_terms (a requeue racing the
+    indexer) is ranked once, with the statistics of the index; the indexer then drops the
+    queue row without indexing it twice."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts(), user_id=uid, session_id="s1")
+    await manual.store.index_pending_chunks()
+    before = {q: await bm25(manual, uid, None, q) for q in QUERIES}
+    await execute(
+        manual,
+        "INSERT INTO memory_chunk_text_queue (chunk_id, user_id) "
+        "SELECT chunk_id, user_id FROM memory_chunk_terms",
+    )
+    assert await text_counts(manual) == (len(NOTES), len(NOTES))
+    assert {q: await bm25(manual, uid, None, q) for q in QUERIES} == before
+    assert await manual.store.index_pending_chunks() == 0
+    assert await text_counts(manual) == (0, len(NOTES))
+    assert await stats_match_the_index(manual, uid)
+
+
+async def test_a_queued_chunk_deleted_by_sql_of_its_own_is_ignored_then_dropped(
+    manual: Memory, fake_ollama: FakeOllama
+) -> None:
+    """The text queue has no foreign key: a chunk deleted while queued leaves its queue row,
+    which search does not rank or count and the indexer removes without indexing anything."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts()[:4], user_id=uid, session_id="s1")
+    await execute(manual, "DELETE FROM memory_chunks WHERE content LIKE '%Berlin%'")
+    assert await text_counts(manual) == (4, 0)
+    fake_ollama.mode = "fail"
+    assert await manual.store.search_chunks("berlin office", user_id=uid) == []
+    staging = await bm25(manual, uid, None, "staging database")
+    assert await manual.store.index_pending_chunks() == 3
+    assert await text_counts(manual) == (0, 3)
+    assert await bm25(manual, uid, None, "staging database") == staging
+    assert await stats_match_the_index(manual, uid)
+
+
+async def test_backfill_queues_chunk_text_that_no_index_holds(
+    manual: Memory, fake_ollama: FakeOllama
+) -> None:
+    """A chunk written by SQL of its own is in neither text table, so BM25 does not see it;
+    backfill queues it (search then ranks it exactly) and the indexer indexes it."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts()[:3], user_id=uid, session_id="s1")
+    await manual.store.index_pending_chunks()
+    await execute(
+        manual,
+        "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq, "
+        "end_seq, started_at, ended_at) "
+        "VALUES (:u, 's2', 'User: the zeppelin lands at noon', 'z', 1, 1, now(), now())",
+        u=uid,
+    )
+    fake_ollama.mode = "fail"
+    assert await manual.store.search_chunks("zeppelin", user_id=uid) == []
+    fake_ollama.mode = "ok"
+    assert await manual.store.backfill_embeddings() == 1  # it had no vector either
+    assert await text_counts(manual) == (1, 3)
+    fake_ollama.mode = "fail"
+    [queued] = await manual.store.search_chunks("zeppelin", user_id=uid)
+    assert await manual.store.index_pending_chunks() == 1
+    assert await text_counts(manual) == (0, 4)
+    [indexed] = await manual.store.search_chunks("zeppelin", user_id=uid)
+    assert queued.id == indexed.id and queued.terms_hit == indexed.terms_hit == 1
+
+
+async def test_imported_chunks_are_queued_for_the_text_index(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """A user imported from an export finds their chunks by text, and the indexer indexes
+    them."""
+    source, copy = uuid.uuid4(), uuid.uuid4()
+    await seed_user(memory, fake_ollama, source, "s-api")
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        records = await memory.admin.export_user(source)
+        result = await memory.admin.import_user(records, user_id=copy, session_prefix="copy-")
+    assert result.rows["chunk"] >= 1
+    await memory.store.wait_chunk_indexing()
+    indexed = await scalar(
+        memory, "SELECT count(*) FROM memory_chunk_terms WHERE user_id = :u", u=copy
+    )
+    assert indexed == result.rows["chunk"]
+    fake_ollama.mode = "fail"
+    hits = await memory.store.search_chunks("8099", user_id=copy)
+    assert hits and {h.user_id for h in hits} == {copy}
