@@ -127,16 +127,19 @@ def similarity(hit: RecallCandidate) -> float:
 def qualifies(
     hit: RecallCandidate, *, min_similarity: float, min_terms: int = RECALL_MIN_TERMS
 ) -> bool:
-    """A raw excerpt found by vector at ``min_similarity`` or more, or by text matching at least
-    ``min_terms`` distinct query terms; never one a newer fact overrides (``superseded_by``),
-    and never one found only as "recent" (a query without terms says nothing about relevance)."""
+    """A raw excerpt found by vector at ``min_similarity`` or more, or matching at least
+    ``min_terms`` distinct query terms (a hit both lists found qualifies by either); never one
+    a newer fact overrides (``superseded_by``), and never one found only as "recent" (a query
+    without terms says nothing about relevance)."""
     if hit.source_type != "raw" or hit.chunk_id is None or hit.superseded_by is not None:
         return False
-    if hit.via == "vector":
-        return similarity(hit) >= min_similarity
-    if hit.via == "text":
-        return hit.terms_hit >= min_terms
-    return False
+    if hit.via == "recent":
+        return False
+    # A fused hit can be in both lists (via "vector" with terms_hit from the text list): either
+    # evidence qualifies it.
+    if hit.via == "vector" and similarity(hit) >= min_similarity:
+        return True
+    return hit.terms_hit >= min_terms
 
 
 def select_recall(

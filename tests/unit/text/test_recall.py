@@ -100,6 +100,14 @@ def test_text_hit_needs_two_distinct_terms() -> None:
     assert not qualifies(Hit(1, via="text", distance=None, terms_hit=1), min_similarity=0.55)
 
 
+def test_a_hit_in_both_lists_qualifies_by_either_evidence() -> None:
+    """A fused hit found by vector below the similarity still qualifies by its terms, and one
+    with too few terms by its similarity; with neither it does not."""
+    assert qualifies(Hit(1, distance=0.7, terms_hit=2), min_similarity=0.55)
+    assert qualifies(Hit(1, distance=0.3, terms_hit=0), min_similarity=0.55)
+    assert not qualifies(Hit(1, distance=0.7, terms_hit=1), min_similarity=0.55)
+
+
 def test_superseded_recent_and_non_raw_hits_never_qualify() -> None:
     """An excerpt a newer fact overrides, a 'recent'-only hit, a fact or a sketch: never."""
     assert not qualifies(Hit(1, superseded_by="server_port"), min_similarity=0.0)
