@@ -26,11 +26,13 @@ import navi_memory.testing
                 "Embedder",
                 "GuardedChatModel",
                 "GuardedEmbedder",
+                "LocalEmbedder",
                 "OllamaChatModel",
                 "OllamaEmbedder",
                 "ToolCall",
                 "ToolChatModel",
                 "ToolSpec",
+                "embedder_from_settings",
                 "embedding_text_for_fact",
                 "guard_chat_model",
                 "guard_embedder",
@@ -64,7 +66,7 @@ def test_public_names_are_exactly_the_listed_ones(module: object, names: set[str
 
 def test_importing_and_configuring_builds_no_client() -> None:
     """``import ollama`` builds the library's default client, so not even that may happen
-    before the first call."""
+    before the first call; nor may the local extra's torch load (seconds) unless chosen."""
     code = (
         "import sys\n"
         "import navi_memory.llm, navi_memory.testing\n"
@@ -75,6 +77,8 @@ def test_importing_and_configuring_builds_no_client() -> None:
         "guard_embedder(OllamaEmbedder.from_settings(s), s)\n"
         "guard_chat_model(OllamaChatModel.from_settings(s), s)\n"
         "assert 'ollama' not in sys.modules, 'ollama was imported'\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "assert 'sentence_transformers' not in sys.modules, 'sentence-transformers was imported'\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
