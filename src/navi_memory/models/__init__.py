@@ -7,7 +7,14 @@ from navi_memory.models.chunks import (
     ChunkVectorQueueRow,
     ChunkVectorRow,
 )
-from navi_memory.models.facts import FactRow, SessionMemoryStateRow, SummaryRow
+from navi_memory.models.facts import (
+    FactClockRow,
+    FactRow,
+    FactVectorQueueRow,
+    FactVectorRow,
+    SessionMemoryStateRow,
+    SummaryRow,
+)
 from navi_memory.models.kv import KvRow
 from navi_memory.models.sessions import MessageRow, SessionRow
 from navi_memory.models.users import User
@@ -19,7 +26,10 @@ __all__ = [
     "ChunkTextStatsRow",
     "ChunkVectorQueueRow",
     "ChunkVectorRow",
+    "FactClockRow",
     "FactRow",
+    "FactVectorQueueRow",
+    "FactVectorRow",
     "KvRow",
     "MessageRow",
     "SessionMemoryStateRow",
