@@ -803,7 +803,7 @@ async def run_upserts(
 ) -> tuple[list[tuple[UpsertKind, Sample]], Counter[str]]:
     """The writes one after another; the samples and outcomes after the warm-up calls."""
     results: list[tuple[UpsertKind, Sample]] = []
-    logger = logging.getLogger("navi_memory.store")
+    logger = logging.getLogger("navi_memory.facades.store")
     counter = OutcomeCounter()
     level = logger.level
     try:
@@ -887,7 +887,7 @@ async def run_upserts_beside_raw(
     outcomes: Counter[str] = Counter()
     beside = BesideRaw([], [], 0, Counter())
     counter = OutcomeCounter()
-    logger = logging.getLogger("navi_memory.store")
+    logger = logging.getLogger("navi_memory.facades.store")
     level = logger.level
     try:
         for index, (mine, theirs) in enumerate(zip(package_ops, raw_ops, strict=False)):

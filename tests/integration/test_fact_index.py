@@ -274,16 +274,15 @@ async def test_an_uncontended_upsert_is_one_statement(manual: Memory) -> None:
     finally:
         event.remove(manual.engine.sync_engine, "before_cursor_execute", record)
     assert len(sent) == 4
-    assert all("INSERT INTO memory_fact_clocks" in statement for statement in sent)
+    assert all("navi_fact_upsert" in statement for statement in sent)
 
 
-async def test_an_upsert_whose_snapshot_predates_a_committed_write_retries_under_the_lock(
-    busy_memory: Memory,
+async def test_an_upsert_waiting_for_the_category_sees_what_the_holder_committed(
+    memory: Memory,
 ) -> None:
-    """A writer holds the category (lock and clock) and adds a spelling; an upsert of another
-    spelling with dedupe that started meanwhile cannot see that row in its snapshot. It must
-    notice, and write again under the lock: the two spellings end as one visible fact."""
-    memory = busy_memory
+    """A writer holds the category's lock and adds a spelling; an upsert of another spelling
+    with dedupe waits for it, then reads what it committed: the two spellings end as one
+    visible fact, in one statement."""
     uid = await new_user(memory)
     async with memory.engine.connect() as holder:
         transaction = await holder.begin()
@@ -300,14 +299,13 @@ async def test_an_upsert_whose_snapshot_predates_a_committed_write_retries_under
             writing = asyncio.create_task(
                 memory.store.upsert_fact("p", "language", "Frisian", user_id=uid, dedupe=True)
             )
-            await waiting_for_a_lock(memory)  # its statement has begun, with its snapshot
+            await waiting_for_a_lock(memory)  # its statement has begun
             assert not writing.done()
             await transaction.commit()
             written = await writing
         finally:
             event.remove(memory.engine.sync_engine, "before_cursor_execute", record)
-    # The one statement found the category changed, wrote nothing; then lock, and again.
-    assert len([s for s in sent if "INSERT INTO memory_fact_clocks" in s]) == 3
+    assert len([s for s in sent if "navi_fact_upsert" in s]) == 1  # no retry, no lookup
     facts = await memory.store.get_all_facts(user_id=uid, include_merged=True)
     assert {(f.key, f.merged_into) for f in facts} == {
         ("language", None),
@@ -357,4 +355,4 @@ async def test_an_upsert_for_a_user_that_does_not_exist_is_not_found_and_writes_
     with pytest.raises(NotFoundError, match=r"users\.ensure"):
         await memory.store.upsert_fact("p", "editor", "vim", user_id=uuid.uuid4(), dedupe=True)
     assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 0
-    assert await scalar(memory, "SELECT count(*) FROM memory_fact_clocks") == 0
+    assert await scalar(memory, "SELECT count(*) FROM memory_fact_vector_queue") == 0

@@ -29,7 +29,6 @@ TABLES = {
     "memory_chunk_text_stats",
     "memory_fact_vectors",
     "memory_fact_vector_queue",
-    "memory_fact_clocks",
     "kv_store",
 }
 
@@ -424,6 +423,7 @@ def test_0007_moves_existing_fact_vectors_into_the_index_table_and_back(
         assert "ix_memory_facts_embedding_hnsw" in indexes
         assert conn.execute("SELECT to_regclass('memory_fact_vectors')").fetchone() == (None,)
         left = conn.execute(
-            "SELECT count(*) FROM pg_proc WHERE proname = 'navi_fact_vector_queue'"
+            "SELECT count(*) FROM pg_proc "
+            "WHERE proname IN ('navi_fact_vector_queue', 'navi_fact_upsert')"
         ).fetchone()
         assert left == (0,)

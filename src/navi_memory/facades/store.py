@@ -150,10 +150,9 @@ class MemoryStore:
         ``session_id`` (default: the request context's session) is recorded as where the fact
         was written from; it moves with ``updated_at``.
 
-        One statement on an autocommit connection (FactService.try_upsert); when another writer
-        of the same category committed in between, a transaction that locks the category first.
-        A vector set or changed is queued for the HNSW index, which the fact indexer fills in
-        the background; search reads queued facts exactly meanwhile.
+        One statement on an autocommit connection (FactService.write). A vector set or changed
+        is queued for the HNSW index, which the fact indexer fills in the background; search
+        reads queued facts exactly meanwhile.
         """
         uid = write_scope(user_id)
         category = check_text("category", category, max_chars=FACT_CATEGORY_MAX_CHARS).strip()
@@ -193,11 +192,10 @@ class MemoryStore:
             embedding=embedding,
             session_id=session_id,
         )
+        # One statement, its own transaction; a repeat cannot double it (the same value again
+        # only verifies), so a connection lost mid-way is safe to call again.
         async with single_statement(self._engine) as conn:
-            done = await self._facts.try_upsert(conn, write, dedupe=dedupe)
-        if done is None:  # the category changed under the statement: lock it, then write
-            async with unit_of_work(self._sessionmaker) as session:
-                done = await self._facts.upsert_locked(session, write, dedupe=dedupe)
+            done = await self._facts.write(conn, write, dedupe=dedupe)
         if done.vector_queued:
             self._fact_indexer.kick()
         logger.debug("memory.fact_%s", done.outcome, extra={"fact_id": done.fact.id})

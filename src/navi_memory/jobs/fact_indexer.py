@@ -35,6 +35,11 @@ CLOSE_GRACE_SECONDS: Final = 10.0
 """How long aclose() waits for the batch in flight before cancelling it (it rolls back; the
 queue keeps its rows for the next indexer)."""
 
+GATHER_SECONDS: Final = 0.05
+"""How long a background drain waits after the kick that started it: the writes of a burst
+then share one batch — one transaction, one commit — instead of one each (a caller writing a
+fact every millisecond otherwise doubles its commits)."""
+
 RETRY_DELAYS: Final = (0.25, 1.0, 4.0)
 """Seconds before each retry of a failed background drain (a deadlock victim, a dropped
 connection, a database restarting); then it gives up until the next kick."""
@@ -92,6 +97,7 @@ class FactIndexer:
 
     async def _run(self) -> None:
         failures = 0
+        await self._sleep(GATHER_SECONDS)
         while True:
             self._again = False
             try:

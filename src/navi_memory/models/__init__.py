@@ -8,7 +8,6 @@ from navi_memory.models.chunks import (
     ChunkVectorRow,
 )
 from navi_memory.models.facts import (
-    FactClockRow,
     FactRow,
     FactVectorQueueRow,
     FactVectorRow,
@@ -26,7 +25,6 @@ __all__ = [
     "ChunkTextStatsRow",
     "ChunkVectorQueueRow",
     "ChunkVectorRow",
-    "FactClockRow",
     "FactRow",
     "FactVectorQueueRow",
     "FactVectorRow",

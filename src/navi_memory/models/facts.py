@@ -65,6 +65,14 @@ class FactRow(Base):
             postgresql_nulls_not_distinct=True,
             postgresql_where="merged_into IS NULL",
         ),
+        # Hidden spellings by key: a hidden spelling written again goes to its survivor.
+        Index(
+            "ix_memory_facts_user_id_category_key_hidden",
+            "user_id",
+            "category",
+            "key",
+            postgresql_where="merged_into IS NOT NULL",
+        ),
         Index(
             "ix_memory_facts_user_id_category_key_norm",
             "user_id",
@@ -116,19 +124,6 @@ class FactVectorQueueRow(Base):
     user_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
 
     __table_args__ = (Index("ix_memory_fact_vector_queue_user_id", "user_id"),)
-
-
-class FactClockRow(Base):
-    """One (user, category)'s write counter: every write of the category bumps it under the
-    category's lock, so a one-statement upsert can tell whether its snapshot is current."""
-
-    __tablename__ = "memory_fact_clocks"
-
-    user_id: Mapped[uuid.UUID] = mapped_column(
-        UUID(as_uuid=True), ForeignKey("navi_users.id", ondelete="CASCADE"), primary_key=True
-    )
-    category: Mapped[str] = mapped_column(Text, primary_key=True)
-    version: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
 class SummaryRow(Base):

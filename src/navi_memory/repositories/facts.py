@@ -17,8 +17,9 @@ from sqlalchemy import (
     ColumnElement,
     RowMapping,
     Select,
-    TextClause,
+    TextualSelect,
     and_,
+    column,
     delete,
     func,
     literal,
@@ -70,143 +71,57 @@ _FACT_COLUMNS = (
 )
 """Every memory_facts column a Fact shows, the vector excepted (text SQL form)."""
 
+FACT_FIELDS: Final = (
+    "id",
+    "user_id",
+    "category",
+    "key",
+    "value",
+    "source",
+    "confidence",
+    "expires_at",
+    "last_verified_at",
+    "source_context",
+    "merged_into",
+    "created_at",
+    "updated_at",
+    "session_id",
+    "has_embedding",
+)
+"""The columns of ``_RETURNED``, in order."""
+
+
+def _returning(sql: str, *names: str) -> TextualSelect:
+    """``sql`` with its result columns named in order: SQLAlchemy then builds the result's
+    metadata once per statement, not on every execution (half of its cost per call here)."""
+    return text(sql).columns(*(column(name) for name in names))
+
+
 _HALFVEC: Final = f"halfvec({EMBEDDING_DIM})"
 _VISIBLE: Final = "f.merged_into IS NULL AND (f.expires_at IS NULL OR f.expires_at > now())"
 """What every read path sees (text SQL form of ``visible()``)."""
 _RETURNED: Final = f"{_FACT_COLUMNS}, f.embedding IS NOT NULL AS has_embedding"
-_NEW_EXPIRY: Final = "now() + make_interval(secs => CAST(:expires_seconds AS float8))"
-"""``expires_days`` from the transaction's time, in exact seconds as Python's timedelta counts
-them; NULL (never) when none is given."""
-_OF_KEY: Final = (
-    "f.user_id = CAST(:uid AS uuid) AND f.category = CAST(:cat AS text) "
-    "AND f.key = CAST(:key AS text)"
+UPSERT: Final = _returning(
+    "SELECT unnormalized_ids, unnormalized_keys, merged, was_expired, action, "
+    + ", ".join(FACT_FIELDS)
+    + " FROM navi_fact_upsert(:uid, :cat, :key, :norm, :rules, :value, :embedding, "
+    ":source, :confidence, :expires_seconds, :source_context, :sid, :dedupe)",
+    "unnormalized_ids",
+    "unnormalized_keys",
+    "merged",
+    "was_expired",
+    "action",
+    *FACT_FIELDS,
 )
-_OF_CATEGORY: Final = "f.user_id = CAST(:uid AS uuid) AND f.category = CAST(:cat AS text)"
-
-UPSERT: Final = text(
-    f"""
-    WITH locked AS MATERIALIZED (
-        -- The category's lock, as lock_category takes it: writers of one (user, category)
-        -- serialise, and the clock below is bumped only under it.
-        SELECT pg_advisory_xact_lock(hashtextextended(CAST(:scope AS text), 0)) AS held
-    ),
-    seen AS MATERIALIZED (
-        SELECT coalesce(max(k.version), 0) AS version FROM memory_fact_clocks k
-        WHERE k.user_id = CAST(:uid AS uuid) AND k.category = CAST(:cat AS text)
-    ),
-    tick AS (
-        -- ON CONFLICT sees the latest committed version, not this statement's snapshot: when
-        -- it is not the one the snapshot saw, a writer committed in between, and every read
-        -- below may be out of date.
-        INSERT INTO memory_fact_clocks AS k (user_id, category, version)
-        SELECT CAST(:uid AS uuid), CAST(:cat AS text), 1 FROM locked
-        ON CONFLICT (user_id, category) DO UPDATE SET version = k.version + 1
-        RETURNING k.version
-    ),
-    unnormalized AS MATERIALIZED (
-        -- Visible keys whose canonical form is missing or made by other rules: a dedupe
-        -- cannot compare them yet.
-        SELECT f.id, f.key FROM memory_facts f
-        WHERE CAST(:dedupe AS boolean) AND {_OF_CATEGORY} AND f.merged_into IS NULL
-          AND (f.key_norm IS NULL OR f.key_norm < CAST(:rules_from AS text)
-               OR f.key_norm >= CAST(:rules_to AS text))
-    ),
-    go AS MATERIALIZED (
-        SELECT (SELECT version FROM tick) = (SELECT version FROM seen) + 1
-               AND NOT EXISTS (SELECT 1 FROM unnormalized) AS ok
-    ),
-    exact AS MATERIALIZED (
-        SELECT f.id FROM memory_facts f WHERE {_OF_KEY} AND f.merged_into IS NULL
-        ORDER BY f.id DESC LIMIT 1
-    ),
-    behind AS MATERIALIZED (
-        -- A hidden spelling written again: the fact it was merged into.
-        SELECT f.merged_into AS id FROM memory_facts f
-        WHERE {_OF_KEY} AND f.merged_into IS NOT NULL
-        ORDER BY f.id DESC LIMIT 1
-    ),
-    target AS MATERIALIZED (
-        SELECT f.id, f.value = CAST(:value AS text) AS same,
-               coalesce(f.expires_at <= now(), false) AS expired,
-               f.embedding IS NULL AS vectorless
-        FROM memory_facts f
-        WHERE f.id = coalesce((SELECT id FROM exact), (SELECT id FROM behind))
-    ),
-    spellings AS MATERIALIZED (
-        SELECT f.id FROM memory_facts f
-        WHERE CAST(:dedupe AS boolean) AND {_OF_CATEGORY} AND f.merged_into IS NULL
-          AND f.key_norm = CAST(:norm AS text)
-          AND f.id IS DISTINCT FROM (SELECT id FROM target)
-    ),
-    inserted AS (
-        INSERT INTO memory_facts AS f (user_id, category, key, key_norm, value, embedding,
-                                       source, confidence, expires_at, source_context,
-                                       last_verified_at, session_id)
-        SELECT CAST(:uid AS uuid), CAST(:cat AS text), CAST(:key AS text),
-               CAST(:norm AS text), CAST(:value AS text), CAST(:embedding AS vector),
-               CAST(:source AS text), CAST(:confidence AS integer), {_NEW_EXPIRY},
-               CAST(:source_context AS text), now(), CAST(:sid AS text)
-        FROM go WHERE go.ok AND NOT EXISTS (SELECT 1 FROM target)
-        RETURNING {_RETURNED}, 'insert' AS action
-    ),
-    renewed AS (
-        UPDATE memory_facts f
-        SET value = CAST(:value AS text), embedding = CAST(:embedding AS vector),
-            source = CAST(:source AS text), confidence = CAST(:confidence AS integer),
-            source_context = CAST(:source_context AS text), expires_at = {_NEW_EXPIRY},
-            updated_at = now(), last_verified_at = now(), session_id = CAST(:sid AS text)
-        FROM target t, go
-        WHERE f.id = t.id AND go.ok AND NOT t.same
-        RETURNING {_RETURNED}, 'new value' AS action
-    ),
-    verified AS (
-        -- Neither the vector nor an indexed column changes: a HOT update, no index work.
-        UPDATE memory_facts f
-        SET last_verified_at = now(),
-            expires_at = CASE WHEN t.expired THEN {_NEW_EXPIRY} ELSE f.expires_at END
-        FROM target t, go
-        WHERE f.id = t.id AND go.ok AND t.same
-          AND NOT (t.vectorless AND CAST(:embedding AS vector) IS NOT NULL)
-        RETURNING {_RETURNED}, 'verify' AS action
-    ),
-    completed AS (
-        UPDATE memory_facts f
-        SET last_verified_at = now(), embedding = CAST(:embedding AS vector),
-            expires_at = CASE WHEN t.expired THEN {_NEW_EXPIRY} ELSE f.expires_at END
-        FROM target t, go
-        WHERE f.id = t.id AND go.ok AND t.same
-          AND t.vectorless AND CAST(:embedding AS vector) IS NOT NULL
-        RETURNING {_RETURNED}, 'vector' AS action
-    ),
-    written AS (
-        SELECT * FROM inserted UNION ALL SELECT * FROM renewed
-        UNION ALL SELECT * FROM verified UNION ALL SELECT * FROM completed
-    ),
-    hidden AS (
-        -- The other spellings go behind the written row, and so do the rows hidden behind
-        -- them: merged_into always points at a visible row.
-        UPDATE memory_facts f SET merged_into = w.id
-        FROM written w
-        WHERE f.id = ANY (ARRAY(SELECT id FROM spellings))
-           OR f.merged_into = ANY (ARRAY(SELECT id FROM spellings))
-        RETURNING f.id
-    )
-    SELECT go.ok AS fresh,
-           ARRAY(SELECT id FROM unnormalized ORDER BY id) AS unnormalized_ids,
-           ARRAY(SELECT key FROM unnormalized ORDER BY id) AS unnormalized_keys,
-           EXISTS (SELECT 1 FROM spellings) AS merged,
-           coalesce((SELECT expired FROM target), false) AS was_expired,
-           w.*
-    FROM go LEFT JOIN written w ON TRUE
-    """
-)
-"""upsert_fact in one statement (docs/memory.md, "upsert_fact"): under the category's lock,
-find the target — the visible row holding the key, else the row a hidden spelling of exactly
-this key stands behind — and the other visible spellings (same ``key_norm``) when deduping;
-then insert, write the new value, or verify (filling a missing vector); then hide the other
-spellings behind the written row. Writes nothing (``current`` false) when the snapshot may be
-out of date (``fresh`` false) or a spelling lacks its canonical form: the caller fills or
-retries. The ``hidden`` update runs unreferenced: PostgreSQL runs every data-modifying CTE."""
+"""upsert_fact in one round trip: ``navi_fact_upsert``, created by revision 0007 (its text is
+there). Under the (user, category) lock it finds the target — the visible row holding the key,
+else the row a hidden spelling of exactly this key stands behind — and, when deduping, the other
+visible spellings (same ``key_norm``); then inserts, writes the new value, or verifies (filling
+a missing vector); then hides the other spellings, and the rows behind them, behind the written
+row. It writes nothing when a visible spelling of the category has no current ``key_norm``: it
+returns those instead, for the caller to fill. A function, not a statement here, because a
+VOLATILE function's second statement sees what committed before its lock was granted, and its
+body keeps one cached plan (``SET plan_cache_mode``) on connections that force custom plans."""
 
 _SET_KEY_NORMS: Final = text(
     """
@@ -225,17 +140,6 @@ _SET_EMBEDDING: Final = text(
     """
 )
 """Backfill's write; the text compared is ``llm.embedding_text_for_fact`` in SQL."""
-
-_BUMP_CLOCK: Final = text(
-    """
-    INSERT INTO memory_fact_clocks AS k (user_id, category, version)
-    SELECT CAST(:uid AS uuid), CAST(:cat AS text), 1
-    WHERE EXISTS (SELECT 1 FROM navi_users u WHERE u.id = CAST(:uid AS uuid))
-    ON CONFLICT (user_id, category) DO UPDATE SET version = k.version + 1
-    """
-)
-"""The category's clock, bumped under its lock: a one-statement upsert whose snapshot predates
-this write sees the bump and retries. (No user, no facts: nothing to bump.)"""
 
 _LOCK_CATEGORY: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))")
 
@@ -284,7 +188,7 @@ _REQUEUE_UNINDEXED: Final = text(
 )
 
 
-def _search_sql(*, by_user: bool, with_vector: bool) -> TextClause:
+def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
     """Both passes of search_facts as one statement (FactSearchRepository.search)."""
     owner = "f.user_id = :uid" if by_user else "TRUE"
     where = f"{owner} AND {_VISIBLE}"
@@ -301,11 +205,14 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextClause:
             LIMIT :limit
         )"""
     if not with_vector:
-        return text(
+        return _returning(
             f"""
             WITH {text_pass.format(fill_up="")}
             SELECT {_RETURNED}, NULL::float8 AS distance, t.hits AS terms_hit
-            FROM memory_facts f JOIN txt t ON t.id = f.id"""
+            FROM memory_facts f JOIN txt t ON t.id = f.id""",
+            *FACT_FIELDS,
+            "distance",
+            "terms_hit",
         )
     query = "CAST(:q AS vector)"
     # The nearest visible facts: through the HNSW index of memory_fact_vectors (or the
@@ -341,13 +248,16 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextClause:
             LIMIT :limit
         )"""
     fill_up = "AND f.id NOT IN (SELECT id FROM vec) AND (SELECT count(*) FROM vec) < :limit"
-    return text(
+    return _returning(
         f"""
         WITH {vector_pass},
         {text_pass.format(fill_up=fill_up)}
         SELECT {_RETURNED}, v.distance AS distance, t.hits AS terms_hit
         FROM memory_facts f LEFT JOIN vec v ON v.id = f.id LEFT JOIN txt t ON t.id = f.id
-        WHERE f.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)"""
+        WHERE f.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)""",
+        *FACT_FIELDS,
+        "distance",
+        "terms_hit",
     )
 
 
@@ -359,12 +269,13 @@ _SEARCH: Final = {
 """search_facts' statements, by (narrowed to one user, with a query vector)."""
 
 _RECENT: Final = {
-    by_user: text(
+    by_user: _returning(
         f"""
         SELECT {_RETURNED} FROM memory_facts f
         WHERE {"f.user_id = :uid" if by_user else "TRUE"} AND {_VISIBLE}
         ORDER BY f.updated_at DESC, f.id DESC
-        LIMIT :limit"""
+        LIMIT :limit""",
+        *FACT_FIELDS,
     )
     for by_user in (False, True)
 }
@@ -445,13 +356,12 @@ class UpsertStatement:
 class UpsertDone:
     """What the upsert statement did."""
 
-    current: bool
-    """False: nothing was written (see ``unnormalized``, else the snapshot may be stale)."""
     unnormalized: list[tuple[int, str]]
     """(id, key) of visible spellings whose canonical form is missing or outdated."""
     action: str | None
     """``insert``, ``new value``, ``verify`` or ``vector`` (verify, and the missing vector
-    stored); None when nothing was written."""
+    stored); None when nothing was written (``unnormalized``, or a target row deleted by a
+    writer that does not take the category lock)."""
     merged: bool
     """Other visible spellings were hidden behind the written row."""
     was_expired: bool
@@ -461,20 +371,19 @@ class UpsertDone:
 
 
 def category_lock_scope(user_id: uuid.UUID | None, category: str) -> str:
-    """The advisory lock key of one (user, category), hashed by PostgreSQL."""
+    """The advisory lock key of one (user, category), hashed by PostgreSQL (navi_fact_upsert
+    builds the same text)."""
     return f"memory_facts:{user_id}:{category}"
 
 
 def upsert_parameters(write: UpsertStatement) -> dict[str, Any]:
     """UPSERT's bind parameters for ``write`` (the vector in binary)."""
     return {
-        "scope": category_lock_scope(write.user_id, write.category),
         "uid": write.user_id,
         "cat": write.category,
         "key": write.key,
         "norm": write.key_norm,
-        "rules_from": f"{write.rules}:",
-        "rules_to": f"{write.rules};",  # ";" follows ":": the rules' forms lie between
+        "rules": write.rules,
         "value": write.value,
         "embedding": None if write.embedding is None else vector_binary(write.embedding),
         "source": write.source,
@@ -494,8 +403,8 @@ class FactWriteRepository:
         self.session = session
 
     async def lock_category(self, user_id: uuid.UUID, category: str) -> None:
-        """Serialise writers of one (user, category) until the transaction ends, and bump the
-        category's clock (so a one-statement upsert that read before this write retries).
+        """Serialise writers of one (user, category) until the transaction ends (the upsert
+        function takes the same lock).
 
         Dedupe compares a new key with every key of the category, so a unique index alone cannot
         stop two spellings landing at once; a transaction-scoped advisory lock can.
@@ -503,7 +412,6 @@ class FactWriteRepository:
         await self.session.execute(
             _LOCK_CATEGORY, {"scope": category_lock_scope(user_id, category)}
         )
-        await self.session.execute(_BUMP_CLOCK, {"uid": user_id, "cat": category})
 
     async def upsert(self, write: UpsertStatement) -> UpsertDone:
         """One statement (``UPSERT``): lock the category, then insert, write the new value or
@@ -511,7 +419,6 @@ class FactWriteRepository:
         row = (await self.session.execute(UPSERT, upsert_parameters(write))).mappings().one()
         action = row["action"]
         return UpsertDone(
-            current=bool(row["fresh"]),
             unnormalized=list(zip(row["unnormalized_ids"], row["unnormalized_keys"], strict=True)),
             action=action,
             merged=bool(row["merged"]),
