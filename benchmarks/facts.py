@@ -11,6 +11,7 @@ parameters the package would bind, calls interleaved with the package's."""
 from __future__ import annotations
 
 import logging
+import os
 import random
 import re
 import time
@@ -60,7 +61,13 @@ from benchmarks.sections import (
     summarize_plan,
     timed_memory,
 )
-from navi_memory import EMBEDDING_DIM, Memory, Settings
+from navi_memory import (
+    EMBEDDING_DIM,
+    PERMISSION_READ_ALL,
+    Memory,
+    Settings,
+    request_context,
+)
 from navi_memory.constants import DEFAULT_CONFIDENCE
 from navi_memory.db import ensure_trgm_indexes, register_vector_codec, vector_search_settings
 from navi_memory.llm import embedding_text_for_fact
@@ -93,8 +100,6 @@ UPSERT_RATE_TARGET: Final = 1_000.0
 REINDEX_ROWS: Final = 5_000
 """Facts queued again (their index copy replaced) to time the fact indexer."""
 PER_USER_BTREE: Final = "uq_memory_facts_user_id_category_key"
-VECTOR_BTREE: Final = "ix_memory_fact_vectors_user_id"
-"""The per-user btree of the fact vector index: what the planner reads for all but big users."""
 
 UpsertKind = Literal["new key", "other spelling", "new value", "same value"]
 UPSERT_MIX: Final[tuple[tuple[UpsertKind, int], ...]] = (
@@ -115,12 +120,19 @@ class FactsSection:
     async def run(self, ctx: BenchContext) -> SectionReport:
         started = time.perf_counter()
         report = SectionReport(name=self.name, title=self.title)
+        load_before = os.getloadavg()
         rng = random.Random(ctx.seed)
         sizes = Sizes.scaled(ctx.scale)
 
         async with bench_database(ctx, DATABASE, "facts") as url:
             await self._run(ctx, url, report, rng, sizes)
         report.seconds = time.perf_counter() - started
+        load_after = os.getloadavg()
+        report.setup.append(
+            "Machine load (1/5/15-minute load averages, all processes of the machine): "
+            f"{'/'.join(f'{x:.2f}' for x in load_before)} at the start, "
+            f"{'/'.join(f'{x:.2f}' for x in load_after)} at the end."
+        )
         return report
 
     async def _run(
@@ -176,6 +188,7 @@ class FactsSection:
                 await bench.search()
                 await bench.search_with_trgm()
                 await bench.upserts()
+                await bench.raw_upserts_without_fsync(settings)
                 await bench.upserts_with_the_indexer(settings)
                 await bench.reindex()
                 await bench.backfill()
@@ -250,10 +263,12 @@ class FactsBench:
             self.report.plans += await explain_search(
                 self.memory, self.clock, uid, query, self._label(uid, what)
             )
-        for what, uid in picks[1:]:
-            query = meaning_query(self.rng, self.data.visible[uid])
+        # A global read (read_all, no user): the HNSW index of memory_fact_vectors.
+        uid = picks[1][1]
+        query = meaning_query(self.rng, self.data.visible[uid])
+        with request_context(permissions=[PERMISSION_READ_ALL]):
             self.report.plans += await explain_search(
-                self.memory, self.clock, uid, query, self._label(uid, what), hide_btree=True
+                self.memory, self.clock, None, query, "every user's facts (read_all)"
             )
         mid = self.by_size[len(self.by_size) // 2]
         query = identifier_query(self.rng, self.data.visible[mid]) or "nothing"
@@ -399,6 +414,36 @@ class FactsBench:
                     f"asyncpg: {fmt_rate(beside.raw_rate)}/s)"
                 ),
                 met=beside.package_rate >= UPSERT_RATE_TARGET,
+            )
+        )
+
+    async def raw_upserts_without_fsync(self, settings: Settings) -> None:
+        """The same upsert statement on raw asyncpg once more, with synchronous_commit off: how
+        much of a call is the commit's WAL flush (the package keeps commits durable)."""
+        count = self.sizes.upserts // 2 + WARMUP_CALLS
+        ops = make_upserts(self.rng, self.data, count)
+        compiled = UPSERT.compile(dialect=self.memory.engine.dialect)
+        names = list(compiled.positiontup or ())
+        conn = await raw_connection(self.ctx, settings, synchronous_commit=False)
+        times: list[float] = []
+        try:
+            for index, op in enumerate(ops):
+                params = upsert_parameters(upsert_statement(raw_write(op), dedupe=True))
+                args = [params[name] for name in names]
+                started = time.perf_counter()
+                await conn.fetchrow(compiled.string, *args)
+                if index >= WARMUP_CALLS:
+                    times.append(time.perf_counter() - started)
+        finally:
+            await conn.close()
+        await self.memory.store.index_pending_facts()
+        self.report.rows.append(
+            Row(
+                "  the same, raw, synchronous_commit off",
+                fmt_rate(len(times) / sum(times)),
+                "calls/s",
+                f"{len(times)} calls; p50 {fmt_ms(percentile(times, 50))} ms: what is left "
+                "without the commit's WAL flush (not the package's setting)",
             )
         )
 
@@ -619,28 +664,29 @@ SIZE_PARTS: Final = (
 
 
 async def update_statistics(ctx: BenchContext) -> str:
-    """How many updates of memory_facts (and of the category clocks) were HOT."""
+    """How many updates of memory_facts were HOT (no new index entry)."""
     conn = await ctx.server.connect(DATABASE)
     try:
-        rows = await conn.fetch(
-            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-            "WHERE relname IN ('memory_facts', 'memory_fact_clocks') ORDER BY relname"
+        row = await conn.fetchrow(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE relname = 'memory_facts'"
         )
     finally:
         await conn.close()
-    counts = {row[0]: (int(row[1]), int(row[2])) for row in rows}
-    facts, clocks = counts.get("memory_facts", (0, 0)), counts.get("memory_fact_clocks", (0, 0))
+    updated, hot = (int(row[0]), int(row[1])) if row else (0, 0)
     return (
-        f"Row updates over the whole run: memory_facts {fmt_count(facts[0])}, of which HOT "
-        f"{fmt_count(facts[1])} (fillfactor 90; no HNSW graph on the table any more); "
-        f"memory_fact_clocks {fmt_count(clocks[0])}, of which HOT {fmt_count(clocks[1])}."
+        f"Row updates of memory_facts over the whole run: {fmt_count(updated)}, of which HOT "
+        f"{fmt_count(hot)} (fillfactor 90, and no HNSW index on the table: a re-verification "
+        "or a new value adds no index entry unless an indexed column changes)."
     )
 
 
 # --- raw asyncpg ------------------------------------------------------------------------------
 
 
-async def raw_connection(ctx: BenchContext, settings: Settings) -> asyncpg.Connection:
+async def raw_connection(
+    ctx: BenchContext, settings: Settings, *, synchronous_commit: bool = True
+) -> asyncpg.Connection:
     """One plain asyncpg connection to the section's database, started with the settings the
     engine's connections carry (db.create_engine) and the same binary vector codec."""
     conn = await asyncpg.connect(
@@ -650,6 +696,7 @@ async def raw_connection(ctx: BenchContext, settings: Settings) -> asyncpg.Conne
         server_settings={
             "plan_cache_mode": "force_custom_plan",
             **vector_search_settings(settings),
+            **({} if synchronous_commit else {"synchronous_commit": "off"}),
         },
     )
     await register_vector_codec(conn)
@@ -1036,20 +1083,15 @@ def backfill_rows_of(backfills: Sequence[tuple[int, int, Sample]]) -> list[Row]:
 async def explain_search(
     memory: Memory,
     clock: SqlClock,
-    uid: uuid.UUID,
+    uid: uuid.UUID | None,
     query: str,
     label: str,
     *,
     vector: bool = True,
-    hide_btree: bool = False,
 ) -> list[Plan]:
     """EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) of search_facts' vector query (or its text query)
-    for one user, replayed exactly as the package sent it, SET LOCALs included, in a rolled-back
-    transaction.
-
-    ``hide_btree`` drops the per-user btree of memory_fact_vectors inside that transaction: what
-    the HNSW path would cost the same user.
-    """
+    for one user (None: every user, under the caller's request context), replayed exactly as
+    the package sent it, in a rolled-back transaction."""
     with clock.capture() as statements:
         await memory.store.search_facts(query, user_id=uid)
     marker = "<=>" if vector else "ILIKE"
@@ -1057,9 +1099,6 @@ async def explain_search(
         memory,
         statements,
         lambda sql: sql.lstrip().upper().startswith(("SELECT", "WITH")) and marker in sql.upper(),
-        before=[f"DROP INDEX {VECTOR_BTREE}"] if hide_btree else [],
     )
     what = "vector query" if vector else "text query"
-    if hide_btree:
-        what += " with the per-user btree hidden"
     return [Plan(f"{what}, {label}: {query!r}", summarize_plan(p), p) for p in plans[:1]]

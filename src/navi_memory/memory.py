@@ -168,6 +168,7 @@ async def open_memory(
             service=ExtractionService(
                 chat_model=chat_model, embedding=embedding, facts=FactService()
             ),
+            fact_indexer=fact_indexer,
         )
         background = BackgroundExtraction(sweep)
         store = MemoryStore(

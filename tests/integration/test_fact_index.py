@@ -4,6 +4,7 @@ search over the index and the queue, and the one-statement upsert with its fallb
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -16,6 +17,7 @@ from navi_memory.schemas import FactHit
 from navi_memory.services.facts import key_norm, key_rules
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
+from tests.integration.extraction_model import ExtractionModel
 from tests.integration.factories import execute, new_user, scalar
 
 FACTS = (
@@ -224,6 +226,43 @@ async def test_a_global_read_searches_every_users_indexed_and_queued_facts(
     assert {(h.id, h.via) for h in hits} == {(a.id, "vector"), (b.id, "vector")}
 
 
+async def test_imported_facts_with_vectors_are_queued_and_found_by_meaning(manual: Memory) -> None:
+    """An import writes facts with their vectors by its own INSERT: the trigger queues them, so
+    they are vector hits at once, and the indexer moves them."""
+    uid, copy = await new_user(manual), uuid.uuid4()
+    await manual.store.upsert_fact("p", "editor", "neovim with gruvbox", user_id=uid)
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        records = await manual.admin.export_user(uid, with_vectors=True)
+        await manual.admin.import_user(records, user_id=copy)
+    [imported] = await manual.store.get_all_facts(user_id=copy)
+    assert await manual.store.pending_fact_count() == 2  # the original's and the import's
+    for state in ("queued", "indexed"):
+        hits = await manual.store.search_facts("p editor neovim with gruvbox", user_id=copy)
+        assert [(h.id, h.via) for h in hits] == [(imported.id, "vector")], state
+        await manual.store.index_pending_facts()
+    assert await counts(manual) == (0, 2)
+
+
+async def test_backfill_queues_fact_vectors_that_no_index_holds(manual: Memory) -> None:
+    """A vector written while the trigger was off (a data-only restore) is in neither table;
+    backfill finds it, queues it, and the indexer moves it."""
+    uid = await new_user(manual)
+    await execute(manual, "ALTER TABLE memory_facts DISABLE TRIGGER memory_facts_vector_inserted")
+    try:
+        fact = await manual.store.upsert_fact("p", "editor", "neovim", user_id=uid)
+    finally:
+        await execute(
+            manual, "ALTER TABLE memory_facts ENABLE TRIGGER memory_facts_vector_inserted"
+        )
+    assert fact.has_embedding
+    assert await counts(manual) == (0, 0)
+    assert await manual.store.backfill_embeddings() == 0  # nothing lacked a vector
+    assert await counts(manual) == (1, 0)
+    assert await manual.store.index_pending_facts() == 1
+    hits = await manual.store.search_facts("p editor neovim", user_id=uid)
+    assert [(h.id, h.via) for h in hits] == [(fact.id, "vector")]
+
+
 async def test_the_background_indexer_empties_the_fact_queue(memory: Memory) -> None:
     """With background indexing on (the default), upsert_fact's kick drains the queue."""
     assert memory.settings.fact_index_in_background
@@ -231,6 +270,31 @@ async def test_the_background_indexer_empties_the_fact_queue(memory: Memory) -> 
     await write_all(memory, uid)
     await memory.store.wait_fact_indexing()
     assert await counts(memory) == (0, len(FACTS))
+
+
+async def test_facts_the_extractor_writes_are_indexed_in_the_background(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """The extraction sweep kicks the fact indexer after it writes facts: their vectors do not
+    wait for the next upsert_fact to be indexed."""
+    model = ExtractionModel(
+        facts=json.dumps(
+            [
+                {"category": "notes", "key": f"k{i}", "value": f"v{i}", "source": "tool_call"}
+                for i in range(5)
+            ]
+        )
+    )
+    fake_ollama.chat_handler = model
+    settings = make_settings(db_url, fake_ollama, memory_extract_on_create=False)
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        sid = (await memory.sessions.create(user_id=uid)).id
+        await memory.sessions.append(sid, "user", "remember these", user_id=uid)
+        report = await memory.extractor.extract_session(sid, user_id=uid)
+        assert report.facts_written == 5
+        await memory.store.wait_fact_indexing()
+        assert await counts(memory) == (0, 5)
 
 
 # --- the one-statement upsert -------------------------------------------------------------------

@@ -215,20 +215,42 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
             "terms_hit",
         )
     query = "CAST(:q AS vector)"
-    # The nearest visible facts: through the HNSW index of memory_fact_vectors (or the
-    # per-user btree, as the planner judges) for facts not queued, and exactly over the queued
-    # ones. A queued fact's entry in the index may be missing or stale, so it never counts:
-    # each fact is read from exactly one side, and results never depend on the indexer.
-    vector_pass = f"""
+    unit = f"CAST(l2_normalize({query}) AS {_HALFVEC})"
+    # The nearest visible facts: from memory_fact_vectors for facts not queued, and exactly
+    # over the queued ones. A queued fact's entry there may be missing or stale, so it never
+    # counts: each fact is read from exactly one side, and results never depend on the indexer.
+    if by_user:
+        # One user's facts: an exact scan of their vectors (per-user btree), nearest first.
+        # Measured at 100k facts, it beats the HNSW scan the planner would pick for big users
+        # (2,105 facts: 5.2 against 23 ms, and HNSW's top 15 differed for 7 of 20 queries).
+        nearest = f"""
+        mine AS MATERIALIZED (
+            SELECT v.fact_id, v.embedding <=> {unit} AS approx
+            FROM memory_fact_vectors v
+            WHERE v.user_id = :uid
+        ),
+        indexed AS MATERIALIZED (
+            SELECT m.fact_id AS id
+            FROM mine m JOIN memory_facts f ON f.id = m.fact_id
+            WHERE {_VISIBLE}
+              AND NOT EXISTS (SELECT 1 FROM memory_fact_vector_queue p
+                              WHERE p.fact_id = m.fact_id)
+            ORDER BY m.approx
+            LIMIT :limit
+        ),"""
+    else:
+        # Everyone's facts (read_all): the HNSW index.
+        nearest = f"""
         indexed AS MATERIALIZED (
             SELECT v.fact_id AS id
             FROM memory_fact_vectors v JOIN memory_facts f ON f.id = v.fact_id
-            WHERE {owner.replace("f.", "v.")} AND {_VISIBLE}
+            WHERE {_VISIBLE}
               AND NOT EXISTS (SELECT 1 FROM memory_fact_vector_queue p
                               WHERE p.fact_id = v.fact_id)
-            ORDER BY v.embedding <=> CAST(l2_normalize({query}) AS {_HALFVEC})
+            ORDER BY v.embedding <=> {unit}
             LIMIT :limit
-        ),
+        ),"""
+    vector_pass = f"""{nearest}
         queued AS MATERIALIZED (
             SELECT f.id, f.embedding <=> {query} AS distance
             FROM memory_fact_vector_queue p JOIN memory_facts f ON f.id = p.fact_id
