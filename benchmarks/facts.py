@@ -1,10 +1,17 @@
 """The facts section: 100k facts over 1,000 users, measured through MemoryStore's public calls —
 upsert_fact per second (dedupe off and on), search_facts latency without the embedding time,
-backfill_embeddings rows per second — and the plans PostgreSQL picks for the per-user queries."""
+backfill_embeddings rows per second, the fact indexer's vectors per second — and the plans
+PostgreSQL picks for the per-user queries.
+
+Beside the package, in the same run, the same statements on one raw asyncpg connection (the
+same server settings, the same binary vector codec): search_facts' captured statement per
+query, order rotated, and for upsert_fact with dedupe the one upsert statement with the
+parameters the package would bind, calls interleaved with the package's."""
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import re
 import time
@@ -29,6 +36,7 @@ from benchmarks.facts_data import (
 )
 from benchmarks.harness import (
     BenchContext,
+    CapturedStatement,
     Plan,
     Row,
     Sample,
@@ -53,9 +61,18 @@ from benchmarks.sections import (
     summarize_plan,
     timed_memory,
 )
-from navi_memory import EMBEDDING_DIM, Memory, Settings
-from navi_memory.db import ensure_trgm_indexes
+from navi_memory import (
+    EMBEDDING_DIM,
+    PERMISSION_READ_ALL,
+    Memory,
+    Settings,
+    request_context,
+)
+from navi_memory.constants import DEFAULT_CONFIDENCE
+from navi_memory.db import ensure_trgm_indexes, register_vector_codec, vector_search_settings
 from navi_memory.llm import embedding_text_for_fact
+from navi_memory.repositories.facts import UPSERT, upsert_parameters
+from navi_memory.services.facts import FactWrite, key_norm, upsert_statement
 from navi_memory.testing import HashedEmbedder, hashed_embedding
 
 __all__ = ["SECTION", "FactsSection"]
@@ -76,6 +93,12 @@ BACKFILL_ROWS: Final = 10_000
 BACKFILL_BATCHES: Final = (64, 8)
 SEARCH_P50_TARGET: Final = 0.005
 """The issue's target: search_facts p50 <= 5 ms at 100k facts, embedding excluded."""
+RAW_RATIO_TARGET: Final = 1.3
+"""Issue 16: package / raw asyncpg p50 for search_facts, in the same run."""
+UPSERT_RATE_TARGET: Final = 1_000.0
+"""Issue 16: upsert_fact with dedupe, one caller, calls per second (embedding excluded)."""
+REINDEX_ROWS: Final = 5_000
+"""Facts queued again (their index copy replaced) to time the fact indexer."""
 PER_USER_BTREE: Final = "uq_memory_facts_user_id_category_key"
 
 UpsertKind = Literal["new key", "other spelling", "new value", "same value"]
@@ -97,12 +120,19 @@ class FactsSection:
     async def run(self, ctx: BenchContext) -> SectionReport:
         started = time.perf_counter()
         report = SectionReport(name=self.name, title=self.title)
+        load_before = os.getloadavg()
         rng = random.Random(ctx.seed)
         sizes = Sizes.scaled(ctx.scale)
 
         async with bench_database(ctx, DATABASE, "facts") as url:
             await self._run(ctx, url, report, rng, sizes)
         report.seconds = time.perf_counter() - started
+        load_after = os.getloadavg()
+        report.setup.append(
+            "Machine load (1/5/15-minute load averages, all processes of the machine): "
+            f"{'/'.join(f'{x:.2f}' for x in load_before)} at the start, "
+            f"{'/'.join(f'{x:.2f}' for x in load_after)} at the end."
+        )
         return report
 
     async def _run(
@@ -125,26 +155,45 @@ class FactsSection:
             f"{held[len(held) // 2]}, max {held[-1]} facts), plus "
             f"{fmt_count(len(data.rows) - sizes.facts)} older spellings hidden behind them; "
             f"{EXPIRING_SHARE:.0%} carry an expiry, half of them passed.",
-            f"Bulk load (binary COPY, HNSW index dropped, hashed embeddings computed on the way): "
-            f"{load.copy_seconds:.1f} s; HNSW rebuild (m=16, ef_construction=64): "
-            f"{load.hnsw_seconds:.1f} s; VACUUM ANALYZE: {load.analyze_seconds:.1f} s.",
+            f"Bulk load (binary COPY with memory_facts' triggers off, keys' canonical forms and "
+            f"hashed embeddings computed on the way, every vector copied into "
+            f"memory_fact_vectors, HNSW index dropped): {load.copy_seconds:.1f} s; HNSW rebuild "
+            f"(m=16, ef_construction=64): {load.hnsw_seconds:.1f} s; VACUUM ANALYZE: "
+            f"{load.analyze_seconds:.1f} s.",
         ]
 
-        settings = Settings(_env_file=None, database_url=url, backfill_pause_seconds=0)
+        # The fact indexer runs when a measurement asks (index_pending_facts), so that one
+        # caller's figures are that caller's; upserts_with_the_indexer turns it on.
+        settings = Settings(
+            _env_file=None,
+            database_url=url,
+            backfill_pause_seconds=0,
+            fact_index_in_background=False,
+        )
         embedder = TimingEmbedder(HashedEmbedder())
         async with timed_memory(settings, embedder) as (memory, clock):
             report.setup.append(
                 f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
                 "plan_cache_mode force_custom_plan (db.py); one caller, calls one after "
-                "another; embedder: HashedEmbedder (in-process) behind a timing wrapper."
+                "another; embedder: HashedEmbedder (in-process) behind a timing wrapper; the "
+                "fact indexer drained between measurements (in the background only where "
+                "said). Raw asyncpg: one connection with the engine's server settings and "
+                "its binary vector codec."
             )
             report.setup.append(await relation_sizes(memory, SIZE_PARTS))
-            bench = FactsBench(memory, clock, embedder, data, report, ctx, rng, sizes)
-            await bench.plans()
-            await bench.search()
-            await bench.search_with_trgm()
-            await bench.upserts()
-            await bench.backfill()
+            raw = await raw_connection(ctx, settings)
+            try:
+                bench = FactsBench(memory, clock, embedder, data, report, ctx, rng, sizes, raw)
+                await bench.plans()
+                await bench.search()
+                await bench.search_with_trgm()
+                await bench.upserts()
+                await bench.raw_upserts_without_fsync(settings)
+                await bench.upserts_with_the_indexer(settings)
+                await bench.reindex()
+                await bench.backfill()
+            finally:
+                await raw.close()
         # After the pool is closed every backend has flushed its statistics.
         report.setup.append(await update_statistics(ctx))
 
@@ -184,8 +233,10 @@ class FactsBench:
         ctx: BenchContext,
         rng: random.Random,
         sizes: Sizes,
+        raw: asyncpg.Connection,
     ) -> None:
         self.memory = memory
+        self.raw = raw
         self.clock = clock
         self.embedder = embedder
         self.data = data
@@ -212,10 +263,12 @@ class FactsBench:
             self.report.plans += await explain_search(
                 self.memory, self.clock, uid, query, self._label(uid, what)
             )
-        for what, uid in picks[1:]:
-            query = meaning_query(self.rng, self.data.visible[uid])
+        # A global read (read_all, no user): the HNSW index of memory_fact_vectors.
+        uid = picks[1][1]
+        query = meaning_query(self.rng, self.data.visible[uid])
+        with request_context(permissions=[PERMISSION_READ_ALL]):
             self.report.plans += await explain_search(
-                self.memory, self.clock, uid, query, self._label(uid, what), hide_btree=True
+                self.memory, self.clock, None, query, "every user's facts (read_all)"
             )
         mid = self.by_size[len(self.by_size) // 2]
         query = identifier_query(self.rng, self.data.visible[mid]) or "nothing"
@@ -228,7 +281,7 @@ class FactsBench:
         ctx.log(f"facts: search_facts x {self.sizes.queries} (+{WARMUP_CALLS} warm-up)")
         searched = await self._searches(self.workload)
         self.report.rows += search_rows(searched, "search_facts", detail_hits=True)
-        self.report.rows.append(await self._vector_decoding(searched))
+        await self.search_beside_raw()
 
         largest = self.by_size[-LARGEST_USERS:]
         big = await self._searches(
@@ -253,28 +306,57 @@ class FactsBench:
             )
         )
 
-    async def _vector_decoding(
-        self, searched: Sequence[tuple[Query, Sample, SearchOutcome]]
-    ) -> Row:
-        """What parsing the vectors that come back costs: search_facts selects whole rows, and
-        pgvector turns each 768-d vector from its text form into floats in Python."""
-        async with self.memory.engine.connect() as conn:
-            stored = await conn.scalar(
-                text("SELECT embedding::text FROM memory_facts WHERE embedding IS NOT NULL LIMIT 1")
+    async def search_beside_raw(self) -> None:
+        """Each query through the package and its captured statement on raw asyncpg, one after
+        the other, which first alternating; the package's time is the whole call, embedding
+        excluded, the raw one the fetch alone."""
+        queries = self.workload[WARMUP_CALLS:]
+        self.ctx.log(f"facts: search_facts beside raw asyncpg x {len(queries)}")
+        statements: list[CapturedStatement] = []
+        for query in queries:  # the statement each query sends (and a warm-up of both)
+            with self.clock.capture() as sent:
+                await self.memory.store.search_facts(query.text, user_id=query.user_id)
+            (statement,) = sent
+            statements.append(statement)
+            await raw_fetch(self.raw, statement)
+        package: list[float] = []
+        raw: list[float] = []
+        for index, (query, statement) in enumerate(zip(queries, statements, strict=True)):
+            raw_first = index % 2 == 1
+            if raw_first:
+                raw.append(await raw_fetch(self.raw, statement))
+            _, sample = await timed(
+                self.memory.store.search_facts(query.text, user_id=query.user_id),
+                self.embedder,
+                self.clock,
             )
-        dense = dense_vector_text(self.rng)
-        per_vector = {
-            name: decode_seconds(form) for name, form in (("hashed", stored), ("dense", dense))
-        }
-        vectors = percentile([float(s.vectors) for _, s, _ in searched], 50)
-        return Row(
-            "  vectors decoded per search p50",
-            f"{vectors:.0f}",
-            "vectors",
-            f"each parsed from text in Python: {fmt_ms(per_vector['hashed'])} ms for these "
-            f"hashed vectors (mostly zeros), {fmt_ms(per_vector['dense'])} ms for a dense "
-            f"768-d model vector; ≈ {fmt_ms(per_vector['hashed'] * vectors)} ms here, "
-            f"≈ {fmt_ms(per_vector['dense'] * vectors)} ms with a real model",
+            package.append(sample.without_embedding)
+            if not raw_first:
+                raw.append(await raw_fetch(self.raw, statement))
+        ratio = percentile(package, 50) / percentile(raw, 50)
+        self.report.rows += [
+            p50_p95(
+                "search_facts beside raw: package",
+                package,
+                f"{len(package)} queries, the whole call, embedding excluded",
+            ),
+            p50_p95(
+                "  the same statement on raw asyncpg",
+                raw,
+                "fetch only; same server settings, binary vector codec",
+            ),
+            Row("  package / raw p50", f"{ratio:.2f}", "x", "same run, order alternating"),
+        ]
+        self.report.targets.append(
+            Target(
+                name="search_facts package / raw asyncpg p50, same run",
+                goal=f"<= {RAW_RATIO_TARGET:.1f}x",
+                measured=(
+                    f"{fmt_ms(percentile(package, 50))} / {fmt_ms(percentile(raw, 50))} ms "
+                    f"= {ratio:.2f}x"
+                ),
+                met=ratio <= RAW_RATIO_TARGET,
+            )
         )
 
     async def search_with_trgm(self) -> None:
@@ -309,17 +391,125 @@ class FactsBench:
             await conn.execute(text("DROP EXTENSION pg_trgm CASCADE"))
 
     async def upserts(self) -> None:
-        results: dict[bool, tuple[list[tuple[UpsertKind, Sample]], Counter[str]]] = {}
-        for dedupe in (False, True):
-            self.ctx.log(
-                f"facts: upsert_fact x {self.sizes.upserts} (+{WARMUP_CALLS} warm-up), "
-                f"dedupe={dedupe}"
+        count = self.sizes.upserts + WARMUP_CALLS
+        self.ctx.log(f"facts: upsert_fact x {count}, dedupe=False")
+        ops = make_upserts(self.rng, self.data, count)
+        off = await run_upserts(self.memory, self.embedder, self.clock, ops, dedupe=False)
+        await self.memory.store.index_pending_facts()
+        self.ctx.log(f"facts: upsert_fact x {count}, dedupe=True, beside raw asyncpg")
+        # One stream of writes, every other one sent raw: both see the same data.
+        ops = make_upserts(self.rng, self.data, 2 * count)
+        on, beside = await run_upserts_beside_raw(
+            self.memory, self.embedder, self.clock, self.raw, ops
+        )
+        await self.memory.store.index_pending_facts()
+        self.report.rows += upsert_rows({False: off, True: on})
+        self.report.rows += beside.rows()
+        self.report.targets.append(
+            Target(
+                name="upsert_fact with dedupe, one caller, embedding excluded",
+                goal=f">= {UPSERT_RATE_TARGET:,.0f} calls/s",
+                measured=(
+                    f"{fmt_rate(beside.package_rate)} calls/s (the same statement on raw "
+                    f"asyncpg: {fmt_rate(beside.raw_rate)}/s)"
+                ),
+                met=beside.package_rate >= UPSERT_RATE_TARGET,
             )
-            ops = make_upserts(self.rng, self.data, self.sizes.upserts + WARMUP_CALLS)
-            results[dedupe] = await run_upserts(
-                self.memory, self.embedder, self.clock, ops, dedupe=dedupe
+        )
+
+    async def raw_upserts_without_fsync(self, settings: Settings) -> None:
+        """The same upsert statement on raw asyncpg once more, with synchronous_commit off: how
+        much of a call is the commit's WAL flush (the package keeps commits durable)."""
+        count = self.sizes.upserts // 2 + WARMUP_CALLS
+        ops = make_upserts(self.rng, self.data, count)
+        compiled = UPSERT.compile(dialect=self.memory.engine.dialect)
+        names = list(compiled.positiontup or ())
+        conn = await raw_connection(self.ctx, settings, synchronous_commit=False)
+        times: list[float] = []
+        try:
+            for index, op in enumerate(ops):
+                params = upsert_parameters(upsert_statement(raw_write(op), dedupe=True))
+                args = [params[name] for name in names]
+                started = time.perf_counter()
+                await conn.fetchrow(compiled.string, *args)
+                if index >= WARMUP_CALLS:
+                    times.append(time.perf_counter() - started)
+        finally:
+            await conn.close()
+        await self.memory.store.index_pending_facts()
+        self.report.rows.append(
+            Row(
+                "  the same, raw, synchronous_commit off",
+                fmt_rate(len(times) / sum(times)),
+                "calls/s",
+                f"{len(times)} calls; p50 {fmt_ms(percentile(times, 50))} ms: what is left "
+                "without the commit's WAL flush (not the package's setting)",
             )
-        self.report.rows += upsert_rows(results)
+        )
+
+    async def upserts_with_the_indexer(self, settings: Settings) -> None:
+        """upsert_fact with dedupe again, with the background fact indexer on (the default):
+        what one caller sustains while the index keeps up, and the backlog it leaves."""
+        count = self.sizes.upserts + WARMUP_CALLS
+        self.ctx.log(f"facts: upsert_fact x {count}, dedupe=True, background indexer on")
+        ops = make_upserts(self.rng, self.data, count)
+        background = settings.model_copy(update={"fact_index_in_background": True})
+        embedder = TimingEmbedder(HashedEmbedder())
+        async with timed_memory(background, embedder) as (memory, clock):
+            (done, outcomes) = await run_upserts(memory, embedder, clock, ops, dedupe=True)
+            backlog = await memory.store.pending_fact_count()
+            started = time.perf_counter()
+            await memory.store.index_pending_facts()
+            drained = time.perf_counter() - started
+        times = [sample.without_embedding for _, sample in done]
+        rate = len(times) / sum(times)
+        self.report.rows += [
+            Row(
+                "upsert_fact, dedupe on, background indexer on",
+                fmt_rate(rate),
+                "calls/s",
+                f"{len(times)} calls, embedding excluded; p50 {fmt_ms(percentile(times, 50))} "
+                f"ms, p95 {fmt_ms(percentile(times, 95))} ms; the indexer's statements share "
+                "the engine, so no SQL split here",
+            ),
+            Row(
+                "  fact index backlog at the end",
+                fmt_count(backlog),
+                "facts",
+                f"drained {drained:.2f} s later; outcomes: "
+                + ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items())),
+            ),
+        ]
+
+    async def reindex(self) -> None:
+        """The fact indexer's rate: REINDEX_ROWS random facts queued again, then drained (each
+        index copy replaced: one HNSW insertion per fact, batches of 64, each a transaction)."""
+        store = self.memory.store
+        await store.index_pending_facts()
+        async with self.memory.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO memory_fact_vector_queue (fact_id, user_id) "
+                    "SELECT id, user_id FROM memory_facts WHERE embedding IS NOT NULL "
+                    "ORDER BY random() LIMIT :n ON CONFLICT (fact_id) DO NOTHING"
+                ),
+                {"n": REINDEX_ROWS},
+            )
+        queued = await store.pending_fact_count()
+        self.ctx.log(f"facts: the fact indexer moves {queued:,} queued vectors")
+        started = time.perf_counter()
+        moved = await store.index_pending_facts()
+        seconds = time.perf_counter() - started
+        self.report.rows.append(
+            Row(
+                "fact indexer",
+                fmt_rate(moved / seconds),
+                "vectors/s",
+                f"{fmt_count(moved)} queued facts moved into memory_fact_vectors (HNSW, "
+                f"{fmt_count(self.sizes.facts)}-fact index) in {seconds:.1f} s, batches of "
+                f"{self.memory.settings.fact_index_batch_size}, one transaction each",
+            )
+        )
 
     async def backfill(self) -> None:
         done: list[tuple[int, int, Sample]] = []
@@ -328,6 +518,7 @@ class FactsBench:
                 f"facts: backfill_embeddings of {self.sizes.backfill_rows:,} rows, "
                 f"batch_size={batch}"
             )
+            await self.memory.store.index_pending_facts()
             await null_embeddings(self.memory, self.rng, self.sizes.backfill_rows)
             filled, sample = await timed(
                 self.memory.store.backfill_embeddings(batch, pause_seconds=0),
@@ -336,6 +527,7 @@ class FactsBench:
             )
             done.append((batch, filled, sample))
         self.report.rows += backfill_rows_of(done)
+        await self.memory.store.index_pending_facts()
 
     async def _searches(
         self, queries: Sequence[Query]
@@ -368,6 +560,7 @@ FACT_COLUMNS: Final = (
     "user_id",
     "category",
     "key",
+    "key_norm",
     "value",
     "embedding",
     "source",
@@ -392,6 +585,7 @@ def _records(rows: Iterable[SeededRow]) -> list[tuple[object, ...]]:
                 row.user_id,
                 fact.category,
                 fact.key,
+                key_norm(fact.key),
                 fact.value,
                 Vector(hashed_embedding(embedded)),
                 row.source,
@@ -408,16 +602,21 @@ def _records(rows: Iterable[SeededRow]) -> list[tuple[object, ...]]:
 
 
 async def bulk_load(conn: asyncpg.Connection, data: FactSet, ctx: BenchContext) -> LoadTimes:
-    """Users, then facts by binary COPY with the HNSW index dropped and rebuilt from its own
-    definition afterwards (a build is far cheaper than inserting into the graph row by row)."""
+    """Users, then facts by binary COPY with memory_facts' triggers off (their vectors go into
+    memory_fact_vectors in one INSERT … SELECT, not through the queue) and the HNSW index
+    dropped and rebuilt from its own definition afterwards (a build is far cheaper than
+    inserting into the graph row by row). Keys get their canonical forms, as upsert_fact
+    writes them."""
     started = time.perf_counter()
     hnsw = await conn.fetch(
         "SELECT indexname, indexdef FROM pg_indexes "
-        "WHERE tablename = 'memory_facts' AND indexdef ILIKE '%USING hnsw%'"
+        "WHERE tablename IN ('memory_facts', 'memory_fact_vectors') "
+        "AND indexdef ILIKE '%USING hnsw%'"
     )
     async with conn.transaction():
         for index in hnsw:
             await conn.execute(f'DROP INDEX "{index["indexname"]}"')
+        await conn.execute("ALTER TABLE memory_facts DISABLE TRIGGER USER")
         await conn.copy_records_to_table(
             "navi_users",
             records=[(uid, f"bench user {i}") for i, uid in enumerate(data.users)],
@@ -432,6 +631,12 @@ async def bulk_load(conn: asyncpg.Connection, data: FactSet, ctx: BenchContext) 
             if (start // LOAD_BATCH) % 5 == 4:
                 ctx.log(f"facts: loaded {start + LOAD_BATCH:,} rows")
         await conn.execute(
+            "INSERT INTO memory_fact_vectors (fact_id, user_id, embedding) "
+            f"SELECT id, user_id, CAST(l2_normalize(embedding) AS halfvec({EMBEDDING_DIM})) "
+            "FROM memory_facts WHERE embedding IS NOT NULL"
+        )
+        await conn.execute("ALTER TABLE memory_facts ENABLE TRIGGER USER")
+        await conn.execute(
             "SELECT setval(pg_get_serial_sequence('memory_facts', 'id'), max(id)) FROM memory_facts"
         )
     copied = time.perf_counter()
@@ -441,7 +646,7 @@ async def bulk_load(conn: asyncpg.Connection, data: FactSet, ctx: BenchContext) 
         await conn.execute(index["indexdef"])
     await conn.execute("RESET maintenance_work_mem")
     built = time.perf_counter()
-    await conn.execute("VACUUM (ANALYZE) navi_users, memory_facts")
+    await conn.execute("VACUUM (ANALYZE) navi_users, memory_facts, memory_fact_vectors")
     return LoadTimes(copied - started, built - copied, time.perf_counter() - built)
 
 
@@ -451,14 +656,15 @@ SIZE_PARTS: Final = (
         "TOAST (the vectors)",
         "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'memory_facts'",
     ),
-    ("HNSW index", "pg_relation_size('ix_memory_facts_embedding_hnsw')"),
+    ("memory_fact_vectors", "pg_relation_size('memory_fact_vectors')"),
+    ("its HNSW index", "pg_relation_size('ix_memory_fact_vectors_embedding_hnsw')"),
     ("per-user btree", f"pg_relation_size('{PER_USER_BTREE}')"),
 )
 """What relation_sizes reports for this section."""
 
 
 async def update_statistics(ctx: BenchContext) -> str:
-    """How many updates of memory_facts were HOT (no new index entries, HNSW included)."""
+    """How many updates of memory_facts were HOT (no new index entry)."""
     conn = await ctx.server.connect(DATABASE)
     try:
         row = await conn.fetchrow(
@@ -469,10 +675,39 @@ async def update_statistics(ctx: BenchContext) -> str:
         await conn.close()
     updated, hot = (int(row[0]), int(row[1])) if row else (0, 0)
     return (
-        f"Row updates over the whole run: {fmt_count(updated)}, of which HOT {fmt_count(hot)}; "
-        "every other update put a new entry into every index of memory_facts, the HNSW graph "
-        "included."
+        f"Row updates of memory_facts over the whole run: {fmt_count(updated)}, of which HOT "
+        f"{fmt_count(hot)} (fillfactor 90, and no HNSW index on the table: a re-verification "
+        "or a new value adds no index entry unless an indexed column changes)."
     )
+
+
+# --- raw asyncpg ------------------------------------------------------------------------------
+
+
+async def raw_connection(
+    ctx: BenchContext, settings: Settings, *, synchronous_commit: bool = True
+) -> asyncpg.Connection:
+    """One plain asyncpg connection to the section's database, started with the settings the
+    engine's connections carry (db.create_engine) and the same binary vector codec."""
+    conn = await asyncpg.connect(
+        host=ctx.server.socket_dir,
+        user="postgres",
+        database=DATABASE,
+        server_settings={
+            "plan_cache_mode": "force_custom_plan",
+            **vector_search_settings(settings),
+            **({} if synchronous_commit else {"synchronous_commit": "off"}),
+        },
+    )
+    await register_vector_codec(conn)
+    return conn
+
+
+async def raw_fetch(conn: asyncpg.Connection, statement: CapturedStatement) -> float:
+    """Seconds ``conn`` takes to run ``statement`` and fetch its rows."""
+    started = time.perf_counter()
+    await conn.fetch(statement.sql, *statement.parameters)
+    return time.perf_counter() - started
 
 
 # --- search -----------------------------------------------------------------------------------
@@ -500,21 +735,6 @@ def meaning_query(rng: random.Random, facts: Sequence[FactSeed]) -> str:
         words.pop(rng.randrange(len(words)))
     rng.shuffle(words)
     return " ".join(words)
-
-
-def dense_vector_text(rng: random.Random) -> str:
-    """A unit vector of 768 float4 values as PostgreSQL prints it, as a real model's would be."""
-    values = [rng.gauss(0.0, 1.0) for _ in range(EMBEDDING_DIM)]
-    norm = sum(v * v for v in values) ** 0.5
-    return "[" + ",".join(format(v / norm, ".8g") for v in values) + "]"
-
-
-def decode_seconds(vector_text: str, repeat: int = 200) -> float:
-    """Seconds pgvector takes to turn one vector's text form into floats."""
-    started = time.perf_counter()
-    for _ in range(repeat):
-        Vector.from_text(vector_text)
-    return (time.perf_counter() - started) / repeat
 
 
 def identifier_query(rng: random.Random, facts: Sequence[FactSeed]) -> str | None:
@@ -630,7 +850,7 @@ async def run_upserts(
 ) -> tuple[list[tuple[UpsertKind, Sample]], Counter[str]]:
     """The writes one after another; the samples and outcomes after the warm-up calls."""
     results: list[tuple[UpsertKind, Sample]] = []
-    logger = logging.getLogger("navi_memory.store")
+    logger = logging.getLogger("navi_memory.facades.store")
     counter = OutcomeCounter()
     level = logger.level
     try:
@@ -651,6 +871,117 @@ async def run_upserts(
         logger.removeHandler(counter)
         logger.setLevel(level)
     return results, counter.outcomes
+
+
+@dataclass(slots=True)
+class BesideRaw:
+    """upsert_fact with dedupe beside the same statement on raw asyncpg."""
+
+    package: list[float]
+    """Each package call, embedding excluded (s)."""
+    raw: list[float]
+    """Each raw call: the fetch alone (s)."""
+    statements: int
+    """Statements the package's calls sent."""
+    raw_actions: Counter[str]
+
+    @property
+    def package_rate(self) -> float:
+        return len(self.package) / sum(self.package)
+
+    @property
+    def raw_rate(self) -> float:
+        return len(self.raw) / sum(self.raw)
+
+    def rows(self) -> list[Row]:
+        ratio = percentile(self.package, 50) / percentile(self.raw, 50)
+        return [
+            Row(
+                "upsert_fact with dedupe beside raw: package",
+                fmt_rate(self.package_rate),
+                "calls/s",
+                f"{len(self.package)} calls, embedding excluded; p50 "
+                f"{fmt_ms(percentile(self.package, 50))} ms, p95 "
+                f"{fmt_ms(percentile(self.package, 95))} ms; "
+                f"{self.statements / len(self.package):.2f} statements a call",
+            ),
+            Row(
+                "  the same statement on raw asyncpg",
+                fmt_rate(self.raw_rate),
+                "calls/s",
+                f"{len(self.raw)} calls, interleaved; p50 {fmt_ms(percentile(self.raw, 50))} "
+                f"ms, p95 {fmt_ms(percentile(self.raw, 95))} ms; did: "
+                + ", ".join(f"{n} {action}" for action, n in sorted(self.raw_actions.items())),
+            ),
+            Row("  package / raw p50", f"{ratio:.2f}", "x", "same run"),
+        ]
+
+
+async def run_upserts_beside_raw(
+    memory: Memory,
+    embedder: TimingEmbedder,
+    clock: SqlClock,
+    raw: asyncpg.Connection,
+    ops: Sequence[Upsert],
+) -> tuple[tuple[list[tuple[UpsertKind, Sample]], Counter[str]], BesideRaw]:
+    """``ops`` alternately through upsert_fact(dedupe=True) and as the package's upsert statement
+    on ``raw`` (its SQL compiled by the engine's dialect, its parameters as the package binds
+    them; the vector made before the clock starts). Warm-up calls are left out of both."""
+    compiled = UPSERT.compile(dialect=memory.engine.dialect)
+    names = list(compiled.positiontup or ())
+    package_ops, raw_ops = ops[0::2], ops[1::2]
+    results: list[tuple[UpsertKind, Sample]] = []
+    outcomes: Counter[str] = Counter()
+    beside = BesideRaw([], [], 0, Counter())
+    counter = OutcomeCounter()
+    logger = logging.getLogger("navi_memory.facades.store")
+    level = logger.level
+    try:
+        for index, (mine, theirs) in enumerate(zip(package_ops, raw_ops, strict=False)):
+            measured = index >= WARMUP_CALLS
+            if index == WARMUP_CALLS:
+                logger.addHandler(counter)
+                logger.setLevel(logging.DEBUG)
+            statements = clock.statements
+            _, sample = await timed(
+                memory.store.upsert_fact(
+                    mine.category, mine.key, mine.value, user_id=mine.user_id, dedupe=True
+                ),
+                embedder,
+                clock,
+            )
+            params = upsert_parameters(upsert_statement(raw_write(theirs), dedupe=True))
+            args = [params[name] for name in names]
+            started = time.perf_counter()
+            row = await raw.fetchrow(compiled.string, *args)
+            elapsed = time.perf_counter() - started
+            if measured:
+                results.append((mine.kind, sample))
+                beside.package.append(sample.without_embedding)
+                beside.statements += clock.statements - statements
+                beside.raw.append(elapsed)
+                assert row is not None
+                beside.raw_actions[row["action"] or "nothing (retry)"] += 1
+    finally:
+        logger.removeHandler(counter)
+        logger.setLevel(level)
+    outcomes.update(counter.outcomes)
+    return (results, outcomes), beside
+
+
+def raw_write(op: Upsert) -> FactWrite:
+    """The FactWrite upsert_fact(dedupe=True) makes of ``op``, its vector included."""
+    return FactWrite(
+        user_id=op.user_id,
+        category=op.category,
+        key=op.key,
+        value=op.value,
+        source="conversation",
+        confidence=DEFAULT_CONFIDENCE,
+        expires_days=None,
+        source_context=None,
+        embedding=hashed_embedding(embedding_text_for_fact(op.category, op.key, op.value)),
+    )
 
 
 def upsert_rows(
@@ -752,20 +1083,15 @@ def backfill_rows_of(backfills: Sequence[tuple[int, int, Sample]]) -> list[Row]:
 async def explain_search(
     memory: Memory,
     clock: SqlClock,
-    uid: uuid.UUID,
+    uid: uuid.UUID | None,
     query: str,
     label: str,
     *,
     vector: bool = True,
-    hide_btree: bool = False,
 ) -> list[Plan]:
     """EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) of search_facts' vector query (or its text query)
-    for one user, replayed exactly as the package sent it, SET LOCALs included, in a rolled-back
-    transaction.
-
-    ``hide_btree`` drops the per-user btree inside that transaction: what the HNSW path would
-    cost the same user.
-    """
+    for one user (None: every user, under the caller's request context), replayed exactly as
+    the package sent it, in a rolled-back transaction."""
     with clock.capture() as statements:
         await memory.store.search_facts(query, user_id=uid)
     marker = "<=>" if vector else "ILIKE"
@@ -773,9 +1099,6 @@ async def explain_search(
         memory,
         statements,
         lambda sql: sql.lstrip().upper().startswith(("SELECT", "WITH")) and marker in sql.upper(),
-        before=[f"DROP INDEX {PER_USER_BTREE}"] if hide_btree else [],
     )
     what = "vector query" if vector else "text query"
-    if hide_btree:
-        what += " with the per-user btree hidden"
     return [Plan(f"{what}, {label}: {query!r}", summarize_plan(p), p) for p in plans[:1]]

@@ -99,6 +99,11 @@ class Settings(BaseSettings):
         description="Index new chunk vectors (HNSW) in a background task of this process.",
     )
     chunk_index_batch_size: int = Field(default=64, ge=1, le=1000)
+    fact_index_in_background: bool = Field(
+        default=True,
+        description="Index new fact vectors (HNSW) in a background task of this process.",
+    )
+    fact_index_batch_size: int = Field(default=64, ge=1, le=1000)
     chunk_text_ranking: Literal["bm25", "terms"] = Field(
         default="bm25",
         description=(

@@ -37,6 +37,7 @@ from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
 from navi_memory.facades.users import Users
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.jobs.stale_sessions import BackgroundExtraction, StaleSessionSweep
 from navi_memory.llm import (
     ChatModel,
@@ -155,6 +156,11 @@ async def open_memory(
             batch_size=settings.chunk_index_batch_size,
             background=settings.chunk_index_in_background,
         )
+        fact_indexer = FactIndexer(
+            sessionmaker,
+            batch_size=settings.fact_index_batch_size,
+            background=settings.fact_index_in_background,
+        )
         # One sweep: on demand (memory.extractor), and in the background for a user who starts
         # a session; the background tasks end with the Memory.
         sweep = StaleSessionSweep(
@@ -163,6 +169,7 @@ async def open_memory(
             service=ExtractionService(
                 chat_model=chat_model, embedding=embedding, facts=FactService()
             ),
+            fact_indexer=fact_indexer,
         )
         background = BackgroundExtraction(sweep)
         store = MemoryStore(
@@ -172,6 +179,7 @@ async def open_memory(
             embedding=embedding,
             chunks=chunks,
             indexer=indexer,
+            fact_indexer=fact_indexer,
         )
         kv = KvStore(sessionmaker=sessionmaker)
         unified = UnifiedSearchService.from_settings(settings)
@@ -202,7 +210,7 @@ async def open_memory(
                 sessionmaker=sessionmaker, settings=settings, embedding=embedding, search=unified
             ),
             tools=memory_tools(store=store, search=search, kv=kv),
-            admin=Admin(sessionmaker=sessionmaker, indexer=indexer),
+            admin=Admin(sessionmaker=sessionmaker, indexer=indexer, fact_indexer=fact_indexer),
         )
         try:
             yield memory

@@ -29,6 +29,8 @@ TABLES = {
     "memory_chunk_text_stats",
     "memory_chunk_text_queue",
     "memory_chunk_terms",
+    "memory_fact_vectors",
+    "memory_fact_vector_queue",
     "kv_store",
 }
 
@@ -257,14 +259,15 @@ def test_catalog_has_the_operator_classes_alembic_does_not_compare(
             ).fetchall()
         )
     for table, opclass in (
-        ("memory_facts", "vector_cosine_ops"),
+        ("memory_fact_vectors", "halfvec_cosine_ops"),
         ("memory_chunk_vectors", "halfvec_cosine_ops"),
     ):
         hnsw = defs[f"ix_{table}_embedding_hnsw"]
         assert f"USING hnsw (embedding {opclass})" in hnsw
         assert "m='16'" in hnsw and "ef_construction='64'" in hnsw
-    # Chunk vectors are HNSW-indexed in memory_chunk_vectors only, off add_chunks' write path.
+    # Chunk and fact vectors are HNSW-indexed in side tables only, off the write paths.
     assert "ix_memory_chunks_embedding_hnsw" not in defs
+    assert "ix_memory_facts_embedding_hnsw" not in defs
     for name, column in TRGM_INDEXES.items():
         assert f"USING gin ({column} gin_trgm_ops)" in defs[name]
     assert "ix_memory_chunks_content_fts" not in defs  # 0004: no query used it
@@ -411,5 +414,52 @@ def test_0006_indexes_existing_chunks_text_and_counts_them_per_user(
             assert conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,)
         left = conn.execute(
             "SELECT count(*) FROM pg_proc WHERE proname LIKE 'navi\\_%%'"
+        ).fetchone()
+        assert left == (0,)
+
+
+def test_0007_moves_existing_fact_vectors_into_the_index_table_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0007 copies every stored fact vector (normalised) into memory_fact_vectors, queues
+    nothing, and from then on queues a fact whose vector is set or changed; its downgrade puts
+    the HNSW index back on memory_facts."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0006")
+    uid = uuid.uuid4()
+    scaled = "[" + ",".join(["3"] + ["0"] * 767) + "]"  # not unit length: 0007 normalises
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        for key, vector in (("with", scaled), ("without", None)):
+            conn.execute(
+                "INSERT INTO memory_facts (user_id, category, key, value, embedding) "
+                "VALUES (%s, 'p', %s, 'v', %s::vector)",
+                (uid, key, vector),
+            )
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        rows = conn.execute(
+            "SELECT f.key, v.user_id, l2_norm(v.embedding) "
+            "FROM memory_fact_vectors v JOIN memory_facts f ON f.id = v.fact_id"
+        ).fetchall()
+        assert rows == [("with", uid, pytest.approx(1.0))]
+        assert conn.execute("SELECT count(*) FROM memory_fact_vector_queue").fetchone() == (0,)
+        conn.execute(f"UPDATE memory_facts SET embedding = '{scaled}' WHERE key = 'without'")
+        queued = conn.execute(
+            "SELECT f.key FROM memory_fact_vector_queue q JOIN memory_facts f ON f.id = q.fact_id"
+        ).fetchall()
+        assert queued == [("without",)]
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+        assert "ix_memory_fact_vectors_embedding_hnsw" in indexes
+        assert "ix_memory_facts_embedding_hnsw" not in indexes
+    dbtools.downgrade(url, "0006")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_facts").fetchone() == (2,)
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+        assert "ix_memory_facts_embedding_hnsw" in indexes
+        assert conn.execute("SELECT to_regclass('memory_fact_vectors')").fetchone() == (None,)
+        left = conn.execute(
+            "SELECT count(*) FROM pg_proc "
+            "WHERE proname IN ('navi_fact_vector_queue', 'navi_fact_upsert')"
         ).fetchone()
         assert left == (0,)

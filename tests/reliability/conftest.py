@@ -16,9 +16,11 @@ from tests.reliability.world import World, build_world
 
 @pytest.fixture
 async def calm_memory(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
-    """A Memory that changes nothing behind the caller's back (no background chunk indexer),
-    so a snapshot taken after a call shows that call's writes and nothing else."""
-    settings = make_settings(db_url, fake_ollama, chunk_index_in_background=False)
+    """A Memory that changes nothing behind the caller's back (no background chunk or fact
+    indexer), so a snapshot taken after a call shows that call's writes and nothing else."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, fact_index_in_background=False
+    )
     async with open_memory(settings) as opened:
         yield opened
 
@@ -50,6 +52,11 @@ async def shared(
 ) -> AsyncIterator[tuple[Memory, World]]:
     """A calm Memory (no background indexer) on the module's database, with its World built."""
     fake_ollama_server.reset()
-    settings = make_settings(module_db_url, fake_ollama_server, chunk_index_in_background=False)
+    settings = make_settings(
+        module_db_url,
+        fake_ollama_server,
+        chunk_index_in_background=False,
+        fact_index_in_background=False,
+    )
     async with open_memory(settings) as opened:
         yield opened, await build_world(opened)

@@ -42,7 +42,7 @@ def migrate(
 
 
 def backfill() -> None:
-    """Embed every fact and chunk that has no vector yet, then index the queued chunk vectors.
+    """Embed every fact and chunk that has no vector yet, then index the queued vectors.
 
     First it indexes demoted history that a failed compression left in no chunk. Rows are
     embedded `BACKFILL_BATCH_SIZE` at a time, `BACKFILL_PAUSE_SECONDS` apart, each batch
@@ -51,7 +51,7 @@ def backfill() -> None:
     settings = load_settings()
     bars = TableProgress()
 
-    async def work() -> tuple[int, int | None, int]:
+    async def work() -> tuple[int, int | None, int, int]:
         async with admin_memory(settings) as memory:
             recovered = await memory.sessions.index_dropped_history()
             embedded = None
@@ -61,10 +61,11 @@ def backfill() -> None:
                         settings.backfill_batch_size, progress=bars
                     )
             indexed = await memory.store.index_pending_chunks()
-        return recovered, embedded, indexed
+            facts_indexed = await memory.store.index_pending_facts()
+        return recovered, embedded, indexed, facts_indexed
 
     try:
-        recovered, embedded, indexed = run(work)
+        recovered, embedded, indexed, facts_indexed = run(work)
     except KeyboardInterrupt:
         err.print("navi-memory: interrupted; finished batches are saved, run it again to resume")
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -75,6 +76,6 @@ def backfill() -> None:
     )
     out.print(
         f"backfill: {recovered} chunk(s) of dropped history recovered, {made}, {indexed} chunk(s) "
-        "indexed",
+        f"and {facts_indexed} fact vector(s) indexed",
         markup=False,
     )

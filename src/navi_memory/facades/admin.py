@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from navi_memory.constants import PERMISSION_READ_ALL, STATS_USERS_DEFAULT
 from navi_memory.errors import InvalidInputError, PermissionDeniedError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.request_context import as_user_id, has_permission, read_scope, write_scope
 from navi_memory.schemas import ExportRecord, ImportResult, MemoryStats, PurgeResult
 from navi_memory.services.facts import FactService
@@ -34,7 +35,11 @@ def _require_admin(what: str) -> None:
 
 class Admin:
     def __init__(
-        self, *, sessionmaker: async_sessionmaker[AsyncSession], indexer: ChunkIndexer
+        self,
+        *,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        indexer: ChunkIndexer,
+        fact_indexer: FactIndexer | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
         # An export reads many tables: one snapshot, so a concurrent write cannot tear it.
@@ -43,6 +48,7 @@ class Admin:
             expire_on_commit=False,
         )
         self._indexer = indexer
+        self._fact_indexer = fact_indexer
         self._stats = StatsService()
         self._facts = FactService()
         self._transfer = TransferService()
@@ -112,4 +118,6 @@ class Admin:
             )
         if result.rows.get("chunk"):
             self._indexer.kick()
+        if result.rows.get("fact") and self._fact_indexer is not None:
+            self._fact_indexer.kick()  # memory_facts' trigger queued their vectors
         return result

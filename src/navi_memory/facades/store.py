@@ -36,6 +36,7 @@ from navi_memory.errors import (
 )
 from navi_memory.jobs.backfill import Backfill, ProgressCallback
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.request_context import (
     current_session_id,
@@ -89,10 +90,12 @@ class MemoryStore:
         chunks: ChunkService | None = None,
         indexer: ChunkIndexer | None = None,
         backfill: Backfill | None = None,
+        fact_indexer: FactIndexer | None = None,
     ) -> None:
-        """``embedding``, ``chunks``, ``indexer`` and ``backfill`` default to ones of this
-        store's own; open_memory passes the ones it shares with the SessionStore (one indexer
-        per Memory). ``embedder`` None is text-only mode."""
+        """``embedding``, ``chunks``, ``indexer``, ``fact_indexer`` and ``backfill`` default to
+        ones of this store's own; open_memory passes the ones it shares with the SessionStore
+        and the admin facade (one indexer of each per Memory). ``embedder`` None is text-only
+        mode."""
         self._sessionmaker = sessionmaker
         self._engine = engine_of(sessionmaker)  # refuses a sessionmaker bound to no engine
         self._settings = settings
@@ -104,14 +107,25 @@ class MemoryStore:
             batch_size=settings.chunk_index_batch_size,
             background=settings.chunk_index_in_background,
         )
+        self._fact_indexer = fact_indexer or FactIndexer(
+            sessionmaker,
+            batch_size=settings.fact_index_batch_size,
+            background=settings.fact_index_in_background,
+        )
         self._backfill = backfill or Backfill(
-            sessionmaker, embedder=embedder, indexer=self._indexer
+            sessionmaker,
+            embedder=embedder,
+            indexer=self._indexer,
+            fact_indexer=self._fact_indexer,
         )
 
     async def aclose(self) -> None:
-        """Stop the background chunk indexer (the batch in flight finishes; open_memory calls
-        this on exit). Queued vectors stay queued for the next indexer."""
-        await self._indexer.aclose()
+        """Stop the background chunk and fact indexers (the batches in flight finish;
+        open_memory calls this on exit). Queued vectors stay queued for the next indexer."""
+        try:
+            await self._indexer.aclose()
+        finally:
+            await self._fact_indexer.aclose()
 
     # --- facts ------------------------------------------------------------------------------
 
@@ -135,6 +149,10 @@ class MemoryStore:
         expiry). New value: value, vector, source, confidence, expiry and ``updated_at`` change.
         ``session_id`` (default: the request context's session) is recorded as where the fact
         was written from; it moves with ``updated_at``.
+
+        One statement on an autocommit connection (FactService.write). A vector set or changed
+        is queued for the HNSW index, which the fact indexer fills in the background; search
+        reads queued facts exactly meanwhile.
         """
         uid = write_scope(user_id)
         category = check_text("category", category, max_chars=FACT_CATEGORY_MAX_CHARS).strip()
@@ -174,10 +192,14 @@ class MemoryStore:
             embedding=embedding,
             session_id=session_id,
         )
-        async with unit_of_work(self._sessionmaker) as session:
-            fact, outcome = await self._facts.upsert(session, write, dedupe=dedupe)
-        logger.debug("memory.fact_%s", outcome, extra={"fact_id": fact.id})
-        return fact
+        # One statement, its own transaction; a repeat cannot double it (the same value again
+        # only verifies), so a connection lost mid-way is safe to call again.
+        async with single_statement(self._engine) as conn:
+            done = await self._facts.write(conn, write, dedupe=dedupe)
+        if done.vector_queued:
+            self._fact_indexer.kick()
+        logger.debug("memory.fact_%s", done.outcome, extra={"fact_id": done.fact.id})
+        return done.fact
 
     async def search_facts(
         self, query: str, user_id: uuid.UUID | str | None = None, limit: int = 15
@@ -355,9 +377,9 @@ class MemoryStore:
         progress: ProgressCallback | None = None,
     ) -> int:
         """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
-        committing per batch, and queue for the HNSW index every chunk vector that is in none
-        (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector. Raises
-        EmbeddingError if the model is down (finished batches stay; a rerun resumes)."""
+        committing per batch, and queue for the HNSW indexes every chunk and fact vector that
+        is in none (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector.
+        Raises EmbeddingError if the model is down (finished batches stay; a rerun resumes)."""
         batch_size = check_int("batch_size", batch_size, minimum=1, maximum=BATCH_SIZE_MAX)
         if pause_seconds is None:
             pause_seconds = self._settings.backfill_pause_seconds
@@ -438,6 +460,25 @@ class MemoryStore:
     async def wait_chunk_indexing(self) -> None:
         """Wait for the background indexer to go idle (it stops when the queue is empty)."""
         await self._indexer.wait_idle()
+
+    async def index_pending_facts(self, max_batches: int | None = None) -> int:
+        """Move queued fact vectors into the HNSW index now, in this task; returns how many.
+
+        upsert_fact leaves this to a background task (``FACT_INDEX_IN_BACKGROUND``); call it
+        where that is off. Queued facts are found by search meanwhile, exactly, so this changes
+        speed, never results."""
+        if max_batches is not None:
+            max_batches = check_int("max_batches", max_batches, minimum=1, maximum=INT32_MAX)
+        await self._fact_indexer.wait_idle()
+        return await self._fact_indexer.drain(max_batches)
+
+    async def pending_fact_count(self) -> int:
+        """How many facts' vectors wait for the HNSW index."""
+        return await self._fact_indexer.queued()
+
+    async def wait_fact_indexing(self) -> None:
+        """Wait for the background fact indexer to go idle (it stops when the queue is empty)."""
+        await self._fact_indexer.wait_idle()
 
     async def add_chunks_for_session(
         self, chunks: Sequence[ChunkDraft], user_id: uuid.UUID, session_id: str

@@ -1,5 +1,5 @@
 """Backfill: give a vector to every row that was written without one, and queue for the HNSW
-index every chunk vector that is in none.
+indexes every chunk and fact vector that is in none.
 
 A batch job: it commits per batch, and can be interrupted and run again (it only touches rows
 whose embedding is still NULL).
@@ -17,9 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.errors import ConfigError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.repositories.chunks import ChunkRepository
-from navi_memory.repositories.facts import FactRepository
+from navi_memory.repositories.facts import FactRepository, FactVectorRepository
 from navi_memory.unit_of_work import unit_of_work
 
 __all__ = [
@@ -64,8 +65,8 @@ ProgressCallback = Callable[[BackfillProgress], Awaitable[None] | None]
 
 
 class Backfill:
-    """The backfill job of one Memory: embeds facts then chunks, and hands the chunk vectors
-    it stored (and any found in no index) to the chunk indexer."""
+    """The backfill job of one Memory: embeds facts then chunks, and hands the vectors it
+    stored (and any found in no index) to the chunk and fact indexers."""
 
     def __init__(
         self,
@@ -73,10 +74,12 @@ class Backfill:
         *,
         embedder: Embedder | None,
         indexer: ChunkIndexer,
+        fact_indexer: FactIndexer | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._embedder = embedder
         self._indexer = indexer
+        self._fact_indexer = fact_indexer
 
     async def run(
         self,
@@ -113,6 +116,18 @@ class Backfill:
             )
         if filled.get(ChunkBackfill.table) or requeued:
             self._indexer.kick()
+        if self._fact_indexer is not None:
+            async with unit_of_work(self._sessionmaker) as session:
+                facts_requeued = await FactVectorRepository(session=session).requeue_unindexed()
+            if facts_requeued:
+                logger.info(
+                    "backfill.facts_requeued: %d fact vector(s) were in no index, queued",
+                    facts_requeued,
+                    extra={"event": "backfill.facts_requeued", "rows": facts_requeued},
+                )
+            # The vectors stored above were queued by memory_facts' trigger.
+            if filled.get(FactBackfill.table) or facts_requeued:
+                self._fact_indexer.kick()
         return sum(filled.values())
 
 

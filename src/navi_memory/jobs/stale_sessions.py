@@ -30,6 +30,7 @@ from navi_memory.errors import (
     NotFoundError,
     StorageError,
 )
+from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.schemas import ExtractionReport
 from navi_memory.services.extraction import ExtractionService, SessionTranscript
 from navi_memory.services.extraction_parser import ParsedFacts
@@ -90,11 +91,13 @@ class StaleSessionSweep:
         *,
         settings: Settings,
         service: ExtractionService,
+        fact_indexer: FactIndexer | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._engine = engine_of(sessionmaker)
         self._settings = settings
         self._service = service
+        self._fact_indexer = fact_indexer
 
     async def run(
         self,
@@ -178,6 +181,8 @@ class StaleSessionSweep:
             return _skipped(session_id, "deleted meanwhile")
         if written is None:
             return _skipped(session_id, "another extractor covered this activity")
+        if written.written and self._fact_indexer is not None:
+            self._fact_indexer.kick()  # their vectors were queued for the HNSW index
         report = ExtractionReport(
             sessions_seen=1,
             facts_written=written.written,

@@ -9,7 +9,13 @@ from navi_memory.models.chunks import (
     ChunkVectorQueueRow,
     ChunkVectorRow,
 )
-from navi_memory.models.facts import FactRow, SessionMemoryStateRow, SummaryRow
+from navi_memory.models.facts import (
+    FactRow,
+    FactVectorQueueRow,
+    FactVectorRow,
+    SessionMemoryStateRow,
+    SummaryRow,
+)
 from navi_memory.models.kv import KvRow
 from navi_memory.models.sessions import MessageRow, SessionRow
 from navi_memory.models.users import User
@@ -24,6 +30,8 @@ __all__ = [
     "ChunkVectorQueueRow",
     "ChunkVectorRow",
     "FactRow",
+    "FactVectorQueueRow",
+    "FactVectorRow",
     "KvRow",
     "MessageRow",
     "SessionMemoryStateRow",

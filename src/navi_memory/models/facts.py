@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from pgvector.sqlalchemy import Vector
+from pgvector.sqlalchemy import HALFVEC, Vector
 from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, Integer, Text
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
@@ -17,6 +17,10 @@ HNSW_OPTIONS = {"m": 16, "ef_construction": 64}
 
 
 class FactRow(Base):
+    """A fact. ``embedding`` is the vector of record; its HNSW-indexed copy lives in
+    memory_fact_vectors (revision 0007; the table has fillfactor 90, so a re-verification is
+    a HOT update)."""
+
     __tablename__ = "memory_facts"
 
     # Legacy databases have a serial id; the adoption revision widens it to bigint and keeps its
@@ -27,6 +31,10 @@ class FactRow(Base):
     )
     category: Mapped[str] = mapped_column(Text, nullable=False)
     key: Mapped[str] = mapped_column(Text, nullable=False)
+    # The key's canonical spelling as "<rules>:<form>" (services/facts.py, key_norm): what a
+    # dedupe compares. NULL or another <rules> where written by anything but upsert_fact;
+    # upsert_fact fills those of a category before it compares.
+    key_norm: Mapped[str | None] = mapped_column(Text(collation="C"))
     value: Mapped[str] = mapped_column(Text, nullable=False)
     embedding: Mapped[list[float] | None] = mapped_column(Vector(EMBEDDING_DIM))
     source: Mapped[str | None] = mapped_column(Text)
@@ -57,17 +65,65 @@ class FactRow(Base):
             postgresql_nulls_not_distinct=True,
             postgresql_where="merged_into IS NULL",
         ),
+        # Hidden spellings by key: a hidden spelling written again goes to its survivor.
         Index(
-            "ix_memory_facts_embedding_hnsw",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_with=HNSW_OPTIONS,
-            postgresql_ops={"embedding": "vector_cosine_ops"},
+            "ix_memory_facts_user_id_category_key_hidden",
+            "user_id",
+            "category",
+            "key",
+            postgresql_where="merged_into IS NOT NULL",
+        ),
+        Index(
+            "ix_memory_facts_user_id_category_key_norm",
+            "user_id",
+            "category",
+            "key_norm",
+            postgresql_where="merged_into IS NULL",
         ),
         Index("ix_memory_facts_expires_at", "expires_at"),
         Index("ix_memory_facts_source_category", "source", "category"),
         Index("ix_memory_facts_merged_into", "merged_into"),
     )
+
+
+class FactVectorRow(Base):
+    """The HNSW-indexed copy of a fact's vector (revision 0007), L2-normalised as ``halfvec``.
+
+    Filled by the fact indexer from memory_fact_vector_queue, off upsert_fact's path. A fact is
+    in the queue whenever this copy may be missing or stale (a trigger on memory_facts queues
+    it); search reads the queued facts exactly and skips their entries here."""
+
+    __tablename__ = "memory_fact_vectors"
+
+    fact_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("memory_facts.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    embedding: Mapped[list[float]] = mapped_column(HALFVEC(EMBEDDING_DIM), nullable=False)
+
+    __table_args__ = (
+        Index("ix_memory_fact_vectors_user_id", "user_id"),
+        Index(
+            "ix_memory_fact_vectors_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with=HNSW_OPTIONS,
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
+        ),
+    )
+
+
+class FactVectorQueueRow(Base):
+    """A fact whose vector was set or changed and is not yet (again) in memory_fact_vectors."""
+
+    __tablename__ = "memory_fact_vector_queue"
+
+    fact_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("memory_facts.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+
+    __table_args__ = (Index("ix_memory_fact_vector_queue_user_id", "user_id"),)
 
 
 class SummaryRow(Base):

@@ -4,32 +4,58 @@ user's summary and the extraction state of a session.
 The merge rule: a key that ``text.keys.same_key`` calls another spelling of a key the user
 already holds in the same category is merged — the new spelling's row holds the value, the older
 rows are hidden behind it (``merged_into``), never deleted. docs/memory.md has the whole rule.
+
+An upsert, as one statement applies it (``FactWriteRepository.upsert``: the SQL function
+``navi_fact_upsert`` of revision 0007), under the (user, category) lock:
+
+1. The target is the visible row holding exactly the key; else, when a hidden row holds it,
+   the row that one was merged into (only unmerge_fact separates them again); else none.
+2. With ``dedupe``, the other spellings are the category's other visible rows (expired ones
+   included) whose key has the same canonical form: ``normalize_key``, stored with the row as
+   ``key_norm`` (``<rules>:<form>``; a form missing or made by other rules is made again here,
+   before anything is compared — ``key_norm()``).
+3. No target: a row is inserted. Target with the same value: only ``last_verified_at`` moves
+   (and an expired fact gets the new expiry; a fact without a vector gets this one). Target
+   with a new value: value, vector, source, confidence, context, expiry, ``updated_at``,
+   ``last_verified_at`` and ``session_id`` change.
+4. The other spellings, and the rows hidden behind them, are hidden behind the written row.
+
+Outcome: ``merged`` when other spellings were hidden, else ``inserted``, ``revived`` (the target
+had expired), ``updated`` (a new value) or ``verified``.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.constants import FACT_MAX_DISTANCE, PERMISSION_READ_ALL
-from navi_memory.errors import InvalidInputError, NotFoundError
+from navi_memory.errors import InvalidInputError, NotFoundError, StorageError
 from navi_memory.models import FactRow
 from navi_memory.repositories.facts import (
     FACT_SORT_COLUMNS,
     FactRepository,
     FactSearchRepository,
+    FactWriteRepository,
+    UpsertDone,
+    UpsertStatement,
 )
 from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.request_context import current_user_id, has_permission
 from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.ranking import hit_fields, rank_hits
-from navi_memory.text.keys import same_key
+from navi_memory.text import keys
+from navi_memory.text.keys import normalize_key
 
 __all__ = [
     "CONFIDENCE_BY_SOURCE",
@@ -38,6 +64,10 @@ __all__ = [
     "FactService",
     "FactWrite",
     "UpsertOutcome",
+    "UpsertResult",
+    "key_norm",
+    "key_rules",
+    "upsert_statement",
 ]
 
 UpsertOutcome = Literal["inserted", "updated", "verified", "revived", "merged"]
@@ -51,6 +81,27 @@ constants.DEFAULT_CONFIDENCE."""
 
 FACT_SORT_KEYS: Final = frozenset(FACT_SORT_COLUMNS)
 """What get_all_facts may sort by; anything else is refused before SQL is built."""
+
+NORMALIZE_ROUNDS: Final = 3
+"""Upsert statements one call may run when spellings of the category lack their canonical form
+(each round fills those found; a second is needed only when another writer added more)."""
+
+SECONDS_PER_DAY: Final = 86_400
+
+
+@functools.cache
+def key_rules() -> str:
+    """The name of the spelling rules in force: a digest of ``text/keys.py`` and of the Unicode
+    version its NFKC follows. Any change to either makes every stored form outdated, so it is
+    made again before it is compared (a spurious change costs that, a missed one would compare
+    forms of two different rules)."""
+    source = Path(keys.__file__).read_bytes() if keys.__file__ else repr(keys.PHRASES).encode()
+    return hashlib.sha256(source + unicodedata.unidata_version.encode()).hexdigest()[:12]
+
+
+def key_norm(key: str) -> str:
+    """The key's canonical form as stored in ``memory_facts.key_norm``: ``<rules>:<form>``."""
+    return f"{key_rules()}:{normalize_key(key)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +121,22 @@ class FactWrite:
     """The session the fact is written from (provenance); it moves with ``updated_at``."""
 
 
+@dataclass(frozen=True, slots=True)
+class UpsertResult:
+    """What upsert_fact did: the fact as written, the outcome, and whether its vector was set
+    or changed (the fact indexer then has work)."""
+
+    fact: Fact
+    outcome: UpsertOutcome
+    vector_queued: bool
+
+
 def to_fact(row: FactRow | RowMapping) -> Fact:
-    """A Fact from an ORM row (vector loaded) or a Core row with ``has_embedding``."""
+    """A Fact from an ORM row (vector loaded) or a Core row with ``has_embedding``.
+
+    Core rows are validated (pydantic's compiled validator), not ``model_construct``-ed: with
+    pydantic 2.14 the validator builds a Fact in ~4 µs, ``model_construct``'s Python loop over
+    the fields takes ~10 µs (measured; docs/benchmarks.md, "Facts")."""
     if isinstance(row, FactRow):
         return Fact.model_validate(row, from_attributes=True).model_copy(
             update={"has_embedding": row.embedding is not None}
@@ -81,6 +146,38 @@ def to_fact(row: FactRow | RowMapping) -> Fact:
 
 def to_fact_hit(row: RowMapping, **score: Any) -> FactHit:
     return FactHit.model_validate(hit_fields(row, score))
+
+
+def upsert_statement(write: FactWrite, *, dedupe: bool) -> UpsertStatement:
+    """What the upsert statement binds for ``write``: the key's canonical form under the rules
+    in force, the expiry in seconds."""
+    return UpsertStatement(
+        user_id=write.user_id,
+        category=write.category,
+        key=write.key,
+        key_norm=key_norm(write.key),
+        rules=key_rules(),
+        value=write.value,
+        embedding=write.embedding,
+        source=write.source,
+        confidence=write.confidence,
+        expires_seconds=(
+            None if write.expires_days is None else write.expires_days * SECONDS_PER_DAY
+        ),
+        source_context=write.source_context,
+        session_id=write.session_id,
+        dedupe=dedupe,
+    )
+
+
+def _outcome(done: UpsertDone) -> UpsertOutcome:
+    if done.merged:
+        return "merged"
+    if done.action == "insert":
+        return "inserted"
+    if done.was_expired:
+        return "revived"
+    return "updated" if done.action == "new value" else "verified"
 
 
 def may_change(owner: uuid.UUID | None) -> bool:
@@ -105,56 +202,43 @@ class FactService:
 
     # --- writes -----------------------------------------------------------------------------
 
-    async def upsert(
-        self, session: AsyncSession, write: FactWrite, *, dedupe: bool
-    ) -> tuple[Fact, UpsertOutcome]:
-        facts = FactRepository(session=session)
-        await facts.lock_category(write.user_id, write.category)
-        now = await facts.now()
-        expires_at = (
-            None if write.expires_days is None else now + timedelta(days=write.expires_days)
+    async def write(
+        self, conn: AsyncSession | AsyncConnection, write: FactWrite, *, dedupe: bool
+    ) -> UpsertResult:
+        """The upsert (module docstring) in one statement, on an autocommit connection or in
+        the caller's transaction; a second and third only when spellings of the category
+        still need their canonical form."""
+        repo = FactWriteRepository(session=conn)
+        statement = upsert_statement(write, dedupe=dedupe)
+        for _ in range(NORMALIZE_ROUNDS):
+            done = await repo.upsert(statement)
+            if not done.unnormalized:
+                break
+            # Spellings the statement cannot compare yet: written by an import, the
+            # application's SQL, before revision 0007, or under other rules. Their forms, then
+            # the upsert again.
+            await repo.set_key_norms([(i, key, key_norm(key)) for i, key in done.unnormalized])
+        else:
+            raise StorageError(
+                f"the keys of category {write.category!r} kept changing while they were "
+                "compared; call again"
+            )
+        if done.row is None:  # deleted by a writer that does not take the category lock
+            raise NotFoundError(
+                f"the fact {write.category}/{write.key} was deleted while it was being written"
+            )
+        return UpsertResult(
+            fact=to_fact(done.row),
+            outcome=_outcome(done),
+            vector_queued=done.action != "verify",
         )
 
-        target = await facts.find_key(write.user_id, write.category, write.key, hidden=False)
-        if target is None:
-            # A hidden spelling written again goes to the fact it was merged into: the merge
-            # said they are one fact, and only unmerge_fact undoes that.
-            hidden = await facts.find_key(write.user_id, write.category, write.key, hidden=True)
-            if hidden is not None and hidden.merged_into is not None:
-                target = await facts.get(hidden.merged_into)
-
-        spellings: list[int] = []
-        if dedupe:
-            spellings = [
-                fact_id
-                for fact_id, key in await facts.visible_keys(write.user_id, write.category)
-                if same_key(key, write.key) and (target is None or fact_id != target.id)
-            ]
-
-        outcome: UpsertOutcome
-        if target is None:
-            row = await facts.insert(
-                {
-                    "user_id": write.user_id,
-                    "category": write.category,
-                    "key": write.key,
-                    "value": write.value,
-                    "embedding": None if write.embedding is None else list(write.embedding),
-                    "source": write.source,
-                    "confidence": write.confidence,
-                    "expires_at": expires_at,
-                    "source_context": write.source_context,
-                    "last_verified_at": now,
-                    "session_id": write.session_id,
-                }
-            )
-            outcome = "merged" if spellings else "inserted"
-        else:
-            row, outcome = await _write_over(facts, target, write, now, expires_at)
-            if spellings:
-                outcome = "merged"
-        await facts.hide_behind(spellings, row.id)
-        return to_fact(row), outcome
+    async def upsert(
+        self, conn: AsyncSession | AsyncConnection, write: FactWrite, *, dedupe: bool
+    ) -> tuple[Fact, UpsertOutcome]:
+        """``write``, as (fact, outcome)."""
+        done = await self.write(conn, write, dedupe=dedupe)
+        return done.fact, done.outcome
 
     async def delete(
         self, session: AsyncSession, user_id: uuid.UUID, key: str, category: str | None
@@ -165,8 +249,9 @@ class FactService:
         categories = [category] if category is not None else []
         if category is None:
             categories = await facts.categories_with_key(user_id, key)
+        locks = FactWriteRepository(session=session)
         for name in sorted(categories):
-            await facts.lock_category(user_id, name)
+            await locks.lock_category(user_id, name)
         ids = await facts.ids_for_delete(user_id, key, category)
         return await facts.delete_with_hidden(ids)
 
@@ -177,7 +262,7 @@ class FactService:
         if row is None or not may_change(row.user_id):
             raise NotFoundError(f"fact {fact_id} does not exist")
         if row.user_id is not None:
-            await facts.lock_category(row.user_id, row.category)
+            await FactWriteRepository(session=session).lock_category(row.user_id, row.category)
         if row.merged_into is None:
             raise InvalidInputError(f"fact {row.id} is not merged into another fact")
         clash = await facts.find_key(row.user_id, row.category, row.key, hidden=False)
@@ -302,38 +387,3 @@ class FactService:
         if scope is not None and await repo.extraction_owner(session_id) != scope:
             return None
         return await repo.extracted_at(session_id)
-
-
-async def _write_over(
-    facts: FactRepository,
-    row: FactRow,
-    write: FactWrite,
-    now: datetime,
-    expires_at: datetime | None,
-) -> tuple[FactRow, UpsertOutcome]:
-    expired = row.expires_at is not None and row.expires_at <= now
-    values: dict[str, Any]
-    outcome: UpsertOutcome
-    if row.value == write.value:
-        values = {"last_verified_at": now}
-        outcome = "verified"
-        if expired:
-            values["expires_at"] = expires_at
-            outcome = "revived"
-        if row.embedding is None and write.embedding is not None:
-            values["embedding"] = list(write.embedding)
-    else:
-        values = {
-            "value": write.value,
-            # A vector of the old value would be wrong; NULL is filled by backfill.
-            "embedding": None if write.embedding is None else list(write.embedding),
-            "source": write.source,
-            "confidence": write.confidence,
-            "source_context": write.source_context,
-            "expires_at": expires_at,
-            "updated_at": now,
-            "last_verified_at": now,
-            "session_id": write.session_id,
-        }
-        outcome = "revived" if expired else "updated"
-    return await facts.update(row.id, values), outcome
