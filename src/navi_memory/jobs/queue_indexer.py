@@ -1,0 +1,165 @@
+"""The background drain both indexers share: a queue emptied in batches, each batch its own
+transaction, started by ``kick()`` on the running event loop and retried after a failure.
+
+A subclass says what one batch does (``_index_batch``) and how many rows wait
+(``_queued_count``); ``ChunkIndexer`` and ``FactIndexer`` are the two. At most one background
+drain runs per indexer; a kick during a drain makes it go round again; ``drain()`` indexes in
+the caller's task; ``aclose()`` lets the batch in flight finish and stops. Indexers in several
+processes share a queue (``FOR UPDATE SKIP LOCKED``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import ClassVar, Final
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from navi_memory.errors import NaviMemoryError
+from navi_memory.unit_of_work import unit_of_work
+
+__all__ = ["CLOSE_GRACE_SECONDS", "RETRY_DELAYS", "QueueIndexer"]
+
+logger = logging.getLogger(__name__)
+
+CLOSE_GRACE_SECONDS: Final = 10.0
+"""How long aclose() waits for the batch in flight before cancelling it (it rolls back; the
+queue keeps its rows for the next indexer)."""
+
+RETRY_DELAYS: Final = (0.25, 1.0, 4.0)
+"""Seconds before each retry of a failed background drain (a deadlock victim, a dropped
+connection, a database restarting); then it gives up until the next kick."""
+
+
+class QueueIndexer:
+    events: ClassVar[str]
+    """The log events' prefix: ``<events>.index_retry``, ``.index_failed``, ``.indexed``."""
+    retry_hint: ClassVar[str]
+    """What retries after a drain gave up, for the ``index_failed`` warning."""
+    gather_seconds: ClassVar[float] = 0.0
+    """How long a background drain waits after the kick that started it."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        batch_size: int,
+        background: bool,
+        retry_delays: Sequence[float] = RETRY_DELAYS,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._batch_size = batch_size
+        self._background = background
+        self._retry_delays = tuple(retry_delays)
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self._closing = False
+        self._closed = asyncio.Event()
+
+    async def drain(self, max_batches: int | None = None) -> int:
+        """Index queued rows until the queue is empty (or ``max_batches`` batches ran); returns
+        how many were indexed. Raises StorageError if the database fails."""
+        indexed, batches = 0, 0
+        while not self._closing and (max_batches is None or batches < max_batches):
+            async with unit_of_work(self._sessionmaker) as session:
+                taken, moved = await self._index_batch(session, self._batch_size)
+            indexed += moved
+            batches += 1
+            if taken < self._batch_size:
+                break
+        return indexed
+
+    async def queued(self) -> int:
+        """How many rows wait for the index."""
+        async with unit_of_work(self._sessionmaker) as session:
+            return await self._queued_count(session)
+
+    async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[int, int]:
+        """Index up to ``limit`` queued rows; returns (taken from the queue, indexed)."""
+        raise NotImplementedError
+
+    async def _queued_count(self, session: AsyncSession) -> int:
+        raise NotImplementedError
+
+    def kick(self) -> None:
+        """Start a background drain if background indexing is on (a no-op otherwise)."""
+        if not self._background or self._closing:
+            return
+        if self._task is not None and not self._task.done():
+            self._again = True
+            return
+        self._again = False
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"navi-memory {self.events} indexer"
+        )
+
+    async def _run(self) -> None:
+        failures = 0
+        if self.gather_seconds:
+            await self._sleep(self.gather_seconds)
+        while True:
+            self._again = False
+            try:
+                indexed = await self.drain()
+            except NaviMemoryError as exc:
+                # The queue keeps its rows, and search reads them exactly meanwhile.
+                if failures < len(self._retry_delays) and not self._closing:
+                    delay = self._retry_delays[failures]
+                    failures += 1
+                    logger.info(
+                        "%s.index_retry: %s (retry %d in %.2g s)",
+                        self.events,
+                        exc,
+                        failures,
+                        delay,
+                        extra={"event": f"{self.events}.index_retry"},
+                    )
+                    await self._sleep(delay)
+                    self._again = True
+                    continue
+                logger.warning(
+                    "%s.index_failed: %s (%s retries)",
+                    self.events,
+                    exc,
+                    self.retry_hint,
+                    extra={"event": f"{self.events}.index_failed"},
+                )
+                return
+            except Exception:
+                logger.exception(
+                    "%s.index_failed: unexpected error",
+                    self.events,
+                    extra={"event": f"{self.events}.index_failed"},
+                )
+                return
+            failures = 0
+            if indexed:
+                event = f"{self.events}.indexed"
+                logger.debug(event, extra={"event": event, "rows": indexed})
+            if not self._again or self._closing:
+                return
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but wake at once when the indexer is closed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closed.wait(), seconds)
+
+    async def wait_idle(self) -> None:
+        """Wait until no background drain is running (tests, benchmarks, shutdown)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait({self._task})
+
+    async def aclose(self) -> None:
+        """Stop after the batch in flight; cancel it if it takes longer than the grace."""
+        self._closing = True
+        self._closed.set()
+        task = self._task
+        if task is None or task.done():
+            return
+        _, pending = await asyncio.wait({task}, timeout=CLOSE_GRACE_SECONDS)
+        if pending:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
