@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, RowMapping, func, literal, literal_column, select, text
@@ -15,6 +16,7 @@ from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow
 from navi_memory.repositories.like import contains_pattern
 from navi_memory.repositories.sessions import summary_at_of_chunk
+from navi_memory.repositories.statements import statement
 from navi_memory.repositories.vectors import (
     QUERY_VECTOR,
     HybridSearch,
@@ -264,6 +266,7 @@ length normalisation (``b``, length in distinct lexemes). The document frequency
 counted over the candidates, which is exact: every chunk holding the lexeme is a candidate."""
 
 
+@cache
 def ranked_text_sql(
     *,
     by_user: bool,
@@ -443,7 +446,7 @@ class ChunkRepository:
             by_session=session_id is not None,
             with_summary_at=with_summary_at,
         )
-        return list((await self.session.execute(text(sql), params)).mappings())
+        return list((await self.session.execute(statement(sql), params)).mappings())
 
     async def search_ranked(
         self,
@@ -470,7 +473,7 @@ class ChunkRepository:
             with_vector=True,
             with_summary_at=with_summary_at,
         )
-        rows = list((await self.session.execute(text(sql), params)).mappings())
+        rows = list((await self.session.execute(statement(sql), params)).mappings())
         nearest = sorted(
             (r for r in rows if r["distance"] is not None), key=lambda r: (r["distance"], r["id"])
         )

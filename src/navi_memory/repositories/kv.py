@@ -6,12 +6,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, delete, func, literal, select, text
+from sqlalchemy import ColumnElement, RowMapping, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.models import KvRow
 from navi_memory.repositories.like import contains_pattern
+from navi_memory.repositories.statements import statement
 
 __all__ = ["KvRepository", "KvSearchRepository"]
 
@@ -129,7 +130,7 @@ class KvSearchRepository:
         if prefer_session_id is not None:
             order.insert(0, "(k.session_id IS NOT DISTINCT FROM :prefer) DESC")
             params["prefer"] = prefer_session_id
-        stmt = text(
+        stmt = statement(
             f"""
             SELECT k.id, k.user_id, k.scope, k.session_id, k.key, k.value, k.created_at,
                    k.updated_at, h.hits AS terms_hit

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import RowMapping, text
+from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.db import vector_binary
+from navi_memory.repositories.statements import statement
 
 __all__ = ["QUERY_VECTOR", "HybridSearch"]
 
@@ -108,4 +109,4 @@ class HybridSearch:
                    {distance} AS distance, t.hits AS terms_hit
             FROM {self.table} {a} {joins}
             WHERE {pick}"""
-        return list((await session.execute(text(sql), params)).mappings())
+        return list((await session.execute(statement(sql), params)).mappings())
