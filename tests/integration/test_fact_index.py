@@ -420,3 +420,42 @@ async def test_an_upsert_for_a_user_that_does_not_exist_is_not_found_and_writes_
         await memory.store.upsert_fact("p", "editor", "vim", user_id=uuid.uuid4(), dedupe=True)
     assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 0
     assert await scalar(memory, "SELECT count(*) FROM memory_fact_vector_queue") == 0
+
+
+async def test_a_user_search_skips_hidden_nearest_facts_beyond_the_first_look(
+    manual: Memory,
+) -> None:
+    """The user's fact search checks visibility on the nearest few first: when more than that
+    many of the nearest are hidden, it still returns the nearest visible facts, exactly as the
+    exact scan of queued facts does."""
+    uid = await new_user(manual)
+    query = "river stone bridge lantern harbor meadow"
+    for n in range(40):
+        await manual.store.upsert_fact("notes", f"n{n}", f"{query} token{n}", user_id=uid)
+    await manual.store.index_pending_facts()
+    hidden: set[int] = set()
+    for _ in range(5):  # 25 nearest hidden: more than FACT_SCAN_HEAD x 5
+        hits = await manual.store.search_facts(query, user_id=uid, limit=5)
+        assert [h.via for h in hits] == ["vector"] * 5
+        assert not {h.id for h in hits} & hidden
+        hidden |= {h.id for h in hits}
+        await execute(
+            manual,
+            "UPDATE memory_facts SET expires_at = now() - interval '1 second' WHERE id = ANY(:ids)",
+            ids=[h.id for h in hits],
+        )
+    indexed = await manual.store.search_facts(query, user_id=uid, limit=5)
+    assert [h.via for h in indexed] == ["vector"] * 5
+    assert not {h.id for h in indexed} & hidden
+    await execute(
+        manual,
+        "INSERT INTO memory_fact_vector_queue (fact_id, user_id) "
+        "SELECT id, user_id FROM memory_facts WHERE user_id = :u",
+        u=uid,
+    )
+    exact = await manual.store.search_facts(query, user_id=uid, limit=5)
+    # Many facts lie at the same distance here: the same distances, not the same ids, is exact.
+    assert [round(h.distance or 0, 6) for h in exact] == [
+        round(h.distance or 0, 6) for h in indexed
+    ]
+    assert not {h.id for h in exact} & hidden

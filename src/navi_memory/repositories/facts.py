@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
-from navi_memory.constants import EMBEDDING_DIM
+from navi_memory.constants import EMBEDDING_DIM, FACT_SCAN_HEAD
 from navi_memory.db import vector_binary
 from navi_memory.models import FactRow, FactVectorQueueRow, SummaryRow
 from navi_memory.repositories.like import contains_pattern
@@ -223,20 +223,39 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
         # One user's facts: an exact scan of their vectors (per-user btree), nearest first.
         # Measured at 100k facts, it beats the HNSW scan the planner would pick for big users
         # (2,105 facts: 5.2 against 23 ms, and HNSW's top 15 differed for 7 of 20 queries).
+        # Visibility (a join per fact) is checked on the nearest FACT_SCAN_HEAD x limit only;
+        # the whole list is checked only when too few of those are visible. Exact either way:
+        # a visible fact outside the head is farther than every fact in it.
+        kept = f"""
+            FROM {{scanned}} m JOIN memory_facts f ON f.id = m.fact_id
+            WHERE {_VISIBLE}
+              AND NOT EXISTS (SELECT 1 FROM memory_fact_vector_queue p
+                              WHERE p.fact_id = m.fact_id)"""
+        head = f":limit * {FACT_SCAN_HEAD}"
         nearest = f"""
         mine AS MATERIALIZED (
             SELECT v.fact_id, v.embedding <=> {unit} AS approx
             FROM memory_fact_vectors v
             WHERE v.user_id = :uid
         ),
-        indexed AS MATERIALIZED (
-            SELECT m.fact_id AS id
-            FROM mine m JOIN memory_facts f ON f.id = m.fact_id
-            WHERE {_VISIBLE}
-              AND NOT EXISTS (SELECT 1 FROM memory_fact_vector_queue p
-                              WHERE p.fact_id = m.fact_id)
-            ORDER BY m.approx
+        head AS MATERIALIZED (
+            SELECT fact_id, approx FROM mine ORDER BY approx, fact_id LIMIT {head}
+        ),
+        head_kept AS MATERIALIZED (
+            SELECT m.fact_id AS id, m.approx {kept.format(scanned="head")}
+            ORDER BY m.approx, m.fact_id
             LIMIT :limit
+        ),
+        indexed AS MATERIALIZED (
+            SELECT id FROM head_kept
+            WHERE (SELECT count(*) FROM head_kept) >= :limit
+               OR (SELECT count(*) FROM head) < {head}
+            UNION ALL
+            (SELECT m.fact_id {kept.format(scanned="mine")}
+               AND (SELECT count(*) FROM head_kept) < :limit
+               AND (SELECT count(*) FROM head) >= {head}
+             ORDER BY m.approx, m.fact_id
+             LIMIT :limit)
         ),"""
     else:
         # Everyone's facts (read_all): the HNSW index.
