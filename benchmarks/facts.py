@@ -174,14 +174,15 @@ class FactsSection:
         async with timed_memory(settings, embedder) as (memory, clock):
             report.setup.append(
                 f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
-                "plan_cache_mode force_custom_plan (db.py); one caller, calls one after "
+                "fact searches on the engine with plan_cache_mode auto, the rest on the one "
+                "with force_custom_plan (db.py); one caller, calls one after "
                 "another; embedder: HashedEmbedder (in-process) behind a timing wrapper; the "
                 "fact indexer drained between measurements (in the background only where "
-                "said). Raw asyncpg: one connection with the engine's server settings and "
-                "its binary vector codec."
+                "said). Raw asyncpg: one connection with the fact-search engine's server "
+                "settings and its binary vector codec (upserts: the other's)."
             )
             report.setup.append(await relation_sizes(memory, SIZE_PARTS))
-            raw = await raw_connection(ctx, settings)
+            raw = await raw_connection(ctx, settings, cached_plans=True)
             try:
                 bench = FactsBench(memory, clock, embedder, data, report, ctx, rng, sizes, raw)
                 await bench.plans()
@@ -685,16 +686,21 @@ async def update_statistics(ctx: BenchContext) -> str:
 
 
 async def raw_connection(
-    ctx: BenchContext, settings: Settings, *, synchronous_commit: bool = True
+    ctx: BenchContext,
+    settings: Settings,
+    *,
+    synchronous_commit: bool = True,
+    cached_plans: bool = False,
 ) -> asyncpg.Connection:
     """One plain asyncpg connection to the section's database, started with the settings the
-    engine's connections carry (db.create_engine) and the same binary vector codec."""
+    engine's connections carry (db.create_engine; ``cached_plans``: the engine fact searches
+    run on) and the same binary vector codec."""
     conn = await asyncpg.connect(
         host=ctx.server.socket_dir,
         user="postgres",
         database=DATABASE,
         server_settings={
-            "plan_cache_mode": "force_custom_plan",
+            "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
             **vector_search_settings(settings),
             **({} if synchronous_commit else {"synchronous_commit": "off"}),
         },

@@ -65,6 +65,8 @@ class Memory:
 
     settings: Settings
     engine: AsyncEngine
+    cached_plans_engine: AsyncEngine
+    """Where statements whose plan is the same for every user run (db.create_engine)."""
     sessionmaker: async_sessionmaker[AsyncSession]
     capabilities: Capabilities
     embedder: Embedder | None
@@ -125,6 +127,7 @@ async def open_memory(
     settings = settings or Settings()
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(settings, url)
+    cached_plans = create_engine(settings, url, cached_plans=True)
     owned_embedder, owned_chat = embedder is None, chat_model is None
     text_only = embedder is False or (embedder is None and settings.text_only)
     # Any model, ours or the caller's, fails the same way: a navi_memory error within the
@@ -180,15 +183,20 @@ async def open_memory(
             chunks=chunks,
             indexer=indexer,
             fact_indexer=fact_indexer,
+            cached_plans=cached_plans,
         )
         kv = KvStore(sessionmaker=sessionmaker)
         unified = UnifiedSearchService.from_settings(settings)
         search = UnifiedMemorySearch(
-            sessionmaker=sessionmaker, embedding=embedding, service=unified
+            sessionmaker=sessionmaker,
+            embedding=embedding,
+            service=unified,
+            cached_plans=cached_plans,
         )
         memory = Memory(
             settings=settings,
             engine=engine,
+            cached_plans_engine=cached_plans,
             sessionmaker=sessionmaker,
             capabilities=capabilities,
             embedder=guarded,
@@ -207,7 +215,11 @@ async def open_memory(
             extractor=Extractor(sweep=sweep, background=background),
             search=search,
             context=ContextBuilder(
-                sessionmaker=sessionmaker, settings=settings, embedding=embedding, search=unified
+                sessionmaker=sessionmaker,
+                settings=settings,
+                embedding=embedding,
+                search=unified,
+                cached_plans=cached_plans,
             ),
             tools=memory_tools(store=store, search=search, kv=kv),
             admin=Admin(sessionmaker=sessionmaker, indexer=indexer, fact_indexer=fact_indexer),
@@ -224,4 +236,7 @@ async def open_memory(
             await chat_model.aclose()
         if owned_embedder and guarded is not None:
             await guarded.aclose()
-        await engine.dispose()
+        try:
+            await engine.dispose()
+        finally:
+            await cached_plans.dispose()

@@ -7,8 +7,13 @@ is a ConnectionLostError, safe to call again. Services and repositories never op
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
@@ -17,6 +22,7 @@ from navi_memory.db import DRIVER_ERRORS, translate_driver_error
 from navi_memory.errors import ConfigError
 
 __all__ = [
+    "LaneEngines",
     "engine_of",
     "single_statement",
     "statement_or_transaction",
@@ -50,6 +56,31 @@ async def single_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection
         async with engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             yield conn
+
+
+@dataclass(frozen=True, slots=True)
+class LaneEngines:
+    """Where a read of several concurrent lanes takes its connections: ``custom`` (custom plans
+    forced, for statements whose plan depends on the user) or ``cached`` (plans cached, for
+    those whose plan does not; None: ``custom`` for every lane). See db.create_engine."""
+
+    custom: AsyncEngine
+    cached: AsyncEngine | None = None
+
+    @asynccontextmanager
+    async def connections(
+        self, cached_plans: Sequence[bool]
+    ) -> AsyncIterator[list[AsyncConnection]]:
+        """One autocommit connection per lane (``single_statement``), in order: from ``cached``
+        where the lane's flag is set. Every lane's read is one statement, so none needs a
+        transaction, and the lanes can run at once."""
+        async with AsyncExitStack() as stack:
+            yield [
+                await stack.enter_async_context(
+                    single_statement(self.cached if cached and self.cached else self.custom)
+                )
+                for cached in cached_plans
+            ]
 
 
 def statement_or_transaction(

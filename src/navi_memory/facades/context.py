@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
 from navi_memory.constants import MESSAGE_MAX_CHARS, SEARCH_K_MAX
@@ -30,7 +29,7 @@ from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.search import SearchRequest, UnifiedSearchService, plan_search
 from navi_memory.text.context import facts_block_text, memory_message_text
 from navi_memory.text.recall import qualifies, recall_message_text, recall_query
-from navi_memory.unit_of_work import engine_of, single_statement, unit_of_work
+from navi_memory.unit_of_work import LaneEngines, engine_of, unit_of_work
 from navi_memory.validation import check_session_id, check_text
 
 __all__ = ["ContextBuilder", "ContextPrompt"]
@@ -68,9 +67,10 @@ class ContextBuilder:
         embedding: EmbeddingService,
         search: UnifiedSearchService | None = None,
         service: ContextService | None = None,
+        cached_plans: AsyncEngine | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
-        self._engine = engine_of(sessionmaker)
+        self._engines = LaneEngines(engine_of(sessionmaker), cached_plans)
         self._settings = settings
         self._embedding = embedding
         self._search = search or UnifiedSearchService()
@@ -209,11 +209,7 @@ class ContextBuilder:
             current_session_id=session_id,
             summary_at=_summary_at(snapshot),
         )
-        # As memory.search does: one autocommit connection per lane, the lanes read at once.
-        async with AsyncExitStack() as stack:
-            connections: list[AsyncConnection] = [
-                await stack.enter_async_context(single_statement(self._engine)) for _ in plan.lanes
-            ]
+        async with self._engines.connections(plan.cached_plans) as connections:
             hits = await self._search.search(connections, request)
         minimum = self._settings.memory_recall_min_similarity
         return [hit for hit in hits if qualifies(hit, min_similarity=minimum)]

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from contextlib import AsyncExitStack
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.constants import SEARCH_K_DEFAULT
 from navi_memory.errors import InvalidInputError, InvalidTypeError
@@ -23,7 +22,7 @@ from navi_memory.services.search import (
     plan_search,
 )
 from navi_memory.text.hits import clamp_k, format_hits, normalize_scope
-from navi_memory.unit_of_work import engine_of, single_statement
+from navi_memory.unit_of_work import LaneEngines, engine_of
 from navi_memory.validation import check_int, check_optional_session_id, check_text
 
 __all__ = ["UnifiedMemorySearch"]
@@ -38,8 +37,11 @@ class UnifiedMemorySearch:
         sessionmaker: async_sessionmaker[AsyncSession],
         embedding: EmbeddingService,
         service: UnifiedSearchService | None = None,
+        cached_plans: AsyncEngine | None = None,
     ) -> None:
-        self._engine = engine_of(sessionmaker)
+        """``cached_plans``: the engine for the lanes whose plans are the same for every user
+        (db.create_engine; default: the sessionmaker's)."""
+        self._engines = LaneEngines(engine_of(sessionmaker), cached_plans)
         self._embedding = embedding
         self._service = service or UnifiedSearchService()
 
@@ -85,12 +87,7 @@ class UnifiedMemorySearch:
             current_session_id=current_session_id,
             summary_at=summary_at,
         )
-        # One autocommit connection per lane of the plan: the lanes are read concurrently, and
-        # every read is one statement, so none needs a transaction.
-        async with AsyncExitStack() as stack:
-            connections: list[AsyncConnection] = [
-                await stack.enter_async_context(single_statement(self._engine)) for _ in plan.lanes
-            ]
+        async with self._engines.connections(plan.cached_plans) as connections:
             return await self._service.search(connections, request)
 
     @staticmethod

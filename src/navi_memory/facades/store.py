@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
 from navi_memory.constants import (
@@ -91,13 +91,16 @@ class MemoryStore:
         indexer: ChunkIndexer | None = None,
         backfill: Backfill | None = None,
         fact_indexer: FactIndexer | None = None,
+        cached_plans: AsyncEngine | None = None,
     ) -> None:
         """``embedding``, ``chunks``, ``indexer``, ``fact_indexer`` and ``backfill`` default to
         ones of this store's own; open_memory passes the ones it shares with the SessionStore
         and the admin facade (one indexer of each per Memory). ``embedder`` None is text-only
-        mode."""
+        mode. ``cached_plans``: the engine fact searches run on (db.create_engine; default:
+        the sessionmaker's)."""
         self._sessionmaker = sessionmaker
         self._engine = engine_of(sessionmaker)  # refuses a sessionmaker bound to no engine
+        self._cached_plans = cached_plans or self._engine
         self._settings = settings
         self._embedding = embedding or EmbeddingService(embedder)
         self._facts = FactService()
@@ -215,8 +218,9 @@ class MemoryStore:
         limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
         terms = query_terms(query)
         vector = await self._embedding.query(query) if terms else None
-        # One statement: no transaction (the connection's settings hold the HNSW options).
-        async with single_statement(self._engine) as conn:
+        # One statement: no transaction (the connection's settings hold the HNSW options), on
+        # the engine whose plans are cached: this plan is the same for every user.
+        async with single_statement(self._cached_plans) as conn:
             return await self._facts.search(conn, scope, vector, terms, limit)
 
     async def delete_fact(

@@ -60,6 +60,9 @@ _LANES: Final[dict[SearchScope, tuple[tuple[Store, ...], ...]]] = {
     "sketches": (("sketches",),),
 }
 
+_CUSTOM_PLANS: Final[frozenset[Store]] = frozenset({"raw"})
+"""Stores whose statements need a plan made for the user at hand (db.create_engine)."""
+
 Via = Literal["vector", "text", "recent"]
 
 
@@ -78,6 +81,13 @@ class SearchPlan:
     @property
     def stores(self) -> frozenset[Store]:
         return frozenset(store for lane in self.lanes for store in lane)
+
+    @property
+    def cached_plans(self) -> tuple[bool, ...]:
+        """For each lane, whether its statements may run with cached (generic) plans: all but
+        the raw history's, whose best plan depends on the user's size (HNSW or the user's
+        btree)."""
+        return tuple(_CUSTOM_PLANS.isdisjoint(lane) for lane in self.lanes)
 
 
 def plan_search(query: str, scope: SearchScope, k: int) -> SearchPlan:
