@@ -277,6 +277,16 @@ ENTRY_POINTS: list[EntryPoint] = [
         lambda m, a: m.store.pending_chunk_count(**a),
         lambda _w: args({}),
     ),
+    EntryPoint(
+        "store.index_pending_facts",
+        lambda m, a: m.store.index_pending_facts(**a),
+        lambda _w: args({}, {"max_batches": st.one_of(st.none(), st.integers(1, 3), s.hostile)}),
+    ),
+    EntryPoint(
+        "store.pending_fact_count",
+        lambda m, a: m.store.pending_fact_count(**a),
+        lambda _w: args({}),
+    ),
     # --- memory.sessions -------------------------------------------------------------------
     EntryPoint(
         "sessions.create",

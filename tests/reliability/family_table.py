@@ -135,6 +135,30 @@ VALID: Final[dict[str, Callable[[World], Arguments]]] = {
         "session_id": w.my_session,
         "prefer_session_id": w.my_session,
     },
+    "store.index_pending_facts": lambda w: {"max_batches": 1},
+    "store.pending_fact_count": lambda w: {},
+    "search.search": lambda w: {
+        "query": "server port",
+        "scope": "all",
+        "k": 5,
+        "user_id": w.me,
+        "session_id": w.my_session,
+        "current_session_id": w.my_session,
+        "summary_at": None,
+    },
+    "tools.call": lambda w: {
+        "name": "memory_search",
+        "arguments": {"query": "server port"},
+        "context": None,
+    },
+    "context.build": lambda w: {
+        "session_id": w.my_session,
+        "incoming": "which port does the server use?",
+        "system_prompt": "You are Navi.",
+        "user_id": w.me,
+    },
+    "extractor.process_stale_sessions": lambda w: {"user_id": w.me, "limit": 5},
+    "extractor.extract_session": lambda w: {"session_id": w.my_session, "user_id": w.me},
 }
 """Valid arguments of every entry point (a value the families replace, one at a time)."""
 
