@@ -305,8 +305,10 @@ class MemoryStats(_Model):
     vectors_missing: dict[str, int]
     """Rows without a vector: visible facts, chunks (backfill fills them)."""
     queues: dict[str, int]
-    """Vector-index backlogs: ``memory_chunk_vector_queue`` (queued), ``unindexed`` (chunk
-    vectors in neither the index nor the queue: backfill queues them)."""
+    """Index backlogs: ``memory_chunk_vector_queue``, ``memory_chunk_text_queue`` and
+    ``memory_fact_vector_queue`` (rows their indexers have still to move; search reads them
+    exactly meanwhile), ``unindexed`` (chunk vectors in neither the index nor the queue:
+    backfill queues them)."""
     hidden_facts: int
     expired_facts: int
     """Facts past their expiry, invisible to every read; ``purge_expired`` deletes them."""

@@ -182,6 +182,8 @@ def test_doctor_reports_a_schema_behind_head_and_dead_models_with_their_fixes(
     assert f"revision {SCHEMA_HEAD} (head)" in healthy.stdout
     assert "768 dimensions" in healthy.stdout
     assert "pg_trgm" in healthy.stdout and "CREATE EXTENSION pg_trgm" in healthy.stdout
+    assert "no chunk waits for the text or vector index" in healthy.stdout
+    assert "no fact vector waits for the index" in healthy.stdout
 
 
 def test_server_commands_start_report_and_stop_the_embedded_server(navi: Navi) -> None:

@@ -21,7 +21,8 @@ from navi_memory.constants import INJECTED_LEDGER_KEY
 from navi_memory.schemas import ExportChunk, ExportFact, ExportSession
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
-from tests.integration.factories import execute, new_user, scalar
+from tests.integration.factories import execute, new_session_row, new_user, scalar
+from tests.integration.test_search import draft
 from tests.seed import seed_user
 
 
@@ -194,6 +195,36 @@ async def test_stats_count_per_table_and_per_user(memory: Memory, fake_ollama: F
     assert by_user[kim].facts == 1 and by_user[kim].facts_without_vector == 1
     assert [u.user_id for u in only_kim.per_user] == [kim]
     assert only_kim.tables == stats.tables  # the totals stay global
+
+
+async def test_stats_report_what_each_indexer_still_has_to_move(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """stats counts the chunk vector, chunk text and fact vector queues; after the indexers ran
+    they are empty."""
+    settings = make_settings(
+        db_url, fake_ollama, fact_index_in_background=False, chunk_index_in_background=False
+    )
+    async with open_memory(settings) as manual:
+        uid = await new_user(manual)
+        sid = await new_session_row(manual, uid)
+        for n in range(3):
+            await manual.store.upsert_fact("notes", f"k{n}", f"value {n}", user_id=uid)
+        await manual.store.add_chunks(
+            [draft("User: one"), draft("User: two", start_seq=3)], user_id=uid, session_id=sid
+        )
+        with admin():
+            queued = (await manual.admin.stats()).queues
+        assert queued["memory_fact_vector_queue"] == 3
+        assert queued["memory_chunk_vector_queue"] == 2
+        assert queued["memory_chunk_text_queue"] == 2
+        await manual.store.index_pending_facts()
+        await manual.store.index_pending_chunks()
+        with admin():
+            stats = await manual.admin.stats()
+        assert {name: stats.queues[name] for name in queued} == dict.fromkeys(queued, 0)
+        assert stats.tables["memory_fact_vectors"] == 3
+        assert stats.tables["memory_chunk_terms"] == 2
 
 
 async def test_purge_expired_deletes_expired_facts_with_the_rows_behind_them(

@@ -66,6 +66,12 @@ def stats(
         markup=False,
     )
     out.print(
+        f"other queues     chunk text {result.queues['memory_chunk_text_queue']}, fact vectors "
+        f"{result.queues['memory_fact_vector_queue']}   (the indexers drain them; "
+        "navi-memory backfill)",
+        markup=False,
+    )
+    out.print(
         f"facts            {result.hidden_facts} hidden (merged), {result.expired_facts} expired"
         "   (navi-memory purge-expired)",
         markup=False,

@@ -28,6 +28,7 @@ from navi_memory.db import (
 )
 from navi_memory.errors import NaviMemoryError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.llm import OllamaChatModel, embedder_from_settings
 from navi_memory.llm._ollama import redact_host
 from navi_memory.llm.local import local_model_of
@@ -141,6 +142,7 @@ async def _database_checks(settings: Settings) -> list[Check]:
             )
         if caps.vector and caps.revision == SCHEMA_HEAD:
             checks.append(await _queue_check(settings, engine))
+            checks.append(await _fact_queue_check(settings, engine))
         return checks
     finally:
         await engine.dispose()
@@ -256,6 +258,25 @@ async def _queue_check(settings: Settings, engine: AsyncEngine) -> Check:
             "navi-memory backfill",
         )
     return Check("chunk queue", "ok", "no chunk waits for the text or vector index")
+
+
+async def _fact_queue_check(settings: Settings, engine: AsyncEngine) -> Check:
+    indexer = FactIndexer(
+        create_sessionmaker(engine), batch_size=settings.fact_index_batch_size, background=False
+    )
+    try:
+        queued = await indexer.queued()
+    except NaviMemoryError as exc:
+        return Check("fact queue", "finding", str(exc), _reach_fix(settings))
+    if queued:
+        return Check(
+            "fact queue",
+            "finding",
+            f"{queued} fact vector(s) wait for the index (search scans them exactly "
+            "meanwhile, slower)",
+            "navi-memory backfill",
+        )
+    return Check("fact queue", "ok", "no fact vector waits for the index")
 
 
 async def _model_check(

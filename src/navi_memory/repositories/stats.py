@@ -10,9 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import (
     ChunkRow,
+    ChunkTermsRow,
+    ChunkTextQueueRow,
     ChunkVectorQueueRow,
     ChunkVectorRow,
     FactRow,
+    FactVectorQueueRow,
+    FactVectorRow,
     KvRow,
     MessageRow,
     SessionMemoryStateRow,
@@ -26,6 +30,8 @@ __all__ = ["TABLES", "StatsRepository"]
 TABLES: tuple[Any, ...] = (
     User,
     FactRow,
+    FactVectorRow,
+    FactVectorQueueRow,
     SummaryRow,
     SessionMemoryStateRow,
     SessionRow,
@@ -33,6 +39,8 @@ TABLES: tuple[Any, ...] = (
     ChunkRow,
     ChunkVectorRow,
     ChunkVectorQueueRow,
+    ChunkTermsRow,
+    ChunkTextQueueRow,
     KvRow,
 )
 """Every table navi-memory keeps, in the order stats lists them."""

@@ -53,6 +53,8 @@ class StatsService:
             },
             queues={
                 "memory_chunk_vector_queue": tables["memory_chunk_vector_queue"],
+                "memory_chunk_text_queue": tables["memory_chunk_text_queue"],
+                "memory_fact_vector_queue": tables["memory_fact_vector_queue"],
                 "unindexed": await repo.chunk_vectors_unindexed(),
             },
             hidden_facts=int(facts["hidden"]),
