@@ -7,9 +7,11 @@ returned chunk holding an evidence turn. Retrievers, all over the same chunks in
 
 - the text path of every CHUNK_TEXT_RANKING (an embedder that always fails for the queries);
 - with the ``[local]`` extra installed (all-MiniLM-L6-v2 in this process): the package's
-  default and the spec's ranking with that embedder, exact vector-only rankings of the same
-  vectors (one vector per chunk; and a chunk scored by its best message), and a sweep of the
-  fusion's constant, vector weight and distance cut-off, computed from the same lists;
+  default and the spec's ranking with that embedder, exact vector-only rankings of every way
+  of making a chunk's vector (one pass cut at the model's context; what the package stores,
+  the mean of its segments; means of its messages or of packed segments; and a chunk scored
+  by its best message), and per way a sweep of the fusion's constant, vector weight and
+  distance cut-off, computed from the same lists;
 - a plain Okapi BM25 in Python (k1 1.5, b 0.75, English stop words), the baseline.
 
 Embeddings are cached on disk by content hash (``.bench-data/quality-embeddings.pkl``), so a
@@ -48,6 +50,7 @@ from navi_memory.config import Settings
 from navi_memory.constants import (
     CHUNK_FUSION_K,
     CHUNK_FUSION_VECTOR_WEIGHT,
+    CHUNK_MAX_DISTANCE,
     EMBEDDING_DIM,
 )
 from navi_memory.errors import ConfigError, EmbeddingError
@@ -255,11 +258,18 @@ class Bm25:
 # --- embeddings -----------------------------------------------------------------------------
 
 CACHE = ROOT / ".bench-data" / "quality-embeddings.pkl"
+DOCUMENT_ENCODING = "segment-mean-2"
+"""What LocalEmbedder.embed_documents computes, in the cache keys: change it when that does."""
 
 
 class CachedEmbedder:
-    """An embedder behind an on-disk cache keyed by the model and the text's SHA-256: the
-    first run embeds, later runs read. The model treats queries and documents alike."""
+    """An embedder behind an on-disk cache keyed by the model, the encoding and the text's
+    SHA-256: the first run embeds, later runs read.
+
+    Two encodings: ``embed_single`` (and ``embed_query``) give one vector of the text, cut at
+    the model's context; ``embed_documents`` gives what the package stores for a document
+    (since DOCUMENT_ENCODING, the mean of the text's segments). Their cache keys differ, so a
+    cached document vector never stands in for a single one, or one of an older encoding."""
 
     def __init__(self, inner: Embedder, model: str, path: Path = CACHE) -> None:
         self.inner, self.model, self.path = inner, model, path
@@ -269,20 +279,30 @@ class CachedEmbedder:
         if path.exists():
             self._cache = pickle.loads(path.read_bytes())
 
-    def _key(self, text: str) -> str:
-        return hashlib.sha256(f"{self.model}\0{text}".encode()).hexdigest()
+    def _key(self, text: str, encoding: str) -> str:
+        # The single encoding keeps the key of the first runs (no tag): their cache stays good.
+        tagged = f"{self.model}\0{text}" if not encoding else f"{self.model}\0{encoding}\0{text}"
+        return hashlib.sha256(tagged.encode()).hexdigest()
 
     async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        missing = sorted({t for t in texts if self._key(t) not in self._cache})
+        missing = sorted({t for t in texts if self._key(t, DOCUMENT_ENCODING) not in self._cache})
         for start in range(0, len(missing), 256):
             batch = missing[start : start + 256]
             for text, vector in zip(batch, await self.inner.embed_documents(batch), strict=True):
-                self._cache[self._key(text)] = array("f", vector).tobytes()
+                self._cache[self._key(text, DOCUMENT_ENCODING)] = array("f", vector).tobytes()
             self.embedded += len(batch)
-        return [list(array("f", self._cache[self._key(t)])) for t in texts]
+        return [list(array("f", self._cache[self._key(t, DOCUMENT_ENCODING)])) for t in texts]
+
+    async def embed_single(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, each cut at the model's context (the query encoding)."""
+        for text in sorted({t for t in texts if self._key(t, "") not in self._cache}):
+            vector = await self.inner.embed_query(text)
+            self._cache[self._key(text, "")] = array("f", vector).tobytes()
+            self.embedded += 1
+        return [list(array("f", self._cache[self._key(t, "")])) for t in texts]
 
     async def embed_query(self, text: str) -> list[float]:
-        (vector,) = await self.embed_documents([text])
+        (vector,) = await self.embed_single([text])
         return vector
 
     async def aclose(self) -> None:
@@ -400,37 +420,105 @@ def bm25_ranker(conversations: Sequence[Conversation]) -> Any:
     return lambda c, q: indexes[c].top(conversations[c].questions[q][0], K)
 
 
+Distances = dict[tuple[int, int], list[tuple[float, int]]]
+"""Per question (conversation, question index): (cosine distance, chunk index), nearest first."""
+
+SEGMENT_BUDGETS = (600, 1000)
+"""The character budgets of the packed-segment variants (MiniLM reads ~1,000 characters)."""
+
+
 @dataclass(slots=True)
 class VectorLists:
-    """Exact cosine distances of every question to every chunk of its user, per granularity."""
+    """Exact cosine distances of every question to every chunk of its user, per granularity:
+    how a chunk's vector (or vectors) are made from its text."""
 
-    chunk: dict[tuple[int, int], list[tuple[float, int]]] = field(default_factory=dict)
-    message: dict[tuple[int, int], list[tuple[float, int]]] = field(default_factory=dict)
+    by: dict[str, Distances] = field(default_factory=dict)
+
+
+def pack_segments(messages: Sequence[str], budget: int) -> list[str]:
+    """Consecutive messages joined as a chunk joins them, each segment up to ``budget``
+    characters (a longer message stays one segment: the model cuts it)."""
+    segments: list[str] = []
+    for message in messages:
+        if segments and len(segments[-1]) + 2 + len(message) <= budget:
+            segments[-1] += "\n\n" + message
+        else:
+            segments.append(message)
+    return segments
+
+
+def mean_rows(np: Any, rows: Any, weights: Sequence[float] | None = None) -> Any:
+    """The L2-normalised (weighted) mean of normalised rows: one vector for several."""
+    mean = np.average(rows, axis=0, weights=weights)
+    return mean / np.linalg.norm(mean)
 
 
 async def vector_lists(
     conversations: Sequence[Conversation], embedder: CachedEmbedder
 ) -> VectorLists:
-    """Distances from each question's vector: to each chunk's vector (what the package stores:
-    the chunk's content, cut at the model's 256 tokens) and to each chunk's best message."""
+    """Distances from each question's vector to each chunk, for every granularity:
+
+    - ``chunk``: one vector of the chunk's content, cut at the model's 256 word pieces (what
+      the package stored before segment means);
+    - ``best message``: a chunk scored by its nearest message (several vectors per chunk);
+    - ``mean of messages`` (plain, length-weighted, and with the chunk's own vector added) and
+      ``mean of N-char segments``: one vector per chunk that has seen the whole chunk;
+    - ``package``: the vector the package's embed_documents gives the chunk (what it stores).
+    """
     np: Any = import_module("numpy")  # comes with the [local] extra
 
     out = VectorLists()
     for c, conv in enumerate(conversations):
-        chunk_rows = np.array(await embedder.embed_documents([ch.content for ch in conv.chunks]))
-        owners = [i for i, ch in enumerate(conv.chunks) for _ in ch.messages]
+        queries = np.array(await embedder.embed_single([q for q, _, _ in conv.questions]))
+        chunk_rows = np.array(await embedder.embed_single([ch.content for ch in conv.chunks]))
+        package_rows = np.array(await embedder.embed_documents([ch.content for ch in conv.chunks]))
         message_rows = np.array(
-            await embedder.embed_documents([m for ch in conv.chunks for m in ch.messages])
+            await embedder.embed_single([m for ch in conv.chunks for m in ch.messages])
         )
-        queries = np.array(await embedder.embed_documents([q for q, _, _ in conv.questions]))
-        by_chunk = 1.0 - queries @ chunk_rows.T  # normalised vectors: cosine distance
+        owners = np.array([i for i, ch in enumerate(conv.chunks) for _ in ch.messages])
+        lengths = np.array([len(m) for ch in conv.chunks for m in ch.messages], dtype=float)
+        rows: dict[str, Any] = {"chunk": chunk_rows, "package": package_rows}
+        rows["mean of messages"] = np.array(
+            [mean_rows(np, message_rows[owners == i]) for i in range(len(conv.chunks))]
+        )
+        rows["length-weighted mean of messages"] = np.array(
+            [
+                mean_rows(np, message_rows[owners == i], lengths[owners == i])
+                for i in range(len(conv.chunks))
+            ]
+        )
+        rows["mean of chunk + messages"] = np.array(
+            [
+                mean_rows(np, np.vstack([chunk_rows[i : i + 1], message_rows[owners == i]]))
+                for i in range(len(conv.chunks))
+            ]
+        )
+        for budget in SEGMENT_BUDGETS:
+            segments = [pack_segments(ch.messages, budget) for ch in conv.chunks]
+            segment_rows = np.array(await embedder.embed_single([s for ss in segments for s in ss]))
+            seg_owners = np.array([i for i, ss in enumerate(segments) for _ in ss])
+            seg_lengths = np.array([len(s) for ss in segments for s in ss], dtype=float)
+            rows[f"mean of {budget}-char segments"] = np.array(
+                [mean_rows(np, segment_rows[seg_owners == i]) for i in range(len(conv.chunks))]
+            )
+            rows[f"length-weighted mean of {budget}-char segments"] = np.array(
+                [
+                    mean_rows(np, segment_rows[seg_owners == i], seg_lengths[seg_owners == i])
+                    for i in range(len(conv.chunks))
+                ]
+            )
+        for name, matrix in rows.items():
+            distances = 1.0 - queries @ matrix.T  # normalised vectors: cosine distance
+            lists = out.by.setdefault(name, {})
+            for q in range(len(conv.questions)):
+                lists[(c, q)] = sorted((float(d), i) for i, d in enumerate(distances[q]))
         by_message = 1.0 - queries @ message_rows.T
+        lists = out.by.setdefault("best message", {})
         for q in range(len(conv.questions)):
-            out.chunk[(c, q)] = sorted((float(d), i) for i, d in enumerate(by_chunk[q]))
             best: dict[int, float] = {}
             for j, d in enumerate(by_message[q]):
-                best[owners[j]] = min(best.get(owners[j], 2.0), float(d))
-            out.message[(c, q)] = sorted((d, i) for i, d in best.items())
+                best[int(owners[j])] = min(best.get(int(owners[j]), 2.0), float(d))
+            lists[(c, q)] = sorted((d, i) for i, d in best.items())
     return out
 
 
@@ -515,6 +603,74 @@ def sweep_report(results: list[tuple[float, float, float, Tally]], top: int = 8)
     return "\n".join(lines)
 
 
+def meets_target(
+    scores: tuple[int, float, float, float], text: tuple[int, float, float, float]
+) -> bool:
+    """Issue 14's target for the default with an embedder: above the text path on hit@1 and
+    MRR, not below it on hit@5."""
+    return scores[1] > text[1] and scores[3] > text[3] and scores[2] >= text[2]
+
+
+def granularity_report(
+    conversations: Sequence[Conversation], text: Lists, vectors: VectorLists, text_tally: Tally
+) -> str:
+    """Per way of making a chunk's vector: the bm25 list fused with its vector list at the
+    package's constants (with and without the cut-off), the best of the sweep by MRR, and the
+    best of the sweep that meets the target; then the sweep's top rows of each."""
+    everything = list(CATEGORIES)
+    baseline = text_tally.scores(everything)
+    lines = [
+        "",
+        f"The bm25 text list fused with each vector list (text path: {baseline[1]:.3f} / "
+        f"{baseline[2]:.3f} / {baseline[3]:.3f}; hit@1 / hit@5 / MRR@10; target: above it on "
+        "hit@1 and MRR, not below on hit@5):",
+        "",
+        f"| chunk vector | k {CHUNK_FUSION_K}, w {CHUNK_FUSION_VECTOR_WEIGHT}, cut-off "
+        f"{CHUNK_MAX_DISTANCE} | same, no cut-off | best by MRR (k, w, cut-off) | best by MRR "
+        f"at cut-off {CHUNK_MAX_DISTANCE} | best meeting the target |",
+        "|---|---|---|---|---|---|",
+    ]
+    tops = []
+    for name, lists in vectors.by.items():
+        swept = sweep(conversations, text, lists)
+        scored = sorted(
+            ((t.scores(everything), k, w, m) for k, w, m, t in swept),
+            key=lambda r: (-r[0][3], -r[0][1]),
+        )
+
+        def cell(scores: tuple[int, float, float, float]) -> str:
+            mark = " ✓" if meets_target(scores, baseline) else ""
+            return f"{scores[1]:.3f} / {scores[2]:.3f} / {scores[3]:.3f}{mark}"
+
+        def at(cut: float, lists: Distances = lists) -> str:
+            tally = run_python(
+                conversations,
+                lambda c, q: fuse(
+                    text.ranked[(c, q)],
+                    lists[(c, q)],
+                    k=CHUNK_FUSION_K,
+                    weight=CHUNK_FUSION_VECTOR_WEIGHT,
+                    max_distance=cut,
+                ),
+            )
+            return cell(tally.scores(everything))
+
+        def where(row: tuple[tuple[int, float, float, float], float, float, float]) -> str:
+            scores, k, w, m = row
+            return f"{cell(scores)} ({k:g}, {w:g}, {'none' if m >= 2 else f'{m:g}'})"
+
+        meeting = [r for r in scored if meets_target(r[0], baseline)]
+        default_cut = [r for r in scored if r[3] == CHUNK_MAX_DISTANCE]
+        lines.append(
+            f"| {name} | {at(CHUNK_MAX_DISTANCE)} | {at(2.0)} | {where(scored[0])} | "
+            f"{where(default_cut[0])} | {where(meeting[0]) if meeting else 'none'} |"
+        )
+        tops.append((name, swept))
+    for name, swept in tops:
+        lines += ["", f"Sweep, {name}, best by MRR:", "", sweep_report(swept, top=5)]
+    return "\n".join(lines)
+
+
 def rankings() -> list[str]:
     """Every CHUNK_TEXT_RANKING this version of the package offers."""
     return ["bm25", "terms"]
@@ -545,8 +701,7 @@ async def main_async(args: argparse.Namespace) -> int:
         results["Okapi BM25 in Python, same chunks"] = run_python(
             conversations, bm25_ranker(conversations)
         )
-        swept: list[tuple[float, float, float, Tally]] = []
-        swept_messages: list[tuple[float, float, float, Tally]] = []
+        granularities = ""
         if local is not None:
             for ranking in rankings():
                 label = "default" if ranking == "bm25" else "the spec's ranking"
@@ -554,41 +709,20 @@ async def main_async(args: argparse.Namespace) -> int:
                     url, conversations, ranking, local
                 )
             vectors = await vector_lists(conversations, local)
-            results["MiniLM vector only, a vector per chunk (exact)"] = run_python(
-                conversations, lambda c, q: [i for _, i in vectors.chunk[(c, q)][:K]]
-            )
-            results["MiniLM vector only, a chunk by its best message (exact)"] = run_python(
-                conversations, lambda c, q: [i for _, i in vectors.message[(c, q)][:K]]
-            )
-            for name, lists in (("per chunk", vectors.chunk), ("best message", vectors.message)):
-                results[
-                    f"bm25 + MiniLM {name}, fused (k {CHUNK_FUSION_K}, w "
-                    f"{CHUNK_FUSION_VECTOR_WEIGHT}, no cut-off)"
-                ] = run_python(
-                    conversations,
-                    lambda c, q, lists=lists: fuse(
-                        text.ranked[(c, q)],
-                        lists[(c, q)],
-                        k=CHUNK_FUSION_K,
-                        weight=CHUNK_FUSION_VECTOR_WEIGHT,
-                        max_distance=2.0,
-                    ),
+            for name, lists in vectors.by.items():
+                results[f"MiniLM vector only, {name} (exact)"] = run_python(
+                    conversations, lambda c, q, lists=lists: [i for _, i in lists[(c, q)][:K]]
                 )
             if text.ranked:
-                swept = sweep(conversations, text, vectors.chunk)
-                swept_messages = sweep(conversations, text, vectors.message)
+                granularities = granularity_report(
+                    conversations, text, vectors, results["text path, no embedder (bm25)"]
+                )
             local.save()
             print(f"  embedded {local.embedded} texts this run (the rest from the cache)")
         print()
         print(report(results))
-        if swept:
-            print(
-                "\nFusion of the bm25 text list and MiniLM's per-chunk vector list, best by MRR:\n"
-            )
-            print(sweep_report(swept))
-        if swept_messages:
-            print("\nThe same with a chunk scored by its best message, best by MRR:\n")
-            print(sweep_report(swept_messages))
+        if granularities:
+            print(granularities)
         print(f"\nMeasured in {time.perf_counter() - started:.0f} s.")
     finally:
         server.stop()

@@ -82,3 +82,65 @@ async def test_local_model_stores_vectors_and_finds_by_meaning(
     assert hits[0].distance is not None
     assert [f.key for f in facts] == ["pet"]
     assert fake_ollama.requests_to("/api/embed") == []
+
+
+GARDEN = [
+    "User: the tomatoes finally turned red after that warm week in the greenhouse",
+    "Assistant: lovely, did the basil next to them survive the heat as well?",
+    "User: mostly, though the slugs ate half of the lettuce by the fence again",
+    "Assistant: copper tape around the raised beds keeps slugs away for most people",
+    "User: I will try it, and maybe move the strawberries into hanging baskets",
+    "Assistant: hanging baskets dry out fast, so water them every morning in July",
+]
+TAIL = [
+    "User: by the way, our database backups run nightly at 2am to cold storage",
+    "Assistant: good, and is the restore from that cold storage ever tested?",
+    "User: yes, we restore the nightly database backup into staging every month",
+]
+QUESTION = "when are the db snapshots taken"
+CUT_OFF = 0.8
+"""A vector hit for MiniLM (whose distances run higher than nomic-embed-text's)."""
+
+
+async def test_a_long_chunks_tail_is_found_by_a_question_about_it(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """A chunk whose last messages lie past the 256 word pieces MiniLM reads is found by a
+    question about them (sharing no word with any chunk): the chunk's vector has read the
+    whole chunk. Its single cut-off vector, stored before, lies beyond the cut-off."""
+    settings = make_settings(
+        db_url,
+        fake_ollama,
+        embedding_model="local",
+        chunk_index_in_background=False,
+        embedding_timeout_seconds=120,
+        chunk_max_distance=CUT_OFF,
+    )
+    long_chunk = "\n\n".join([*GARDEN, *GARDEN, *GARDEN, *GARDEN, *TAIL])
+    uid = uuid.uuid4()
+    async with open_memory(settings) as memory:
+        assert isinstance(memory.embedder, GuardedEmbedder)
+        local = memory.embedder.inner
+        assert isinstance(local, LocalEmbedder)
+        segments = local.segments(long_chunk)
+        assert len(segments) >= 2
+        assert TAIL[0] not in segments[0]  # the tail is past what one pass of the model reads
+        await memory.users.ensure(uid)
+        with request_context(user_id=uid, session_id="s1"):
+            await memory.store.add_chunks(
+                [
+                    draft(long_chunk, 1),
+                    draft("User: I bought hiking boots for the trip to the Alps", 2),
+                    draft("Assistant: your piano lesson moved to Thursday at five", 3),
+                ],
+                session_id="s1",
+            )
+            hits = await memory.store.search_chunks(QUESTION, limit=3)
+        query = await local.embed_query(QUESTION)
+        cut_off_vector = await local.embed_query(long_chunk)  # what was stored before
+    before = 1.0 - sum(a * b for a, b in zip(query, cut_off_vector, strict=True))
+    # Only the long chunk is near enough (the others are about boots and a piano), and no
+    # word of the question is in any chunk: the vector of the whole chunk found it.
+    assert [h.start_seq for h in hits] == [1]
+    assert hits[0].distance is not None
+    assert hits[0].distance < CUT_OFF <= before
