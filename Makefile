@@ -26,7 +26,7 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, the import con
 	$(BIN)/lint-imports --no-cache --no-logo
 
 test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 
 test-cli: $(STAMP) ## The operator CLI through its console script (tests/cli; CI runs it)
 	$(BIN)/pytest -m cli

@@ -1,5 +1,6 @@
-"""Fixtures on a real PostgreSQL: one embedded server per test run, two migrated templates
-(with and without pg_trgm) cloned per test by pytest-postgresql, and a fake Ollama."""
+"""Fixtures on a real PostgreSQL: one embedded server per test process (per xdist worker under
+`make test`), two migrated templates (with and without pg_trgm) cloned per test by
+pytest-postgresql, and a fake Ollama."""
 
 from __future__ import annotations
 
