@@ -29,6 +29,7 @@ from navi_memory.db import (
 from navi_memory.errors import NaviMemoryError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.fact_indexer import FactIndexer
+from navi_memory.jobs.queue_indexer import QueueIndexer
 from navi_memory.llm import OllamaChatModel, embedder_from_settings
 from navi_memory.llm._ollama import redact_host
 from navi_memory.llm.local import local_model_of
@@ -245,38 +246,35 @@ async def _queue_check(settings: Settings, engine: AsyncEngine) -> Check:
     indexer = ChunkIndexer(
         create_sessionmaker(engine), batch_size=settings.chunk_index_batch_size, background=False
     )
-    try:
-        queued = await indexer.queued()
-    except NaviMemoryError as exc:
-        return Check("chunk queue", "finding", str(exc), _reach_fix(settings))
-    if queued:
-        return Check(
-            "chunk queue",
-            "finding",
-            f"{queued} chunk(s) wait for the text or vector index (search scans them "
-            "exactly meanwhile, slower)",
-            "navi-memory backfill",
-        )
-    return Check("chunk queue", "ok", "no chunk waits for the text or vector index")
+    return await _backlog_check(
+        settings, indexer, "chunk queue", "chunk(s)", "the text or vector index"
+    )
 
 
 async def _fact_queue_check(settings: Settings, engine: AsyncEngine) -> Check:
     indexer = FactIndexer(
         create_sessionmaker(engine), batch_size=settings.fact_index_batch_size, background=False
     )
+    return await _backlog_check(settings, indexer, "fact queue", "fact vector(s)", "the index")
+
+
+async def _backlog_check(
+    settings: Settings, indexer: QueueIndexer, name: str, rows: str, index: str
+) -> Check:
+    """A finding while ``indexer`` has rows queued: search reads them exactly meanwhile."""
     try:
         queued = await indexer.queued()
     except NaviMemoryError as exc:
-        return Check("fact queue", "finding", str(exc), _reach_fix(settings))
+        return Check(name, "finding", str(exc), _reach_fix(settings))
     if queued:
         return Check(
-            "fact queue",
+            name,
             "finding",
-            f"{queued} fact vector(s) wait for the index (search scans them exactly "
-            "meanwhile, slower)",
+            f"{queued} {rows} wait for {index} (search scans them exactly meanwhile, slower)",
             "navi-memory backfill",
         )
-    return Check("fact queue", "ok", "no fact vector waits for the index")
+    none = rows.removesuffix("(s)")
+    return Check(name, "ok", f"no {none} waits for {index}")
 
 
 async def _model_check(
