@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -266,3 +267,71 @@ async def test_chunk_max_distance_setting_is_the_vector_cut_off(
             hits = await m.store.search_chunks("which port should the API use", user_id=uid)
         assert [h.content_hash for h in hits] == [port.content_hash]
         assert sum(h.via == "vector" for h in hits) == vector_hits
+
+
+async def test_bm25_scores_are_okapi_with_the_configured_k1_and_b(memory: Memory) -> None:
+    """Each score is Okapi BM25 recomputed in Python from the stored tsvectors, with k1 1.5 and
+    b 0.75 as configured: term frequencies above one and chunks of different lengths make a
+    truncated k1 or b (an untyped bind parameter taken as an integer) give other scores."""
+    uid, other = await new_user(memory), await new_user(memory)
+    contents = [
+        "alpha alpha alpha bravo",
+        "alpha bravo charlie delta echo foxtrot golf hotel india juliet",
+        "bravo bravo charlie",
+        "alpha",
+        "charlie delta echo",
+        "alpha bravo alpha bravo kilo lima mike november oscar",
+    ]
+    for owner, texts in ((uid, contents), (other, ["alpha"] * 3)):
+        await execute(
+            memory,
+            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
+            " end_seq, started_at, ended_at)"
+            " SELECT :u, 's', x.c, md5(x.c || x.n), x.n, x.n, now(), now()"
+            " FROM unnest(CAST(:contents AS text[])) WITH ORDINALITY x(c, n)",
+            u=owner,
+            contents=texts,
+        )
+    await execute(
+        memory,
+        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv)"
+        " SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
+        " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c",
+    )
+    async with memory.engine.connect() as conn:
+        stored = (
+            await conn.execute(
+                text(
+                    "SELECT t.chunk_id, length(t.tsv) AS dl, u.lexeme,"
+                    " coalesce(cardinality(u.positions), 1) AS tf"
+                    " FROM memory_chunk_terms t, unnest(t.tsv) u WHERE t.user_id = :u"
+                ),
+                {"u": uid},
+            )
+        ).all()
+        params: dict[str, Any] = {
+            "uid": uid,
+            "query": "alpha bravo",
+            "terms": ["alpha", "bravo"],
+            "limit": 10,
+            "k1": CHUNK_BM25_K1,
+            "b": CHUNK_BM25_B,
+        }
+        sql = ranked_text_sql(by_user=True, by_session=False)
+        rows = (await conn.execute(text(sql), params)).mappings().all()
+    lengths = {chunk: dl for chunk, dl, _, _ in stored}
+    tfs = {(chunk, lexeme): tf for chunk, _, lexeme, tf in stored}
+    n, avgdl = len(lengths), max(sum(lengths.values()) / len(lengths), 1)
+    k1, b = CHUNK_BM25_K1, CHUNK_BM25_B
+    expected: dict[Any, float] = {}
+    for lexeme in ("alpha", "bravo"):
+        holders = [chunk for chunk in lengths if (chunk, lexeme) in tfs]
+        idf = math.log(1 + (n - len(holders) + 0.5) / (len(holders) + 0.5))
+        for chunk in holders:
+            tf = tfs[chunk, lexeme]
+            expected[chunk] = expected.get(chunk, 0.0) + idf * tf * (k1 + 1) / (
+                tf + k1 * (1 - b + b * lengths[chunk] / avgdl)
+            )
+    assert (k1, b) == (1.5, 0.75)
+    assert {r["id"]: r["score"] for r in rows} == pytest.approx(expected, rel=1e-12)
+    assert [r["id"] for r in rows] == sorted(expected, key=lambda c: -expected[c])

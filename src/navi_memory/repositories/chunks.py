@@ -222,8 +222,10 @@ _RANKED_TEXT = r"""
     ),
     st AS (
         -- N and the total length in integers, indexed and queued chunks together: the same
-        -- figures, to the bit, however many the indexer has moved.
-        SELECT greatest(s.chunks + q.chunks, 1)::float8 AS n,
+        -- figures, to the bit, however many the indexer has moved. And k1 and b, cast: an
+        -- untyped parameter in ":k1 + 1" is an integer, which truncated 1.5 to 1 and 0.75 to 0.
+        SELECT CAST(:k1 AS float8) AS k1, CAST(:b AS float8) AS b,
+               greatest(s.chunks + q.chunks, 1)::float8 AS n,
                greatest((s.lexemes + q.lexemes)::float8 / greatest(s.chunks + q.chunks, 1), 1)
                    AS avgdl
         FROM (SELECT coalesce(sum(chunks), 0) AS chunks, coalesce(sum(lexemes), 0) AS lexemes
@@ -245,7 +247,7 @@ _RANKED_TEXT = r"""
         -- (so the row order) may differ between two searches of the same chunks.
         SELECT tf.id,
                sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
-                   * tf.tf * (:k1 + 1) / (tf.tf + :k1 * (1 - :b + :b * tf.dl / st.avgdl))
+                   * tf.tf * (st.k1 + 1) / (tf.tf + st.k1 * (1 - st.b + st.b * tf.dl / st.avgdl))
                    ORDER BY tf.lexeme) AS score,
                array_agg(tf.lexeme) AS held
         FROM tf JOIN df USING (lexeme) CROSS JOIN st
