@@ -29,6 +29,7 @@ TABLES = {
     "memory_chunk_text_stats",
     "memory_chunk_text_queue",
     "memory_chunk_terms",
+    "memory_chunk_lexeme_df",
     "memory_fact_vectors",
     "memory_fact_vector_queue",
     "kv_store",

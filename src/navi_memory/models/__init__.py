@@ -2,6 +2,7 @@
 
 from navi_memory.models.base import NAMING_CONVENTION, Base
 from navi_memory.models.chunks import (
+    ChunkLexemeDfRow,
     ChunkRow,
     ChunkTermsRow,
     ChunkTextQueueRow,
@@ -23,6 +24,7 @@ from navi_memory.models.users import User
 __all__ = [
     "NAMING_CONVENTION",
     "Base",
+    "ChunkLexemeDfRow",
     "ChunkRow",
     "ChunkTermsRow",
     "ChunkTextQueueRow",

@@ -167,3 +167,18 @@ class ChunkTextStatsRow(Base):
     )
     chunks: Mapped[int] = mapped_column(BigInteger, nullable=False)
     lexemes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class ChunkLexemeDfRow(Base):
+    """Per user and lexeme: how many of the user's chunks in memory_chunk_terms hold it (BM25's
+    document frequency), so a search knows each query word's idf, and so the most it can add
+    to a score, before it reads a chunk (``ranked_text_sql(prune=True)``). Kept in step with
+    every insert and delete of memory_chunk_terms by statement-level triggers (revision 0008);
+    a lexeme no chunk holds any more has no row. ``fillfactor = 70`` keeps the indexer's
+    increments HOT (set by the migration; the model does not compare storage options)."""
+
+    __tablename__ = "memory_chunk_lexeme_df"
+
+    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    df: Mapped[int] = mapped_column(Integer, nullable=False)
