@@ -30,6 +30,21 @@ CHUNK_BM25_K1: Final = 1.5
 CHUNK_BM25_B: Final = 0.75
 """search_chunks' BM25: how much a chunk's length normalises its score (Okapi's usual value)."""
 
+CHUNK_BM25_PRUNE_FROM: Final = 1_000
+"""search_chunks prunes its BM25 text list (reads only the chunks that can reach the top, see
+docs/raw-history.md, "Pruning") for a user of this many indexed chunks or more; a smaller user's
+chunks holding a query word are all read, which costs less than finding which to skip."""
+
+PRUNE_HINTS_CAPACITY: Final = 100_000
+"""How many users a process remembers as below CHUNK_BM25_PRUNE_FROM (services.chunks.PruneHints:
+a few MB); one it forgot takes the pruned statement again, which is exact for every user."""
+
+CHUNK_BM25_SEED_ROWS: Final = 200
+"""Pruning's seed: the chunks holding the query's rarest words, up to this many in all."""
+
+CHUNK_BM25_SEED_EVERY: Final = 10
+"""Pruning's seed: besides, up to this many times the limit of the chunks holding every word."""
+
 CHUNK_FUSION_K: Final = 1
 """search_chunks: the reciprocal-rank fusion constant, w / (k + rank) per list a hit is in.
 Chosen on the LoCoMo dev split with all-MiniLM-L6-v2 (make bench-quality): 1 and 2 led, the

@@ -186,7 +186,7 @@ async def open_memory(
             cached_plans=cached_plans,
         )
         kv = KvStore(sessionmaker=sessionmaker)
-        unified = UnifiedSearchService.from_settings(settings)
+        unified = UnifiedSearchService.from_settings(settings, prune_hints=chunks.prune_hints)
         search = UnifiedMemorySearch(
             sessionmaker=sessionmaker,
             embedding=embedding,

@@ -11,7 +11,12 @@ from typing import Any
 from sqlalchemy import ColumnElement, RowMapping, func, literal, literal_column, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from navi_memory.constants import CHUNK_INSERT_BATCH, EMBEDDING_DIM
+from navi_memory.constants import (
+    CHUNK_BM25_SEED_EVERY,
+    CHUNK_BM25_SEED_ROWS,
+    CHUNK_INSERT_BATCH,
+    EMBEDDING_DIM,
+)
 from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow
 from navi_memory.repositories.like import contains_pattern
@@ -185,7 +190,7 @@ def _nearest(vector_where: str, queue_where: str) -> str:
         LIMIT :limit"""
 
 
-_RANKED_TEXT = r"""
+_RANKED_HEAD = r"""
     WITH ql AS MATERIALIZED (
         -- The query's lexemes, made by the very function that made every chunk's tsvector.
         SELECT DISTINCT l AS lexeme
@@ -208,6 +213,74 @@ _RANKED_TEXT = r"""
         WHERE {queue_where}
           AND NOT EXISTS (SELECT 1 FROM memory_chunk_terms i WHERE i.chunk_id = q.chunk_id)
     ),
+    st AS MATERIALIZED (
+        -- N and the total length in integers, indexed and queued chunks together: the same
+        -- figures, to the bit, however many the indexer has moved. And k1 and b, cast: an
+        -- untyped parameter in ":k1 + 1" is an integer, which truncated 1.5 to 1 and 0.75 to 0.
+        SELECT CAST(:k1 AS float8) AS k1, CAST(:b AS float8) AS b,
+               s.chunks + q.chunks AS chunks,
+               greatest(s.chunks + q.chunks, 1)::float8 AS n,
+               greatest((s.lexemes + q.lexemes)::float8 / greatest(s.chunks + q.chunks, 1), 1)
+                   AS avgdl
+        FROM (SELECT coalesce(sum(chunks), 0) AS chunks, coalesce(sum(lexemes), 0) AS lexemes
+              FROM memory_chunk_text_stats s WHERE {stats_where}) s,
+             (SELECT count(*) AS chunks, coalesce(sum(length(tsv)), 0) AS lexemes
+              FROM queued) q
+    ),"""
+"""What both BM25 statements start with: the query's lexemes and terms, the scope's queued
+chunks, and its chunk count, N and average length."""
+
+
+def _query_lexemes_of(tsv: str) -> str:
+    """The query's lexemes ``tsv`` holds, with their positions: marked (weight A, a binary
+    search each) and kept, instead of unnesting all its lexemes (5x faster on long chunks).
+    Braces doubled for the template's ``format``."""
+    return f"ts_filter(setweight({tsv}, 'A', (SELECT array_agg(lexeme) FROM ql)), '{{{{a}}}}')"
+
+
+def _tf(name: str, cand: str) -> str:
+    """CTE ``name``: each query lexeme (``lexeme``, ``tf``) of each chunk of CTE ``cand`` (id,
+    ended_at, tsv, dl), with its length ``dl``."""
+    return f"""
+    {name} AS (
+        SELECT c.id, u.lexeme, coalesce(cardinality(u.positions), 1) AS tf, c.dl
+        FROM {cand} c, unnest({_query_lexemes_of("c.tsv")}) u
+    )"""
+
+
+def _scored(name: str, tf: str, df: str) -> str:
+    """CTE ``name``: the BM25 ``score`` (and the query lexemes ``held``) of each chunk in CTE
+    ``tf`` (see ``_tf``), document frequencies from CTE ``df`` (lexeme, df as float8).
+
+    The sum runs in lexeme order: floating-point addition is not associative, and the plan (so
+    the row order) may differ between two searches of the same chunks; both statements score a
+    chunk alike, to the bit."""
+    return f"""
+    {name} AS (
+        SELECT tf.id,
+               sum(ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5))
+                   * tf.tf * (st.k1 + 1) / (tf.tf + st.k1 * (1 - st.b + st.b * tf.dl / st.avgdl))
+                   ORDER BY tf.lexeme) AS score,
+               array_agg(tf.lexeme) AS held
+        FROM {tf} tf JOIN {df} d USING (lexeme) CROSS JOIN st
+        GROUP BY tf.id
+    )"""
+
+
+_RANKED_TAIL = """,
+    best AS (
+        SELECT s.id, s.score, s.held FROM scored s JOIN cand ON cand.id = s.id
+        ORDER BY s.score DESC, cand.ended_at DESC, s.id DESC
+        LIMIT :limit
+    ),
+    top AS MATERIALIZED (
+        SELECT b.id, b.score, (SELECT count(*) FROM qt WHERE qt.lexemes <@ b.held) AS hits
+        FROM best b
+    )"""
+
+_RANKED_TEXT = (
+    _RANKED_HEAD
+    + """
     cand AS MATERIALIZED (
         -- Only chunks holding a query lexeme (navi_text_tsquery: evaluated while planning, so
         -- the planner weighs the words: the per-user btree for a small user, GIN for rare
@@ -219,53 +292,109 @@ _RANKED_TEXT = r"""
         SELECT q.id, q.ended_at, q.tsv, length(q.tsv)
         FROM queued q
         WHERE {queued_where} AND q.tsv @@ navi_text_tsquery(CAST(:query AS text))
-    ),
-    st AS (
-        -- N and the total length in integers, indexed and queued chunks together: the same
-        -- figures, to the bit, however many the indexer has moved. And k1 and b, cast: an
-        -- untyped parameter in ":k1 + 1" is an integer, which truncated 1.5 to 1 and 0.75 to 0.
-        SELECT CAST(:k1 AS float8) AS k1, CAST(:b AS float8) AS b,
-               greatest(s.chunks + q.chunks, 1)::float8 AS n,
-               greatest((s.lexemes + q.lexemes)::float8 / greatest(s.chunks + q.chunks, 1), 1)
-                   AS avgdl
-        FROM (SELECT coalesce(sum(chunks), 0) AS chunks, coalesce(sum(lexemes), 0) AS lexemes
-              FROM memory_chunk_text_stats s WHERE {stats_where}) s,
-             (SELECT count(*) AS chunks, coalesce(sum(length(tsv)), 0) AS lexemes
-              FROM queued) q
-    ),
-    tf AS (
-        -- The query's lexemes of each candidate: marked (weight A, a binary search each) and
-        -- kept, instead of unnesting all its lexemes (5x faster on long chunks).
-        SELECT cand.id, u.lexeme, coalesce(cardinality(u.positions), 1) AS tf, cand.dl
-        FROM cand,
-             unnest(ts_filter(setweight(cand.tsv, 'A', (SELECT array_agg(lexeme) FROM ql)),
-                              '{{a}}')) u
-    ),
-    df AS (SELECT lexeme, count(*)::float8 AS df FROM tf GROUP BY lexeme),
-    scored AS (
-        -- Summed in lexeme order: floating-point addition is not associative, and the plan
-        -- (so the row order) may differ between two searches of the same chunks.
-        SELECT tf.id,
-               sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
-                   * tf.tf * (st.k1 + 1) / (tf.tf + st.k1 * (1 - st.b + st.b * tf.dl / st.avgdl))
-                   ORDER BY tf.lexeme) AS score,
-               array_agg(tf.lexeme) AS held
-        FROM tf JOIN df USING (lexeme) CROSS JOIN st
-        GROUP BY tf.id
-    ),
-    best AS (
-        SELECT s.id, s.score, s.held FROM scored s JOIN cand ON cand.id = s.id
-        ORDER BY s.score DESC, cand.ended_at DESC, s.id DESC
-        LIMIT :limit
-    ),
-    top AS MATERIALIZED (
-        SELECT b.id, b.score, (SELECT count(*) FROM qt WHERE qt.lexemes <@ b.held) AS hits
-        FROM best b
-    )"""
+    ),"""
+    + _tf("cand_tf", "cand")
+    + """,
+    df AS (SELECT lexeme, count(*)::float8 AS df FROM cand_tf GROUP BY lexeme),"""
+    + _scored("scored", "cand_tf", "df")
+    + _RANKED_TAIL
+)
 """BM25 over the chunks' tsvectors: memory_chunk_terms (GIN) and, exactly, the queued chunks;
 idf from the statistics of the chunks in scope (the user's own), tf saturation (``k1``),
 length normalisation (``b``, length in distinct lexemes). The document frequency of a lexeme is
 counted over the candidates, which is exact: every chunk holding the lexeme is a candidate."""
+
+_OPERAND = r"'''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''''"
+"""A lexeme quoted as a tsquery operand (quotes doubled, backslashes escaped)."""
+
+_RANKED_TEXT_PRUNED = (
+    _RANKED_HEAD
+    + f"""
+    queued_df AS (
+        SELECT u.lexeme, count(*) AS df
+        FROM queued q, unnest({_query_lexemes_of("q.tsv")}) u
+        GROUP BY u.lexeme
+    ),
+    lx AS MATERIALIZED (
+        -- Each query lexeme the user's chunks hold, with its document frequency: indexed
+        -- chunks from memory_chunk_lexeme_df, queued ones counted here. The very integer the
+        -- unpruned statement counts over its candidates, so the same idf to the bit.
+        SELECT ql.lexeme, (coalesce(d.df, 0) + coalesce(qd.df, 0))::float8 AS df,
+               {_OPERAND.format("ql.lexeme")} AS operand
+        FROM ql
+        LEFT JOIN memory_chunk_lexeme_df d ON d.user_id = :uid AND d.lexeme = ql.lexeme
+        LEFT JOIN queued_df qd ON qd.lexeme = ql.lexeme
+        WHERE coalesce(d.df, 0) + coalesce(qd.df, 0) > 0
+    ),
+    bound AS MATERIALIZED (
+        -- A lexeme adds less than idf * (k1 + 1) to any chunk's score (tf saturates below
+        -- k1 + 1). ``upto``: the bounds summed from the smallest up (MaxScore's prefix sums);
+        -- ``rarer``: the document frequencies summed from the rarest up.
+        SELECT b.*,
+               sum(b.idf) OVER (ORDER BY b.idf, b.lexeme ROWS UNBOUNDED PRECEDING)
+                   * b.tf_bound AS upto,
+               sum(b.df) OVER (ORDER BY b.df, b.lexeme ROWS UNBOUNDED PRECEDING) AS rarer
+        FROM (SELECT lx.*, ln(1 + (st.n - lx.df + 0.5) / (lx.df + 0.5)) AS idf,
+                     st.k1 + 1 AS tf_bound
+              FROM lx CROSS JOIN st) b
+    ),
+    seedq AS MATERIALIZED (
+        -- Only for a user of :prune_from chunks or more (a one-row filter): the chunks of the
+        -- rarest words (up to :seed_rows in all), and up to :seed_every times :limit more
+        -- holding every word.
+        SELECT (SELECT CAST(string_agg(operand, ' | ') AS tsquery)
+                FROM bound WHERE rarer <= :seed_rows) AS rare,
+               (SELECT CAST(string_agg(operand, ' & ') AS tsquery) FROM bound) AS every
+        FROM st WHERE st.chunks >= :prune_from
+    ),
+    seed AS MATERIALIZED (
+        SELECT t.chunk_id AS id, t.ended_at, t.tsv, t.lexemes AS dl
+        FROM memory_chunk_terms t
+        WHERE t.user_id = :uid AND t.tsv @@ (SELECT rare FROM seedq)
+        UNION ALL
+        (SELECT t.chunk_id, t.ended_at, t.tsv, t.lexemes
+         FROM memory_chunk_terms t
+         WHERE t.user_id = :uid AND t.tsv @@ (SELECT every FROM seedq)
+           AND NOT coalesce(t.tsv @@ (SELECT rare FROM seedq), FALSE)
+         LIMIT CAST(:seed_every AS bigint) * CAST(:limit AS bigint))
+    ),"""
+    + _tf("seed_tf", "seed")
+    + ","
+    + _scored("seed_scored", "seed_tf", "lx")
+    + """,
+    theta AS MATERIALIZED (
+        -- The :limit-th best seed score (0 with fewer seeds): the top :limit all score at
+        -- least this much.
+        SELECT coalesce((SELECT score FROM seed_scored ORDER BY score DESC
+                         OFFSET :limit - 1 LIMIT 1), 0) AS v
+    ),
+    essential AS MATERIALIZED (
+        -- A chunk holding no lexeme but those of the longest prefix whose bounds sum below
+        -- theta scores below theta, so below :limit others: it cannot be in the top. The
+        -- rest are the lexemes a top chunk must hold (all of them when theta is 0). The
+        -- margin covers the rounding of the sums.
+        SELECT CAST(string_agg(operand, ' | ') AS tsquery) AS q
+        FROM bound CROSS JOIN theta WHERE NOT (bound.upto * (1 + 1e-9) < theta.v)
+    ),
+    cand AS MATERIALIZED (
+        SELECT t.chunk_id AS id, t.ended_at, t.tsv, t.lexemes AS dl
+        FROM memory_chunk_terms t
+        WHERE t.user_id = :uid AND t.tsv @@ (SELECT q FROM essential)
+        UNION ALL
+        SELECT q.id, q.ended_at, q.tsv, length(q.tsv)
+        FROM queued q
+        WHERE q.tsv @@ navi_text_tsquery(CAST(:query AS text))
+    ),"""
+    + _tf("cand_tf", "cand")
+    + ","
+    + _scored("scored", "cand_tf", "lx")
+    + _RANKED_TAIL
+)
+"""The BM25 statement of one user, exact and pruned (MaxScore): document frequencies come from
+memory_chunk_lexeme_df, so each lexeme's bound is known before any chunk is read; a few seed
+chunks give a score the top :limit reach, and only chunks holding a lexeme that can still lift
+a chunk to it are read and scored. Returns what the unpruned statement returns, to the bit
+(tests/integration/test_chunk_bm25_pruning.py)."""
 
 
 @cache
@@ -275,6 +404,7 @@ def ranked_text_sql(
     by_session: bool,
     with_vector: bool = False,
     with_summary_at: bool = False,
+    prune: bool = False,
 ) -> str:
     """The BM25 text statement, narrowed to ``:uid`` and/or ``:sid`` (bound parameters, with
     ``:query`` — the ``:terms`` joined by spaces —, ``:k1``, ``:b`` and ``:limit``). Rows carry
@@ -284,7 +414,15 @@ def ranked_text_sql(
     statement: one round trip, each chunk read once. Rows then carry ``distance`` when they
     are among the nearest, ``score`` and ``terms_hit`` when they are in the text list (NULL
     otherwise), in no order. ``with_summary_at`` adds each row's ``summary_at`` (see
-    ``summary_at_of_chunk``)."""
+    ``summary_at_of_chunk``). Every row carries ``scope_chunks``, the number of chunks in scope.
+
+    ``prune`` (one user's chunks, no session: ``by_user`` and not ``by_session``) takes the
+    pruned statement (``_RANKED_TEXT_PRUNED``), which also binds ``:prune_from`` (it prunes
+    only for a user of that many chunks or more, and otherwise reads what the plain one reads),
+    ``:seed_rows`` and ``:seed_every`` (its seed's sizes, see CHUNK_BM25_SEED_ROWS).
+    """
+    if prune and (not by_user or by_session):
+        raise ValueError("the pruned BM25 statement is for one user's chunks, by no session")
     queue_where, terms_where, queued_where, stats_where = ["TRUE"], ["TRUE"], ["TRUE"], ["TRUE"]
     vector_where, vector_queue_where = ["TRUE"], ["TRUE"]
     if by_user:
@@ -298,13 +436,16 @@ def ranked_text_sql(
         queued_where.append("q.session_id = :sid")
         vector_where.append("v.session_id = :sid")
         vector_queue_where.append("c.session_id = :sid")
-    ctes = _RANKED_TEXT.format(
+    ctes = (_RANKED_TEXT_PRUNED if prune else _RANKED_TEXT).format(
         queue_where=" AND ".join(queue_where),
         terms_where=" AND ".join(terms_where),
         queued_where=" AND ".join(queued_where),
         stats_where=" AND ".join(stats_where),
     )
-    columns = f"{_CHUNK_COLUMNS}, c.embedding IS NOT NULL AS has_embedding"
+    columns = (
+        f"{_CHUNK_COLUMNS}, c.embedding IS NOT NULL AS has_embedding,"
+        " (SELECT chunks FROM st) AS scope_chunks"
+    )
     if with_summary_at:
         columns += f", {summary_at_of_chunk('c')} AS summary_at"
     if not with_vector:
@@ -437,16 +578,24 @@ class ChunkRepository:
         k1: float,
         b: float,
         with_summary_at: bool = False,
+        prune_from: int | None = None,
     ) -> list[RowMapping]:
         """The ``limit`` best chunks by BM25 over their content and breadcrumbs, best first;
-        rows carry ``score`` and ``terms_hit`` (query terms held whole: every lexeme of it).
-        Reads the indexed chunks holding a query lexeme (GIN on memory_chunk_terms) and the
-        scope's queued chunks, never the vectors."""
-        params = self._ranked_params(user_id, session_id, terms, limit, k1=k1, b=b)
+        rows carry ``score``, ``terms_hit`` (query terms held whole: every lexeme of it) and
+        ``scope_chunks``. Reads the indexed chunks holding a query lexeme (GIN on
+        memory_chunk_terms) and the scope's queued chunks, never the vectors.
+
+        ``prune_from`` (one user's chunks, no session): the pruned statement, which reads
+        only the chunks that can reach the top when the user holds that many chunks or more
+        (``ranked_text_sql``); the same rows."""
+        params = self._ranked_params(
+            user_id, session_id, terms, limit, k1=k1, b=b, prune_from=prune_from
+        )
         sql = ranked_text_sql(
             by_user=user_id is not None,
             by_session=session_id is not None,
             with_summary_at=with_summary_at,
+            prune=prune_from is not None,
         )
         return list((await self.session.execute(statement(sql), params)).mappings())
 
@@ -461,19 +610,23 @@ class ChunkRepository:
         k1: float,
         b: float,
         with_summary_at: bool = False,
+        prune_from: int | None = None,
     ) -> tuple[list[RowMapping], list[RowMapping]]:
         """Both lists of a fused search in one statement: the ``limit`` nearest chunks (HNSW
         index and queue, see ``_nearest``), nearest first, each with its exact cosine
         ``distance`` (no threshold: the caller applies one); and the ``limit`` best by BM25,
         best first, with ``score`` and ``terms_hit``. A chunk in both lists is read once and
-        is the same row in both."""
-        params = self._ranked_params(user_id, session_id, terms, limit, k1=k1, b=b)
+        is the same row in both. ``prune_from``: as for ``search_ranked_text``."""
+        params = self._ranked_params(
+            user_id, session_id, terms, limit, k1=k1, b=b, prune_from=prune_from
+        )
         params["q"] = vector_binary(query_vector)
         sql = ranked_text_sql(
             by_user=user_id is not None,
             by_session=session_id is not None,
             with_vector=True,
             with_summary_at=with_summary_at,
+            prune=prune_from is not None,
         )
         rows = list((await self.session.execute(statement(sql), params)).mappings())
         nearest = sorted(
@@ -494,6 +647,7 @@ class ChunkRepository:
         *,
         k1: float,
         b: float,
+        prune_from: int | None,
     ) -> dict[str, Any]:
         params: dict[str, Any] = {
             "limit": limit,
@@ -506,6 +660,10 @@ class ChunkRepository:
             params["uid"] = user_id
         if session_id is not None:
             params["sid"] = session_id
+        if prune_from is not None:
+            params["prune_from"] = prune_from
+            params["seed_rows"] = CHUNK_BM25_SEED_ROWS
+            params["seed_every"] = CHUNK_BM25_SEED_EVERY
         return params
 
     async def recent(

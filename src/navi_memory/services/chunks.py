@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from array import array
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -21,12 +22,14 @@ from navi_memory.config import Settings
 from navi_memory.constants import (
     CHUNK_BM25_B,
     CHUNK_BM25_K1,
+    CHUNK_BM25_PRUNE_FROM,
     CHUNK_FUSION_K,
     CHUNK_FUSION_VECTOR_WEIGHT,
     CHUNK_INSERT_BATCH,
     CHUNK_MAX_DISTANCE,
     INT32_MAX,
     MAX_TEXT_CHARS,
+    PRUNE_HINTS_CAPACITY,
 )
 from navi_memory.errors import InvalidInputError, InvalidTypeError, NotFoundError
 from navi_memory.repositories.chunks import ChunkRepository
@@ -37,7 +40,7 @@ from navi_memory.services.ranking import fuse_hits, hit_fields, rank_hits
 from navi_memory.text import BREADCRUMB_MAX_CHARS
 from navi_memory.validation import check_int, check_text
 
-__all__ = ["ChunkService", "checked_draft", "ranked_lists"]
+__all__ = ["ChunkService", "PruneHints", "checked_draft", "ranked_lists"]
 
 
 def checked_draft(chunk: object) -> ChunkDraft:
@@ -82,6 +85,44 @@ def checked_draft(chunk: object) -> ChunkDraft:
     return chunk
 
 
+class PruneHints:
+    """Which users are known to hold fewer than ``prune_from`` chunks, so that their BM25
+    search takes the plain statement: the pruned one would prune nothing for them and costs
+    about a millisecond more to plan and run (docs/raw-history.md, "Pruning").
+
+    Learnt from the ``scope_chunks`` every ranked row carries: a user not known small takes the
+    pruned statement (exact for every user), and is remembered once a search shows them small;
+    a remembered user who has grown is forgotten at their next search. At most ``capacity``
+    users, the least recently searched forgotten first. One per process, shared by
+    search_chunks and unified search."""
+
+    def __init__(
+        self, *, capacity: int = PRUNE_HINTS_CAPACITY, prune_from: int = CHUNK_BM25_PRUNE_FROM
+    ) -> None:
+        self.capacity = capacity
+        self.prune_from = prune_from
+        self._small: OrderedDict[uuid.UUID, None] = OrderedDict()
+
+    def prune(self, user_id: uuid.UUID) -> bool:
+        """Whether to search ``user_id``'s chunks with the pruned statement."""
+        if user_id in self._small:
+            self._small.move_to_end(user_id)
+            return False
+        return True
+
+    def learn(self, user_id: uuid.UUID, rows: Sequence[RowMapping]) -> None:
+        """Remember from a search's ``rows`` whether ``user_id`` is small (no rows: nothing)."""
+        if not rows:
+            return
+        if int(rows[0]["scope_chunks"]) >= self.prune_from:
+            self._small.pop(user_id, None)
+            return
+        self._small[user_id] = None
+        self._small.move_to_end(user_id)
+        while len(self._small) > self.capacity:
+            self._small.popitem(last=False)
+
+
 async def ranked_lists(
     repo: ChunkRepository,
     scope: uuid.UUID | None,
@@ -92,11 +133,20 @@ async def ranked_lists(
     max_distance: float,
     *,
     with_summary_at: bool = False,
+    hints: PruneHints | None = None,
 ) -> tuple[list[RowMapping], list[RowMapping]]:
     """The two lists the bm25 ranking fuses, in one statement: the vector hits closer than
     ``max_distance``, nearest first (none without ``query_vector``), and the BM25 text list,
-    best first; ``limit`` of each at most."""
+    best first; ``limit`` of each at most.
+
+    ``hints``: one user's search (no session) takes the pruned BM25 statement unless they say
+    the user is small, and teaches them what the rows show."""
+    learner = hints if scope is not None and session_id is None else None
+    prune_from = None
+    if learner is not None and scope is not None and learner.prune(scope):
+        prune_from = learner.prune_from
     if query_vector is None:
+        nearest: list[RowMapping] = []
         text = await repo.search_ranked_text(
             scope,
             session_id,
@@ -105,18 +155,22 @@ async def ranked_lists(
             k1=CHUNK_BM25_K1,
             b=CHUNK_BM25_B,
             with_summary_at=with_summary_at,
+            prune_from=prune_from,
         )
-        return [], text
-    nearest, text = await repo.search_ranked(
-        scope,
-        session_id,
-        query_vector,
-        terms,
-        limit,
-        k1=CHUNK_BM25_K1,
-        b=CHUNK_BM25_B,
-        with_summary_at=with_summary_at,
-    )
+    else:
+        nearest, text = await repo.search_ranked(
+            scope,
+            session_id,
+            query_vector,
+            terms,
+            limit,
+            k1=CHUNK_BM25_K1,
+            b=CHUNK_BM25_B,
+            with_summary_at=with_summary_at,
+            prune_from=prune_from,
+        )
+    if learner is not None and scope is not None:
+        learner.learn(scope, text or nearest)
     return [row for row in nearest if row["distance"] < max_distance], text
 
 
@@ -137,6 +191,7 @@ class ChunkService:
         self.embedding = embedding
         self.text_ranking = text_ranking
         self.max_distance = max_distance
+        self.prune_hints = PruneHints()
 
     @classmethod
     def from_settings(cls, settings: Settings, *, embedding: EmbeddingService) -> ChunkService:
@@ -200,7 +255,14 @@ class ChunkService:
             )
             return rank_hits(rows, limit, to_chunk_hit, recency="ended_at")
         vector, text = await ranked_lists(
-            repo, scope, session_id, query_vector, terms, limit, self.max_distance
+            repo,
+            scope,
+            session_id,
+            query_vector,
+            terms,
+            limit,
+            self.max_distance,
+            hints=self.prune_hints,
         )
         return fuse_hits(
             vector,

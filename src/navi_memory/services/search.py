@@ -30,7 +30,7 @@ from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.kv import KvSearchRepository
 from navi_memory.schemas import MemoryHit
-from navi_memory.services.chunks import ranked_lists
+from navi_memory.services.chunks import PruneHints, ranked_lists
 from navi_memory.services.ranking import fuse_hits, rank_hits
 from navi_memory.text.freshness import FactVersion, Freshness, RawExcerpt, mark_freshness
 from navi_memory.text.hits import SearchScope
@@ -211,17 +211,26 @@ class UnifiedSearchService:
     ``terms`` (the spec's: vector hits first, then text hits by distinct terms hit)."""
 
     def __init__(
-        self, *, text_ranking: str = "bm25", chunk_max_distance: float = CHUNK_MAX_DISTANCE
+        self,
+        *,
+        text_ranking: str = "bm25",
+        chunk_max_distance: float = CHUNK_MAX_DISTANCE,
+        prune_hints: PruneHints | None = None,
     ) -> None:
         self.text_ranking = text_ranking
         self.chunk_max_distance = chunk_max_distance
+        self.prune_hints = prune_hints or PruneHints()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> UnifiedSearchService:
-        """The service with CHUNK_TEXT_RANKING and CHUNK_MAX_DISTANCE from ``settings``."""
+    def from_settings(
+        cls, settings: Settings, *, prune_hints: PruneHints | None = None
+    ) -> UnifiedSearchService:
+        """The service with CHUNK_TEXT_RANKING and CHUNK_MAX_DISTANCE from ``settings``;
+        ``prune_hints`` shared with search_chunks' (ChunkService.prune_hints)."""
         return cls(
             text_ranking=settings.chunk_text_ranking,
             chunk_max_distance=settings.chunk_max_distance,
+            prune_hints=prune_hints,
         )
 
     async def search(
@@ -318,6 +327,7 @@ class UnifiedSearchService:
                 k,
                 self.chunk_max_distance,
                 with_summary_at=True,
+                hints=self.prune_hints,
             )
             ranked = fuse_hits(
                 vector,

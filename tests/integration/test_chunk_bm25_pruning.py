@@ -1,0 +1,277 @@
+"""The pruned BM25 statement (revision 0008): memory_chunk_lexeme_df kept in step by any
+writer, the pruned list equal to the plain one to the bit, a big user's query reading only the
+chunks that can reach the top, and PruneHints learning which users are small."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from navi_memory import Memory
+from navi_memory.constants import (
+    CHUNK_BM25_B,
+    CHUNK_BM25_K1,
+    CHUNK_BM25_SEED_EVERY,
+    CHUNK_BM25_SEED_ROWS,
+)
+from navi_memory.repositories.chunks import ranked_text_sql
+from navi_memory.testing import FakeOllama
+from tests.integration.factories import execute, new_user
+
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "QUARTZ_X"]
+"""A small vocabulary, so that most words are common, scores tie and pruning has work."""
+
+
+async def df_table(memory: Memory) -> set[tuple[Any, ...]]:
+    async with memory.engine.connect() as conn:
+        rows = await conn.execute(text("SELECT user_id, lexeme, df FROM memory_chunk_lexeme_df"))
+        return {tuple(r) for r in rows}
+
+
+async def df_recount(memory: Memory) -> set[tuple[Any, ...]]:
+    async with memory.engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT t.user_id, l, count(*) FROM memory_chunk_terms t,"
+                " unnest(tsvector_to_array(t.tsv)) l GROUP BY t.user_id, l"
+            )
+        )
+        return {tuple(r) for r in rows}
+
+
+async def insert_chunks(
+    memory: Memory, uid: uuid.UUID, contents: list[str], *, indexed: list[bool], session: str = "s"
+) -> None:
+    """The chunks, written by SQL of their own: the indexed ones straight into
+    memory_chunk_terms (as the indexer would), the others left in the text queue."""
+    await execute(
+        memory,
+        "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
+        " start_seq, end_seq, started_at, ended_at)"
+        " SELECT :u, :s, x.content, md5(:s || x.n || x.content), x.n, x.n,"
+        "   timestamptz '2026-11-01' + x.n * interval '1 minute',"
+        "   timestamptz '2026-11-01' + (x.n % 3) * interval '1 minute'"
+        " FROM unnest(CAST(:contents AS text[]), CAST(:indexed AS bool[]))"
+        "   WITH ORDINALITY x(content, indexed, n)"
+        " RETURNING id, user_id, session_id, ended_at, content, breadcrumbs, start_seq),"
+        " flags AS (SELECT c.*, x.indexed FROM c JOIN"
+        "   unnest(CAST(:indexed AS bool[])) WITH ORDINALITY x(indexed, n) ON x.n = c.start_seq),"
+        " terms AS (INSERT INTO memory_chunk_terms"
+        "   (chunk_id, user_id, session_id, ended_at, lexemes, tsv)"
+        "   SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
+        "   (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM flags WHERE indexed) f)"
+        " INSERT INTO memory_chunk_text_queue (chunk_id, user_id)"
+        " SELECT id, user_id FROM flags WHERE NOT indexed",
+        u=uid,
+        s=session,
+        contents=contents,
+        indexed=indexed,
+    )
+
+
+async def ranked(
+    memory: Memory,
+    uid: uuid.UUID,
+    query: str,
+    limit: int,
+    *,
+    prune_from: int | None,
+    seed: tuple[int, int] = (CHUNK_BM25_SEED_ROWS, CHUNK_BM25_SEED_EVERY),
+) -> list[tuple[Any, ...]]:
+    sql = ranked_text_sql(by_user=True, by_session=False, prune=prune_from is not None)
+    params: dict[str, Any] = {
+        "uid": uid,
+        "query": query,
+        "terms": query.split(),
+        "limit": limit,
+        "k1": CHUNK_BM25_K1,
+        "b": CHUNK_BM25_B,
+    }
+    if prune_from is not None:
+        params.update(prune_from=prune_from, seed_rows=seed[0], seed_every=seed[1])
+    async with memory.engine.connect() as conn:
+        rows = (await conn.execute(text(sql), params)).mappings().all()
+    return [(r["id"], r["score"], r["terms_hit"], r["scope_chunks"]) for r in rows]
+
+
+async def test_document_frequencies_follow_every_insert_and_delete(memory: Memory) -> None:
+    """memory_chunk_lexeme_df is the recount of memory_chunk_terms after inserts, deletes by
+    SQL of its own (a session's chunks, one chunk) and a user's delete; a lexeme no chunk
+    holds has no row left."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    await insert_chunks(memory, alice, ["alpha bravo", "alpha zulu"], indexed=[True, True])
+    await insert_chunks(memory, alice, ["alpha", "QUARTZ_X"], indexed=[True, True], session="other")
+    await insert_chunks(memory, bob, ["alpha", "bravo bravo"], indexed=[True, True])
+    assert await df_table(memory) == await df_recount(memory)
+    assert (alice, "alpha", 3) in await df_table(memory)
+    assert (alice, "quartz-x", 1) in await df_table(memory)
+    await execute(memory, "DELETE FROM memory_chunks WHERE session_id = 'other'")
+    await execute(memory, "DELETE FROM memory_chunks WHERE content = 'alpha zulu'")
+    after = await df_table(memory)
+    assert after == await df_recount(memory)
+    assert not any(row[0] == alice and row[1] in ("zulu", "quartz-x") for row in after)
+    await memory.users.delete(bob)
+    assert await df_table(memory) == await df_recount(memory)
+    assert {row[0] for row in await df_table(memory)} == {alice}
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    corpus=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    others=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)),
+    query=st.lists(st.sampled_from([*WORDS, "absent"]), min_size=1, max_size=5),
+    limit=st.integers(min_value=1, max_value=6),
+    seed=st.tuples(st.sampled_from([0, 1, 3, 8, 200]), st.sampled_from([0, 1, 10])),
+)
+async def test_the_pruned_list_is_the_plain_list_to_the_bit(
+    memory: Memory,
+    corpus: list[tuple[str, bool]],
+    others: list[str],
+    query: list[str],
+    limit: int,
+    seed: tuple[int, int],
+) -> None:
+    """Whatever the chunks (indexed or still queued), the query, the limit and the seed's
+    sizes, the pruned statement returns the plain statement's rows: the same chunks, order,
+    scores and terms hit. Another user's chunks (same words) change neither."""
+    uid, other = await new_user(memory), await new_user(memory)
+    contents = [f"{words} #{n}" for n, (words, _) in enumerate(corpus)]
+    await insert_chunks(memory, uid, contents, indexed=[flag for _, flag in corpus])
+    if others:
+        await insert_chunks(memory, other, others, indexed=[True] * len(others))
+    phrase = " ".join(query)
+    plain = await ranked(memory, uid, phrase, limit, prune_from=None)
+    assert await ranked(memory, uid, phrase, limit, prune_from=0, seed=seed) == plain
+    assert await ranked(memory, uid, phrase, limit, prune_from=10**6, seed=seed) == plain
+
+
+async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
+    memory: Memory,
+) -> None:
+    """EXPLAIN ANALYZE of a 20,000-chunk user's query of one rare and one common word: the
+    plain statement reads every chunk holding the common word (4,000); the pruned one, served
+    by the GIN index, reads the rare word's chunks and few more, and returns the same rows."""
+    uid, other = await new_user(memory), await new_user(memory)
+    for owner, count in ((uid, 20_000), (other, 2_000)):
+        await execute(
+            memory,
+            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
+            " end_seq, started_at, ended_at)"
+            " SELECT :u, 's' || (g % 50),"
+            "   'User: ' || repeat('talk about weather and lunch ', 40) || g"
+            "   || CASE WHEN g % 5 = 0 THEN ' marimba' ELSE '' END"
+            "   || CASE WHEN g % 2500 = 7 THEN ' glockenspiel' ELSE '' END,"
+            "   md5(g::text), g, g, now(), now()"
+            " FROM generate_series(1, :n) g",
+            u=owner,
+            n=count,
+        )
+    await execute(
+        memory,
+        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv)"
+        " SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
+        " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c",
+    )
+    await execute(memory, "ANALYZE memory_chunks, memory_chunk_terms, memory_chunk_lexeme_df")
+    params: dict[str, Any] = {
+        "uid": uid,
+        "query": "glockenspiel marimba",
+        "terms": ["glockenspiel", "marimba"],
+        "limit": 5,
+        "k1": CHUNK_BM25_K1,
+        "b": CHUNK_BM25_B,
+        "prune_from": 1_000,
+        "seed_rows": CHUNK_BM25_SEED_ROWS,
+        "seed_every": CHUNK_BM25_SEED_EVERY,
+    }
+    reads = {}
+    found = {}
+    async with memory.engine.connect() as conn:
+        for prune in (False, True):
+            sql = ranked_text_sql(by_user=True, by_session=False, prune=prune)
+            plan = (
+                await conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params)
+            ).scalar_one()
+            root = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
+            nodes = list(_walk(root))
+            terms = [n for n in nodes if n.get("Relation Name") == "memory_chunk_terms"]
+            assert not any(n["Node Type"] == "Seq Scan" for n in terms)
+            reads[prune] = sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in terms)
+            if prune:
+                assert any(
+                    n["Node Type"] == "Bitmap Index Scan"
+                    and n["Index Name"] == "ix_memory_chunk_terms_tsv"
+                    for n in nodes
+                )
+            rows = (await conn.execute(text(sql), params)).mappings().all()
+            found[prune] = [(r["id"], r["score"]) for r in rows]
+    assert found[True] == found[False] and len(found[True]) == 5
+    assert reads[False] >= 4_000
+    # The 8 glockenspiel chunks (seed, then candidates) and the seed's all-words chunks.
+    assert reads[True] <= 100, reads
+
+
+def _walk(node: dict[str, Any]) -> Any:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _walk(child)
+
+
+async def test_search_learns_which_users_are_small_and_stops_pruning_them(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """search_chunks and unified search share one PruneHints: a user's first search takes the
+    pruned statement and shows them small; later ones take the plain statement; a user who
+    grew past the threshold is pruned again. The hits are the same either way."""
+    from navi_memory.services.chunks import PruneHints
+
+    hints = memory.store._chunks.prune_hints
+    assert isinstance(hints, PruneHints)
+    assert memory.search._service.prune_hints is hints
+    uid = await new_user(memory)
+    await insert_chunks(memory, uid, ["alpha bravo", "alpha"], indexed=[True, True])
+    fake_ollama.mode = "fail"
+    assert hints.prune(uid)
+    first = await memory.store.search_chunks("alpha", user_id=uid)
+    assert not hints.prune(uid)
+    again = await memory.store.search_chunks("alpha", user_id=uid)
+    assert [h.id for h in again] == [h.id for h in first]
+    hints.prune_from = 2  # the user now counts as big
+    await memory.search.search("alpha", scope="raw", user_id=uid)
+    assert hints.prune(uid)
+    other = await new_user(memory)
+    await insert_chunks(memory, other, ["alpha"], indexed=[True])
+    hints.prune_from = 1_000
+    await memory.search.search("alpha", scope="raw", user_id=other)
+    assert not hints.prune(other)
+
+
+@pytest.mark.parametrize("capacity", [1, 3])
+def test_prune_hints_forget_the_least_recently_searched_beyond_capacity(capacity: int) -> None:
+    from navi_memory.services.chunks import PruneHints
+
+    hints = PruneHints(capacity=capacity, prune_from=10)
+    users = [uuid.uuid4() for _ in range(capacity + 1)]
+    for user in users:
+        hints.learn(user, [{"scope_chunks": 3}])  # type: ignore[list-item]
+    assert hints.prune(users[0])  # forgotten: pruned again (exact anyway)
+    assert not any(hints.prune(user) for user in users[1:])
+    hints.learn(users[1], [])  # no rows: nothing learnt
+    assert not hints.prune(users[1])
