@@ -518,9 +518,16 @@ async def make_queries(
     return queries
 
 
+Searched = tuple[Query, Sample, Outcome]
+"""One search_chunks call of a pass: the query, where its time went, what it found."""
+
+
 def search_rows(
-    results: Sequence[tuple[Query, Sample, Outcome]], label: str, *, vector: bool
+    results: Sequence[Searched], cold: Sequence[Searched], label: str, *, vector: bool
 ) -> list[Row]:
+    """The timed (second, warm) pass's rows as before, each followed by the same figure for
+    the first pass over the same queries — ``cold`` — so that a slow bucket shows at once
+    whether it is slow every time or only when its pages are first touched."""
     n = len(results)
     hits = sum(o.vector_hits + o.text_hits for _, _, o in results) / max(1, n)
     detail = "; "
@@ -538,12 +545,47 @@ def search_rows(
             f"{some:.0%} with a text hit, {hits:.1f} hits per query, source chunk {target:.0%}"
         )
     rows = latency_rows(label, [s for _, s, _ in results], detail)
+    rows.append(cold_row(results, cold))
     for low, high in SIZE_BUCKETS:
         picked = [s.without_embedding for q, s, _ in results if low <= q.size <= high]
         if picked:
             span = f"{low:,}+" if high >= 10**9 else f"{low:,}–{high:,}"
+            first = [s.without_embedding for q, s, _ in cold if low <= q.size <= high]
             rows.append(p50_p95(f"  users with {span} chunks", picked, f"{len(picked)} queries"))
+            rows.append(
+                p50_p95(
+                    f"  users with {span} chunks, first touch (cold)",
+                    first,
+                    "the same queries' first pass",
+                )
+            )
     return rows
+
+
+def cold_row(results: Sequence[Searched], cold: Sequence[Searched]) -> Row:
+    """p50 / p95 of the first pass, its SQL p50, and how much slower a query ran the first
+    time than the second (per query, so the users' mix cancels out); a query whose hits
+    differ between the passes is counted, as the two should return the same chunks."""
+    ratios = [
+        c.without_embedding / w.without_embedding
+        for (_, w, _), (_, c, _) in zip(results, cold, strict=True)
+        if w.without_embedding > 0
+    ]
+    changed = sum(
+        1
+        for (_, _, w), (_, _, c) in zip(results, cold, strict=True)
+        if (w.vector_ids, w.text_hits) != (c.vector_ids, c.text_hits)
+    )
+    times = [s.without_embedding for _, s, _ in cold]
+    detail = (
+        f"the same {len(cold)} queries, their first pass (after the warm-up calls, before the "
+        f"timed pass above); SQL p50 {fmt_ms(percentile([s.sql for _, s, _ in cold], 50))} ms; "
+        f"first / second time per query: median {percentile(ratios, 50):.2f}×, "
+        f"p95 {percentile(ratios, 95):.2f}×"
+    )
+    if changed:
+        detail += f"; {changed} queries' hits differed between the passes"
+    return p50_p95("  first touch (cold)", times, detail)
 
 
 # --- add_chunks -------------------------------------------------------------------------------
@@ -631,6 +673,19 @@ class ChunksBench:
     # --- search -----------------------------------------------------------------------------
 
     async def search(self) -> None:
+        """Each sampling's queries, on each path, run twice in a row: the first pass is the
+        first search of those users' pages since the load (explain_plans, make_queries or an
+        earlier series may have read some), the second runs on what it left in the caches. The
+        timed figures are the second pass's, after the warm-up calls as ever; the first pass's
+        are reported beside them as "first touch (cold)", so a slow bucket (small users at 1M)
+        tells whether it is slow every time or only on a cold cache. The second pass doubles
+        the search calls only; query making, recall and the writes are not repeated."""
+        self.report.setup.append(
+            "search_chunks: every series runs twice over the same queries, the first "
+            "(warm-up) calls of each pass left out; the figures are the second pass's, the "
+            "'first touch (cold)' rows the first pass's — the text path's first pass comes "
+            "after the vector path's two over the same users."
+        )
         n = self.sizes.queries + WARMUP_CALLS
         k = self.sizes.weighted_queries + WEIGHTED_WARMUP_CALLS
         users = len(self.plans)
@@ -649,10 +704,11 @@ class ChunksBench:
             )
             for text_only in (False, True):
                 path = "text path" if text_only else "vector path"
-                self.log(f"search_chunks x {len(queries)}, {path}, users {name}")
+                self.log(f"search_chunks x {len(queries)} twice, {path}, users {name}")
+                cold = await self._searches(queries, text_only=text_only, warmup=warmup)
                 results = await self._searches(queries, text_only=text_only, warmup=warmup)
                 self.report.rows += search_rows(
-                    results, f"search_chunks, {path}, users {name}", vector=not text_only
+                    results, cold, f"search_chunks, {path}, users {name}", vector=not text_only
                 )
                 if not text_only:
                     vector_p50[name] = percentile([s.without_embedding for _, s, _ in results], 50)
@@ -673,7 +729,10 @@ class ChunksBench:
 
     async def _searches(
         self, queries: Sequence[Query], *, text_only: bool, warmup: int
-    ) -> list[tuple[Query, Sample, Outcome]]:
+    ) -> list[Searched]:
+        """One pass over ``queries``, the first ``warmup`` calls left out of what it returns
+        (they open the pool's connections and plan; their users' pages are touched all the
+        same)."""
         results = []
         self.lookup.failing = text_only
         try:
@@ -698,7 +757,7 @@ class ChunksBench:
             self.lookup.failing = False
         return results
 
-    async def _recall(self, results: Sequence[tuple[Query, Sample, Outcome]]) -> Row:
+    async def _recall(self, results: Sequence[Searched]) -> Row:
         """The vector hits against an exact per-user scan (index scans off: the per-user btree
         or a sequential scan), the same 0.45 threshold and limit."""
         found = expected = 0
