@@ -18,7 +18,7 @@ from typing import Final
 
 import asyncpg
 from pgvector import Vector
-from sqlalchemy import text
+from sqlalchemy import RowMapping, text
 
 from benchmarks.chunks_data import (
     ChunkSeed,
@@ -60,6 +60,7 @@ from benchmarks.sections import (
 from navi_memory import EMBEDDING_DIM, Memory, Settings
 from navi_memory.errors import EmbeddingError
 from navi_memory.schemas import ChunkDraft
+from navi_memory.services.chunks import PruneHints
 from navi_memory.text.terms import STOP_WORDS
 
 __all__ = ["SECTION", "ChunksSection", "LookupEmbedder"]
@@ -461,6 +462,7 @@ class Outcome:
     text_hits: int
     found_target: bool
     vector_ids: frozenset[int]
+    hit_ids: tuple[int, ...]
 
 
 def query_words(rng: random.Random, content: str, breadcrumbs: Sequence[str]) -> str:
@@ -588,6 +590,16 @@ def cold_row(results: Sequence[Searched], cold: Sequence[Searched]) -> Row:
     return p50_p95("  first touch (cold)", times, detail)
 
 
+class AlwaysPlain(PruneHints):
+    """Hints that send every user the plain (unpruned) BM25 statement."""
+
+    def prune(self, user_id: uuid.UUID) -> bool:
+        return False
+
+    def learn(self, user_id: uuid.UUID, rows: Sequence[RowMapping]) -> None:
+        return None
+
+
 # --- add_chunks -------------------------------------------------------------------------------
 
 
@@ -713,6 +725,8 @@ class ChunksBench:
                 if not text_only:
                     vector_p50[name] = percentile([s.without_embedding for _, s, _ in results], 50)
                     self.report.rows.append(await self._recall(results))
+                else:
+                    self.report.rows += await self._unpruned(queries, results, warmup, name)
         if self.ctx.large or self.ctx.scale < 1:
             for name, p50 in vector_p50.items():
                 self.report.targets.append(
@@ -726,6 +740,48 @@ class ChunksBench:
                         met=p50 <= SEARCH_P50_TARGET,
                     )
                 )
+
+    async def _unpruned(
+        self, queries: Sequence[Query], pruned: Sequence[Searched], warmup: int, name: str
+    ) -> list[Row]:
+        """The text path's queries again with every user sent the plain BM25 statement (the
+        one before revision 0008, which reads every chunk holding a query word), twice like
+        the rest, beside the pruned figures of the same run: what pruning buys, per user size.
+        The hits must be the pruned ones, in the same order; a query whose hits differ is
+        counted."""
+        service = self.memory.store._chunks
+        hints = service.prune_hints
+        service.prune_hints = AlwaysPlain()
+        try:
+            self.log(f"search_chunks x {len(queries)} twice, text path unpruned, users {name}")
+            await self._searches(queries, text_only=True, warmup=warmup)
+            plain = await self._searches(queries, text_only=True, warmup=warmup)
+        finally:
+            service.prune_hints = hints
+        differ = sum(
+            1 for (_, _, a), (_, _, b) in zip(pruned, plain, strict=True) if a.hit_ids != b.hit_ids
+        )
+        rows = []
+        for low, high in ((0, 10**12), *SIZE_BUCKETS):
+            was = [s.without_embedding for q, s, _ in plain if low <= q.size <= high]
+            now = [s.without_embedding for q, s, _ in pruned if low <= q.size <= high]
+            if not was:
+                continue
+            if low == 0:
+                span = "all users"
+            elif high >= 10**9:
+                span = f"users with {low:,}+ chunks"
+            else:
+                span = f"users with {low:,}–{high:,} chunks"
+            detail = (
+                f"{len(was)} queries; pruned / unpruned p50 "
+                f"{percentile(now, 50) / percentile(was, 50):.2f}×, p95 "
+                f"{percentile(now, 95) / percentile(was, 95):.2f}×"
+            )
+            if low == 0:
+                detail += f"; {differ} queries' hits differ from the pruned ones"
+            rows.append(p50_p95(f"  unpruned BM25 statement, {span}", was, detail))
+        return rows
 
     async def _searches(
         self, queries: Sequence[Query], *, text_only: bool, warmup: int
@@ -751,6 +807,7 @@ class ChunksBench:
                         len(hits) - len(vector_ids),
                         any(h.id == query.target for h in hits),
                         vector_ids,
+                        tuple(h.id for h in hits),
                     )
                     results.append((query, sample, outcome))
         finally:
