@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 from sqlalchemy import text
 
@@ -43,3 +45,38 @@ async def refuse_inserts(memory: Memory, table: str, refuse: bool = True) -> Non
         await execute(memory, f"ALTER TABLE {table} ADD CONSTRAINT refuse CHECK (false) NOT VALID")
     else:
         await execute(memory, f"ALTER TABLE {table} DROP CONSTRAINT refuse")
+
+
+async def add_filler_chunks(memory: Memory, owner: uuid.UUID, count: int, marks: str) -> None:
+    """``count`` chunks of ``owner`` over 50 sessions, ~1.2 KB of the same words each (like real
+    chunks: a big user's table is too big to scan cheaply) and the number ``g`` of the chunk,
+    then ``marks``: an SQL text expression of ``g`` adding the words a test looks for."""
+    await execute(
+        memory,
+        "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
+        " end_seq, started_at, ended_at)"
+        " SELECT :u, 's' || (g % 50),"
+        f"   'User: ' || repeat('talk about weather and lunch ', 40) || g || {marks},"
+        "   md5(g::text), g, g, now(), now()"
+        " FROM generate_series(1, :n) g",
+        u=owner,
+        n=count,
+    )
+
+
+async def index_chunk_text(memory: Memory) -> None:
+    """What the chunk indexer would make of every chunk's text, in one statement (the rows
+    stay in memory_chunk_text_queue too; a chunk in both counts once, as indexed)."""
+    await execute(
+        memory,
+        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv)"
+        " SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
+        " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c",
+    )
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan, ``node`` first."""
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)

@@ -22,7 +22,13 @@ from navi_memory.constants import (
 )
 from navi_memory.repositories.chunks import ranked_text_sql
 from navi_memory.testing import FakeOllama
-from tests.integration.factories import execute, new_user
+from tests.integration.factories import (
+    add_filler_chunks,
+    execute,
+    index_chunk_text,
+    new_user,
+    plan_nodes,
+)
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "QUARTZ_X"]
 """A small vocabulary, so that most words are common, scores tie and pruning has work."""
@@ -169,26 +175,13 @@ async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
     plain statement reads every chunk holding the common word (4,000); the pruned one, served
     by the GIN index, reads the rare word's chunks and few more, and returns the same rows."""
     uid, other = await new_user(memory), await new_user(memory)
-    for owner, count in ((uid, 20_000), (other, 2_000)):
-        await execute(
-            memory,
-            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
-            " end_seq, started_at, ended_at)"
-            " SELECT :u, 's' || (g % 50),"
-            "   'User: ' || repeat('talk about weather and lunch ', 40) || g"
-            "   || CASE WHEN g % 5 = 0 THEN ' marimba' ELSE '' END"
-            "   || CASE WHEN g % 2500 = 7 THEN ' glockenspiel' ELSE '' END,"
-            "   md5(g::text), g, g, now(), now()"
-            " FROM generate_series(1, :n) g",
-            u=owner,
-            n=count,
-        )
-    await execute(
-        memory,
-        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv)"
-        " SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
-        " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c",
+    marks = (
+        "CASE WHEN g % 5 = 0 THEN ' marimba' ELSE '' END"
+        " || CASE WHEN g % 2500 = 7 THEN ' glockenspiel' ELSE '' END"
     )
+    for owner, count in ((uid, 20_000), (other, 2_000)):
+        await add_filler_chunks(memory, owner, count, marks)
+    await index_chunk_text(memory)
     await execute(memory, "ANALYZE memory_chunks, memory_chunk_terms, memory_chunk_lexeme_df")
     params: dict[str, Any] = {
         "uid": uid,
@@ -210,7 +203,7 @@ async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
                 await conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params)
             ).scalar_one()
             root = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
-            nodes = list(_walk(root))
+            nodes = list(plan_nodes(root))
             terms = [n for n in nodes if n.get("Relation Name") == "memory_chunk_terms"]
             assert not any(n["Node Type"] == "Seq Scan" for n in terms)
             reads[prune] = sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in terms)
@@ -226,12 +219,6 @@ async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
     assert reads[False] >= 4_000
     # The 8 glockenspiel chunks (seed, then candidates) and the seed's all-words chunks.
     assert reads[True] <= 100, reads
-
-
-def _walk(node: dict[str, Any]) -> Any:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _walk(child)
 
 
 async def test_search_learns_which_users_are_small_and_stops_pruning_them(

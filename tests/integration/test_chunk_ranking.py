@@ -19,7 +19,14 @@ from navi_memory.repositories.chunks import ranked_text_sql
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
-from tests.integration.factories import execute, new_user, scalar
+from tests.integration.factories import (
+    add_filler_chunks,
+    execute,
+    index_chunk_text,
+    new_user,
+    plan_nodes,
+    scalar,
+)
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
@@ -186,26 +193,10 @@ async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(
     read, of either table."""
     uid, other = await new_user(memory), await new_user(memory)
     for owner, count in ((uid, 20_000), (other, 5_000)):
-        await execute(
-            memory,
-            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
-            " end_seq, started_at, ended_at)"
-            # ~1.2 KB of text a chunk, like real chunks: the table is too big to scan cheaply.
-            " SELECT :u, 's' || (g % 50),"
-            "   'User: ' || repeat('talk about weather and lunch ', 40) || g"
-            "   || CASE WHEN g % 5000 = 7 THEN ' glockenspiel' ELSE '' END,"
-            "   md5(g::text), g, g, now(), now()"
-            " FROM generate_series(1, :n) g",
-            u=owner,
-            n=count,
+        await add_filler_chunks(
+            memory, owner, count, "CASE WHEN g % 5000 = 7 THEN ' glockenspiel' ELSE '' END"
         )
-    # What the indexer would have made of them, in one statement.
-    await execute(
-        memory,
-        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv)"
-        " SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
-        " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c",
-    )
+    await index_chunk_text(memory)
     await execute(memory, "ANALYZE memory_chunks, memory_chunk_terms")
     sql = ranked_text_sql(by_user=True, by_session=False)
     params: dict[str, Any] = {
@@ -221,7 +212,9 @@ async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(
             await conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params)
         ).scalar_one()
         found = (await conn.execute(text(sql), params)).mappings().all()
-    nodes = list(_walk(plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]))
+    nodes = list(
+        plan_nodes(plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"])
+    )
     chunk_reads = [
         n for n in nodes if n.get("Relation Name") in ("memory_chunks", "memory_chunk_terms")
     ]
@@ -234,12 +227,6 @@ async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(
     # more.
     assert max(n["Actual Rows"] for n in chunk_reads) <= 8
     assert len(found) == 4 and {r["user_id"] for r in found} == {uid}
-
-
-def _walk(node: dict[str, Any]) -> Any:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _walk(child)
 
 
 async def test_a_query_of_stop_words_only_still_ranks_by_them(
@@ -292,12 +279,7 @@ async def test_bm25_scores_are_okapi_with_the_configured_k1_and_b(memory: Memory
             u=owner,
             contents=texts,
         )
-    await execute(
-        memory,
-        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv)"
-        " SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
-        " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c",
-    )
+    await index_chunk_text(memory)
     async with memory.engine.connect() as conn:
         stored = (
             await conn.execute(

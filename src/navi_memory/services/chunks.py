@@ -142,32 +142,19 @@ async def ranked_lists(
     ``hints``: one user's search (no session) takes the pruned BM25 statement unless they say
     the user is small, and teaches them what the rows show."""
     learner = hints if scope is not None and session_id is None else None
-    prune_from = None
-    if learner is not None and scope is not None and learner.prune(scope):
-        prune_from = learner.prune_from
+    prune = learner is not None and scope is not None and learner.prune(scope)
+    options: dict[str, Any] = {
+        "k1": CHUNK_BM25_K1,
+        "b": CHUNK_BM25_B,
+        "with_summary_at": with_summary_at,
+        "prune_from": learner.prune_from if learner is not None and prune else None,
+    }
+    nearest: list[RowMapping] = []
     if query_vector is None:
-        nearest: list[RowMapping] = []
-        text = await repo.search_ranked_text(
-            scope,
-            session_id,
-            terms,
-            limit,
-            k1=CHUNK_BM25_K1,
-            b=CHUNK_BM25_B,
-            with_summary_at=with_summary_at,
-            prune_from=prune_from,
-        )
+        text = await repo.search_ranked_text(scope, session_id, terms, limit, **options)
     else:
         nearest, text = await repo.search_ranked(
-            scope,
-            session_id,
-            query_vector,
-            terms,
-            limit,
-            k1=CHUNK_BM25_K1,
-            b=CHUNK_BM25_B,
-            with_summary_at=with_summary_at,
-            prune_from=prune_from,
+            scope, session_id, query_vector, terms, limit, **options
         )
     if learner is not None and scope is not None:
         learner.learn(scope, text or nearest)
