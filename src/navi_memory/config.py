@@ -18,6 +18,7 @@ from navi_memory.constants import (
     BACKFILL_PAUSE_MAX_SECONDS,
     BATCH_SIZE_MAX,
     CHUNK_CHARS_MIN,
+    CHUNK_GRAPH_FROM,
     CHUNK_MAX_DISTANCE,
     TEXT_ONLY_EMBEDDING_MODEL,
 )
@@ -99,6 +100,14 @@ class Settings(BaseSettings):
         description="Index new chunk vectors (HNSW) in a background task of this process.",
     )
     chunk_index_batch_size: int = Field(default=64, ge=1, le=1000)
+    chunk_graph_from: int = Field(
+        default=CHUNK_GRAPH_FROM,
+        ge=0,
+        description=(
+            "A user's chunk vectors go into the HNSW graph once the user holds this many indexed "
+            "chunks (0: every user's); a smaller user's are searched exactly."
+        ),
+    )
     fact_index_in_background: bool = Field(
         default=True,
         description="Index new fact vectors (HNSW) in a background task of this process.",

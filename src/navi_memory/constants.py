@@ -35,6 +35,12 @@ CHUNK_BM25_PRUNE_FROM: Final = 1_000
 docs/raw-history.md, "Pruning") for a user of this many indexed chunks or more; a smaller user's
 chunks holding a query word are all read, which costs less than finding which to skip."""
 
+CHUNK_GRAPH_FROM: Final = 2_000
+"""The default of the CHUNK_GRAPH_FROM setting: a user's chunk vectors go into the HNSW graph
+once the user holds this many indexed chunks; a smaller user's are searched exactly, which
+costs a few microseconds a chunk and finds every nearest one (docs/raw-history.md, "Vector
+index"; the crossover is measured in docs/benchmarks.md)."""
+
 PRUNE_HINTS_CAPACITY: Final = 100_000
 """How many users a process remembers as below CHUNK_BM25_PRUNE_FROM (services.chunks.PruneHints:
 a few MB); one it forgot takes the pruned statement again, which is exact for every user."""

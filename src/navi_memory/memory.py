@@ -158,6 +158,7 @@ async def open_memory(
             sessionmaker,
             batch_size=settings.chunk_index_batch_size,
             background=settings.chunk_index_in_background,
+            graph_from=settings.chunk_graph_from,
         )
         fact_indexer = FactIndexer(
             sessionmaker,

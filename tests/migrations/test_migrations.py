@@ -464,3 +464,54 @@ def test_0007_moves_existing_fact_vectors_into_the_index_table_and_back(
             "WHERE proname IN ('navi_fact_vector_queue', 'navi_fact_upsert')"
         ).fetchone()
         assert left == (0,)
+
+
+def test_0009_puts_only_big_users_vectors_in_the_graph_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0008")
+    small, big = uuid.uuid4(), uuid.uuid4()
+    unit = "[" + ",".join(["1"] + ["0"] * 767) + "]"
+    with connect(pg_server, scratch_db) as conn:
+        for uid in (small, big):
+            conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+            for i in range(3):
+                conn.execute(
+                    "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content,"
+                    " content_hash, start_seq, end_seq, started_at, ended_at, embedding)"
+                    " VALUES (%s, 's1', %s, %s, %s, %s, now(), now(), %s::vector)"
+                    " RETURNING id, user_id, session_id, ended_at, content, embedding),"
+                    " v AS (INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id,"
+                    " embedding) SELECT id, user_id, session_id, embedding::halfvec FROM c)"
+                    " INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at,"
+                    " lexemes, tsv) SELECT id, user_id, session_id, ended_at, 1,"
+                    " to_tsvector('simple', content) FROM c",
+                    (uid, f"chunk {uid} {i}", f"h{uid}{i}", i, i, unit),
+                )
+        # The statistics say the big user holds 2,000 chunks (0009's threshold).
+        conn.execute("UPDATE memory_chunk_text_stats SET chunks = 2000 WHERE user_id = %s", (big,))
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        sides = conn.execute(
+            "SELECT user_id, in_graph, count(*) FROM memory_chunk_vectors GROUP BY 1, 2"
+        ).fetchall()
+        assert sorted(sides, key=str) == sorted([(small, False, 3), (big, True, 3)], key=str)
+        defs = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes").fetchall())
+        assert defs["ix_memory_chunk_vectors_embedding_hnsw"].endswith("WHERE in_graph")
+        assert defs["ix_memory_chunk_vectors_graph_user_id_session_id"].endswith("WHERE in_graph")
+        assert defs["ix_memory_chunk_vectors_exact_user_id_session_id"].endswith(
+            "WHERE (NOT in_graph)"
+        )
+        assert "ix_memory_chunk_vectors_user_id_session_id" not in defs
+    dbtools.downgrade(url, "0008")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_chunk_vectors").fetchone() == (6,)
+        defs = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes").fetchall())
+        assert "WHERE" not in defs["ix_memory_chunk_vectors_embedding_hnsw"]
+        assert "ix_memory_chunk_vectors_user_id_session_id" in defs
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'memory_chunk_vectors'"
+        ).fetchall()
+        assert ("in_graph",) not in columns

@@ -109,6 +109,7 @@ class MemoryStore:
             sessionmaker,
             batch_size=settings.chunk_index_batch_size,
             background=settings.chunk_index_in_background,
+            graph_from=settings.chunk_graph_from,
         )
         self._fact_indexer = fact_indexer or FactIndexer(
             sessionmaker,

@@ -15,9 +15,12 @@ several processes share the queue (``FOR UPDATE SKIP LOCKED``).
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from collections.abc import Sequence
 
-from navi_memory.jobs.queue_indexer import QueueIndexer
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from navi_memory.constants import CHUNK_GRAPH_FROM
+from navi_memory.jobs.queue_indexer import RETRY_DELAYS, QueueIndexer
 from navi_memory.repositories.chunks import ChunkRepository
 
 __all__ = ["ChunkIndexer"]
@@ -30,8 +33,27 @@ class ChunkIndexer(QueueIndexer):
     events = "chunks"
     retry_hint = "the next add_chunks or `navi-memory backfill`"
 
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        batch_size: int,
+        background: bool,
+        graph_from: int = CHUNK_GRAPH_FROM,
+        retry_delays: Sequence[float] = RETRY_DELAYS,
+    ) -> None:
+        """``graph_from``: a user's vectors go into the HNSW graph once the user holds that
+        many indexed chunks (the CHUNK_GRAPH_FROM setting); the indexer also moves the earlier
+        vectors of a user who crosses it, with batches' spare room."""
+        super().__init__(
+            sessionmaker, batch_size=batch_size, background=background, retry_delays=retry_delays
+        )
+        self._graph_from = graph_from
+
     async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[int, int]:
-        return await ChunkRepository(session=session).index_queued(limit)
+        return await ChunkRepository(session=session).index_queued(
+            limit, graph_from=self._graph_from
+        )
 
     async def _queued_count(self, session: AsyncSession) -> int:
         return await ChunkRepository(session=session).queued_count()

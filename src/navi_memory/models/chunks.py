@@ -8,6 +8,7 @@ from datetime import datetime
 from pgvector.sqlalchemy import HALFVEC, Vector
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     ForeignKey,
     Identity,
@@ -15,6 +16,7 @@ from sqlalchemy import (
     Integer,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
@@ -65,12 +67,15 @@ class ChunkRow(Base):
 
 
 class ChunkVectorRow(Base):
-    """The HNSW-indexed copy of a chunk's vector (docs/raw-history.md, "Vector index").
+    """The indexed copy of a chunk's vector (docs/raw-history.md, "Vector index").
 
     ``memory_chunks.embedding`` stays the vector of record; this table holds it L2-normalised
     as ``halfvec`` (cosine distance does not change, every value fits 16 bits, index and copy
     are half the size). Rows arrive from memory_chunk_vector_queue off the write path, so
     add_chunks never waits for an HNSW insertion; search reads both tables.
+
+    ``in_graph``: the row is in the HNSW graph (its user holds CHUNK_GRAPH_FROM indexed chunks
+    or more); a smaller user's rows are searched exactly, through their own partial btree.
     """
 
     __tablename__ = "memory_chunk_vectors"
@@ -81,15 +86,28 @@ class ChunkVectorRow(Base):
     user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
     session_id: Mapped[str] = mapped_column(Text, nullable=False)
     embedding: Mapped[list[float]] = mapped_column(HALFVEC(EMBEDDING_DIM), nullable=False)
+    in_graph: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
 
     __table_args__ = (
-        Index("ix_memory_chunk_vectors_user_id_session_id", "user_id", "session_id"),
+        Index(
+            "ix_memory_chunk_vectors_exact_user_id_session_id",
+            "user_id",
+            "session_id",
+            postgresql_where=text("NOT in_graph"),
+        ),
+        Index(
+            "ix_memory_chunk_vectors_graph_user_id_session_id",
+            "user_id",
+            "session_id",
+            postgresql_where=text("in_graph"),
+        ),
         Index(
             "ix_memory_chunk_vectors_embedding_hnsw",
             "embedding",
             postgresql_using="hnsw",
             postgresql_with=HNSW_OPTIONS,
             postgresql_ops={"embedding": "halfvec_cosine_ops"},
+            postgresql_where=text("in_graph"),
         ),
     )
 

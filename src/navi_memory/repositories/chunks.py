@@ -116,9 +116,13 @@ _INDEX_VECTORS = text(
         RETURNING chunk_id
     ),
     moved AS (
-        INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id, embedding)
-        SELECT c.id, c.user_id, c.session_id, CAST(l2_normalize(c.embedding) AS {_HALFVEC})
+        -- Into the HNSW graph when the user holds :graph_from indexed chunks or more (this
+        -- batch's text included: it was indexed first); otherwise beside it, searched exactly.
+        INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id, embedding, in_graph)
+        SELECT c.id, c.user_id, c.session_id, CAST(l2_normalize(c.embedding) AS {_HALFVEC}),
+               coalesce(s.chunks, 0) >= :graph_from
         FROM memory_chunks c JOIN taken t ON t.chunk_id = c.id
+             LEFT JOIN memory_chunk_text_stats s ON s.user_id = c.user_id
         WHERE c.embedding IS NOT NULL
         ON CONFLICT (chunk_id) DO NOTHING
         RETURNING chunk_id
@@ -130,6 +134,24 @@ _INDEX_VECTORS = text(
 """The queued vectors of the chunks in ``:ids`` (the text batch), and up to ``:spare`` more
 whose text is not queued (vectors queued after their text was indexed: backfill, a requeue),
 lowest ids first."""
+
+_INTO_GRAPH = text(
+    """
+    WITH due AS (
+        SELECT v.chunk_id
+        FROM memory_chunk_text_stats s
+             JOIN memory_chunk_vectors v ON v.user_id = s.user_id AND NOT v.in_graph
+        WHERE s.chunks >= :graph_from
+        LIMIT :limit
+        FOR UPDATE OF v SKIP LOCKED
+    )
+    UPDATE memory_chunk_vectors v SET in_graph = true
+    FROM due WHERE v.chunk_id = due.chunk_id
+    RETURNING v.chunk_id
+    """
+)
+"""Up to ``:limit`` indexed vectors of users who now hold ``:graph_from`` indexed chunks or
+more but were smaller when those vectors were indexed: into the HNSW graph."""
 
 
 def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElement[bool]]:
@@ -166,17 +188,34 @@ def chunk_columns() -> list[Any]:
     ]
 
 
-def _nearest(vector_where: str, queue_where: str) -> str:
-    """The ``limit`` nearest chunks by cosine distance: through the HNSW index of
-    memory_chunk_vectors (or the per-user btree, as the planner judges), and exactly over the
-    chunks still queued for it. A chunk is in exactly one of the two tables, or neither (no
-    vector): the indexer moves it in one transaction, and one statement sees one snapshot."""
+def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
+    """The ``limit`` nearest chunks by cosine distance, from three places, each chunk in
+    exactly one of them or in none (no vector): the HNSW graph (the rows of users who hold
+    CHUNK_GRAPH_FROM indexed chunks or more), exactly over the indexed rows beside it (smaller
+    users': their partial btree), and exactly over the chunks still queued. The indexer moves a
+    chunk between them in one transaction, and one statement sees one snapshot, so the rows
+    found never depend on its progress.
+
+    ``by_user``: the graph is read only when the user has a row in it (a one-time check on
+    its partial btree): an HNSW scan filtered to a user it holds nothing of walks the graph
+    up to ``hnsw.max_scan_tuples`` for nothing."""
+    unit = f"CAST(l2_normalize({QUERY_VECTOR}) AS {_HALFVEC})"
+    gate = (
+        "AND EXISTS (SELECT 1 FROM memory_chunk_vectors g WHERE g.in_graph AND g.user_id = :uid)"
+        if by_user
+        else ""
+    )
     return f"""
         SELECT u.id, u.approx FROM (
-            (SELECT v.chunk_id AS id,
-                    v.embedding <=> CAST(l2_normalize({QUERY_VECTOR}) AS {_HALFVEC}) AS approx
+            (SELECT v.chunk_id AS id, v.embedding <=> {unit} AS approx
              FROM memory_chunk_vectors v
-             WHERE {vector_where}
+             WHERE v.in_graph AND {vector_where} {gate}
+             ORDER BY approx
+             LIMIT :limit)
+            UNION ALL
+            (SELECT v.chunk_id AS id, v.embedding <=> {unit} AS approx
+             FROM memory_chunk_vectors v
+             WHERE NOT v.in_graph AND {vector_where}
              ORDER BY approx
              LIMIT :limit)
             UNION ALL
@@ -453,7 +492,9 @@ def ranked_text_sql(
     SELECT {columns}, top.score, top.hits AS terms_hit
     FROM top JOIN memory_chunks c ON c.id = top.id
     ORDER BY top.score DESC, c.ended_at DESC, c.id DESC"""
-    nearest = _nearest(" AND ".join(vector_where), " AND ".join(vector_queue_where))
+    nearest = _nearest(
+        " AND ".join(vector_where), " AND ".join(vector_queue_where), by_user=by_user
+    )
     return f"""{ctes},
     nearest AS MATERIALIZED ({nearest}),
     picked AS (SELECT id FROM top UNION SELECT id FROM nearest)
@@ -564,7 +605,9 @@ class ChunkRepository:
             match=f"(lower(c.content) LIKE ANY ({lowered}) OR {crumbs} LIKE ANY ({lowered}))",
             hits=f"lower(c.content) LIKE lower(p) OR {crumbs} LIKE lower(p)",
             recency="ended_at",
-            nearest=_nearest(" AND ".join(vector_where), " AND ".join(queue_where)),
+            nearest=_nearest(
+                " AND ".join(vector_where), " AND ".join(queue_where), by_user=user_id is not None
+            ),
         )
         return await search.run(self.session, params, query_vector, max_distance)
 
@@ -721,18 +764,33 @@ class ChunkRepository:
 
     # --- the indexes ------------------------------------------------------------------------
 
-    async def index_queued(self, limit: int) -> tuple[int, int]:
+    async def index_queued(self, limit: int, *, graph_from: int) -> tuple[int, int]:
         """Index up to ``limit`` queued chunks: their text into memory_chunk_terms (GIN) and
-        their vectors into memory_chunk_vectors (L2-normalised halfvec, HNSW) — a chunk's text
-        and vector in the same batch, and then vectors whose text was indexed before. Returns
-        (chunks taken off the queues, chunks indexed). Rows another indexer holds are skipped,
-        so indexers in several processes share the queues."""
+        their vectors into memory_chunk_vectors (L2-normalised halfvec; in the HNSW graph
+        when the user holds ``graph_from`` indexed chunks or more) — a chunk's text and vector
+        in the same batch, and then vectors whose text was indexed before. With room to spare,
+        vectors of users who have grown past ``graph_from`` go into the graph. Returns (rows
+        taken off the queues or moved into the graph, chunks indexed). Rows another indexer
+        holds are skipped, so indexers in several processes share the work."""
         texts = (await self.session.execute(_INDEX_TEXT, {"limit": limit})).one()
         taken = list(texts.taken)
         vectors = (
-            await self.session.execute(_INDEX_VECTORS, {"ids": taken, "spare": limit - len(taken)})
+            await self.session.execute(
+                _INDEX_VECTORS,
+                {"ids": taken, "spare": limit - len(taken), "graph_from": graph_from},
+            )
         ).one()
-        return len(taken) + int(vectors.spare), len(set(texts.moved) | set(vectors.moved))
+        done = len(taken) + int(vectors.spare)
+        grown: list[int] = []
+        if done < limit:
+            grown = list(
+                (
+                    await self.session.execute(
+                        _INTO_GRAPH, {"limit": limit - done, "graph_from": graph_from}
+                    )
+                ).scalars()
+            )
+        return done + len(grown), len(set(texts.moved) | set(vectors.moved))
 
     async def requeue_unindexed(self) -> int:
         """Queue every chunk whose text is in neither memory_chunk_terms nor its queue, and

@@ -1,0 +1,201 @@
+"""Only big users' chunk vectors in the HNSW graph (revision 0009): which rows go in, a user
+who grows moves in, search gives the same hits wherever the rows are, tenancy, and a small
+user's search never walks the graph."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from navi_memory import PERMISSION_READ_ALL, Memory, open_memory, request_context
+from navi_memory.config import Settings
+from navi_memory.constants import CHUNK_GRAPH_FROM
+from navi_memory.repositories.chunks import ranked_text_sql
+from navi_memory.testing import FakeOllama
+from tests.conftest import make_settings
+from tests.integration.factories import execute, new_user, plan_nodes, scalar
+from tests.integration.test_chunk_index import QUERIES, TOPICS, drafts
+
+GRAPH_FROM = 10
+
+
+@pytest.fixture
+async def manual(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    """Background indexing off, and users of GRAPH_FROM indexed chunks or more in the graph."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_graph_from=GRAPH_FROM
+    )
+    async with open_memory(settings) as opened:
+        yield opened
+
+
+async def sides(memory: Memory, user_id: uuid.UUID) -> tuple[int, int, int]:
+    """The user's vectors (in the graph, beside it, still queued)."""
+    async with memory.engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT count(*) FILTER (WHERE in_graph), count(*) FILTER (WHERE NOT in_graph),"
+                    " (SELECT count(*) FROM memory_chunk_vector_queue WHERE user_id = :u)"
+                    " FROM memory_chunk_vectors WHERE user_id = :u"
+                ),
+                {"u": user_id},
+            )
+        ).one()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+async def hits(memory: Memory, user_id: uuid.UUID) -> list[list[tuple[int, str, float | None]]]:
+    return [
+        [
+            (h.id, h.via, None if h.distance is None else round(h.distance, 6))
+            for h in await memory.store.search_chunks(query, user_id=user_id, limit=6)
+        ]
+        for query in QUERIES
+    ]
+
+
+async def test_a_small_users_vectors_stay_beside_the_graph_and_a_big_users_go_in(
+    manual: Memory,
+) -> None:
+    small, big = await new_user(manual), await new_user(manual)
+    await manual.store.add_chunks(drafts("small", GRAPH_FROM - 1), user_id=small, session_id="a")
+    await manual.store.add_chunks(drafts("big", GRAPH_FROM + 2), user_id=big, session_id="b")
+    assert await sides(manual, big) == (0, 0, GRAPH_FROM + 2)
+    await manual.store.index_pending_chunks()
+    assert await sides(manual, small) == (0, GRAPH_FROM - 1, 0)
+    assert await sides(manual, big) == (GRAPH_FROM + 2, 0, 0)
+
+
+async def test_a_user_who_grows_past_the_threshold_moves_into_the_graph(manual: Memory) -> None:
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("early", 6), user_id=uid, session_id="s1")
+    await manual.store.index_pending_chunks()
+    assert await sides(manual, uid) == (0, 6, 0)
+    await manual.store.add_chunks(drafts("later", 6), user_id=uid, session_id="s2")
+    await manual.store.index_pending_chunks()
+    # The later six went in as they were indexed (the user then held 12), the early six after.
+    assert await sides(manual, uid) == (12, 0, 0)
+
+
+async def test_search_gives_the_same_hits_wherever_the_vectors_are(manual: Memory) -> None:
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("u", 24), user_id=uid, session_id="s1")
+    queued = await hits(manual, uid)
+    assert any(h[1] == "vector" for q in queued for h in q)
+    # All queued (above); indexed, all beside the graph; half of them in it; all in it.
+    await manual.store.index_pending_chunks()
+    await execute(manual, "UPDATE memory_chunk_vectors SET in_graph = false")
+    assert await sides(manual, uid) == (0, 24, 0)
+    assert await hits(manual, uid) == queued
+    await execute(manual, "UPDATE memory_chunk_vectors SET in_graph = true WHERE chunk_id % 2 = 0")
+    assert await sides(manual, uid) == (12, 12, 0)
+    assert await hits(manual, uid) == queued
+    await execute(manual, "UPDATE memory_chunk_vectors SET in_graph = true")
+    assert await hits(manual, uid) == queued
+
+
+async def test_neither_side_of_the_graph_leaks_another_users_chunks(manual: Memory) -> None:
+    small, big = await new_user(manual), await new_user(manual)
+    await manual.store.add_chunks(drafts("small", 8), user_id=small, session_id="a1")
+    await manual.store.add_chunks(drafts("big", 16), user_id=big, session_id="b1")
+    await manual.store.index_pending_chunks()
+    assert await sides(manual, small) == (0, 8, 0) and await sides(manual, big) == (16, 0, 0)
+    for query in QUERIES:
+        for owner in (small, big):
+            with request_context(user_id=owner):
+                found = await manual.store.search_chunks(query, limit=50)
+                assert found and {h.user_id for h in found} == {owner}
+                unified = await manual.search.search(query, "raw", k=20)
+                assert unified and {h.user_id for h in unified} == {owner}
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        everyone = await manual.store.search_chunks(TOPICS[0], limit=50)
+        assert {h.user_id for h in everyone if h.via == "vector"} == {small, big}
+
+
+async def explain_nearest(memory: Memory, user_id: uuid.UUID) -> list[dict[str, Any]]:
+    """EXPLAIN ANALYZE of the fused chunk search of ``user_id`` (vector and BM25 lists)."""
+    vector = (await memory.embedder.embed_query(TOPICS[0])) if memory.embedder else None
+    assert vector is not None
+    sql = ranked_text_sql(by_user=True, by_session=False, with_vector=True)
+    params = {
+        "uid": user_id,
+        "q": "[" + ",".join(str(x) for x in vector) + "]",
+        "query": "staging database",
+        "terms": ["staging", "database"],
+        "limit": 5,
+        "k1": 1.5,
+        "b": 0.75,
+    }
+    async with memory.engine.connect() as conn:
+        # The HNSW scan is then the planner's only way into the graph's side (no seq scan, no
+        # bitmap, no sort): the plan has one for every user, and the check decides if it runs.
+        for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+            await conn.execute(text(f"SET {setting} = off"))
+        plan = (
+            await conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params)
+        ).scalar_one()
+    root = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
+    return list(plan_nodes(root))
+
+
+async def test_a_small_users_search_never_walks_the_graph(manual: Memory) -> None:
+    """The one-time check keeps the HNSW scan from running for a user the graph holds nothing
+    of, and a big user's exact side reads none of their rows."""
+    small, big = await new_user(manual), await new_user(manual)
+    await manual.store.add_chunks(drafts("small", 4), user_id=small, session_id="a1")
+    await manual.store.add_chunks(drafts("big", 40), user_id=big, session_id="b1")
+    await manual.store.index_pending_chunks()
+    await execute(manual, "ANALYZE memory_chunk_vectors")
+
+    async def scans(user_id: uuid.UUID) -> dict[str, tuple[int, int]]:
+        """Index name -> (loops, rows) of each scan of memory_chunk_vectors' indexes."""
+        return {
+            n["Index Name"]: (n["Actual Loops"], n["Actual Rows"])
+            for n in await explain_nearest(manual, user_id)
+            if n.get("Index Name", "").startswith("ix_memory_chunk_vectors_")
+        }
+
+    hnsw, exact = (
+        "ix_memory_chunk_vectors_embedding_hnsw",
+        "ix_memory_chunk_vectors_exact_user_id_session_id",
+    )
+    of_small, of_big = await scans(small), await scans(big)
+    assert of_small[hnsw] == (0, 0), of_small  # planned, never run
+    assert of_small[exact] == (1, 4), of_small
+    assert of_big[hnsw][0] == 1 and of_big[hnsw][1] > 0, of_big
+    assert of_big[exact] == (1, 0), of_big
+
+
+def test_the_migration_marks_the_users_the_default_setting_puts_in_the_graph() -> None:
+    source = next((Path(__file__).parents[2] / "alembic" / "versions").glob("0009_*.py"))
+    assert f"GRAPH_FROM = {CHUNK_GRAPH_FROM:_}" in source.read_text()
+    assert Settings(_env_file=None).chunk_graph_from == CHUNK_GRAPH_FROM
+
+
+async def test_a_user_who_shrinks_keeps_their_rows_in_the_graph_and_found(manual: Memory) -> None:
+    """Deleting chunks below the threshold moves nothing back: the rows stay in the graph, and
+    search finds them there."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("x", 12), user_id=uid, session_id="s1")
+    await manual.store.index_pending_chunks()
+    assert await sides(manual, uid) == (12, 0, 0)
+    await execute(
+        manual,
+        "DELETE FROM memory_chunks WHERE id IN"
+        " (SELECT id FROM memory_chunks WHERE user_id = :u ORDER BY id LIMIT 8)",
+        u=uid,
+    )
+    assert (
+        await scalar(manual, "SELECT chunks FROM memory_chunk_text_stats WHERE user_id = :u", u=uid)
+        == 4
+    )
+    assert await sides(manual, uid) == (4, 0, 0)
+    found = await manual.store.search_chunks(TOPICS[0], user_id=uid, limit=10)
+    assert {h.via for h in found} >= {"vector"}
