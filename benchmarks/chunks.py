@@ -58,6 +58,7 @@ from benchmarks.sections import (
     timed_memory,
 )
 from navi_memory import EMBEDDING_DIM, Memory, Settings
+from navi_memory.constants import CHUNK_GRAPH_FROM
 from navi_memory.errors import EmbeddingError
 from navi_memory.schemas import ChunkDraft
 from navi_memory.services.chunks import PruneHints
@@ -227,6 +228,7 @@ class ChunksSection:
             )
             await bench.explain_plans()
             await bench.search()
+            await bench.graph_crossover()
             await bench.adds()
 
 
@@ -374,11 +376,13 @@ async def bulk_load(
         "JOIN bench_noise c ON c.id = s.n3"
     )
     # What the package's indexer would have moved there: every vector, normalised, as halfvec,
-    # and every chunk's text as its tsvector (the statistics trigger runs once, for all).
+    # in the graph when its user holds CHUNK_GRAPH_FROM chunks or more, and every chunk's text
+    # as its tsvector (the statistics trigger runs once, for all).
     await conn.execute(
-        "INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id, embedding) "
+        "INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id, embedding, in_graph) "
         "SELECT id, user_id, session_id, "
-        f"CAST(l2_normalize(embedding) AS halfvec({EMBEDDING_DIM})) "
+        f"CAST(l2_normalize(embedding) AS halfvec({EMBEDDING_DIM})), "
+        f"count(*) OVER (PARTITION BY user_id) >= {CHUNK_GRAPH_FROM} "
         "FROM memory_chunks"
     )
     ctx.log(f"{tag}: INSERT … SELECT into memory_chunk_terms (tsvectors)")
@@ -842,6 +846,91 @@ class ChunksBench:
             "",
             f"{found:,} of the {expected:,} chunks an exact per-user scan returns under 0.45",
         )
+
+    # --- the graph's crossover ---------------------------------------------------------------
+
+    async def graph_crossover(self) -> None:
+        """One user's nearest 10 by an exact scan of their rows against the HNSW graph, for
+        users from a hundred chunks to the largest: where the graph starts to pay. Users below
+        CHUNK_GRAPH_FROM are put in the graph for the measurement inside a transaction that is
+        rolled back (their rows' HNSW insertions included). Raw SQL on one connection of the
+        package's engine (its hnsw settings), 20 queries a user: their own chunks' vectors."""
+        sizes = [self.plans[u].size for u in self.by_size]
+        picks: list[int] = []
+        for want in (100, 300, 1_000, CHUNK_GRAPH_FROM, 2 * CHUNK_GRAPH_FROM, sizes[-1]):
+            u = min(self.by_size, key=lambda u: abs(self.plans[u].size - want))
+            if u not in picks:
+                picks.append(u)
+        self.log(f"graph crossover: {len(picks)} users, exact against HNSW")
+        graph = (
+            "SELECT chunk_id FROM memory_chunk_vectors v WHERE v.in_graph AND v.user_id = :u "
+            f"ORDER BY v.embedding <=> CAST(:q AS halfvec({EMBEDDING_DIM})) LIMIT 10"
+        )
+        distance = f"embedding <=> CAST(:q AS halfvec({EMBEDDING_DIM})) AS d"
+        exact = (
+            f"SELECT chunk_id FROM (SELECT chunk_id, {distance} FROM memory_chunk_vectors "
+            f"WHERE in_graph AND user_id = :u UNION ALL SELECT chunk_id, {distance} "
+            "FROM memory_chunk_vectors WHERE NOT in_graph AND user_id = :u) x "
+            "ORDER BY d LIMIT 10"
+        )
+        async with self.memory.engine.connect() as conn:
+            for u in picks:
+                uid, size = self.plans[u].user_id, self.plans[u].size
+                transaction = await conn.begin()
+                try:
+                    moved = (
+                        await conn.execute(
+                            text(
+                                "UPDATE memory_chunk_vectors SET in_graph = true "
+                                "WHERE user_id = :u AND NOT in_graph"
+                            ),
+                            {"u": uid},
+                        )
+                    ).rowcount
+                    queries = (
+                        (
+                            await conn.execute(
+                                text(
+                                    "SELECT embedding::text FROM memory_chunk_vectors "
+                                    "WHERE user_id = :u ORDER BY chunk_id LIMIT 20"
+                                ),
+                                {"u": uid},
+                            )
+                        )
+                        .scalars()
+                        .all()
+                    )
+                    times: dict[str, list[float]] = {"exact": [], "graph": []}
+                    found = expected = 0
+                    for q in queries:
+                        ids: dict[str, set[int]] = {}
+                        for how, sql in (("exact", exact), ("graph", graph)):
+                            off = "off" if how == "graph" else "on"
+                            await conn.execute(text(f"SET LOCAL enable_sort = {off}"))
+                            await conn.execute(text(f"SET LOCAL enable_bitmapscan = {off}"))
+                            t0 = time.perf_counter()
+                            rows = await conn.execute(text(sql), {"u": uid, "q": q})
+                            ids[how] = {int(r[0]) for r in rows}
+                            times[how].append(time.perf_counter() - t0)
+                        expected += len(ids["exact"])
+                        found += len(ids["exact"] & ids["graph"])
+                finally:
+                    await transaction.rollback()
+                self.report.rows.append(
+                    Row(
+                        f"nearest 10 of a user of {size:,} chunks, exact / HNSW p50",
+                        f"{fmt_ms(percentile(times['exact'], 50))} / "
+                        f"{fmt_ms(percentile(times['graph'], 50))}",
+                        "ms",
+                        f"{len(queries)} queries, raw SQL; HNSW recall@10 vs exact "
+                        f"{found / max(1, expected):.3f}"
+                        + (
+                            f"; {moved:,} rows put in the graph for this, rolled back"
+                            if moved
+                            else f"; in the graph (CHUNK_GRAPH_FROM {CHUNK_GRAPH_FROM:,})"
+                        ),
+                    )
+                )
 
     # --- add_chunks -------------------------------------------------------------------------
 
