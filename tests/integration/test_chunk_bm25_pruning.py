@@ -4,6 +4,7 @@ chunks that can reach the top, and PruneHints learning which users are small."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any
@@ -41,14 +42,31 @@ async def df_table(memory: Memory) -> set[tuple[Any, ...]]:
 
 
 async def df_recount(memory: Memory) -> set[tuple[Any, ...]]:
+    """What memory_chunk_lexeme_df must hold: the frequencies of the users it keeps."""
     async with memory.engine.connect() as conn:
         rows = await conn.execute(
             text(
-                "SELECT t.user_id, l, count(*) FROM memory_chunk_terms t,"
+                "SELECT t.user_id, l, count(*) FROM memory_chunk_terms t"
+                " JOIN memory_chunk_text_stats s ON s.user_id = t.user_id AND s.df_kept,"
                 " unnest(tsvector_to_array(t.tsv)) l GROUP BY t.user_id, l"
             )
         )
         return {tuple(r) for r in rows}
+
+
+async def set_df_from(memory: Memory, chunks: int) -> None:
+    """Keep the frequencies of users from ``chunks`` indexed chunks on (1,000 by default)."""
+    await execute(
+        memory,
+        "CREATE OR REPLACE FUNCTION navi_chunk_df_from() RETURNS integer"
+        f" LANGUAGE sql STABLE PARALLEL SAFE AS 'SELECT {int(chunks)}'",
+    )
+
+
+async def kept(memory: Memory) -> set[uuid.UUID]:
+    async with memory.engine.connect() as conn:
+        rows = await conn.execute(text("SELECT user_id FROM memory_chunk_text_stats WHERE df_kept"))
+        return {r[0] for r in rows}
 
 
 async def insert_chunks(
@@ -109,7 +127,8 @@ async def ranked(
 async def test_document_frequencies_follow_every_insert_and_delete(memory: Memory) -> None:
     """memory_chunk_lexeme_df is the recount of memory_chunk_terms after inserts, deletes by
     SQL of its own (a session's chunks, one chunk) and a user's delete; a lexeme no chunk
-    holds has no row left."""
+    holds has no row left. (Every user's frequencies kept here: see the next test.)"""
+    await set_df_from(memory, 0)
     alice, bob = await new_user(memory), await new_user(memory)
     await insert_chunks(memory, alice, ["alpha bravo", "alpha zulu"], indexed=[True, True])
     await insert_chunks(memory, alice, ["alpha", "QUARTZ_X"], indexed=[True, True], session="other")
@@ -125,6 +144,118 @@ async def test_document_frequencies_follow_every_insert_and_delete(memory: Memor
     await memory.users.delete(bob)
     assert await df_table(memory) == await df_recount(memory)
     assert {row[0] for row in await df_table(memory)} == {alice}
+
+
+async def test_frequencies_are_kept_from_the_statement_that_makes_a_user_big(
+    memory: Memory,
+) -> None:
+    """Under navi_chunk_df_from() chunks a user has no rows; the statement that takes them
+    there counts all their chunks once, later ones add theirs, deletes take theirs away, and a
+    user shrinking below it stays kept. Another user's rows never move."""
+    await set_df_from(memory, 4)
+    alice, bob = await new_user(memory), await new_user(memory)
+    await insert_chunks(memory, alice, ["alpha bravo", "alpha"], indexed=[True, True])
+    await insert_chunks(memory, bob, ["alpha", "bravo", "charlie"], indexed=[True] * 3)
+    assert await kept(memory) == set() and await df_table(memory) == set()
+    await insert_chunks(memory, alice, ["alpha zulu", "echo"], indexed=[True, True], session="t")
+    assert await kept(memory) == {alice}
+    assert (alice, "alpha", 3) in await df_table(memory)
+    assert await df_table(memory) == await df_recount(memory)
+    await insert_chunks(memory, alice, ["alpha golf"], indexed=[True], session="u")
+    assert (alice, "alpha", 4) in await df_table(memory)
+    await insert_chunks(memory, bob, ["delta", "echo"], indexed=[True, True])
+    assert await kept(memory) == {alice, bob}
+    assert await df_table(memory) == await df_recount(memory)
+    await execute(
+        memory, "DELETE FROM memory_chunks WHERE user_id = :u AND session_id <> 's'", u=alice
+    )
+    assert await kept(memory) == {alice, bob}  # alice holds 2 chunks now, still kept
+    assert await df_table(memory) == await df_recount(memory)
+    assert (alice, "alpha", 2) in await df_table(memory)
+    await memory.users.delete(bob)
+    assert {row[0] for row in await df_table(memory)} == {alice}
+    assert await df_table(memory) == await df_recount(memory)
+
+
+async def test_writers_of_one_user_around_the_moment_frequencies_start_count_each_chunk_once(
+    memory: Memory,
+) -> None:
+    """Two transactions add chunks of one user at once, the first taking the user past the
+    threshold: whichever commits first, the second sees it (the statistics row's lock orders
+    them) and the counts match a recount; the same with a delete racing the first count."""
+    await set_df_from(memory, 3)
+    uid = await new_user(memory)
+    await insert_chunks(memory, uid, ["alpha", "bravo"], indexed=[True, True])
+
+    async def add(conn: Any, owner: uuid.UUID, contents: list[str], session: str) -> None:
+        await conn.execute(
+            text(
+                "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content,"
+                " content_hash, start_seq, end_seq, started_at, ended_at)"
+                " SELECT :u, :s, x, md5(:s || x), 1, 1, now(), now()"
+                " FROM unnest(CAST(:c AS text[])) x"
+                " RETURNING *)"
+                " INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at,"
+                " lexemes, tsv) SELECT id, user_id, session_id, ended_at, length(tsv), tsv"
+                " FROM (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM c) c"
+            ),
+            {"u": owner, "s": session, "c": contents},
+        )
+
+    async with memory.engine.connect() as first, memory.engine.connect() as second:
+        await first.begin()
+        await add(first, uid, ["alpha charlie"], "one")  # takes the user to 3: counted here
+        await second.begin()
+        waiting = asyncio.ensure_future(add(second, uid, ["alpha delta", "echo"], "two"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # behind the first's lock on the statistics row
+        await first.commit()
+        await waiting
+        await second.commit()
+    assert await kept(memory) == {uid}
+    assert (uid, "alpha", 3) in await df_table(memory)
+    assert await df_table(memory) == await df_recount(memory)
+
+    other = await new_user(memory)
+    await insert_chunks(memory, other, ["alpha", "bravo"], indexed=[True, True])
+    async with memory.engine.connect() as deleting, memory.engine.connect() as adding:
+        await deleting.begin()
+        await deleting.execute(
+            text("DELETE FROM memory_chunks WHERE user_id = :u AND content = 'bravo'"),
+            {"u": other},
+        )
+        await adding.begin()
+        waiting = asyncio.ensure_future(add(adding, other, ["alpha x", "alpha y"], "three"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        await deleting.commit()
+        await waiting
+        await adding.commit()
+    assert other in await kept(memory)
+    assert (other, "alpha", 3) in await df_table(memory)
+    assert await df_table(memory) == await df_recount(memory)
+
+    # The count first, a delete of one of the counted chunks waiting behind it.
+    third = await new_user(memory)
+    await insert_chunks(memory, third, ["alpha", "bravo"], indexed=[True, True])
+    async with memory.engine.connect() as adding, memory.engine.connect() as deleting:
+        await adding.begin()
+        await add(adding, third, ["alpha z"], "four")  # takes the user to 3: counted here
+        await deleting.begin()
+        removing = asyncio.ensure_future(
+            deleting.execute(
+                text("DELETE FROM memory_chunks WHERE user_id = :u AND content = 'alpha'"),
+                {"u": third},
+            )
+        )
+        await asyncio.sleep(0.2)
+        assert not removing.done()
+        await adding.commit()
+        await removing
+        await deleting.commit()
+    assert third in await kept(memory)
+    assert (third, "alpha", 1) in await df_table(memory)
+    assert await df_table(memory) == await df_recount(memory)
 
 
 @settings(
@@ -145,6 +276,8 @@ async def test_document_frequencies_follow_every_insert_and_delete(memory: Memor
     query=st.lists(st.sampled_from([*WORDS, "absent"]), min_size=1, max_size=5),
     limit=st.integers(min_value=1, max_value=6),
     seed=st.tuples(st.sampled_from([0, 1, 3, 8, 200]), st.sampled_from([0, 1, 10])),
+    df_from=st.sampled_from([0, 4, 12, 10**6]),
+    split=st.integers(min_value=0, max_value=40),
 )
 async def test_the_pruned_list_is_the_plain_list_to_the_bit(
     memory: Memory,
@@ -153,13 +286,21 @@ async def test_the_pruned_list_is_the_plain_list_to_the_bit(
     query: list[str],
     limit: int,
     seed: tuple[int, int],
+    df_from: int,
+    split: int,
 ) -> None:
-    """Whatever the chunks (indexed or still queued), the query, the limit and the seed's
-    sizes, the pruned statement returns the plain statement's rows: the same chunks, order,
-    scores and terms hit. Another user's chunks (same words) change neither."""
+    """Whatever the chunks (indexed or still queued, written in one statement or two), the
+    query, the limit, the seed's sizes and whether the user's frequencies are kept (counted
+    at once, or from the second statement on, or never), the pruned statement returns the
+    plain statement's rows: the same chunks, order, scores and terms hit. Another user's
+    chunks (same words) change neither."""
+    await set_df_from(memory, df_from)
     uid, other = await new_user(memory), await new_user(memory)
     contents = [f"{words} #{n}" for n, (words, _) in enumerate(corpus)]
-    await insert_chunks(memory, uid, contents, indexed=[flag for _, flag in corpus])
+    flags = [flag for _, flag in corpus]
+    await insert_chunks(memory, uid, contents[:split], indexed=flags[:split])
+    if contents[split:]:
+        await insert_chunks(memory, uid, contents[split:], indexed=flags[split:], session="t")
     if others:
         await insert_chunks(memory, other, others, indexed=[True] * len(others))
     phrase = " ".join(query)

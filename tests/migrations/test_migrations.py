@@ -515,3 +515,52 @@ def test_0009_puts_only_big_users_vectors_in_the_graph_and_back(
             " WHERE table_name = 'memory_chunk_vectors'"
         ).fetchall()
         assert ("in_graph",) not in columns
+
+
+def test_0010_keeps_frequencies_of_big_users_only_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0009")
+    small, big = uuid.uuid4(), uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        for uid in (small, big):
+            conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+            conn.execute(
+                "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content,"
+                " content_hash, start_seq, end_seq, started_at, ended_at)"
+                " SELECT %s, 's1', x, md5(x), 1, 1, now(), now()"
+                " FROM unnest(ARRAY['alpha bravo', 'alpha']) x RETURNING *)"
+                " INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at,"
+                " lexemes, tsv) SELECT id, user_id, session_id, ended_at, length(tsv), tsv"
+                " FROM (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM c) c",
+                (uid,),
+            )
+        # 0008's triggers kept everyone's; the big user "holds" 1,000 chunks.
+        assert conn.execute("SELECT count(*) FROM memory_chunk_lexeme_df").fetchone() == (4,)
+        conn.execute("UPDATE memory_chunk_text_stats SET chunks = 1000 WHERE user_id = %s", (big,))
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        kept = conn.execute("SELECT user_id, df_kept FROM memory_chunk_text_stats").fetchall()
+        assert dict(kept) == {small: False, big: True}
+        rows = conn.execute("SELECT user_id, lexeme, df FROM memory_chunk_lexeme_df").fetchall()
+        assert sorted(rows) == [(big, "alpha", 2), (big, "bravo", 1)]
+        triggers = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'memory_chunk_terms'::regclass"
+            ).fetchall()
+        }
+        assert "memory_chunk_terms_df_added" not in triggers
+        assert conn.execute("SELECT navi_chunk_df_from()").fetchone() == (1000,)
+    dbtools.downgrade(url, "0009")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_chunk_lexeme_df").fetchone() == (4,)
+        triggers = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'memory_chunk_terms'::regclass"
+            ).fetchall()
+        }
+        assert {"memory_chunk_terms_df_added", "memory_chunk_terms_df_removed"} <= triggers
+        assert conn.execute("SELECT to_regprocedure('navi_chunk_df_from()')").fetchone() == (None,)

@@ -185,14 +185,18 @@ class ChunkTextStatsRow(Base):
     )
     chunks: Mapped[int] = mapped_column(BigInteger, nullable=False)
     lexemes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    df_kept: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
+    """memory_chunk_lexeme_df holds this user's frequencies (revision 0010): true, for good,
+    from the statement that takes the user to ``navi_chunk_df_from()`` (1,000) chunks."""
 
 
 class ChunkLexemeDfRow(Base):
     """Per user and lexeme: how many of the user's chunks in memory_chunk_terms hold it (BM25's
     document frequency), so a search knows each query word's idf, and so the most it can add
-    to a score, before it reads a chunk (``ranked_text_sql(prune=True)``). Kept in step with
-    every insert and delete of memory_chunk_terms by statement-level triggers (revision 0008);
-    a lexeme no chunk holds any more has no row. ``fillfactor = 70`` keeps the indexer's
+    to a score, before it reads a chunk (``ranked_text_sql(prune=True)``). Only for users whose
+    ``ChunkTextStatsRow.df_kept`` is true (revision 0010: the users big enough to prune), kept
+    in step with every insert and delete of memory_chunk_terms by the statistics triggers; a
+    lexeme no chunk holds any more has no row. ``fillfactor = 70`` keeps the indexer's
     increments HOT (set by the migration; the model does not compare storage options)."""
 
     __tablename__ = "memory_chunk_lexeme_df"

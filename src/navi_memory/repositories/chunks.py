@@ -354,14 +354,33 @@ _RANKED_TEXT_PRUNED = (
         FROM queued q, unnest({_query_lexemes_of("q.tsv")}) u
         GROUP BY u.lexeme
     ),
+    kept AS MATERIALIZED (
+        -- Whether memory_chunk_lexeme_df holds this user's frequencies (revision 0010: only
+        -- for users big enough to prune).
+        SELECT coalesce((SELECT s.df_kept FROM memory_chunk_text_stats s
+                         WHERE s.user_id = :uid), FALSE) AS yes
+    ),
+    idx_df AS MATERIALIZED (
+        -- Each query lexeme's indexed chunks: from memory_chunk_lexeme_df when it is kept,
+        -- else counted over the user's chunks (a small user: few to count). The same integer.
+        SELECT ql.lexeme,
+               CASE WHEN (SELECT yes FROM kept)
+                    THEN coalesce((SELECT d.df FROM memory_chunk_lexeme_df d
+                                   WHERE d.user_id = :uid AND d.lexeme = ql.lexeme), 0)
+                    ELSE (SELECT count(*) FROM memory_chunk_terms t
+                          WHERE t.user_id = :uid
+                            AND t.tsv @@ CAST({_OPERAND.format("ql.lexeme")} AS tsquery))
+               END AS df
+        FROM ql
+    ),
     lx AS MATERIALIZED (
         -- Each query lexeme the user's chunks hold, with its document frequency: indexed
-        -- chunks from memory_chunk_lexeme_df, queued ones counted here. The very integer the
-        -- unpruned statement counts over its candidates, so the same idf to the bit.
+        -- chunks (above), queued ones counted here. The very integer the unpruned statement
+        -- counts over its candidates, so the same idf to the bit.
         SELECT ql.lexeme, (coalesce(d.df, 0) + coalesce(qd.df, 0))::float8 AS df,
                {_OPERAND.format("ql.lexeme")} AS operand
         FROM ql
-        LEFT JOIN memory_chunk_lexeme_df d ON d.user_id = :uid AND d.lexeme = ql.lexeme
+        LEFT JOIN idx_df d ON d.lexeme = ql.lexeme
         LEFT JOIN queued_df qd ON qd.lexeme = ql.lexeme
         WHERE coalesce(d.df, 0) + coalesce(qd.df, 0) > 0
     ),
@@ -378,13 +397,13 @@ _RANKED_TEXT_PRUNED = (
               FROM lx CROSS JOIN st) b
     ),
     seedq AS MATERIALIZED (
-        -- Only for a user of :prune_from chunks or more (a one-row filter): the chunks of the
-        -- rarest words (up to :seed_rows in all), and up to :seed_every times :limit more
-        -- holding every word.
+        -- Only for a user of :prune_from chunks or more whose frequencies are kept (a
+        -- one-row filter): the chunks of the rarest words (up to :seed_rows in all), and up to
+        -- :seed_every times :limit more holding every word.
         SELECT (SELECT CAST(string_agg(operand, ' | ') AS tsquery)
                 FROM bound WHERE rarer <= :seed_rows) AS rare,
                (SELECT CAST(string_agg(operand, ' & ') AS tsquery) FROM bound) AS every
-        FROM st WHERE st.chunks >= :prune_from
+        FROM st WHERE st.chunks >= :prune_from AND (SELECT yes FROM kept)
     ),
     seed AS MATERIALIZED (
         SELECT t.chunk_id AS id, t.ended_at, t.tsv, t.lexemes AS dl
