@@ -1,11 +1,13 @@
-"""What revision 0008's document-frequency triggers cost the text indexer.
+"""What keeping a user's document frequencies (memory_chunk_lexeme_df) costs the text indexer.
 
 A throw-away server, migrated to head; ``--base`` chunks (≈ 330 words of a 4,000-word
 vocabulary, one word in twenty a unique identifier: ≈ 2.3 KB, like the chunks benchmark's)
-over ``--users`` users indexed into memory_chunk_terms, then batches of 64 more indexed the way
-the indexer does it (one INSERT … SELECT of their tsvectors), the insert trigger of
-memory_chunk_lexeme_df enabled and disabled in alternation, so both sides see the same table
-sizes and the same moments of the machine.
+over ``--users`` users indexed into memory_chunk_terms with every user's frequencies kept, then
+batches of 64 more indexed the way the indexer does it (one INSERT … SELECT of their
+tsvectors), with every user kept (what revision 0008 did for everyone, and what a user of
+navi_chunk_df_from() chunks or more costs since 0010) and none kept (what a smaller user costs
+since 0010) in alternation — ``df_kept`` flipped between batches —, so both sides see the
+same table sizes and the same moments of the machine.
 
     python -m benchmarks.df_triggers                  # 60,000 chunks, 200 users, 60 rounds
 """
@@ -17,12 +19,12 @@ import asyncio
 import statistics
 import time
 
+import asyncpg
+
 from benchmarks.harness import BenchServer, migrate
 
 BATCH = 64
 """The indexer's batch (CHUNK_INDEX_BATCH_SIZE's default)."""
-
-TRIGGER = "memory_chunk_terms_df_added"
 
 
 async def run(base: int, users: int, rounds: int) -> None:
@@ -49,7 +51,11 @@ async def run(base: int, users: int, rounds: int) -> None:
                 base + 2 * BATCH * rounds,
                 users,
             )
+            # Every user kept from their first chunk on, then nobody newly kept: the rounds
+            # flip df_kept themselves.
+            await _df_from(conn, 0)
             await conn.execute(_INDEX + " WHERE id <= $1) c", base)
+            await _df_from(conn, 10**9)
             await conn.execute("DELETE FROM memory_chunk_text_queue")
             await conn.execute("VACUUM ANALYZE")
             rows, size = await conn.fetchrow(
@@ -58,22 +64,18 @@ async def run(base: int, users: int, rounds: int) -> None:
             )
             print(f"{base:,} chunks indexed over {users:,} users")
             print(f"memory_chunk_lexeme_df: {rows:,} rows, {size}")
-            print(f"{rounds} rounds: a batch of {BATCH} with the trigger on, one off, alternating")
+            print(f"{rounds} rounds: a batch of {BATCH} with every user kept, one with none")
             times: dict[bool, list[float]] = {True: [], False: []}
             next_id = base + 1
             for r in range(rounds):
                 for on in (True, False) if r % 2 == 0 else (False, True):
-                    await conn.execute(
-                        f"ALTER TABLE memory_chunk_terms {'ENABLE' if on else 'DISABLE'}"
-                        f" TRIGGER {TRIGGER}"
-                    )
+                    await conn.execute("UPDATE memory_chunk_text_stats SET df_kept = $1", on)
                     start = time.perf_counter()
                     await conn.execute(
                         _INDEX + " WHERE id >= $1 AND id < $1 + $2) c", next_id, BATCH
                     )
                     times[on].append(time.perf_counter() - start)
                     next_id += BATCH
-            await conn.execute(f"ALTER TABLE memory_chunk_terms ENABLE TRIGGER {TRIGGER}")
         finally:
             await conn.close()
     finally:
@@ -81,11 +83,18 @@ async def run(base: int, users: int, rounds: int) -> None:
     for on in (False, True):
         t = times[on]
         print(
-            f"trigger {'on ' if on else 'off'}: batch p50 {statistics.median(t) * 1e3:.1f} ms,"
+            f"{'kept    ' if on else 'not kept'}: batch p50 {statistics.median(t) * 1e3:.1f} ms,"
             f" {BATCH * len(t) / sum(t):,.0f} chunks/s"
         )
     extra = (statistics.median(times[True]) - statistics.median(times[False])) / BATCH
-    print(f"the trigger adds {extra * 1e3:.2f} ms a chunk (p50)")
+    print(f"keeping frequencies adds {extra * 1e3:.2f} ms a chunk (p50)")
+
+
+async def _df_from(conn: asyncpg.Connection, chunks: int) -> None:
+    await conn.execute(
+        "CREATE OR REPLACE FUNCTION navi_chunk_df_from() RETURNS integer"
+        f" LANGUAGE sql STABLE PARALLEL SAFE AS 'SELECT {int(chunks)}'"
+    )
 
 
 _INDEX = (
