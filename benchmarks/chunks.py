@@ -57,7 +57,7 @@ from benchmarks.sections import (
     summarize_plan,
     timed_memory,
 )
-from navi_memory import EMBEDDING_DIM, Memory, Settings
+from navi_memory import EMBEDDING_DIM, PERMISSION_READ_ALL, Memory, Settings, request_context
 from navi_memory.constants import CHUNK_GRAPH_FROM
 from navi_memory.errors import EmbeddingError
 from navi_memory.schemas import ChunkDraft
@@ -67,6 +67,8 @@ from navi_memory.text.terms import STOP_WORDS
 __all__ = ["SECTION", "ChunksSection", "LookupEmbedder"]
 
 DATABASE: Final = "bench_chunks"
+GLOBAL_QUERIES: Final = 12
+"""Queries of the search across every user (read_all)."""
 TOPIC_POOL: Final = 4096
 NOISE_POOL: Final = 8192
 SIGMA: Final = 0.8
@@ -729,6 +731,8 @@ class ChunksBench:
                 if not text_only:
                     vector_p50[name] = percentile([s.without_embedding for _, s, _ in results], 50)
                     self.report.rows.append(await self._recall(results))
+                    if name == "uniform":
+                        self.report.rows.append(await self._global(queries[:GLOBAL_QUERIES]))
                 else:
                     self.report.rows += await self._unpruned(queries, results, warmup, name)
         if self.ctx.large or self.ctx.scale < 1:
@@ -817,6 +821,26 @@ class ChunksBench:
         finally:
             self.lookup.failing = False
         return results
+
+    async def _global(self, queries: Sequence[Query]) -> Row:
+        """The same queries across every user (navi.memory.read_all, no user): the whole HNSW
+        graph and, exactly, every row beside it (the users under CHUNK_GRAPH_FROM)."""
+        self.log(f"search_chunks x {len(queries)} twice, vector path, every user (read_all)")
+        times: list[float] = []
+        with request_context(permissions=[PERMISSION_READ_ALL]):
+            for _ in range(2):  # the second pass's times
+                times = []
+                for query in queries:
+                    _, sample = await timed(
+                        self.memory.store.search_chunks(query.text), self.embedder, self.clock
+                    )
+                    times.append(sample.without_embedding)
+        return p50_p95(
+            "  across every user (read_all, no user)",
+            times,
+            f"{len(queries)} of the queries above, second pass; the graph holds the users of "
+            f"{CHUNK_GRAPH_FROM:,} chunks or more, the rest are read exactly",
+        )
 
     async def _recall(self, results: Sequence[Searched]) -> Row:
         """The vector hits against an exact per-user scan (index scans off: the per-user btree
