@@ -17,7 +17,10 @@ Search reads both sides and the queue, each row from exactly one of the three, i
 statement: results never depend on which side a row is on. Existing rows of users who hold
 ``CHUNK_GRAPH_FROM`` chunks or more are marked here and the graph is rebuilt over them alone
 (on 1M chunks over 10k users of Zipf sizes, about a quarter of the rows; give the session a few
-GB of ``maintenance_work_mem``). See docs/raw-history.md, "Vector index".
+GB of ``maintenance_work_mem``). Chunk searches and the indexer wait for the upgrade's lock on
+memory_chunk_vectors until the graph is built: plan it as downtime, and ``VACUUM
+memory_chunk_vectors`` afterwards (the marked rows' old versions). See docs/raw-history.md,
+"Vector index".
 
 Revision ID: 0009
 Revises: 0008
@@ -62,6 +65,8 @@ def upgrade() -> None:
         "USING hnsw (embedding halfvec_cosine_ops) WITH (m = 16, ef_construction = 64) "
         "WHERE in_graph"
     )
+    # Statistics for in_graph, so the planner weighs the two sides from the start.
+    op.execute("ANALYZE memory_chunk_vectors")
 
 
 def downgrade() -> None:

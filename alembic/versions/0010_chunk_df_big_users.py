@@ -66,7 +66,9 @@ BEGIN
     SELECT t.user_id, l, count(*)
     FROM memory_chunk_terms t JOIN grown g ON g.user_id = t.user_id,
          unnest(tsvector_to_array(t.tsv)) l
-    GROUP BY t.user_id, l ORDER BY t.user_id, l;
+    GROUP BY t.user_id, l ORDER BY t.user_id, l
+    -- A full count: it replaces rows left over (df_kept set false by hand, a partial restore).
+    ON CONFLICT (user_id, lexeme) DO UPDATE SET df = EXCLUDED.df;
     RETURN NULL;
 END $$
 """
@@ -118,6 +120,7 @@ def upgrade() -> None:
     )
     op.execute(_ADDED)
     op.execute(_REMOVED)
+    op.execute("ANALYZE memory_chunk_text_stats, memory_chunk_lexeme_df")
 
 
 def downgrade() -> None:

@@ -16,6 +16,7 @@ from sqlalchemy import text
 from navi_memory import PERMISSION_READ_ALL, Memory, open_memory, request_context
 from navi_memory.config import Settings
 from navi_memory.constants import CHUNK_GRAPH_FROM
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.repositories.chunks import ranked_text_sql
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
@@ -84,31 +85,101 @@ async def test_a_user_who_grows_past_the_threshold_moves_into_the_graph(manual: 
     assert await sides(manual, uid) == (12, 0, 0)
 
 
-async def test_search_gives_the_same_hits_wherever_the_vectors_are(manual: Memory) -> None:
-    uid = await new_user(manual)
-    await manual.store.add_chunks(drafts("u", 24), user_id=uid, session_id="s1")
-    queued = await hits(manual, uid)
-    assert any(h[1] == "vector" for q in queued for h in q)
-    # All queued (above); indexed, all beside the graph; half of them in it; all in it.
-    await manual.store.index_pending_chunks()
-    await execute(manual, "UPDATE memory_chunk_vectors SET in_graph = false")
-    assert await sides(manual, uid) == (0, 24, 0)
-    assert await hits(manual, uid) == queued
-    await execute(manual, "UPDATE memory_chunk_vectors SET in_graph = true WHERE chunk_id % 2 = 0")
-    assert await sides(manual, uid) == (12, 12, 0)
-    assert await hits(manual, uid) == queued
-    await execute(manual, "UPDATE memory_chunk_vectors SET in_graph = true")
-    assert await hits(manual, uid) == queued
+async def force_index_paths(memory: Memory) -> None:
+    """New connections of ``memory`` plan with no sequential scan, no bitmap and no sort: the
+    graph's side then goes through the HNSW index even for a few rows."""
+    database = await scalar(memory, "SELECT current_database()")
+    for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+        await execute(memory, f'ALTER DATABASE "{database}" SET {setting} = off')
+    await memory.engine.dispose()
+
+
+@pytest.mark.parametrize("ranking", ["bm25", "terms"])
+async def test_search_gives_the_same_hits_wherever_the_vectors_are(
+    db_url: str, fake_ollama: FakeOllama, ranking: str
+) -> None:
+    """The fused statement (bm25) and the spec's (terms) alike, with the graph's side read
+    through the HNSW index: queued, all beside the graph, half in it, all in it."""
+    settings = make_settings(
+        db_url,
+        fake_ollama,
+        chunk_index_in_background=False,
+        chunk_graph_from=GRAPH_FROM,
+        chunk_text_ranking=ranking,
+    )
+    async with open_memory(settings) as memory:
+        await force_index_paths(memory)
+        uid = await new_user(memory)
+        await memory.store.add_chunks(drafts("u", 24), user_id=uid, session_id="s1")
+        queued = await hits(memory, uid)
+        assert any(h[1] == "vector" for q in queued for h in q)
+        await memory.store.index_pending_chunks()
+        await execute(memory, "UPDATE memory_chunk_vectors SET in_graph = false")
+        assert await sides(memory, uid) == (0, 24, 0)
+        assert await hits(memory, uid) == queued
+        await execute(
+            memory, "UPDATE memory_chunk_vectors SET in_graph = true WHERE chunk_id % 2 = 0"
+        )
+        assert await sides(memory, uid) == (12, 12, 0)
+        assert await hits(memory, uid) == queued
+        await execute(memory, "UPDATE memory_chunk_vectors SET in_graph = true")
+        assert await hits(memory, uid) == queued
+
+
+async def test_a_grown_users_vectors_move_in_before_the_queue_is_empty(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """Moving a grown user's earlier vectors into the graph comes first in a batch, so a
+    busy queue (another user's backlog) does not keep the user half in, half out."""
+    settings = make_settings(
+        db_url,
+        fake_ollama,
+        chunk_index_in_background=False,
+        chunk_graph_from=GRAPH_FROM,
+        chunk_index_batch_size=8,
+    )
+    async with open_memory(settings) as memory:
+        grower, busy = await new_user(memory), await new_user(memory)
+        await memory.store.add_chunks(drafts("early", 6), user_id=grower, session_id="s1")
+        await memory.store.index_pending_chunks()
+        assert await sides(memory, grower) == (0, 6, 0)
+        await memory.store.add_chunks(drafts("later", 6), user_id=grower, session_id="s2")
+        await memory.store.add_chunks(drafts("busy", 40), user_id=busy, session_id="b1")
+        indexer = ChunkIndexer(
+            memory.sessionmaker, batch_size=8, background=False, graph_from=GRAPH_FROM
+        )
+        await indexer.drain(max_batches=2)
+        # Batch 1: the grower's 6 later chunks (in: 12 now) and 2 of busy's; batch 2: the
+        # grower's 6 earlier vectors first, then 2 more of busy's.
+        assert await sides(memory, grower) == (12, 0, 0)
+        assert (await sides(memory, busy))[2] > 0
+
+
+async def test_with_graph_from_0_every_users_vectors_go_in(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_graph_from=0
+    )
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await memory.store.add_chunks(drafts("one", 1), user_id=uid, session_id="s1")
+        await memory.store.index_pending_chunks()
+        assert await sides(memory, uid) == (1, 0, 0)
 
 
 async def test_neither_side_of_the_graph_leaks_another_users_chunks(manual: Memory) -> None:
-    small, big = await new_user(manual), await new_user(manual)
+    """A small user beside the graph and two big users in it, with the same topics."""
+    small, big, other = await new_user(manual), await new_user(manual), await new_user(manual)
     await manual.store.add_chunks(drafts("small", 8), user_id=small, session_id="a1")
     await manual.store.add_chunks(drafts("big", 16), user_id=big, session_id="b1")
+    await manual.store.add_chunks(drafts("other", 16), user_id=other, session_id="c1")
     await manual.store.index_pending_chunks()
     assert await sides(manual, small) == (0, 8, 0) and await sides(manual, big) == (16, 0, 0)
+    assert await sides(manual, other) == (16, 0, 0)
+    await force_index_paths(manual)
     for query in QUERIES:
-        for owner in (small, big):
+        for owner in (small, big, other):
             with request_context(user_id=owner):
                 found = await manual.store.search_chunks(query, limit=50)
                 assert found and {h.user_id for h in found} == {owner}
@@ -116,7 +187,7 @@ async def test_neither_side_of_the_graph_leaks_another_users_chunks(manual: Memo
                 assert unified and {h.user_id for h in unified} == {owner}
     with request_context(permissions=[PERMISSION_READ_ALL]):
         everyone = await manual.store.search_chunks(TOPICS[0], limit=50)
-        assert {h.user_id for h in everyone if h.via == "vector"} == {small, big}
+        assert {h.user_id for h in everyone if h.via == "vector"} == {small, big, other}
 
 
 async def explain_nearest(memory: Memory, user_id: uuid.UUID) -> list[dict[str, Any]]:

@@ -553,9 +553,22 @@ def test_0010_keeps_frequencies_of_big_users_only_and_back(
         }
         assert "memory_chunk_terms_df_added" not in triggers
         assert conn.execute("SELECT navi_chunk_df_from()").fetchone() == (1000,)
+        # The statistics triggers keep the kept user's frequencies from now on, only theirs.
+        for uid in (small, big):
+            conn.execute(
+                "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content,"
+                " content_hash, start_seq, end_seq, started_at, ended_at)"
+                " VALUES (%s, 's2', 'alpha charlie', 'h2', 2, 2, now(), now()) RETURNING *)"
+                " INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at,"
+                " lexemes, tsv) SELECT id, user_id, session_id, ended_at, length(tsv), tsv"
+                " FROM (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM c) c",
+                (uid,),
+            )
+        rows = conn.execute("SELECT user_id, lexeme, df FROM memory_chunk_lexeme_df").fetchall()
+        assert sorted(rows) == [(big, "alpha", 3), (big, "bravo", 1), (big, "charlie", 1)]
     dbtools.downgrade(url, "0009")
-    with connect(pg_server, scratch_db) as conn:
-        assert conn.execute("SELECT count(*) FROM memory_chunk_lexeme_df").fetchone() == (4,)
+    with connect(pg_server, scratch_db) as conn:  # everyone's again: 2 users x 3 lexemes
+        assert conn.execute("SELECT count(*) FROM memory_chunk_lexeme_df").fetchone() == (6,)
         triggers = {
             r[0]
             for r in conn.execute(

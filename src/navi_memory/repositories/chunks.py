@@ -142,6 +142,7 @@ _INTO_GRAPH = text(
         FROM memory_chunk_text_stats s
              JOIN memory_chunk_vectors v ON v.user_id = s.user_id AND NOT v.in_graph
         WHERE s.chunks >= :graph_from
+        ORDER BY v.user_id, v.chunk_id
         LIMIT :limit
         FOR UPDATE OF v SKIP LOCKED
     )
@@ -151,7 +152,7 @@ _INTO_GRAPH = text(
     """
 )
 """Up to ``:limit`` indexed vectors of users who now hold ``:graph_from`` indexed chunks or
-more but were smaller when those vectors were indexed: into the HNSW graph."""
+more but were smaller when those vectors were indexed: into the HNSW graph, user by user."""
 
 
 def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElement[bool]]:
@@ -193,8 +194,9 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
     exactly one of them or in none (no vector): the HNSW graph (the rows of users who hold
     CHUNK_GRAPH_FROM indexed chunks or more), exactly over the indexed rows beside it (smaller
     users': their partial btree), and exactly over the chunks still queued. The indexer moves a
-    chunk between them in one transaction, and one statement sees one snapshot, so the rows
-    found never depend on its progress.
+    chunk between them in one transaction, and one statement sees one snapshot, so each row is
+    read from exactly one place whatever the indexer's progress (the graph's side is
+    approximate, as HNSW is, so a user's hits may change a little when their rows move in).
 
     ``by_user``: the graph is read only when the user has a row in it (a one-time check on
     its partial btree): an HNSW scan filtered to a user it holds nothing of walks the graph
@@ -362,16 +364,18 @@ _RANKED_TEXT_PRUNED = (
     ),
     idx_df AS MATERIALIZED (
         -- Each query lexeme's indexed chunks: from memory_chunk_lexeme_df when it is kept,
-        -- else counted over the user's chunks (a small user: few to count). The same integer.
-        SELECT ql.lexeme,
-               CASE WHEN (SELECT yes FROM kept)
-                    THEN coalesce((SELECT d.df FROM memory_chunk_lexeme_df d
-                                   WHERE d.user_id = :uid AND d.lexeme = ql.lexeme), 0)
-                    ELSE (SELECT count(*) FROM memory_chunk_terms t
-                          WHERE t.user_id = :uid
-                            AND t.tsv @@ CAST({_OPERAND.format("ql.lexeme")} AS tsquery))
-               END AS df
-        FROM ql
+        -- else counted in one pass over the user's chunks holding a query word (a small
+        -- user; what the plain statement counts). The same integers either way.
+        SELECT d.lexeme, d.df
+        FROM memory_chunk_lexeme_df d
+        WHERE (SELECT yes FROM kept) AND d.user_id = :uid
+          AND d.lexeme IN (SELECT lexeme FROM ql)
+        UNION ALL
+        SELECT u.lexeme, count(*)
+        FROM memory_chunk_terms t, unnest({_query_lexemes_of("t.tsv")}) u
+        WHERE NOT (SELECT yes FROM kept) AND t.user_id = :uid
+          AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
+        GROUP BY u.lexeme
     ),
     lx AS MATERIALIZED (
         -- Each query lexeme the user's chunks hold, with its document frequency: indexed
@@ -784,32 +788,42 @@ class ChunkRepository:
     # --- the indexes ------------------------------------------------------------------------
 
     async def index_queued(self, limit: int, *, graph_from: int) -> tuple[int, int]:
-        """Index up to ``limit`` queued chunks: their text into memory_chunk_terms (GIN) and
-        their vectors into memory_chunk_vectors (L2-normalised halfvec; in the HNSW graph
-        when the user holds ``graph_from`` indexed chunks or more) — a chunk's text and vector
-        in the same batch, and then vectors whose text was indexed before. With room to spare,
-        vectors of users who have grown past ``graph_from`` go into the graph. Returns (rows
-        taken off the queues or moved into the graph, chunks indexed). Rows another indexer
-        holds are skipped, so indexers in several processes share the work."""
-        texts = (await self.session.execute(_INDEX_TEXT, {"limit": limit})).one()
+        """One batch of up to ``limit`` rows of work, in this order: vectors of users who have
+        grown past ``graph_from`` indexed chunks into the HNSW graph (first, so that a user
+        is wholly on one side again within a few batches, however full the queues), then
+        queued chunks: their text into memory_chunk_terms (GIN) and their vectors into
+        memory_chunk_vectors (L2-normalised halfvec; in the graph when the user holds
+        ``graph_from`` indexed chunks or more) — a chunk's text and vector in the same batch —,
+        then vectors whose text was indexed before, then with any room left the vectors of
+        users this batch took past ``graph_from``. Returns (rows moved into the graph or taken
+        off the queues, chunks indexed). Rows another indexer holds are skipped, so indexers in
+        several processes share the work."""
+        grown = len(
+            (
+                await self.session.execute(_INTO_GRAPH, {"limit": limit, "graph_from": graph_from})
+            ).all()
+        )
+        if grown >= limit:
+            return grown, 0
+        room = limit - grown
+        texts = (await self.session.execute(_INDEX_TEXT, {"limit": room})).one()
         taken = list(texts.taken)
         vectors = (
             await self.session.execute(
                 _INDEX_VECTORS,
-                {"ids": taken, "spare": limit - len(taken), "graph_from": graph_from},
+                {"ids": taken, "spare": room - len(taken), "graph_from": graph_from},
             )
         ).one()
-        done = len(taken) + int(vectors.spare)
-        grown: list[int] = []
-        if done < limit:
-            grown = list(
+        done = grown + len(taken) + int(vectors.spare)
+        if done < limit:  # users this batch took past graph_from: their earlier vectors
+            done += len(
                 (
                     await self.session.execute(
                         _INTO_GRAPH, {"limit": limit - done, "graph_from": graph_from}
                     )
-                ).scalars()
+                ).all()
             )
-        return done + len(grown), len(set(texts.moved) | set(vectors.moved))
+        return done, len(set(texts.moved) | set(vectors.moved))
 
     async def requeue_unindexed(self) -> int:
         """Queue every chunk whose text is in neither memory_chunk_terms nor its queue, and
