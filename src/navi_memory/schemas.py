@@ -308,7 +308,8 @@ class MemoryStats(_Model):
     """Index backlogs: ``memory_chunk_vector_queue``, ``memory_chunk_text_queue`` and
     ``memory_fact_vector_queue`` (rows their indexers have still to move; search reads them
     exactly meanwhile), ``unindexed`` (chunk vectors in neither the index nor the queue:
-    backfill queues them)."""
+    backfill queues them), ``awaiting_graph`` (indexed chunk vectors of users past
+    CHUNK_GRAPH_FROM not yet in the HNSW graph: the chunk indexer moves them)."""
     hidden_facts: int
     expired_facts: int
     """Facts past their expiry, invisible to every read; ``purge_expired`` deletes them."""

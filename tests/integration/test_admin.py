@@ -273,3 +273,33 @@ async def test_get_fact_and_the_category_filter(memory: Memory) -> None:
         await memory.store.get_fact(survivor.id)
     with admin():
         assert (await memory.store.get_fact(survivor.id)).key == "preferred_language"
+
+
+async def test_stats_count_chunk_vectors_awaiting_the_graph(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """A user past CHUNK_GRAPH_FROM whose earlier vectors are still beside the HNSW graph: stats
+    counts them until the indexer has moved them in."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_graph_from=3
+    )
+    async with open_memory(settings) as manual:
+        uid = await new_user(manual)
+        sid = await new_session_row(manual, uid)
+        await manual.store.add_chunks(
+            [draft("User: one"), draft("User: two", start_seq=3)], user_id=uid, session_id=sid
+        )
+        await manual.store.index_pending_chunks()  # 2 chunks: beside the graph
+        with admin():
+            assert (await manual.admin.stats()).queues["awaiting_graph"] == 0
+        # The user grows past 3 by SQL of its own: the indexer has not seen it yet.
+        await execute(
+            manual,
+            "UPDATE memory_chunk_text_stats SET chunks = chunks + 5 WHERE user_id = :u",
+            u=uid,
+        )
+        with admin():
+            assert (await manual.admin.stats()).queues["awaiting_graph"] == 2
+        await manual.store.index_pending_chunks()
+        with admin():
+            assert (await manual.admin.stats()).queues["awaiting_graph"] == 0

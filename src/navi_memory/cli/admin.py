@@ -67,7 +67,8 @@ def stats(
     )
     out.print(
         f"other queues     chunk text {result.queues['memory_chunk_text_queue']}, fact vectors "
-        f"{result.queues['memory_fact_vector_queue']}   (the indexers drain them; "
+        f"{result.queues['memory_fact_vector_queue']}, chunk vectors awaiting the graph "
+        f"{result.queues['awaiting_graph']}   (the indexers drain them; "
         "navi-memory backfill)",
         markup=False,
     )

@@ -62,7 +62,9 @@ class Admin:
         uid = None if user_id is None else as_user_id(user_id)
         users = check_int("users", users, minimum=1)
         async with unit_of_work(self._snapshot) as session:
-            return await self._stats.stats(session, uid, users=users)
+            return await self._stats.stats(
+                session, uid, users=users, graph_from=self._indexer.graph_from
+            )
 
     async def purge_expired(
         self, user_id: uuid.UUID | str | None = None, *, dry_run: bool = False

@@ -50,6 +50,11 @@ class ChunkIndexer(QueueIndexer):
         )
         self._graph_from = graph_from
 
+    @property
+    def graph_from(self) -> int:
+        """From how many indexed chunks a user's vectors go into the HNSW graph."""
+        return self._graph_from
+
     async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[int, int]:
         return await ChunkRepository(session=session).index_queued(
             limit, graph_from=self._graph_from

@@ -12,6 +12,7 @@ from navi_memory.models import (
     ChunkRow,
     ChunkTermsRow,
     ChunkTextQueueRow,
+    ChunkTextStatsRow,
     ChunkVectorQueueRow,
     ChunkVectorRow,
     FactRow,
@@ -85,6 +86,23 @@ class StatsRepository:
 
     async def chunks_without_vector(self) -> int:
         stmt = select(func.count()).where(ChunkRow.embedding.is_(None))
+        return int(await self.session.scalar(stmt) or 0)
+
+    async def chunk_vectors_awaiting_graph(self, graph_from: int) -> int:
+        """Indexed chunk vectors beside the HNSW graph whose user now holds ``graph_from``
+        indexed chunks or more: the chunk indexer moves them in (revision 0009)."""
+        stmt = (
+            select(func.count())
+            .select_from(ChunkTextStatsRow)
+            .join(
+                ChunkVectorRow,
+                and_(
+                    ChunkVectorRow.user_id == ChunkTextStatsRow.user_id,
+                    ~ChunkVectorRow.in_graph,
+                ),
+            )
+            .where(ChunkTextStatsRow.chunks >= graph_from)
+        )
         return int(await self.session.scalar(stmt) or 0)
 
     async def chunk_vectors_unindexed(self) -> int:

@@ -15,10 +15,11 @@ __all__ = ["StatsService"]
 
 class StatsService:
     async def stats(
-        self, session: AsyncSession, user_id: uuid.UUID | None, *, users: int
+        self, session: AsyncSession, user_id: uuid.UUID | None, *, users: int, graph_from: int
     ) -> MemoryStats:
         """Totals over the whole database; the per-user part for ``user_id`` only, or for the
-        ``users`` users holding the most rows."""
+        ``users`` users holding the most rows. ``graph_from``: the chunk indexer's threshold
+        for the HNSW graph (CHUNK_GRAPH_FROM), for the graph's backlog."""
         repo = StatsRepository(session=session)
         tables = await repo.table_rows()
         facts = await repo.fact_totals()
@@ -56,6 +57,7 @@ class StatsService:
                 "memory_chunk_text_queue": tables["memory_chunk_text_queue"],
                 "memory_fact_vector_queue": tables["memory_fact_vector_queue"],
                 "unindexed": await repo.chunk_vectors_unindexed(),
+                "awaiting_graph": await repo.chunk_vectors_awaiting_graph(graph_from),
             },
             hidden_facts=int(facts["hidden"]),
             expired_facts=int(facts["expired"]),
