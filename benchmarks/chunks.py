@@ -60,6 +60,7 @@ from benchmarks.sections import (
 from navi_memory import EMBEDDING_DIM, PERMISSION_READ_ALL, Memory, Settings, request_context
 from navi_memory.constants import CHUNK_GRAPH_FROM
 from navi_memory.errors import EmbeddingError
+from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.schemas import ChunkDraft
 from navi_memory.services.chunks import PruneHints
 from navi_memory.text.terms import STOP_WORDS
@@ -1045,6 +1046,7 @@ class ChunksBench:
         *,
         callers: int = 1,
         vectors: bool = True,
+        indexers: int = 1,
     ) -> Row:
         """add_chunks calls of ``batch()`` chunks, ``callers`` at a time (each caller its own
         connection, calls one after another), then the indexer timed on the chunks they
@@ -1056,11 +1058,13 @@ class ChunksBench:
         self.lookup.failing = not vectors
         try:
             with quiet_embedding_failures():
-                return await self._add_calls(label, calls, callers)
+                return await self._add_calls(label, calls, callers, indexers)
         finally:
             self.lookup.failing = False
 
-    async def _add_calls(self, label: str, calls: Sequence[AddCall], callers: int) -> Row:
+    async def _add_calls(
+        self, label: str, calls: Sequence[AddCall], callers: int, indexers: int = 1
+    ) -> Row:
         warmup = min(ADD_WARMUP_CALLS, len(calls) // 5)
         for call in calls[:warmup]:
             await self.memory.store.add_chunks(
@@ -1092,7 +1096,19 @@ class ChunksBench:
         per_call = [spent for _, spent in done]
         queued = await self.memory.store.pending_chunk_count()
         started = time.perf_counter()
-        indexed = await self.memory.store.index_pending_chunks()
+        if indexers == 1:
+            indexed = await self.memory.store.index_pending_chunks()
+        else:  # as indexers in that many processes would: each its own connection
+            drains = [
+                ChunkIndexer(
+                    self.memory.sessionmaker,
+                    batch_size=self.memory.settings.chunk_index_batch_size,
+                    background=False,
+                    graph_from=self.memory.settings.chunk_graph_from,
+                ).drain()
+                for _ in range(indexers)
+            ]
+            indexed = sum(await asyncio.gather(*drains))
         index_seconds = time.perf_counter() - started
         assert indexed == queued == chunks, (indexed, queued, chunks)
         self.last_rate = chunks / seconds
@@ -1111,7 +1127,8 @@ class ChunksBench:
             f"per call p50 {fmt_ms(percentile(per_call, 50))} ms, p95 "
             f"{fmt_ms(percentile(per_call, 95))} ms"
             + (f"; SQL {sql / seconds:.0%} of the time" if callers == 1 else "")
-            + f". Then the indexer indexed the {fmt_count(indexed)} queued chunks ({what}) "
+            + f". Then {'the indexer' if indexers == 1 else f'{indexers} indexers at once'}"
+            f" indexed the {fmt_count(indexed)} queued chunks ({what}) "
             f"at {fmt_rate(indexed / index_seconds)} chunks/s "
             f"(batches of {self.memory.settings.chunk_index_batch_size}); both together: "
             f"{fmt_rate(chunks / (seconds + index_seconds))} chunks/s",
@@ -1146,6 +1163,11 @@ class ChunksBench:
                 n,
                 small,
                 callers=CONCURRENT_CALLERS,
+            )
+        )
+        rows.append(
+            await self._add_round(
+                "all indexes, 1–8 chunks a call, then two indexers at once", n, small, indexers=2
             )
         )
         rows.append(
