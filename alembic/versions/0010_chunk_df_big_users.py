@@ -38,16 +38,31 @@ depends_on: str | Sequence[str] | None = None
 DF_FROM = 1_000
 """navi_memory.constants.CHUNK_BM25_PRUNE_FROM when this revision was written."""
 
-_ADDED = """
-CREATE OR REPLACE FUNCTION navi_chunk_text_stats_added() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    -- The users' statistics rows first, in user order: their locks order two writers of
-    -- one user (two indexers queue behind each other instead of deadlocking).
+_STATS_ADDED = """
     INSERT INTO memory_chunk_text_stats AS s (user_id, chunks, lexemes)
     SELECT user_id, count(*), sum(lexemes) FROM added GROUP BY user_id ORDER BY user_id
     ON CONFLICT (user_id) DO UPDATE
         SET chunks = s.chunks + EXCLUDED.chunks, lexemes = s.lexemes + EXCLUDED.lexemes;
-    -- Users whose frequencies were kept before this statement: its chunks' lexemes.
+"""
+"""0006's statistics upsert (the users in user order: their rows' locks order two writers)."""
+
+_STATS_REMOVED = """
+    UPDATE memory_chunk_text_stats s
+    SET chunks = s.chunks - r.chunks, lexemes = s.lexemes - r.lexemes
+    FROM (SELECT user_id, count(*) AS chunks, sum(lexemes) AS lexemes
+          FROM removed GROUP BY user_id) r
+    WHERE s.user_id = r.user_id;
+"""
+"""0006's statistics update: an UPDATE, never an upsert: a user's deletion removes their row by
+its own cascade, and the cascade through their chunks must not bring it back."""
+
+_ADDED = (
+    """
+CREATE OR REPLACE FUNCTION navi_chunk_text_stats_added() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- The users' statistics rows first: their locks order two writers of one user."""
+    + _STATS_ADDED
+    + """    -- Users whose frequencies were kept before this statement: its chunks' lexemes.
     INSERT INTO memory_chunk_lexeme_df AS d (user_id, lexeme, df)
     SELECT a.user_id, l, count(*)
     FROM added a JOIN memory_chunk_text_stats s ON s.user_id = a.user_id AND s.df_kept,
@@ -72,19 +87,9 @@ BEGIN
     RETURN NULL;
 END $$
 """
+)
 
-# An UPDATE of the statistics, never an upsert: a user's deletion removes their row by its own
-# cascade, and the cascade through their chunks must not bring it back. Frequencies: only kept
-# users have rows (and a deleted user's go to 0, so they are deleted); two statements, as one
-# may not update a row and delete it too.
-_REMOVED = """
-CREATE OR REPLACE FUNCTION navi_chunk_text_stats_removed() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE memory_chunk_text_stats s
-    SET chunks = s.chunks - r.chunks, lexemes = s.lexemes - r.lexemes
-    FROM (SELECT user_id, count(*) AS chunks, sum(lexemes) AS lexemes
-          FROM removed GROUP BY user_id) r
-    WHERE s.user_id = r.user_id;
+_DF_REMOVED = """
     UPDATE memory_chunk_lexeme_df d SET df = d.df - r.df
     FROM (SELECT t.user_id, l AS lexeme, count(*) AS df
           FROM removed t, unnest(tsvector_to_array(t.tsv)) l
@@ -94,9 +99,24 @@ BEGIN
     USING (SELECT DISTINCT t.user_id, l AS lexeme
            FROM removed t, unnest(tsvector_to_array(t.tsv)) l) r
     WHERE d.user_id = r.user_id AND d.lexeme = r.lexeme AND d.df <= 0;
-    RETURN NULL;
+"""
+"""The frequencies of the removed chunks' lexemes taken away, and rows at 0 deleted: two
+statements, as one may not update a row and delete it too. A trigger body's part, here and in
+0008's removal function that the downgrade brings back."""
+
+# The statistics first (their row's lock orders this delete against an indexer counting the
+# user's frequencies), then the frequencies: only kept users have rows (and a deleted user's go
+# to 0, so they are deleted).
+_REMOVED = (
+    """
+CREATE OR REPLACE FUNCTION navi_chunk_text_stats_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN"""
+    + _STATS_REMOVED
+    + _DF_REMOVED
+    + """    RETURN NULL;
 END $$
 """
+)
 
 
 def upgrade() -> None:
@@ -125,33 +145,11 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # 0006's statistics functions, 0008's df triggers, and every user's frequencies again.
-    op.execute(
-        """
-        CREATE OR REPLACE FUNCTION navi_chunk_text_stats_added() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        BEGIN
-            INSERT INTO memory_chunk_text_stats AS s (user_id, chunks, lexemes)
-            SELECT user_id, count(*), sum(lexemes) FROM added GROUP BY user_id ORDER BY user_id
-            ON CONFLICT (user_id) DO UPDATE
-                SET chunks = s.chunks + EXCLUDED.chunks, lexemes = s.lexemes + EXCLUDED.lexemes;
-            RETURN NULL;
-        END $$
-        """
-    )
-    op.execute(
-        """
-        CREATE OR REPLACE FUNCTION navi_chunk_text_stats_removed() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        BEGIN
-            UPDATE memory_chunk_text_stats s
-            SET chunks = s.chunks - r.chunks, lexemes = s.lexemes - r.lexemes
-            FROM (SELECT user_id, count(*) AS chunks, sum(lexemes) AS lexemes
-                  FROM removed GROUP BY user_id) r
-            WHERE s.user_id = r.user_id;
-            RETURN NULL;
-        END $$
-        """
-    )
+    for name, body in (("added", _STATS_ADDED), ("removed", _STATS_REMOVED)):
+        op.execute(
+            f"CREATE OR REPLACE FUNCTION navi_chunk_text_stats_{name}() RETURNS trigger"
+            f" LANGUAGE plpgsql AS $$ BEGIN{body} RETURN NULL; END $$"
+        )
     op.execute(
         """
         CREATE FUNCTION navi_chunk_lexeme_df_added() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -166,21 +164,8 @@ def downgrade() -> None:
         """
     )
     op.execute(
-        """
-        CREATE FUNCTION navi_chunk_lexeme_df_removed() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            UPDATE memory_chunk_lexeme_df d SET df = d.df - r.df
-            FROM (SELECT t.user_id, l AS lexeme, count(*) AS df
-                  FROM removed t, unnest(tsvector_to_array(t.tsv)) l
-                  GROUP BY t.user_id, l) r
-            WHERE d.user_id = r.user_id AND d.lexeme = r.lexeme;
-            DELETE FROM memory_chunk_lexeme_df d
-            USING (SELECT DISTINCT t.user_id, l AS lexeme
-                   FROM removed t, unnest(tsvector_to_array(t.tsv)) l) r
-            WHERE d.user_id = r.user_id AND d.lexeme = r.lexeme AND d.df <= 0;
-            RETURN NULL;
-        END $$
-        """
+        "CREATE FUNCTION navi_chunk_lexeme_df_removed() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN" + _DF_REMOVED + " RETURN NULL; END $$"
     )
     op.execute(
         "CREATE TRIGGER memory_chunk_terms_df_added AFTER INSERT ON memory_chunk_terms "

@@ -798,11 +798,7 @@ class ChunkRepository:
         users this batch took past ``graph_from``. Returns (rows moved into the graph or taken
         off the queues, chunks indexed). Rows another indexer holds are skipped, so indexers in
         several processes share the work."""
-        grown = len(
-            (
-                await self.session.execute(_INTO_GRAPH, {"limit": limit, "graph_from": graph_from})
-            ).all()
-        )
+        grown = await self._into_graph(limit, graph_from)
         if grown >= limit:
             return grown, 0
         room = limit - grown
@@ -815,15 +811,15 @@ class ChunkRepository:
             )
         ).one()
         done = grown + len(taken) + int(vectors.spare)
-        if done < limit:  # users this batch took past graph_from: their earlier vectors
-            done += len(
-                (
-                    await self.session.execute(
-                        _INTO_GRAPH, {"limit": limit - done, "graph_from": graph_from}
-                    )
-                ).all()
-            )
+        # Only indexed text moves a user's count: with none, the first look found every row due.
+        if done < limit and texts.moved:
+            done += await self._into_graph(limit - done, graph_from)
         return done, len(set(texts.moved) | set(vectors.moved))
+
+    async def _into_graph(self, limit: int, graph_from: int) -> int:
+        """``_INTO_GRAPH``: how many vectors it moved into the graph."""
+        moved = await self.session.execute(_INTO_GRAPH, {"limit": limit, "graph_from": graph_from})
+        return len(moved.all())
 
     async def requeue_unindexed(self) -> int:
         """Queue every chunk whose text is in neither memory_chunk_terms nor its queue, and
