@@ -56,6 +56,8 @@ from benchmarks.sections import (
     latency_rows,
     loader,
     p50_p95,
+    raw_connection,
+    raw_fetch,
     relation_sizes,
     replay_explained,
     summarize_plan,
@@ -69,7 +71,7 @@ from navi_memory import (
     request_context,
 )
 from navi_memory.constants import DEFAULT_CONFIDENCE
-from navi_memory.db import ensure_trgm_indexes, register_vector_codec, vector_search_settings
+from navi_memory.db import ensure_trgm_indexes
 from navi_memory.llm import embedding_text_for_fact
 from navi_memory.repositories.facts import UPSERT, upsert_parameters
 from navi_memory.services.facts import FactWrite, key_norm, upsert_statement
@@ -182,7 +184,7 @@ class FactsSection:
                 "settings and its binary vector codec (upserts: the other's)."
             )
             report.setup.append(await relation_sizes(memory, SIZE_PARTS))
-            raw = await raw_connection(ctx, settings, cached_plans=True)
+            raw = await raw_connection(ctx, DATABASE, settings, cached_plans=True)
             try:
                 bench = FactsBench(memory, clock, embedder, data, report, ctx, rng, sizes, raw)
                 await bench.plans()
@@ -425,7 +427,7 @@ class FactsBench:
         ops = make_upserts(self.rng, self.data, count)
         compiled = UPSERT.compile(dialect=self.memory.engine.dialect)
         names = list(compiled.positiontup or ())
-        conn = await raw_connection(self.ctx, settings, synchronous_commit=False)
+        conn = await raw_connection(self.ctx, DATABASE, settings, synchronous_commit=False)
         times: list[float] = []
         try:
             for index, op in enumerate(ops):
@@ -680,40 +682,6 @@ async def update_statistics(ctx: BenchContext) -> str:
         f"{fmt_count(hot)} (fillfactor 90, and no HNSW index on the table: a re-verification "
         "or a new value adds no index entry unless an indexed column changes)."
     )
-
-
-# --- raw asyncpg ------------------------------------------------------------------------------
-
-
-async def raw_connection(
-    ctx: BenchContext,
-    settings: Settings,
-    *,
-    synchronous_commit: bool = True,
-    cached_plans: bool = False,
-) -> asyncpg.Connection:
-    """One plain asyncpg connection to the section's database, started with the settings the
-    engine's connections carry (db.create_engine; ``cached_plans``: the engine fact searches
-    run on) and the same binary vector codec."""
-    conn = await asyncpg.connect(
-        host=ctx.server.socket_dir,
-        user="postgres",
-        database=DATABASE,
-        server_settings={
-            "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
-            **vector_search_settings(settings),
-            **({} if synchronous_commit else {"synchronous_commit": "off"}),
-        },
-    )
-    await register_vector_codec(conn)
-    return conn
-
-
-async def raw_fetch(conn: asyncpg.Connection, statement: CapturedStatement) -> float:
-    """Seconds ``conn`` takes to run ``statement`` and fetch its rows."""
-    started = time.perf_counter()
-    await conn.fetch(statement.sql, *statement.parameters)
-    return time.perf_counter() - started
 
 
 # --- search -----------------------------------------------------------------------------------

@@ -10,16 +10,21 @@ found by text) — so each call does a vector pass in one store and a text pass 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import asyncpg
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from benchmarks import chunks as chunks_section
 from benchmarks import facts as facts_section
@@ -27,6 +32,7 @@ from benchmarks.chunks_data import UserPlan, plan_users
 from benchmarks.facts_data import FactSet, build_fact_set
 from benchmarks.harness import (
     BenchContext,
+    CapturedStatement,
     Row,
     SectionReport,
     SqlClock,
@@ -42,10 +48,19 @@ from benchmarks.sections import (
     bench_database,
     loader,
     quiet_embedding_failures,
+    raw_connection,
     timed_memory,
 )
 from navi_memory import Memory, Settings
-from navi_memory.constants import SEARCH_K_DEFAULT, SKETCH_SCOPE
+from navi_memory.constants import (
+    CHUNK_BM25_B,
+    CHUNK_BM25_K1,
+    CHUNK_GRAPH_FROM,
+    SEARCH_K_DEFAULT,
+    SKETCH_SCOPE,
+)
+from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory.services.search import plan_search
 from navi_memory.testing import hashed_embedding
 
 __all__ = ["SECTION", "SearchSection"]
@@ -59,6 +74,30 @@ QUERIES: Final = 400
 SKETCHES_PER_USER: Final = 5
 TARGET_RATIO: Final = 1.2
 """The issue's target: unified p50 <= 1.2 x the slower of search_facts and search_chunks alone."""
+CALLERS: Final = 8
+"""Concurrent callers of the throughput series (issue #16: 8)."""
+CONCURRENT_QUERIES: Final = 800
+RECALL_USERS: Final = 10
+"""Users drawn from each size bucket for the recall series (fewer where the bucket has fewer)."""
+RECALL_QUERIES_PER_USER: Final = 4
+RECALL_K: Final = 10
+RECALL_BUCKETS: Final = (
+    (1, 99),
+    (100, 999),
+    (1_000, CHUNK_GRAPH_FROM - 1),
+    (CHUNK_GRAPH_FROM, 4_999),
+    (5_000, 14_999),
+    (15_000, 10**9),
+)
+"""User sizes (chunks) of the recall series: the exact side below CHUNK_GRAPH_FROM, the graph
+from there."""
+
+# Issue #16's bars for unified search at 1M chunks (reported as targets in the large mode).
+LARGE_P50: Final = 0.005
+LARGE_P95: Final = 0.015
+LARGE_RATE: Final = 400.0
+RAW_RATIO: Final = 1.3
+RECALL_TARGET: Final = 0.98
 
 QueryKind = Literal["chunk", "fact"]
 
@@ -72,13 +111,20 @@ class Sizes:
     queries: int
 
     @classmethod
-    def scaled(cls, scale: float) -> Sizes:
+    def of(cls, ctx: BenchContext) -> Sizes:
+        """100k chunks and 100k facts over 1,000 users; ``--large``: issue #16's 1M chunks and
+        200k facts over 10,000 users (the chunks section's large set, largest user 40k)."""
+        if ctx.large:
+            base = cls(1_000_000, 200_000, 10_000, 40_000, QUERIES)
+        else:
+            base = cls(CHUNKS, FACTS, USERS, LARGEST, QUERIES)
+        scale = ctx.scale
         return cls(
-            chunks=max(2_000, round(CHUNKS * scale)),
-            facts=max(2_000, round(FACTS * scale)),
-            users=max(20, round(USERS * scale)),
-            largest=max(100, round(LARGEST * scale)),
-            queries=max(60, round(QUERIES * scale)),
+            chunks=max(2_000, round(base.chunks * scale)),
+            facts=max(2_000, round(base.facts * scale)),
+            users=max(20, round(base.users * scale)),
+            largest=max(100, round(base.largest * scale)),
+            queries=max(60, round(base.queries * scale)),
         )
 
 
@@ -101,15 +147,18 @@ class Timing:
 class SearchSection:
     name = "search"
     title = "Unified search: memory.search beside search_facts + search_chunks"
-    supports_large = False
+    supports_large = True
 
     async def run(self, ctx: BenchContext) -> SectionReport:
         started = time.perf_counter()
-        report = SectionReport(name=self.name, title=self.title)
+        report = SectionReport(
+            name=self.name, title=self.title + (" at 1M chunks" if ctx.large else "")
+        )
         rng = random.Random(ctx.seed)
-        sizes = Sizes.scaled(ctx.scale)
-        async with bench_database(ctx, DATABASE, "search") as url:
-            await self._run(ctx, url, report, rng, sizes)
+        sizes = Sizes.of(ctx)
+        tag = "search-large" if ctx.large else "search"
+        async with bench_database(ctx, DATABASE, tag) as url:
+            await self._run(ctx, url, report, rng, sizes, tag)
         report.seconds = time.perf_counter() - started
         return report
 
@@ -120,6 +169,7 @@ class SearchSection:
         report: SectionReport,
         rng: random.Random,
         sizes: Sizes,
+        tag: str,
     ) -> None:
         plans = plan_users(rng, users=sizes.users, chunks=sizes.chunks, largest=sizes.largest)
         facts = same_users(
@@ -129,7 +179,7 @@ class SearchSection:
             plans,
         )
         async with loader(ctx, DATABASE) as conn:
-            load = await chunks_section.bulk_load(conn, plans, ctx, "search")
+            load = await chunks_section.bulk_load(conn, plans, ctx, tag)
             await facts_section.bulk_load(conn, facts, ctx)
             sessions = await add_sessions_and_sketches(conn)
         report.setup += [
@@ -171,6 +221,7 @@ class SearchSection:
                 queries.append(Query("fact", uid, text))
             rng.shuffle(queries)
             timings: list[Timing] = []
+            vector_timings: list[Timing] = []
             for path in ("vector", "text"):
                 ctx.log(f"search: {len(queries)} queries x 3 calls, {path} path")
                 lookup.failing = path == "text"
@@ -182,6 +233,24 @@ class SearchSection:
                 report.rows += timing_rows(timings, path)
                 if path == "vector":
                     report.targets.append(target(timings))
+                    vector_timings = timings
+            ctx.log(f"{tag}: {len(queries)} queries beside the same statements on raw asyncpg")
+            lanes = LaneCapture({"custom": memory.engine, "cached": memory.cached_plans_engine})
+            try:
+                beside = await beside_raw(ctx, settings, memory, embedder, clock, lanes, queries)
+                report.rows += beside.rows()
+                ctx.log(f"{tag}: {CONCURRENT_QUERIES} queries, {CALLERS} callers, package and raw")
+                many = [queries[i % len(queries)] for i in range(CONCURRENT_QUERIES)]
+                rng.shuffle(many)
+                flows = await throughput(ctx, settings, memory, lanes, many)
+                report.rows += [flow.row() for flow in flows]
+            finally:
+                lanes.close()
+            ctx.log(f"{tag}: vector recall@{RECALL_K} against exact, by user size")
+            recall = await recall_by_size(memory, lookup, rng, plans, load.ids)
+            report.rows += [r.row() for r in recall]
+            if ctx.large or ctx.scale < 1:
+                report.targets += large_targets(vector_timings, beside, flows[0], recall)
         start_load, end_load = load_average, os.getloadavg()[0]
         report.notes += [
             "The SQL / Python split of the other sections is not given here: unified search's "
@@ -334,3 +403,364 @@ def target(timings: Sequence[Timing]) -> Target:
         measured=f"{fmt_ms(unified)} ms against {fmt_ms(slower)} ms = {ratio:.2f}x",
         met=ratio <= TARGET_RATIO,
     )
+
+
+# --- beside raw asyncpg, and 8 callers ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """What one of unified search's connections sent, in order, and which engine it came from
+    ("custom": custom plans forced; "cached": plans cached)."""
+
+    engine: str
+    statements: tuple[CapturedStatement, ...]
+
+
+class LaneCapture:
+    """Records the statements memory.search sends on both of its engines, grouped by the
+    connection (lane) that sent them, so that the same lanes can be replayed on raw asyncpg."""
+
+    def __init__(self, engines: Mapping[str, AsyncEngine]) -> None:
+        self._captured: dict[int, tuple[str, list[CapturedStatement]]] | None = None
+        self._listeners: list[tuple[Any, Callable[..., None]]] = []
+        for name, engine in engines.items():
+            listener = self._listener(name)
+            event.listen(engine.sync_engine, "before_cursor_execute", listener)
+            self._listeners.append((engine.sync_engine, listener))
+
+    def _listener(self, name: str) -> Callable[..., None]:
+        def before(
+            conn: Connection, _cursor: Any, statement: str, parameters: Any, *_: Any
+        ) -> None:
+            if self._captured is not None:
+                lane = self._captured.setdefault(id(conn), (name, []))
+                lane[1].append(CapturedStatement(statement, parameters))
+
+        return before
+
+    @contextmanager
+    def capture(self) -> Iterator[list[Lane]]:
+        """The lanes of the calls made inside the block (fill the list when it ends)."""
+        captured: dict[int, tuple[str, list[CapturedStatement]]] = {}
+        lanes: list[Lane] = []
+        self._captured = captured
+        try:
+            yield lanes
+        finally:
+            self._captured = None
+            lanes.extend(Lane(name, tuple(sent)) for name, sent in captured.values())
+
+    def close(self) -> None:
+        for engine, listener in self._listeners:
+            event.remove(engine, "before_cursor_execute", listener)
+
+
+class RawLanes:
+    """One caller's raw asyncpg connections, one per lane, each started like the engine its
+    lane came from (raw_connection): replays a call's lanes concurrently, as the package runs
+    them, and times the whole."""
+
+    def __init__(self, ctx: BenchContext, settings: Settings) -> None:
+        self._ctx = ctx
+        self._settings = settings
+        self._conns: dict[tuple[int, str], asyncpg.Connection] = {}
+
+    async def _conn(self, position: int, engine: str) -> asyncpg.Connection:
+        key = (position, engine)
+        if key not in self._conns:
+            self._conns[key] = await raw_connection(
+                self._ctx, DATABASE, self._settings, cached_plans=engine == "cached"
+            )
+        return self._conns[key]
+
+    async def run(self, lanes: Sequence[Lane]) -> float:
+        conns = [await self._conn(i, lane.engine) for i, lane in enumerate(lanes)]
+        started = time.perf_counter()
+        await asyncio.gather(
+            *(_fetch_all(conn, lane) for conn, lane in zip(conns, lanes, strict=True))
+        )
+        return time.perf_counter() - started
+
+    async def close(self) -> None:
+        for conn in self._conns.values():
+            await conn.close()
+
+
+async def _fetch_all(conn: asyncpg.Connection, lane: Lane) -> None:
+    for statement in lane.statements:
+        await conn.fetch(statement.sql, *statement.parameters)
+
+
+@dataclass(frozen=True, slots=True)
+class Beside:
+    package: list[float]
+    raw: list[float]
+    statements: float
+    """Statements a call sent, on average (every lane)."""
+
+    @property
+    def ratio(self) -> float:
+        return percentile(self.package, 50) / percentile(self.raw, 50)
+
+    def rows(self) -> list[Row]:
+        def pair(values: Sequence[float]) -> str:
+            return f"{fmt_ms(percentile(values, 50))} / {fmt_ms(percentile(values, 95))}"
+
+        return [
+            Row(
+                "memory.search beside raw asyncpg, vector path: package p50 / p95",
+                pair(self.package),
+                "ms",
+                f"{len(self.package)} queries, one caller, the whole call, embedding excluded",
+            ),
+            Row(
+                "  the same statements on raw asyncpg, p50 / p95",
+                pair(self.raw),
+                "ms",
+                f"{self.statements:.1f} statements a call as captured, each lane on its own "
+                "connection (started like its engine's), the lanes concurrently; fetch only",
+            ),
+            Row("  package / raw p50", f"{self.ratio:.2f}", "x", "same run, order alternating"),
+        ]
+
+
+async def beside_raw(
+    ctx: BenchContext,
+    settings: Settings,
+    memory: Memory,
+    embedder: TimingEmbedder,
+    clock: SqlClock,
+    capture: LaneCapture,
+    queries: Sequence[Query],
+) -> Beside:
+    """Each query (vector path) through memory.search and its captured lanes on raw asyncpg,
+    one after the other, which first alternating."""
+    queries = queries[WARMUP_CALLS:]
+    raw = RawLanes(ctx, settings)
+    try:
+        captured: list[list[Lane]] = []
+        for query in queries:  # what each query sends (and a warm-up of both sides)
+            with capture.capture() as lanes:
+                await unified(memory, query)
+            captured.append(lanes)
+            await raw.run(lanes)
+        package: list[float] = []
+        raw_times: list[float] = []
+        for index, (query, lanes) in enumerate(zip(queries, captured, strict=True)):
+            raw_first = index % 2 == 1
+            if raw_first:
+                raw_times.append(await raw.run(lanes))
+            _, sample = await timed(unified(memory, query), embedder, clock)
+            package.append(sample.without_embedding)
+            if not raw_first:
+                raw_times.append(await raw.run(lanes))
+    finally:
+        await raw.close()
+    sent = sum(len(lane.statements) for lanes in captured for lane in lanes)
+    return Beside(package, raw_times, sent / max(1, len(captured)))
+
+
+def unified(memory: Memory, query: Query) -> Awaitable[list[Any]]:
+    return memory.search.search(query.text, "all", SEARCH_K_DEFAULT, user_id=query.user_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """``callers`` concurrent callers through one series of calls."""
+
+    how: str
+    callers: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.seconds
+
+    def row(self) -> Row:
+        return Row(
+            f"{self.how}, {self.callers} concurrent callers: searches/s (p50 / p95 ms)",
+            f"{self.rate:,.0f} ({fmt_ms(percentile(self.latencies, 50))} / "
+            f"{fmt_ms(percentile(self.latencies, 95))})",
+            "",
+            f"{len(self.latencies)} calls, vector path; client and server share the 2 cores",
+        )
+
+
+async def throughput(
+    ctx: BenchContext,
+    settings: Settings,
+    memory: Memory,
+    capture: LaneCapture,
+    queries: Sequence[Query],
+) -> list[Flow]:
+    """The same calls by CALLERS callers at once through memory.search (the lookup embedder,
+    which answers from a dict, inside the timing), then their captured lanes on raw asyncpg
+    (each caller its own connections)."""
+    captured: list[list[Lane]] = []
+    for query in queries:
+        with capture.capture() as lanes:
+            await unified(memory, query)
+        captured.append(lanes)
+
+    async def package(index: int) -> float:
+        started = time.perf_counter()
+        await unified(memory, queries[index])
+        return time.perf_counter() - started
+
+    package_flow = await _callers("memory.search", len(queries), lambda _: package)
+    raws = [RawLanes(ctx, settings) for _ in range(CALLERS)]
+    try:
+        for caller, raw in enumerate(raws):  # open each caller's connections (and warm them)
+            for lanes in captured[caller :: len(raws)][:5]:
+                await raw.run(lanes)
+
+        def on_raw(caller: int) -> Callable[[int], Awaitable[float]]:
+            return lambda index: raws[caller].run(captured[index])
+
+        raw_flow = await _callers("the same statements on raw asyncpg", len(queries), on_raw)
+    finally:
+        for raw in raws:
+            await raw.close()
+    return [package_flow, raw_flow]
+
+
+async def _callers(
+    how: str, count: int, call_of: Callable[[int], Callable[[int], Awaitable[float]]]
+) -> Flow:
+    """Calls 0..count-1 shared out to CALLERS tasks as each becomes free."""
+    latencies: list[float] = []
+    next_index = iter(range(count))
+
+    async def caller(number: int) -> None:
+        call = call_of(number)
+        for index in next_index:
+            latencies.append(await call(index))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(n) for n in range(CALLERS)))
+    return Flow(how, CALLERS, time.perf_counter() - started, latencies)
+
+
+# --- recall -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    low: int
+    high: int
+    users: int
+    queries: int
+    found: int
+    expected: int
+    in_graph: int
+    """Of the users drawn, how many have their vectors in the HNSW graph."""
+
+    @property
+    def recall(self) -> float:
+        return self.found / max(1, self.expected)
+
+    @property
+    def span(self) -> str:
+        if self.high >= 10**9:
+            return f"users with {self.low:,}+ chunks"
+        return f"users with {self.low:,}–{self.high:,} chunks"
+
+    def row(self) -> Row:
+        return Row(
+            f"vector recall@{RECALL_K} against exact, {self.span}",
+            f"{self.recall:.3f}",
+            "",
+            f"{self.queries} queries over {self.users} users ({self.in_graph} in the HNSW "
+            f"graph); {self.found:,} of {self.expected:,}",
+        )
+
+
+async def recall_by_size(
+    memory: Memory,
+    lookup: chunks_section.LookupEmbedder,
+    rng: random.Random,
+    plans: Sequence[UserPlan],
+    ids: Sequence[Sequence[int]],
+) -> list[Recall]:
+    """For users drawn from each size bucket, queries made from their chunks: the nearest
+    RECALL_K of the package's own statement (the vector list search_chunks and memory.search
+    fuse, before the distance cut-off) against an exact scan of the user's vectors of record
+    (memory_chunks.embedding, no vector index there)."""
+    exact_sql = text(
+        "SELECT id FROM memory_chunks WHERE user_id = :uid AND embedding IS NOT NULL "
+        "ORDER BY embedding <=> CAST(:q AS vector) LIMIT :k"
+    )
+    results: list[Recall] = []
+    for low, high in RECALL_BUCKETS:
+        members = [u for u, plan in enumerate(plans) if low <= plan.size <= high]
+        if not members:
+            continue
+        picked = rng.sample(members, min(RECALL_USERS, len(members)))
+        users = [u for u in picked for _ in range(RECALL_QUERIES_PER_USER)]
+        queries = await chunks_section.make_queries(memory, lookup, rng, plans, ids, users)
+        found = expected = 0
+        async with memory.engine.connect() as conn:
+            repo = ChunkRepository(session=conn)
+            graph = await conn.execute(
+                text(
+                    "SELECT count(DISTINCT user_id) FROM memory_chunk_vectors "
+                    "WHERE in_graph AND user_id = ANY(:uids)"
+                ),
+                {"uids": [plans[u].user_id for u in picked]},
+            )
+            in_graph = int(graph.scalar_one())
+            for query in queries:
+                vector = lookup.vectors[query.text]
+                terms = plan_search(query.text, "raw", RECALL_K).terms
+                nearest, _ = await repo.search_ranked(
+                    query.user_id, None, vector, terms, RECALL_K, k1=CHUNK_BM25_K1, b=CHUNK_BM25_B
+                )
+                exact = await conn.execute(
+                    exact_sql, {"uid": query.user_id, "q": str(vector), "k": RECALL_K}
+                )
+                want = {int(row[0]) for row in exact}
+                expected += len(want)
+                found += len(want & {int(row["id"]) for row in nearest})
+            await conn.rollback()
+        results.append(Recall(low, high, len(picked), len(queries), found, expected, in_graph))
+    return results
+
+
+def large_targets(
+    timings: Sequence[Timing], beside: Beside, flow: Flow, recall: Sequence[Recall]
+) -> list[Target]:
+    """Issue #16's bars for unified search at 1M chunks (shown for the large and quick runs)."""
+    unified_times = [t.unified for t in timings]
+    p50, p95 = percentile(unified_times, 50), percentile(unified_times, 95)
+    worst = min(recall, key=lambda r: r.recall)
+    return [
+        Target(
+            name="memory.search p50 / p95, one caller, vector path, embedding excluded",
+            goal=f"<= {fmt_ms(LARGE_P50)} / {fmt_ms(LARGE_P95)} ms",
+            measured=f"{fmt_ms(p50)} / {fmt_ms(p95)} ms",
+            met=p50 <= LARGE_P50 and p95 <= LARGE_P95,
+        ),
+        Target(
+            name=f"memory.search with {flow.callers} concurrent callers",
+            goal=f">= {LARGE_RATE:,.0f} searches/s",
+            measured=f"{flow.rate:,.0f} searches/s",
+            met=flow.rate >= LARGE_RATE,
+        ),
+        Target(
+            name="memory.search package / raw asyncpg p50, same run",
+            goal=f"<= {RAW_RATIO:.1f}x",
+            measured=(
+                f"{fmt_ms(percentile(beside.package, 50))} / "
+                f"{fmt_ms(percentile(beside.raw, 50))} ms = {beside.ratio:.2f}x"
+            ),
+            met=beside.ratio <= RAW_RATIO,
+        ),
+        Target(
+            name=f"vector recall@{RECALL_K} against exact, every user size",
+            goal=f">= {RECALL_TARGET}",
+            measured=f"lowest {worst.recall:.3f} ({worst.span})",
+            met=worst.recall >= RECALL_TARGET,
+        ),
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Final
@@ -25,6 +26,7 @@ from benchmarks.harness import (
     percentile,
 )
 from navi_memory import Memory, Settings, open_memory
+from navi_memory.db import register_vector_codec, vector_search_settings
 
 __all__ = [
     "WARMUP_CALLS",
@@ -33,6 +35,8 @@ __all__ = [
     "loader",
     "p50_p95",
     "quiet_embedding_failures",
+    "raw_connection",
+    "raw_fetch",
     "relation_sizes",
     "replay_explained",
     "summarize_plan",
@@ -86,6 +90,38 @@ async def timed_memory(
             yield memory, clock
         finally:
             clock.close()
+
+
+async def raw_connection(
+    ctx: BenchContext,
+    database: str,
+    settings: Settings,
+    *,
+    synchronous_commit: bool = True,
+    cached_plans: bool = False,
+) -> asyncpg.Connection:
+    """One plain asyncpg connection to ``database``, started with the settings the engine's
+    connections carry (db.create_engine; ``cached_plans``: the engine fact and sketch reads
+    run on) and the same binary vector codec: what "the same statement on raw asyncpg" runs on."""
+    conn = await asyncpg.connect(
+        host=ctx.server.socket_dir,
+        user="postgres",
+        database=database,
+        server_settings={
+            "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
+            **vector_search_settings(settings),
+            **({} if synchronous_commit else {"synchronous_commit": "off"}),
+        },
+    )
+    await register_vector_codec(conn)
+    return conn
+
+
+async def raw_fetch(conn: asyncpg.Connection, statement: CapturedStatement) -> float:
+    """Seconds ``conn`` takes to run ``statement`` and fetch its rows."""
+    started = time.perf_counter()
+    await conn.fetch(statement.sql, *statement.parameters)
+    return time.perf_counter() - started
 
 
 async def relation_sizes(memory: Memory, parts: Sequence[tuple[str, str]]) -> str:
