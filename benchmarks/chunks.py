@@ -393,8 +393,9 @@ async def bulk_load(
     ctx.log(f"{tag}: INSERT … SELECT into memory_chunk_terms (tsvectors)")
     await conn.execute(
         "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes, tsv) "
-        "SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM "
-        "(SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks) c"
+        "SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM memory_chunks, "
+        # OFFSET 0 keeps the subquery apart: flattened, each tsvector was made twice.
+        "LATERAL (SELECT navi_chunk_tsv(content, breadcrumbs) AS tsv OFFSET 0) t"
     )
     await conn.execute(
         "DROP TABLE bench_stage;"

@@ -54,7 +54,7 @@ async def run(base: int, users: int, rounds: int) -> None:
             # Every user kept from their first chunk on, then nobody newly kept: the rounds
             # flip df_kept themselves.
             await _df_from(conn, 0)
-            await conn.execute(_INDEX + " WHERE id <= $1) c", base)
+            await conn.execute(_INDEX + " WHERE id <= $1 OFFSET 0) c", base)
             await _df_from(conn, 10**9)
             await conn.execute("DELETE FROM memory_chunk_text_queue")
             await conn.execute("VACUUM ANALYZE")
@@ -72,7 +72,7 @@ async def run(base: int, users: int, rounds: int) -> None:
                     await conn.execute("UPDATE memory_chunk_text_stats SET df_kept = $1", on)
                     start = time.perf_counter()
                     await conn.execute(
-                        _INDEX + " WHERE id >= $1 AND id < $1 + $2) c", next_id, BATCH
+                        _INDEX + " WHERE id >= $1 AND id < $1 + $2 OFFSET 0) c", next_id, BATCH
                     )
                     times[on].append(time.perf_counter() - start)
                     next_id += BATCH
@@ -102,6 +102,8 @@ _INDEX = (
     " SELECT id, user_id, session_id, ended_at, length(tsv), tsv"
     " FROM (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks"
 )
+# The subquery's WHERE is the caller's; it ends with "OFFSET 0) c", which keeps the subquery
+# apart: flattened, each tsvector was made twice (for lexemes and for tsv).
 """The indexer's text insert, over the chunks the caller's WHERE picks."""
 
 

@@ -82,7 +82,9 @@ _INDEX_TEXT = text(
                            ORDER BY chunk_id LIMIT :limit FOR UPDATE SKIP LOCKED)
         RETURNING chunk_id
     ),
-    made AS (
+    made AS MATERIALIZED (
+        -- MATERIALIZED: inlined, "length(tsv), tsv" below made every tsvector twice (a third
+        -- of the indexer's text time: 2.9 against 1.9 ms a chunk, measured).
         SELECT c.id, c.user_id, c.session_id, c.ended_at,
                navi_chunk_tsv(c.content, c.breadcrumbs) AS tsv
         FROM memory_chunks c JOIN taken t ON t.chunk_id = c.id
