@@ -6,6 +6,7 @@ by size — and the plans PostgreSQL picks for the per-user queries."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import re
@@ -17,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import asyncpg
+import numpy as np
 from pgvector import Vector
 from sqlalchemy import RowMapping, text
 
@@ -90,6 +92,21 @@ TEXT_GIN: Final = "ix_memory_chunk_terms_tsv"
 MAINTENANCE_WORK_MEM: Final = "5GB"
 """Enough for the 1M-row halfvec HNSW graph to be built in memory (≈ 2 GiB)."""
 CONCURRENT_CALLERS: Final = 8
+BURST_RATE: Final = 2_500.0
+"""Issue #16's burst: add_chunks at this many chunks/s, for BURST_SECONDS (--large: 2 minutes)."""
+BURST_SECONDS: Final = 20.0
+BURST_SECONDS_LARGE: Final = 120.0
+BURST_CALL: Final = 64
+"""Chunks a burst call writes (one user's session); smaller calls do not reach the rate here."""
+BURST_WRITERS: Final = 200
+"""Users the burst writes to, drawn by size (active users write more)."""
+BURST_POOL: Final = 2_000
+"""Distinct chunk texts the burst cycles through, each made unique by a marker."""
+BURST_DRAIN_LIMIT: Final = 1_800.0
+"""Seconds the burst waits for the indexer to drain its backlog before it stops watching."""
+BURST_P95_QUIET: Final = 0.015
+BURST_P95_BACKLOG: Final = 0.050
+"""Issue #16: search p95 during the burst for users with no backlog / with one."""
 PER_USER_BTREES: Final = ("ix_memory_chunks_user_id_session_id_ended_at",)
 GIN_INDEXES: Final = ("ix_memory_chunks_breadcrumbs",)
 SIZE_BUCKETS: Final = ((1, 99), (100, 999), (1_000, 10**9))
@@ -136,18 +153,26 @@ class LookupEmbedder:
         self.dim = EMBEDDING_DIM
         self.vectors: dict[str, list[float]] = {}
         self.failing = False
+        self.fallback: Callable[[str], list[float]] | None = None
+        """Makes the vector of a text not in ``vectors`` (the burst's, too many to hold)."""
 
     def _check(self) -> None:
         if self.failing:
             raise EmbeddingError("LookupEmbedder is switched to fail")
 
+    def _vector(self, text: str) -> list[float]:
+        found = self.vectors.get(text)
+        if found is None and self.fallback is not None:
+            return self.fallback(text)
+        return found if found is not None else self.vectors[text]
+
     async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         self._check()
-        return [self.vectors[t] for t in texts]
+        return [self._vector(t) for t in texts]
 
     async def embed_query(self, text: str) -> list[float]:
         self._check()
-        return self.vectors[text]
+        return self._vector(text)
 
     async def aclose(self) -> None:
         """Nothing to release."""
@@ -235,6 +260,7 @@ class ChunksSection:
             await bench.search()
             await bench.graph_crossover()
             await bench.adds()
+            await bench.burst()
 
 
 SECTION = ChunksSection()
@@ -1198,6 +1224,196 @@ class ChunksBench:
         rows.append(
             await self._add_round("  without the breadcrumbs GIN index, 1–8 a call", n, small)
         )
+
+    # --- a burst of writes ---------------------------------------------------------------------
+
+    async def burst(self) -> None:
+        """Issue #16: add_chunks at BURST_RATE chunks/s for two minutes (--large; 20 s at 100k)
+        into the loaded set, in calls of BURST_CALL to BURST_WRITERS users drawn by size, while
+        one indexer (as the background one: its own connection, batches of the setting) drains
+        the queues and one caller searches, alternately a user the burst writes to (their
+        chunks wait in the queues: a backlog, read exactly) and a user drawn uniformly that
+        it does not. After the burst the indexer goes on until the queues are empty (at most
+        BURST_DRAIN_LIMIT s) and the searches with it."""
+        seconds = (BURST_SECONDS_LARGE if self.ctx.large else BURST_SECONDS) * min(
+            1.0, 4 * self.ctx.scale
+        )
+        wanted = min(BURST_WRITERS, len(self.plans) // 2)
+        writers: list[int] = []
+        for u in self.rng.choices(range(len(self.plans)), weights=self.weights, k=20 * wanted):
+            if u not in writers:
+                writers.append(u)
+            if len(writers) == wanted:
+                break
+        taken = set(writers)
+        quiet = [u for u in range(len(self.plans)) if u not in taken]
+        watched = {
+            "with a backlog": await make_queries(
+                self.memory, self.lookup, self.rng, self.plans, self.ids, writers
+            ),
+            "without one": await make_queries(
+                self.memory,
+                self.lookup,
+                self.rng,
+                self.plans,
+                self.ids,
+                self.rng.sample(quiet, min(wanted, len(quiet))),
+            ),
+        }
+        pool = [
+            d
+            for call in await self._make_calls(BURST_POOL, lambda: BURST_CALL)
+            for d in call.drafts
+        ]
+        vectors = np.array([self.lookup.vectors[d.content] for d in pool], dtype=np.float32)
+        noise = np.random.default_rng(self.ctx.seed)
+
+        def vector_of(content: str) -> list[float]:
+            # The pool's vector of this text, moved a little: no two burst chunks share one.
+            n = int(content.rsplit("(burst ", 1)[1].rstrip(")"))
+            v = vectors[n % len(pool)] + noise.normal(0.0, 0.01, EMBEDDING_DIM).astype(np.float32)
+            return [float(x) for x in v / np.linalg.norm(v)]
+
+        def drafts(first: int) -> list[ChunkDraft]:
+            made, seq = [], 0
+            for n in range(first, first + BURST_CALL):
+                base = pool[n % len(pool)]
+                content = f"{base.content}\n\nUser: noted (burst {n})"
+                span = base.end_seq - base.start_seq
+                made.append(
+                    base.model_copy(
+                        update={
+                            "content": content,
+                            "content_hash": _sha256(content),
+                            "start_seq": seq,
+                            "end_seq": seq + span,
+                        }
+                    )
+                )
+                seq += span + 1
+            return made
+
+        self.lookup.fallback = vector_of
+        indexer = ChunkIndexer(
+            self.memory.sessionmaker,
+            batch_size=self.memory.settings.chunk_index_batch_size,
+            background=False,
+            graph_from=self.memory.settings.chunk_graph_from,
+        )
+        writing = asyncio.Event()
+        writing.set()
+        done = asyncio.Event()
+        latencies: dict[tuple[str, str], list[float]] = {}
+        indexed_during = 0
+        self.log(
+            f"burst: add_chunks at {BURST_RATE:,.0f} chunks/s for {seconds:.0f} s, "
+            "one indexer, one caller searching"
+        )
+
+        async def write() -> tuple[int, int, float]:
+            written = calls = 0
+            started = time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                wait = started + written / BURST_RATE - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                uid = self.plans[self.rng.choice(writers)].user_id
+                written += await self.memory.store.add_chunks(
+                    drafts(written), user_id=uid, session_id=f"bench-burst-{calls}"
+                )
+                calls += 1
+            return written, calls, time.perf_counter() - started
+
+        async def index() -> None:
+            nonlocal indexed_during
+            while True:
+                got = await indexer.drain(max_batches=8)
+                if writing.is_set():
+                    indexed_during += got
+                elif got == 0:
+                    break
+                if got == 0:
+                    await asyncio.sleep(0.05)
+            done.set()
+
+        async def watch() -> None:
+            turn = 0
+            while not done.is_set():
+                phase = "burst" if writing.is_set() else "drain"
+                for who, queries in watched.items():
+                    query = queries[turn % len(queries)]
+                    began = time.perf_counter()
+                    await self.memory.store.search_chunks(query.text, user_id=query.user_id)
+                    latencies.setdefault((phase, who), []).append(time.perf_counter() - began)
+                turn += 1
+                await asyncio.sleep(0.01)
+
+        indexing = asyncio.create_task(index())
+        watching = asyncio.create_task(watch())
+        try:
+            written, calls, burst_seconds = await write()
+            writing.clear()
+            backlog = await self.memory.store.pending_chunk_count()
+            drain_started = time.perf_counter()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(done.wait()), BURST_DRAIN_LIMIT)
+            drain_seconds = time.perf_counter() - drain_started
+            left = await self.memory.store.pending_chunk_count()
+        finally:
+            indexing.cancel()
+            watching.cancel()
+            outcomes = await asyncio.gather(indexing, watching, return_exceptions=True)
+            self.lookup.fallback = None
+        for outcome in outcomes:  # a failure of either is the run's, not a figure
+            if isinstance(outcome, Exception) and not isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+        drained = "drained" if left == 0 else f"{left:,} still queued when it stopped"
+        rows = self.report.rows
+        rows.append(
+            Row(
+                f"burst: add_chunks at {BURST_RATE:,.0f} chunks/s asked, for {burst_seconds:.0f} s",
+                fmt_rate(written / burst_seconds),
+                "chunks/s",
+                f"{fmt_count(written)} chunks in {calls:,} calls of {BURST_CALL} to "
+                f"{len(writers)} users drawn by size, embedding a lookup; one indexer and one "
+                "searching caller beside it",
+            )
+        )
+        rows.append(
+            Row(
+                "  backlog when the burst ended / drained in",
+                f"{fmt_count(backlog)} / {drain_seconds:.0f} s",
+                "chunks / s",
+                f"{drained}; the indexer moved {fmt_count(indexed_during)} chunks during the "
+                f"burst ({fmt_rate(indexed_during / burst_seconds)}/s) and "
+                f"{fmt_count(backlog - left)} after it "
+                f"({fmt_rate((backlog - left) / max(drain_seconds, 1e-9))}/s)",
+            )
+        )
+        for (phase, who), times in sorted(latencies.items()):
+            rows.append(
+                p50_p95(
+                    f"  search_chunks during the {phase}, users {who}",
+                    times,
+                    f"{len(times)} searches, vector path, one caller, embedding a lookup",
+                )
+            )
+        if self.ctx.large or self.ctx.scale < 1:
+            for who, bar in (
+                ("without one", BURST_P95_QUIET),
+                ("with a backlog", BURST_P95_BACKLOG),
+            ):
+                times = [t for (phase, w), ts in latencies.items() if w == who for t in ts]
+                if times:
+                    p95 = percentile(times, 95)
+                    self.report.targets.append(
+                        Target(
+                            name=f"search_chunks p95 during the burst and its drain, users {who}",
+                            goal=f"<= {fmt_ms(bar)} ms",
+                            measured=f"{fmt_ms(p95)} ms",
+                            met=p95 <= bar,
+                        )
+                    )
 
 
 def _sha256(content: str) -> str:
