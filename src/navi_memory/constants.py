@@ -41,6 +41,13 @@ once the user holds this many indexed chunks; a smaller user's are searched exac
 costs a few microseconds a chunk and finds every nearest one (docs/raw-history.md, "Vector
 index"; the crossover is measured in docs/benchmarks.md)."""
 
+CHUNK_GRAPH_CANDIDATES: Final = 40
+"""A search takes at least this many of a user's nearest rows from the HNSW graph, then keeps
+the best ``limit`` of them by distance: with ``hnsw.iterative_scan = relaxed_order`` the first
+rows the scan yields are not quite the nearest, and reading on finds the ones it passed over
+(recall@10 at 1M: 0.92-0.99 for the first 10, 0.955-0.99 for the best 10 of 40; see
+docs/benchmarks.md)."""
+
 PRUNE_HINTS_CAPACITY: Final = 100_000
 """How many users a process remembers as below CHUNK_BM25_PRUNE_FROM (services.chunks.PruneHints:
 a few MB); one it forgot takes the pruned statement again, which is exact for every user."""

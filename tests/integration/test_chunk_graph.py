@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from navi_memory import PERMISSION_READ_ALL, Memory, open_memory, request_context
 from navi_memory.config import Settings
-from navi_memory.constants import CHUNK_GRAPH_FROM
+from navi_memory.constants import CHUNK_GRAPH_CANDIDATES, CHUNK_GRAPH_FROM
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.repositories.chunks import ranked_text_sql
 from navi_memory.testing import FakeOllama
@@ -242,6 +242,22 @@ async def test_a_small_users_search_never_walks_the_graph(manual: Memory) -> Non
     assert of_small[exact] == (1, 4), of_small
     assert of_big[hnsw][0] == 1 and of_big[hnsw][1] > 0, of_big
     assert of_big[exact] == (1, 0), of_big
+
+
+async def test_the_graph_side_is_read_past_the_limit_then_cut_to_it(manual: Memory) -> None:
+    """A search of limit 5 reads CHUNK_GRAPH_CANDIDATES rows from the graph (relaxed order
+    yields the nearest only roughly; the best of more are nearer) and returns 5: the outer
+    sort consumes the graph side whole instead of merging the sides and stopping early."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("big", 60), user_id=uid, session_id="b1")
+    await manual.store.index_pending_chunks()
+    await execute(manual, "ANALYZE memory_chunk_vectors")
+    assert await sides(manual, uid) == (60, 0, 0)
+    nodes = await explain_nearest(manual, uid)
+    hnsw = [n for n in nodes if n.get("Index Name") == "ix_memory_chunk_vectors_embedding_hnsw"]
+    assert [(n["Actual Loops"], n["Actual Rows"]) for n in hnsw] == [(1, CHUNK_GRAPH_CANDIDATES)]
+    found = await manual.store.search_chunks(TOPICS[0], user_id=uid, limit=5)
+    assert len([h for h in found if h.via == "vector"]) <= 5
 
 
 def test_the_migration_marks_the_users_the_default_setting_puts_in_the_graph() -> None:

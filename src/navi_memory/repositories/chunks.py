@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from navi_memory.constants import (
     CHUNK_BM25_SEED_EVERY,
     CHUNK_BM25_SEED_ROWS,
+    CHUNK_GRAPH_CANDIDATES,
     CHUNK_INSERT_BATCH,
     EMBEDDING_DIM,
 )
@@ -202,7 +203,11 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
 
     ``by_user``: the graph is read only when the user has a row in it (a one-time check on
     its partial btree): an HNSW scan filtered to a user it holds nothing of walks the graph
-    up to ``hnsw.max_scan_tuples`` for nothing."""
+    up to ``hnsw.max_scan_tuples`` for nothing.
+
+    The graph side reads CHUNK_GRAPH_CANDIDATES rows at least (its scan yields them only
+    roughly by distance), and the outer sort is on ``approx + 0``, which no side is ordered
+    by: a merge of the sides would stop after ``limit`` rows and leave the rest unread."""
     unit = f"CAST(l2_normalize({QUERY_VECTOR}) AS {_HALFVEC})"
     gate = (
         "AND EXISTS (SELECT 1 FROM memory_chunk_vectors g WHERE g.in_graph AND g.user_id = :uid)"
@@ -215,7 +220,7 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
              FROM memory_chunk_vectors v
              WHERE v.in_graph AND {vector_where} {gate}
              ORDER BY approx
-             LIMIT :limit)
+             LIMIT greatest(CAST(:limit AS integer), {CHUNK_GRAPH_CANDIDATES}))
             UNION ALL
             (SELECT v.chunk_id AS id, v.embedding <=> {unit} AS approx
              FROM memory_chunk_vectors v
@@ -229,7 +234,7 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
              ORDER BY approx
              LIMIT :limit)
         ) u
-        ORDER BY u.approx
+        ORDER BY u.approx + 0
         LIMIT :limit"""
 
 
