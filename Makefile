@@ -55,7 +55,7 @@ extract: $(STAMP) ## Turn every stale session into facts and rewrite the users' 
 bench: $(STAMP) ## Benchmarks at 100k rows (prints figures; see docs/benchmarks.md)
 	$(BIN)/python -m benchmarks.run
 
-bench-large: $(STAMP) ## Opt-in: 1M chunks over 10k users (~10 GB disk, ~40 min here)
+bench-large: $(STAMP) ## Opt-in: chunks and unified search at 1M chunks over 10k users (~10 GB disk, ~80 min)
 	$(BIN)/python -m benchmarks.run --large
 
 LOCAL_STAMP := $(VENV)/.installed-local
