@@ -1329,16 +1329,20 @@ class ChunksBench:
             return written, calls, time.perf_counter() - started
 
         async def index() -> None:
+            # drain() counts chunks indexed: a batch that only moves a grown user's vectors into
+            # the graph counts 0, so the queues themselves say when the drain is over.
             nonlocal indexed_during
-            while True:
-                got = await indexer.drain(max_batches=8)
-                if writing.is_set():
-                    indexed_during += got
-                elif got == 0:
-                    break
-                if got == 0:
-                    await asyncio.sleep(0.05)
-            done.set()
+            try:
+                while True:
+                    got = await indexer.drain(max_batches=8)
+                    if writing.is_set():
+                        indexed_during += got
+                    elif await indexer.queued() == 0:
+                        break
+                    if got == 0:
+                        await asyncio.sleep(0.05)
+            finally:
+                done.set()  # a failure ends the wait at once, and is raised below
 
         async def watch() -> None:
             turn = 0
