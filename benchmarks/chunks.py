@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import asyncpg
-import numpy as np
 from pgvector import Vector
 from sqlalchemy import RowMapping, text
 
@@ -1269,14 +1268,17 @@ class ChunksBench:
             for call in await self._make_calls(BURST_POOL, lambda: BURST_CALL)
             for d in call.drafts
         ]
-        vectors = np.array([self.lookup.vectors[d.content] for d in pool], dtype=np.float32)
-        noise = np.random.default_rng(self.ctx.seed)
+        vectors = [self.lookup.vectors[d.content] for d in pool]
+        noise = random.Random(self.ctx.seed)
 
         def vector_of(content: str) -> list[float]:
-            # The pool's vector of this text, moved a little: no two burst chunks share one.
+            # The pool's vector of this text, a few coordinates moved: no two burst chunks share
+            # one (unnormalised is fine: the indexer normalises, cosine ignores length).
             n = int(content.rsplit("(burst ", 1)[1].rstrip(")"))
-            v = vectors[n % len(pool)] + noise.normal(0.0, 0.01, EMBEDDING_DIM).astype(np.float32)
-            return [float(x) for x in v / np.linalg.norm(v)]
+            v = list(vectors[n % len(pool)])
+            for i in noise.sample(range(EMBEDDING_DIM), 8):
+                v[i] += noise.gauss(0.0, 0.05)
+            return v
 
         def drafts(first: int) -> list[ChunkDraft]:
             made, seq = [], 0
