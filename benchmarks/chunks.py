@@ -161,9 +161,11 @@ class LookupEmbedder:
 
     def _vector(self, text: str) -> list[float]:
         found = self.vectors.get(text)
-        if found is None and self.fallback is not None:
-            return self.fallback(text)
-        return found if found is not None else self.vectors[text]
+        if found is not None:
+            return found
+        if self.fallback is None:
+            raise KeyError(text)
+        return self.fallback(text)
 
     async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         self._check()
