@@ -200,12 +200,19 @@ class SearchSection:
             f"embedding excluded (a lookup embedder), {WARMUP_CALLS} warm-up queries left out; "
             "the list runs twice and the figures are the second pass's (the first touches the "
             "users' pages for the first time since the load).",
+            f"Both engines' pools hold {CALLERS} connections (DB_POOL_SIZE={CALLERS}), one per "
+            "concurrent caller, as the raw side holds its own.",
         ]
         settings = Settings(
             _env_file=None,
             database_url=url,
             backfill_pause_seconds=0,
             chunk_index_in_background=False,
+            # A unified search takes a connection from each engine: pools of CALLERS keep the
+            # concurrent callers on open connections, as the raw side's are. At the default 5
+            # every connection past the fifth is opened and closed again per call (a server
+            # backend started each time); the flow rows count what was opened.
+            db_pool_size=CALLERS,
         )
         lookup = chunks_section.LookupEmbedder()
         embedder = TimingEmbedder(lookup)
@@ -595,6 +602,8 @@ class Flow:
     callers: int
     seconds: float
     latencies: list[float]
+    opened: int | None = None
+    """Connections the package's pools opened during the flow (None: not counted)."""
 
     @property
     def rate(self) -> float:
@@ -606,7 +615,8 @@ class Flow:
             f"{self.rate:,.0f} ({fmt_ms(percentile(self.latencies, 50))} / "
             f"{fmt_ms(percentile(self.latencies, 95))})",
             "",
-            f"{len(self.latencies)} calls, vector path; client and server share the 2 cores",
+            f"{len(self.latencies)} calls, vector path; client and server share the 2 cores"
+            + ("" if self.opened is None else f"; {self.opened} connections opened meanwhile"),
         )
 
 
@@ -631,7 +641,21 @@ async def throughput(
         await unified(memory, queries[index])
         return time.perf_counter() - started
 
-    package_flow = await _callers("memory.search", len(queries), lambda _: package)
+    opened = 0
+
+    def on_connect(*_: Any) -> None:
+        nonlocal opened
+        opened += 1
+
+    pools = [engine.sync_engine.pool for engine in (memory.engine, memory.cached_plans_engine)]
+    for pool in pools:
+        event.listen(pool, "connect", on_connect)
+    try:
+        package_flow = await _callers("memory.search", len(queries), lambda _: package)
+    finally:
+        for pool in pools:
+            event.remove(pool, "connect", on_connect)
+    package_flow = dataclasses.replace(package_flow, opened=opened)
     raws = [RawLanes(ctx, settings) for _ in range(CALLERS)]
     try:
         for caller, raw in enumerate(raws):  # open each caller's connections (and warm them)
