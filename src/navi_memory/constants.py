@@ -41,6 +41,11 @@ once the user holds this many indexed chunks; a smaller user's are searched exac
 costs a few microseconds a chunk and finds every nearest one (docs/raw-history.md, "Vector
 index"; the crossover is measured in docs/benchmarks.md)."""
 
+CHUNK_GRAPH_SWEEP_SECONDS: Final = 60.0
+"""How often at most the chunk indexer looks at every user past CHUNK_GRAPH_FROM for vectors
+still beside the graph (jobs.chunk_indexer): a user is moved by the batch that takes them past
+it; the look is for what a batch, or another process, left unfinished."""
+
 CHUNK_GRAPH_CANDIDATES: Final = 40
 """A search takes at least this many of a user's nearest rows from the HNSW graph, then keeps
 the best ``limit`` of them by distance: with ``hnsw.iterative_scan = relaxed_order`` the first

@@ -21,6 +21,7 @@ from navi_memory.repositories.chunks import ranked_text_sql
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_user, plan_nodes, scalar
+from tests.integration.test_cached_plans import statements_on
 from tests.integration.test_chunk_index import QUERIES, TOPICS, drafts
 
 GRAPH_FROM = 10
@@ -286,3 +287,84 @@ async def test_a_user_who_shrinks_keeps_their_rows_in_the_graph_and_found(manual
     assert await sides(manual, uid) == (4, 0, 0)
     found = await manual.store.search_chunks(TOPICS[0], user_id=uid, limit=10)
     assert {h.via for h in found} >= {"vector"}
+
+
+def sweeps(statements: list[str]) -> tuple[int, int]:
+    """How many looks at every grown user, and at the users a batch took past the threshold."""
+    moves = [s for s in statements if "SET in_graph = true" in s]
+    crossed = [s for s in moves if "WITH batch AS" in s]
+    return len(moves) - len(crossed), len(crossed)
+
+
+async def test_the_batch_that_takes_a_user_past_the_threshold_moves_them(
+    manual: Memory,
+) -> None:
+    """After an indexer's first batch, a batch looks only at the users it took past the
+    threshold (not at every big user), and that is enough to move a grower wholly in."""
+    big, grower = await new_user(manual), await new_user(manual)
+    await manual.store.add_chunks(drafts("big", GRAPH_FROM + 2), user_id=big, session_id="b")
+    await manual.store.add_chunks(drafts("early", 6), user_id=grower, session_id="s1")
+    indexer = ChunkIndexer(
+        manual.sessionmaker, batch_size=64, background=False, graph_from=GRAPH_FROM
+    )
+    with statements_on(manual.engine) as first:
+        await indexer.drain()
+    assert sweeps(first)[0] == 1  # the first batch looks at everyone
+    assert await sides(manual, grower) == (0, 6, 0)
+    await manual.store.add_chunks(drafts("later", 6), user_id=grower, session_id="s2")
+    with statements_on(manual.engine) as later:
+        await indexer.drain()
+    assert sweeps(later) == (0, 1)
+    assert await sides(manual, grower) == (12, 0, 0)
+    assert await sides(manual, big) == (GRAPH_FROM + 2, 0, 0)
+
+
+async def test_a_crossing_the_batch_had_no_room_for_is_finished_by_the_next_batch(
+    manual: Memory,
+) -> None:
+    """A batch full before it can move the user it took past the threshold leaves the next
+    batch to look at every grown user."""
+    grower = await new_user(manual)
+    await manual.store.add_chunks(drafts("early", 6), user_id=grower, session_id="s1")
+    indexer = ChunkIndexer(
+        manual.sessionmaker, batch_size=8, background=False, graph_from=GRAPH_FROM
+    )
+    await indexer.drain()
+    await manual.store.add_chunks(drafts("later", 8), user_id=grower, session_id="s2")
+    with statements_on(manual.engine) as seen:
+        await indexer.drain(max_batches=1)
+        # The 8 later chunks filled the batch and went in (the user held 14); the 6 earlier
+        # ones wait beside the graph for the next batch.
+        assert await sides(manual, grower) == (8, 6, 0)
+        await indexer.drain(max_batches=1)
+    assert sweeps(seen) == (1, 0)
+    assert await sides(manual, grower) == (14, 0, 0)
+
+
+async def test_vectors_another_process_left_beside_the_graph_are_moved_by_a_periodic_look(
+    manual: Memory,
+) -> None:
+    """A grown user's vectors beside the graph that no batch of this indexer left (another
+    process stopped half way) wait for the look every ``sweep_seconds``."""
+    big = await new_user(manual)
+    await manual.store.add_chunks(drafts("big", GRAPH_FROM + 2), user_id=big, session_id="b")
+    await manual.store.index_pending_chunks()
+    leave_two = (
+        "UPDATE memory_chunk_vectors SET in_graph = false WHERE chunk_id IN"
+        " (SELECT chunk_id FROM memory_chunk_vectors ORDER BY chunk_id DESC LIMIT 2)"
+    )
+    moved_by: dict[float, tuple[int, int, int]] = {}
+    for sweep_seconds in (3600.0, 0.0):
+        indexer = ChunkIndexer(
+            manual.sessionmaker,
+            batch_size=64,
+            background=False,
+            graph_from=GRAPH_FROM,
+            sweep_seconds=sweep_seconds,
+        )
+        await indexer.drain()  # its first batch looks at every grown user
+        assert await sides(manual, big) == (GRAPH_FROM + 2, 0, 0)
+        await execute(manual, leave_two)
+        await indexer.drain()
+        moved_by[sweep_seconds] = await sides(manual, big)
+    assert moved_by == {3600.0: (GRAPH_FROM, 2, 0), 0.0: (GRAPH_FROM + 2, 0, 0)}
