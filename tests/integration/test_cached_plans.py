@@ -11,12 +11,10 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from navi_memory import Memory, open_memory
-from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1, SKETCH_SCOPE
-from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory import Memory
+from navi_memory.constants import SKETCH_SCOPE
 from navi_memory.repositories.facts import FactSearchRepository
-from navi_memory.testing import FakeOllama, hashed_embedding
-from tests.conftest import make_settings
+from navi_memory.testing import hashed_embedding
 from tests.integration.factories import new_session_row, new_user
 from tests.integration.test_search import draft
 
@@ -77,8 +75,7 @@ async def test_fact_and_sketch_reads_use_cached_plans_and_the_raw_history_custom
         ]
         hits = await memory.search.search("server port", user_id=uid)
         assert [h.source_type for h in hits] == ["fact", "raw", "sketch"]
-        # A session's raw history: its plan is made for it, whoever's it is.
-        assert await memory.store.search_chunks("server port", user_id=uid, session_id=sid)
+        assert await memory.store.search_chunks("server port", user_id=uid)
     # The indexers run in the background on the custom-plan engine: the reads are told apart
     # by what only they contain (the fact search's visibility head, the sketch search's
     # terms count, the BM25 query).
@@ -88,114 +85,6 @@ async def test_fact_and_sketch_reads_use_cached_plans_and_the_raw_history_custom
     assert len(touching(custom, "navi_text_tsquery")) == 2  # the raw lane, then search_chunks
     assert not touching(custom, "head_kept")
     assert not touching(custom, "FROM kv_store k,")
-
-
-async def test_a_user_known_small_has_their_raw_history_searched_with_cached_plans(
-    memory: Memory,
-) -> None:
-    """The first search of a user's raw history is planned for them (their size is unknown);
-    once a search has shown them below CHUNK_BM25_PRUNE_FROM, memory.search's raw lane and
-    search_chunks run on the cached-plans engine. A session's search, another user's first
-    search, and the spec's ranking stay on custom plans."""
-    uid, other = await new_user(memory), await new_user(memory)
-    sid = await new_session_row(memory, uid)
-    await memory.store.add_chunks(
-        [draft("User: the server port is 8098")], user_id=uid, session_id=sid
-    )
-    await memory.store.add_chunks(
-        [draft("User: the server port is 8097")],
-        user_id=other,
-        session_id=await new_session_row(memory, other),
-    )
-    with (
-        statements_on(memory.engine) as custom,
-        statements_on(memory.cached_plans_engine) as cached,
-    ):
-        first = await memory.store.search_chunks("server port", user_id=uid)
-    assert len(touching(custom, "navi_text_tsquery")) == 1
-    assert not touching(cached, "navi_text_tsquery")
-    with (
-        statements_on(memory.engine) as custom,
-        statements_on(memory.cached_plans_engine) as cached,
-    ):
-        again = await memory.store.search_chunks("server port", user_id=uid)
-        hits = await memory.search.search("server port", user_id=uid)
-        assert [h.source_type for h in hits] == ["raw"]
-        assert await memory.store.search_chunks("server port", user_id=uid, session_id=sid)
-        assert await memory.store.search_chunks("server port", user_id=other)
-    assert [h.id for h in again] == [h.id for h in first]
-    assert hits[0].chunk_id == first[0].id
-    assert len(touching(cached, "navi_text_tsquery")) == 2  # search_chunks, the raw lane
-    assert len(touching(custom, "navi_text_tsquery")) == 2  # the session's, the other user's
-
-
-async def test_raw_history_stays_on_custom_plans_when_small_users_may_be_in_the_graph(
-    db_url: str, fake_ollama: FakeOllama
-) -> None:
-    """With CHUNK_GRAPH_FROM below CHUNK_BM25_PRUNE_FROM a user known small may have vectors in
-    the HNSW graph, whose plan depends on the user: every raw history search is planned for
-    its user. The spec's ranking (``terms``) learns no sizes, so it never moves either."""
-    for overrides in ({"chunk_graph_from": 10}, {"chunk_text_ranking": "terms"}):
-        settings = make_settings(db_url, fake_ollama, **overrides)
-        async with open_memory(settings) as manual:
-            uid = await new_user(manual)
-            sid = await new_session_row(manual, uid)
-            await manual.store.add_chunks(
-                [draft("User: the server port is 8098")], user_id=uid, session_id=sid
-            )
-            with statements_on(manual.cached_plans_engine) as cached:
-                for _ in range(3):
-                    assert await manual.store.search_chunks("server port", user_id=uid)
-                    assert await manual.search.search("server port", scope="raw", user_id=uid)
-            assert not [s for s in cached if "memory_chunk" in s], overrides
-
-
-async def test_a_generic_plan_of_the_raw_history_search_finds_what_custom_plans_find(
-    memory: Memory,
-) -> None:
-    """The small users' raw history statement (BM25 list and nearest chunks in one) with a
-    generic plan returns exactly the rows of plans made for each user: users of 2 and 40
-    chunks, each only ever their own, with and without a query vector. Every chunk is asked
-    for: at a cut, rows whose half-precision distances tie may come in either order."""
-    users = {}
-    for size in (2, 40):
-        uid = await new_user(memory)
-        sid = await new_session_row(memory, uid)
-        await memory.store.add_chunks(
-            [
-                draft(f"User: harbor lantern note {n} of {size}", start_seq=2 * n)
-                for n in range(size)
-            ],
-            user_id=uid,
-            session_id=sid,
-        )
-        users[size] = uid
-    query = "harbor lantern"
-    limit = 50
-    found: dict[str, list[list[tuple[int, float | None, float | None]]]] = {}
-    async with memory.cached_plans_engine.connect() as conn:
-        repo = ChunkRepository(session=conn)
-        for mode in ("force_custom_plan", "force_generic_plan"):
-            await conn.execute(text(f"SET plan_cache_mode = {mode}"))
-            found[mode] = []
-            for uid in (users[2], users[40], users[2]):
-                nearest, ranked = await repo.search_ranked(
-                    uid,
-                    None,
-                    hashed_embedding(query),
-                    ["harbor", "lantern"],
-                    limit,
-                    k1=CHUNK_BM25_K1,
-                    b=CHUNK_BM25_B,
-                    with_summary_at=True,
-                )
-                text_only = await repo.search_ranked_text(
-                    uid, None, ["harbor", "lantern"], limit, k1=CHUNK_BM25_K1, b=CHUNK_BM25_B
-                )
-                for rows in (nearest, ranked, text_only):
-                    assert rows and {r["user_id"] for r in rows} == {uid}
-                    found[mode].append([(r["id"], r.get("distance"), r.get("score")) for r in rows])
-    assert found["force_generic_plan"] == found["force_custom_plan"]
 
 
 async def test_a_generic_plan_finds_what_a_custom_plan_finds_for_small_and_large_users(

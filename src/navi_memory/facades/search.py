@@ -87,7 +87,7 @@ class UnifiedMemorySearch:
             current_session_id=current_session_id,
             summary_at=summary_at,
         )
-        async with self._engines.connections(self._service.cached_plans(request)) as connections:
+        async with self._engines.connections(plan.cached_plans) as connections:
             return await self._service.search(connections, request)
 
     @staticmethod

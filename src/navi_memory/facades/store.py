@@ -513,10 +513,8 @@ class MemoryStore:
         session_id = check_optional_session_id(session_id)
         terms = query_terms(query)
         vector = await self._embedding.query(query) if terms else None
-        # One statement: no transaction (the connection's settings hold the HNSW options); on
-        # the cached-plans engine for a user known small (ChunkService.cached_plan).
-        cached = self._chunks.cached_plan(scope, session_id)
-        async with single_statement(self._cached_plans if cached else self._engine) as conn:
+        # One statement: no transaction (the connection's settings hold the HNSW options).
+        async with single_statement(self._engine) as conn:
             return await self._chunks.search(conn, scope, session_id, vector, terms, limit)
 
     async def latest_summary_at(self, session_id: str) -> datetime | None:

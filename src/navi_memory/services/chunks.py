@@ -25,7 +25,6 @@ from navi_memory.constants import (
     CHUNK_BM25_PRUNE_FROM,
     CHUNK_FUSION_K,
     CHUNK_FUSION_VECTOR_WEIGHT,
-    CHUNK_GRAPH_FROM,
     CHUNK_INSERT_BATCH,
     CHUNK_MAX_DISTANCE,
     INT32_MAX,
@@ -95,36 +94,14 @@ class PruneHints:
     pruned statement (exact for every user), and is remembered once a search shows them small;
     a remembered user who has grown is forgotten at their next search. At most ``capacity``
     users, the least recently searched forgotten first. One per process, shared by
-    search_chunks and unified search.
-
-    They also say whose raw history search may run with a cached plan (``cached_plan``): a
-    small user's statement is the plain one, and with ``graph_from`` (CHUNK_GRAPH_FROM) at
-    ``prune_from`` or above none of their vectors is in the HNSW graph, so the best plan is the
-    same for every such user — their btree read exactly, as for fact searches
-    (docs/architecture.md, "Query plans")."""
+    search_chunks and unified search."""
 
     def __init__(
-        self,
-        *,
-        capacity: int = PRUNE_HINTS_CAPACITY,
-        prune_from: int = CHUNK_BM25_PRUNE_FROM,
-        graph_from: int = CHUNK_GRAPH_FROM,
+        self, *, capacity: int = PRUNE_HINTS_CAPACITY, prune_from: int = CHUNK_BM25_PRUNE_FROM
     ) -> None:
         self.capacity = capacity
         self.prune_from = prune_from
-        self.graph_from = graph_from
         self._small: OrderedDict[uuid.UUID, None] = OrderedDict()
-
-    def cached_plan(self, user_id: uuid.UUID | None, session_id: str | None) -> bool:
-        """Whether the search of ``user_id``'s raw history (a whole user's: no session) may
-        run on the cached-plans engine: the user is known small, and small users are never in
-        the graph. Everyone else's plan is made for them (the HNSW graph or their btree)."""
-        return (
-            user_id is not None
-            and session_id is None
-            and self.graph_from >= self.prune_from
-            and user_id in self._small
-        )
 
     def prune(self, user_id: uuid.UUID) -> bool:
         """Whether to search ``user_id``'s chunks with the pruned statement."""
@@ -197,28 +174,20 @@ class ChunkService:
         embedding: EmbeddingService,
         text_ranking: str = "bm25",
         max_distance: float = CHUNK_MAX_DISTANCE,
-        graph_from: int = CHUNK_GRAPH_FROM,
     ) -> None:
         self.embedding = embedding
         self.text_ranking = text_ranking
         self.max_distance = max_distance
-        self.prune_hints = PruneHints(graph_from=graph_from)
+        self.prune_hints = PruneHints()
 
     @classmethod
     def from_settings(cls, settings: Settings, *, embedding: EmbeddingService) -> ChunkService:
-        """The service with CHUNK_TEXT_RANKING, CHUNK_MAX_DISTANCE and CHUNK_GRAPH_FROM from
-        ``settings``."""
+        """The service with CHUNK_TEXT_RANKING and CHUNK_MAX_DISTANCE from ``settings``."""
         return cls(
             embedding=embedding,
             text_ranking=settings.chunk_text_ranking,
             max_distance=settings.chunk_max_distance,
-            graph_from=settings.chunk_graph_from,
         )
-
-    def cached_plan(self, scope: uuid.UUID | None, session_id: str | None) -> bool:
-        """Whether this search may run on the cached-plans engine (PruneHints.cached_plan;
-        only the BM25 ranking learns who is small)."""
-        return self.text_ranking == "bm25" and self.prune_hints.cached_plan(scope, session_id)
 
     @staticmethod
     def one_statement(count: int) -> bool:

@@ -233,18 +233,6 @@ class UnifiedSearchService:
             prune_hints=prune_hints,
         )
 
-    def cached_plans(self, request: SearchRequest) -> tuple[bool, ...]:
-        """For each lane of ``request.plan``, whether it may run on the cached-plans engine:
-        ``plan.cached_plans``, and the raw history's lane too when its user is known small
-        (PruneHints.cached_plan: their best plan is every small user's, planning it at each
-        call cost more than running it)."""
-        plan = request.plan
-        if self.text_ranking != "bm25" or not self.prune_hints.cached_plan(
-            request.owner, request.session_id
-        ):
-            return plan.cached_plans
-        return tuple(True for _ in plan.lanes)
-
     async def search(
         self, connections: Sequence[Connection], request: SearchRequest
     ) -> list[MemoryHit]:
