@@ -452,10 +452,14 @@ class MemoryStore:
 
         add_chunks leaves this to a background task (``CHUNK_INDEX_IN_BACKGROUND``); call it
         where that is off (a worker, a cron job, a script that exits at once). Queued chunks
-        are found by search meanwhile, exactly, so this changes speed, never results."""
+        are found by search meanwhile, exactly, so this changes speed, never results. Its
+        first batch also moves into the HNSW graph the vectors of every user past
+        CHUNK_GRAPH_FROM that are still beside it (left by another process, or by SQL of
+        its own)."""
         if max_batches is not None:
             max_batches = check_int("max_batches", max_batches, minimum=1, maximum=INT32_MAX)
         await self._indexer.wait_idle()
+        self._indexer.sweep_next()
         return await self._indexer.drain(max_batches)
 
     async def pending_chunk_count(self) -> int:

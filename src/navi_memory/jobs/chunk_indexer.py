@@ -62,6 +62,11 @@ class ChunkIndexer(QueueIndexer):
         """From how many indexed chunks a user's vectors go into the HNSW graph."""
         return self._graph_from
 
+    def sweep_next(self) -> None:
+        """Make the next batch look at every user past ``graph_from`` for vectors beside the
+        graph: an explicit drain (index_pending_chunks) finishes what anyone left."""
+        self._sweep_due = True
+
     async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[int, int]:
         # The look at every grown user (ChunkRepository.index_queued's sweep) is dear and
         # nearly always finds nothing (39 ms at 1M after a burst): it runs in the first batch
