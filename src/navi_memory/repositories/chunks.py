@@ -115,18 +115,26 @@ _INDEX_TEXT = text(
 
 _INDEX_VECTORS = text(
     f"""
-    WITH taken AS (
+    WITH mine AS (
+        SELECT chunk_id FROM memory_chunk_vector_queue
+        WHERE chunk_id = ANY(CAST(:ids AS bigint[]))
+        FOR UPDATE SKIP LOCKED
+    ),
+    more AS (
+        SELECT chunk_id FROM memory_chunk_vector_queue v
+        WHERE chunk_id <> ALL(CAST(:ids AS bigint[]))
+          -- Never a chunk whose text waits (or another indexer has it): its vector goes with
+          -- its text, and counts with it.
+          AND NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t WHERE t.chunk_id = v.chunk_id)
+        ORDER BY chunk_id LIMIT :spare
+        FOR UPDATE SKIP LOCKED
+    ),
+    taken AS (
+        -- One IN over both, not two INs joined by OR: with OR, PostgreSQL filtered a
+        -- sequential scan of the whole queue through them (32 ms a batch with 225k chunks
+        -- queued after a burst at 1M; 0.14 ms this way, by the primary key).
         DELETE FROM memory_chunk_vector_queue
-        WHERE chunk_id IN (SELECT chunk_id FROM memory_chunk_vector_queue
-                           WHERE chunk_id = ANY(CAST(:ids AS bigint[]))
-                           FOR UPDATE SKIP LOCKED)
-           OR chunk_id IN (SELECT chunk_id FROM memory_chunk_vector_queue v
-                           WHERE chunk_id <> ALL(CAST(:ids AS bigint[]))
-                             -- Never a chunk whose text waits (or another indexer has it):
-                             -- its vector goes with its text, and counts with it.
-                             AND NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t
-                                             WHERE t.chunk_id = v.chunk_id)
-                           ORDER BY chunk_id LIMIT :spare FOR UPDATE SKIP LOCKED)
+        WHERE chunk_id IN (SELECT chunk_id FROM mine UNION ALL SELECT chunk_id FROM more)
         RETURNING chunk_id
     ),
     moved AS (
