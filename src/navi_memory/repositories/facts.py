@@ -145,11 +145,16 @@ _LOCK_CATEGORY: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:sco
 
 _INDEX_QUEUED: Final = text(
     f"""
-    WITH taken AS (
-        DELETE FROM memory_fact_vector_queue
-        WHERE fact_id IN (SELECT fact_id FROM memory_fact_vector_queue
-                          ORDER BY fact_id LIMIT :limit FOR UPDATE SKIP LOCKED)
-        RETURNING fact_id
+    WITH picked AS (
+        -- Picked once, in a CTE (as in the chunk indexer): "IN (SELECT … LIMIT … SKIP
+        -- LOCKED)" may be run again and take more than the limit.
+        SELECT fact_id FROM memory_fact_vector_queue
+        ORDER BY fact_id LIMIT :limit FOR UPDATE SKIP LOCKED
+    ),
+    taken AS (
+        DELETE FROM memory_fact_vector_queue q USING picked p
+        WHERE q.fact_id = p.fact_id
+        RETURNING q.fact_id
     ),
     source AS MATERIALIZED (
         SELECT t.fact_id, f.user_id, f.embedding
