@@ -9,12 +9,14 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 
 from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.repositories.chunks import ChunkRepository, IndexedBatch
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
@@ -199,6 +201,39 @@ async def test_two_indexers_share_the_queue_without_doing_a_row_twice(
         rest = await one.store.index_pending_chunks()
         assert sum(done) + rest == 120
         assert await counts(one) == (0, 120)
+
+
+async def test_two_indexers_at_once_never_take_more_than_a_batch(
+    db_url: str, fake_ollama: FakeOllama, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each indexer's batch takes at most its limit while another pops the same queues (the
+    rows are picked once: a re-run "IN (SELECT … LIMIT … SKIP LOCKED)" once took 1,340 rows
+    in a batch of 64, and the batch failed), and together they index every chunk once."""
+    batches: list[int] = []
+    index_queued = ChunkRepository.index_queued
+
+    async def recorded(self: ChunkRepository, limit: int, **options: Any) -> IndexedBatch:
+        batch = await index_queued(self, limit, **options)
+        batches.append(batch.done)
+        return batch
+
+    monkeypatch.setattr(ChunkRepository, "index_queued", recorded)
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=4
+    )
+    async with open_memory(settings) as one, open_memory(settings) as two:
+        uid = await new_user(one)
+        for session in range(3):
+            await one.store.add_chunks(
+                drafts(f"race{session}", 100), user_id=uid, session_id=f"s{session}"
+            )
+        done = await asyncio.gather(
+            one.store.index_pending_chunks(), two.store.index_pending_chunks()
+        )
+        rest = await one.store.index_pending_chunks()
+        assert sum(done) + rest == 300
+        assert await counts(one) == (0, 300)
+    assert len(batches) > 2 * 300 // 4 // 2 and max(batches) <= 4
 
 
 async def test_a_failing_background_indexer_retries_and_the_queue_keeps_its_rows(
