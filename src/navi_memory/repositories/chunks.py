@@ -22,7 +22,7 @@ from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow
 from navi_memory.repositories.like import contains_pattern
 from navi_memory.repositories.sessions import summary_at_of_chunk
-from navi_memory.repositories.statements import statement
+from navi_memory.repositories.statements import queue_pop, statement
 from navi_memory.repositories.vectors import (
     QUERY_VECTOR,
     HybridSearch,
@@ -87,19 +87,8 @@ _INSERT = text(
 )
 
 _INDEX_TEXT = text(
-    """
-    WITH picked AS (
-        -- Picked once, in a CTE: as "IN (SELECT … LIMIT … SKIP LOCKED)" the subquery could be
-        -- run again for a row another indexer had just taken, and a batch of 64 took 1,340
-        -- rows (two indexers at once, 100k bench).
-        SELECT chunk_id FROM memory_chunk_text_queue
-        ORDER BY chunk_id LIMIT :limit FOR UPDATE SKIP LOCKED
-    ),
-    taken AS (
-        DELETE FROM memory_chunk_text_queue q USING picked p
-        WHERE q.chunk_id = p.chunk_id
-        RETURNING q.chunk_id
-    ),
+    f"""
+    WITH {queue_pop("memory_chunk_text_queue", "chunk_id")},
     made AS MATERIALIZED (
         -- MATERIALIZED: inlined, "length(tsv), tsv" below made every tsvector twice (a third
         -- of the indexer's text time: 2.9 against 1.9 ms a chunk, measured).
@@ -163,39 +152,27 @@ _INDEX_VECTORS = text(
 whose text is not queued (vectors queued after their text was indexed: backfill, a requeue),
 lowest ids first."""
 
-_INTO_GRAPH = text(
-    """
-    WITH due AS (
-        SELECT v.chunk_id
-        FROM memory_chunk_text_stats s
-             JOIN memory_chunk_vectors v ON v.user_id = s.user_id AND NOT v.in_graph
-        WHERE s.chunks >= :graph_from
-        ORDER BY v.user_id, v.chunk_id
-        LIMIT :limit
-        FOR UPDATE OF v SKIP LOCKED
-    )
-    UPDATE memory_chunk_vectors v SET in_graph = true
-    FROM due WHERE v.chunk_id = due.chunk_id
-    RETURNING v.chunk_id
-    """
-)
-"""Up to ``:limit`` indexed vectors of users who now hold ``:graph_from`` indexed chunks or
-more but were smaller when those vectors were indexed: into the HNSW graph, user by user."""
 
-_INTO_GRAPH_CROSSED = text(
-    """
-    WITH batch AS (
+def _into_graph_sql(*, crossed: bool) -> str:
+    """``_INTO_GRAPH`` or ``_INTO_GRAPH_CROSSED``: the same move, over every grown user or over
+    the users one batch took past the threshold."""
+    batch, join, where = "", "", "s.chunks >= :graph_from"
+    if crossed:
+        batch = """batch AS (
         SELECT t.user_id, count(*) AS chunks
         FROM memory_chunk_terms t
         WHERE t.chunk_id = ANY(CAST(:moved AS bigint[]))
         GROUP BY t.user_id
     ),
-    due AS (
+    """
+        join = "JOIN batch b ON b.user_id = s.user_id"
+        where += " AND s.chunks - b.chunks < :graph_from"
+    return f"""
+    WITH {batch}due AS (
         SELECT v.chunk_id
-        FROM batch b
-             JOIN memory_chunk_text_stats s ON s.user_id = b.user_id
+        FROM memory_chunk_text_stats s {join}
              JOIN memory_chunk_vectors v ON v.user_id = s.user_id AND NOT v.in_graph
-        WHERE s.chunks >= :graph_from AND s.chunks - b.chunks < :graph_from
+        WHERE {where}
         ORDER BY v.user_id, v.chunk_id
         LIMIT :limit
         FOR UPDATE OF v SKIP LOCKED
@@ -204,7 +181,13 @@ _INTO_GRAPH_CROSSED = text(
     FROM due WHERE v.chunk_id = due.chunk_id
     RETURNING v.chunk_id
     """
-)
+
+
+_INTO_GRAPH = text(_into_graph_sql(crossed=False))
+"""Up to ``:limit`` indexed vectors of users who now hold ``:graph_from`` indexed chunks or
+more but were smaller when those vectors were indexed: into the HNSW graph, user by user."""
+
+_INTO_GRAPH_CROSSED = text(_into_graph_sql(crossed=True))
 """``_INTO_GRAPH`` for the users whose text the chunks ``:moved`` took past ``:graph_from``:
 the one place a user crosses, without looking at every big user (after a burst at 1M that look
 read 3,315 heap pages of vectors already moved, 39 ms, to find nothing)."""
@@ -892,9 +875,7 @@ class ChunkRepository:
         if crossed_by is None:
             moved = await self.session.execute(_INTO_GRAPH, params)
         else:
-            moved = await self.session.execute(
-                _INTO_GRAPH_CROSSED, {**params, "moved": list(crossed_by)}
-            )
+            moved = await self.session.execute(_INTO_GRAPH_CROSSED, {**params, "moved": crossed_by})
         return len(moved.all())
 
     async def requeue_unindexed(self) -> int:

@@ -36,6 +36,7 @@ from navi_memory.constants import EMBEDDING_DIM, FACT_SCAN_HEAD
 from navi_memory.db import vector_binary
 from navi_memory.models import FactRow, FactVectorQueueRow, SummaryRow
 from navi_memory.repositories.like import contains_pattern
+from navi_memory.repositories.statements import queue_pop
 
 __all__ = [
     "FACT_SORT_COLUMNS",
@@ -145,17 +146,7 @@ _LOCK_CATEGORY: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:sco
 
 _INDEX_QUEUED: Final = text(
     f"""
-    WITH picked AS (
-        -- Picked once, in a CTE (as in the chunk indexer): "IN (SELECT … LIMIT … SKIP
-        -- LOCKED)" may be run again and take more than the limit.
-        SELECT fact_id FROM memory_fact_vector_queue
-        ORDER BY fact_id LIMIT :limit FOR UPDATE SKIP LOCKED
-    ),
-    taken AS (
-        DELETE FROM memory_fact_vector_queue q USING picked p
-        WHERE q.fact_id = p.fact_id
-        RETURNING q.fact_id
-    ),
+    WITH {queue_pop("memory_fact_vector_queue", "fact_id")},
     source AS MATERIALIZED (
         SELECT t.fact_id, f.user_id, f.embedding
         FROM taken t JOIN memory_facts f ON f.id = t.fact_id
