@@ -285,13 +285,15 @@ async def test_a_background_indexer_that_keeps_failing_gives_up_and_says_so(
     assert await memory.store.index_pending_chunks() == 8
 
 
-@pytest.mark.parametrize("slow", ["memory_chunk_terms", "memory_chunk_vectors"])
-@pytest.mark.parametrize("delete", ["session", "user"])
+@pytest.mark.parametrize("slow", ["memory_chunk_terms", "memory_chunk_vectors", "requeued"])
+@pytest.mark.parametrize("delete", ["session", "user", "sql"])
 async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
     db_url: str, fake_ollama: FakeOllama, delete: str, slow: str
 ) -> None:
-    """A session or user delete that arrives while the indexer is inserting a batch of text
-    (or vectors) waits for it, and then deletes everything; nobody deadlocks."""
+    """A session or user delete, or a plain SQL delete of the chunks (an admin script: it does
+    not take the queue rows first), that arrives while the indexer is inserting a batch of text
+    (or vectors, or vectors requeued after their text was indexed) waits for it or is skipped
+    by it, and then deletes everything; nobody deadlocks."""
     settings = make_settings(
         db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=40
     )
@@ -299,6 +301,15 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
         uid = await new_user(memory)
         session = await memory.sessions.create(user_id=uid)
         await memory.store.add_chunks(drafts("d", 40), user_id=uid, session_id=session.id)
+        table = slow
+        if slow == "requeued":
+            table = "memory_chunk_vectors"
+            await memory.store.index_pending_chunks()
+            await execute(
+                memory,
+                "WITH gone AS (DELETE FROM memory_chunk_vectors RETURNING chunk_id, user_id) "
+                "INSERT INTO memory_chunk_vector_queue SELECT chunk_id, user_id FROM gone",
+            )
         # Each row the indexer inserts takes 20 ms, as a slow GIN or HNSW insertion would: the
         # delete arrives while the indexer holds the queue rows and has not reached the
         # foreign key check on the chunks yet.
@@ -311,7 +322,7 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
             )
             await conn.execute(
                 text(
-                    f"CREATE TRIGGER slow BEFORE INSERT ON {slow} "
+                    f"CREATE TRIGGER slow BEFORE INSERT ON {table} "
                     "FOR EACH ROW EXECUTE FUNCTION slow()"
                 )
             )
@@ -319,8 +330,10 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
         await asyncio.sleep(0.2)
         if delete == "session":
             assert await memory.sessions.delete(session.id, user_id=uid)
-        else:
+        elif delete == "user":
             assert await memory.users.delete(uid)
+        else:
+            await execute(memory, "DELETE FROM memory_chunks WHERE user_id = :u", u=uid)
         await indexing
         assert await counts(memory) == (0, 0)
         assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
@@ -331,6 +344,29 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
             " + (SELECT coalesce(sum(chunks), 0) FROM memory_chunk_text_stats)",
         )
         assert left == 0
+
+
+async def test_the_indexer_skips_a_chunk_a_delete_holds_and_never_waits_for_it(
+    manual: Memory,
+) -> None:
+    """A chunk locked as a delete locks it is left queued (text and vector), without waiting;
+    the chunks after it are indexed; once the delete commits, the next drain drops its text
+    queue row (that queue has no foreign key) and the cascade its vector queue row."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("h", 6), user_id=uid, session_id="s1")
+    held = await scalar(manual, "SELECT min(id) FROM memory_chunks WHERE user_id = :u", u=uid)
+    async with manual.engine.connect() as other:
+        await other.execute(
+            text("SELECT 1 FROM memory_chunks WHERE id = :i FOR UPDATE"), {"i": held}
+        )
+        assert await asyncio.wait_for(manual.store.index_pending_chunks(), timeout=10) == 5
+        assert await counts(manual) == (1, 5)
+        assert await scalar(manual, "SELECT count(*) FROM memory_chunk_text_queue") == 1
+        await other.execute(text("DELETE FROM memory_chunks WHERE id = :i"), {"i": held})
+        await other.commit()
+    assert await manual.store.index_pending_chunks() == 0
+    assert await counts(manual) == (0, 5)
+    assert await scalar(manual, "SELECT count(*) FROM memory_chunk_text_queue") == 0
 
 
 async def test_backfilled_chunk_vectors_are_queued_then_indexed(

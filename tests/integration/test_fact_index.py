@@ -459,3 +459,72 @@ async def test_a_user_search_skips_hidden_nearest_facts_beyond_the_first_look(
         round(h.distance or 0, 6) for h in indexed
     ]
     assert not {h.id for h in exact} & hidden
+
+
+@pytest.mark.parametrize("delete", ["fact", "expired", "user"])
+async def test_deleting_while_the_fact_indexer_is_mid_batch_does_not_deadlock(
+    db_url: str, fake_ollama: FakeOllama, delete: str
+) -> None:
+    """A delete that arrives while the fact indexer is inserting a batch waits for it or is
+    skipped by it, and then deletes everything; nobody deadlocks. (The indexer locked the queue
+    rows and then, in its foreign key check, the fact rows; a delete locks the fact rows and
+    then, by the cascade, the queue rows: CI met that deadlock on 2026-12-05.)"""
+    settings = make_settings(
+        db_url, fake_ollama, fact_index_in_background=False, fact_index_batch_size=len(FACTS)
+    )
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await write_all(memory, uid)
+        if delete == "expired":
+            await execute(
+                memory, "UPDATE memory_facts SET expires_at = now() WHERE user_id = :u", u=uid
+            )
+        # Each vector the indexer inserts takes 20 ms, as a slow HNSW insertion would: the
+        # delete arrives while the indexer holds its queue rows and is still inserting.
+        async with memory.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN PERFORM pg_sleep(0.02); RETURN NEW; END $$;"
+                )
+            )
+            await conn.execute(
+                text(
+                    "CREATE TRIGGER slow BEFORE INSERT ON memory_fact_vectors "
+                    "FOR EACH ROW EXECUTE FUNCTION slow()"
+                )
+            )
+        indexing = asyncio.create_task(memory.store.index_pending_facts())
+        await asyncio.sleep(0.1)
+        if delete == "fact":
+            for _, key, _ in FACTS:
+                assert await memory.store.delete_fact(key, user_id=uid) == 1
+        elif delete == "expired":
+            with request_context(permissions=[PERMISSION_READ_ALL]):
+                assert (await memory.admin.purge_expired(uid)).expired == len(FACTS)
+        else:
+            assert await memory.users.delete(uid)
+        await indexing
+        assert await counts(memory) == (0, 0)
+        assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 0
+
+
+async def test_the_indexer_skips_a_fact_a_delete_holds_and_never_waits_for_it(
+    manual: Memory,
+) -> None:
+    """A fact locked as a delete locks it (FOR UPDATE, before its cascade reaches the queue)
+    is left queued, without waiting; the rest of the queue is indexed past it; the delete's
+    cascade then drops its queue row."""
+    uid = await new_user(manual)
+    await write_all(manual, uid)
+    held = await scalar(manual, "SELECT min(id) FROM memory_facts WHERE user_id = :u", u=uid)
+    async with manual.engine.connect() as other:
+        await other.execute(
+            text("SELECT 1 FROM memory_facts WHERE id = :i FOR UPDATE"), {"i": held}
+        )
+        indexed = await asyncio.wait_for(manual.store.index_pending_facts(), timeout=10)
+        assert indexed == len(FACTS) - 1  # batches of 4: the held fact is in the first
+        assert await counts(manual) == (1, len(FACTS) - 1)
+        await other.execute(text("DELETE FROM memory_facts WHERE id = :i"), {"i": held})
+        await other.commit()
+    assert await counts(manual) == (0, len(FACTS) - 1)

@@ -36,7 +36,8 @@ class IndexedBatch(NamedTuple):
     """What one chunk index batch did."""
 
     done: int
-    """Rows of work: vectors moved into the graph, chunks taken off the queues."""
+    """Rows of work: vectors moved into the graph, queued chunks looked at (fewer than the limit:
+    the queues are empty for this indexer)."""
     indexed: int
     """Chunks indexed (text, vector or both)."""
     graph_left: bool
@@ -88,7 +89,7 @@ _INSERT = text(
 
 _INDEX_TEXT = text(
     f"""
-    WITH {queue_pop("memory_chunk_text_queue", "chunk_id")},
+    WITH {queue_pop("memory_chunk_text_queue", "chunk_id", "memory_chunks")},
     made AS MATERIALIZED (
         -- MATERIALIZED: inlined, "length(tsv), tsv" below made every tsvector twice (a third
         -- of the indexer's text time: 2.9 against 1.9 ms a chunk, measured).
@@ -103,7 +104,8 @@ _INDEX_TEXT = text(
         ON CONFLICT (chunk_id) DO NOTHING
         RETURNING chunk_id
     )
-    SELECT ARRAY(SELECT chunk_id FROM taken) AS taken, ARRAY(SELECT chunk_id FROM moved) AS moved
+    SELECT (SELECT count(*) FROM picked) AS picked, ARRAY(SELECT chunk_id FROM taken) AS taken,
+           ARRAY(SELECT chunk_id FROM moved) AS moved
     """
 )
 """Up to ``:limit`` queued chunks' text into memory_chunk_terms (GIN), lowest ids first."""
@@ -116,13 +118,15 @@ _INDEX_VECTORS = text(
         FOR UPDATE SKIP LOCKED
     ),
     more AS (
-        SELECT chunk_id FROM memory_chunk_vector_queue v
-        WHERE chunk_id <> ALL(CAST(:ids AS bigint[]))
+        -- The chunk locked too, and skipped while a delete holds it: see queue_pop.
+        SELECT v.chunk_id FROM memory_chunk_vector_queue v JOIN memory_chunks c ON c.id = v.chunk_id
+        WHERE v.chunk_id <> ALL(CAST(:ids AS bigint[]))
           -- Never a chunk whose text waits (or another indexer has it): its vector goes with
           -- its text, and counts with it.
           AND NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t WHERE t.chunk_id = v.chunk_id)
-        ORDER BY chunk_id LIMIT :spare
-        FOR UPDATE SKIP LOCKED
+        ORDER BY v.chunk_id LIMIT :spare
+        FOR UPDATE OF v SKIP LOCKED
+        FOR KEY SHARE OF c SKIP LOCKED
     ),
     taken AS (
         -- One IN over both, not two INs joined by OR: with OR, PostgreSQL filtered a
@@ -854,10 +858,10 @@ class ChunkRepository:
         vectors = (
             await self.session.execute(
                 _INDEX_VECTORS,
-                {"ids": taken, "spare": max(room - len(taken), 0), "graph_from": graph_from},
+                {"ids": taken, "spare": max(room - texts.picked, 0), "graph_from": graph_from},
             )
         ).one()
-        done = grown + len(taken) + int(vectors.spare)
+        done = grown + int(texts.picked) + int(vectors.spare)
         indexed = len(set(texts.moved) | set(vectors.moved))
         if not texts.moved:  # only indexed text moves a user's count
             return IndexedBatch(done, indexed, graph_left=False)

@@ -146,7 +146,7 @@ _LOCK_CATEGORY: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:sco
 
 _INDEX_QUEUED: Final = text(
     f"""
-    WITH {queue_pop("memory_fact_vector_queue", "fact_id")},
+    WITH {queue_pop("memory_fact_vector_queue", "fact_id", "memory_facts")},
     source AS MATERIALIZED (
         SELECT t.fact_id, f.user_id, f.embedding
         FROM taken t JOIN memory_facts f ON f.id = t.fact_id
@@ -163,7 +163,7 @@ _INDEX_QUEUED: Final = text(
         DELETE FROM memory_fact_vectors v USING source s
         WHERE v.fact_id = s.fact_id AND s.embedding IS NULL
     )
-    SELECT (SELECT count(*) FROM taken) AS taken, (SELECT count(*) FROM moved) AS indexed
+    SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM moved) AS indexed
     """
 )
 """Move a batch from the queue into memory_fact_vectors: each fact's current vector of record
@@ -483,10 +483,11 @@ class FactVectorRepository:
 
     async def index_queued(self, limit: int) -> tuple[int, int]:
         """Move up to ``limit`` queued facts' vectors into memory_fact_vectors (L2-normalised
-        halfvec, HNSW-indexed); returns (queue rows taken, vectors indexed). Rows another
-        indexer holds are skipped, so indexers in several processes share the queue."""
+        halfvec, HNSW-indexed); returns (queue rows looked at, vectors indexed): fewer than
+        ``limit`` looked at, the queue is empty for this indexer. Rows another indexer holds
+        are skipped, so indexers in several processes share the queue."""
         row = (await self.session.execute(_INDEX_QUEUED, {"limit": limit})).one()
-        return int(row.taken), int(row.indexed)
+        return int(row.picked), int(row.indexed)
 
     async def queued_count(self) -> int:
         return int(

@@ -25,20 +25,36 @@ def statement(sql: str) -> TextClause:
     return text(sql)
 
 
-def queue_pop(queue: str, key: str) -> str:
-    """The CTEs ``picked`` and ``taken`` of a batch taken off ``queue``: up to ``:limit`` rows,
-    lowest ``key`` first, skipping rows another indexer holds; ``taken`` returns ``key``.
+def queue_pop(queue: str, key: str, parent: str) -> str:
+    """The CTEs ``picked``, ``held`` and ``taken`` of a batch taken off ``queue``: up to
+    ``:limit`` rows, lowest ``key`` first, skipping rows another indexer holds; ``taken``
+    returns ``key``, and ``picked`` counts what the batch looked at (less than ``:limit``: the
+    queue is empty for this indexer).
 
     The rows are picked once, in a locked CTE, and deleted ``USING`` it: as ``DELETE … WHERE key
     IN (SELECT … LIMIT … SKIP LOCKED)`` the subquery could be run again for a row another
     indexer had just taken, and a batch of 64 took 1,340 rows (two indexers at once, 100k
-    bench)."""
+    bench).
+
+    Each row's ``parent`` (``id`` = ``key``: the fact or chunk it queues) is locked too, FOR KEY
+    SHARE, skipping parents a delete holds: the indexer's foreign key checks would otherwise
+    wait for such a parent while holding the queue row that the delete's cascade waits for, a
+    deadlock (CI, 2026-12-05: a fact deleted while the fact indexer ran). A row whose parent is
+    held stays queued (the delete's cascade, or a later batch, drops it); a row whose parent is
+    gone (the chunk text queue has no foreign key) is taken and indexes nothing. So the
+    indexer never waits for a delete, and a delete waits for one batch at most."""
     return f"""picked AS (
         SELECT {key} FROM {queue}
         ORDER BY {key} LIMIT :limit FOR UPDATE SKIP LOCKED
     ),
+    held AS (
+        SELECT p.id FROM {parent} p JOIN picked k ON p.id = k.{key}
+        FOR KEY SHARE OF p SKIP LOCKED
+    ),
     taken AS (
-        DELETE FROM {queue} q USING picked p
-        WHERE q.{key} = p.{key}
+        DELETE FROM {queue} q USING picked k
+        WHERE q.{key} = k.{key}
+          AND (q.{key} IN (SELECT id FROM held)
+               OR NOT EXISTS (SELECT 1 FROM {parent} p WHERE p.id = q.{key}))
         RETURNING q.{key}
     )"""
