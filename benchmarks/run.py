@@ -68,6 +68,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="where the temporary server lives (default: the system temp dir)",
     )
     parser.add_argument("--seed", type=int, default=20_240_601, help="seed of the data and calls")
+    parser.add_argument(
+        "--pg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a server parameter for the run (repeatable), e.g. --pg shared_buffers=4GB; "
+        "the header prints the parameters in effect",
+    )
     return parser.parse_args(argv)
 
 
@@ -114,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     machine = describe_machine()
     code = describe_code()
-    server = BenchServer(args.data_dir)
+    server = BenchServer(args.data_dir, args.pg)
     try:
         info = asyncio.run(server_info(server))
         print(f"machine: {machine.describe()}")

@@ -81,11 +81,13 @@ async def loader(ctx: BenchContext, name: str) -> AsyncIterator[asyncpg.Connecti
 async def timed_memory(
     settings: Settings, embedder: TimingEmbedder
 ) -> AsyncIterator[tuple[Memory, SqlClock]]:
-    """open_memory with the timing embedder, and the clock on its engine's statements."""
+    """open_memory with the timing embedder, and the clock on its engines' statements (fact
+    and sketch reads run on the cached-plans engine: a clock on ``memory.engine`` alone
+    captured no search_facts statement, and the facts section failed)."""
     async with open_memory(settings, embedder=embedder) as memory:
         async with memory.engine.connect() as conn:
             vector_oid = await conn.scalar(text("SELECT 'vector'::regtype::oid"))
-        clock = SqlClock(memory.engine, vector_oid=vector_oid)
+        clock = SqlClock(memory.engine, memory.cached_plans_engine, vector_oid=vector_oid)
         try:
             yield memory, clock
         finally:
