@@ -150,10 +150,14 @@ async def test_a_grown_users_vectors_move_in_before_the_queue_is_empty(
             memory.sessionmaker, batch_size=8, background=False, graph_from=GRAPH_FROM
         )
         await indexer.drain(max_batches=2)
-        # Batch 1: the grower's 6 later chunks (in: 12 now) and 2 of busy's; batch 2: the
-        # grower's 6 earlier vectors first, then 2 more of busy's.
-        assert await sides(memory, grower) == (12, 0, 0)
+        # Batch 1: the text of the grower's 6 later chunks (12 now: past GRAPH_FROM) and of 2
+        # of busy's, no room for vectors; batch 2: the grower's 6 earlier vectors into the
+        # graph first, then the text of 2 more of busy's. The later vectors wait (text goes
+        # first), queued: searched exactly, on neither side.
+        assert await sides(memory, grower) == (6, 0, 6)
         assert (await sides(memory, busy))[2] > 0
+        await indexer.drain()
+        assert await sides(memory, grower) == (12, 0, 0)
 
 
 async def test_with_graph_from_0_every_users_vectors_go_in(
@@ -333,9 +337,12 @@ async def test_a_crossing_the_batch_had_no_room_for_is_finished_by_the_next_batc
     await manual.store.add_chunks(drafts("later", 8), user_id=grower, session_id="s2")
     with statements_on(manual.engine) as seen:
         await indexer.drain(max_batches=1)
-        # The 8 later chunks filled the batch and went in (the user held 14); the 6 earlier
-        # ones wait beside the graph for the next batch.
-        assert await sides(manual, grower) == (8, 6, 0)
+        # The text of the 8 later chunks filled the batch (the user holds 14 now); the 6
+        # earlier vectors wait beside the graph, the 8 later ones in the queue.
+        assert await sides(manual, grower) == (0, 6, 8)
+        await indexer.drain(max_batches=1)
+        # The next batch looks at every grown user first: the 6 earlier go in, then 2 later.
+        assert await sides(manual, grower) == (8, 0, 6)
         await indexer.drain(max_batches=1)
     assert sweeps(seen) == (1, 0)
     assert await sides(manual, grower) == (14, 0, 0)

@@ -369,6 +369,30 @@ async def test_the_indexer_skips_a_chunk_a_delete_holds_and_never_waits_for_it(
     assert await scalar(manual, "SELECT count(*) FROM memory_chunk_text_queue") == 0
 
 
+async def test_text_goes_before_vectors_and_each_chunk_counts_once(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """With a backlog, batches index text first (a queued chunk's text is what a search pays
+    for: its tsvector); vectors follow once no text waits. A chunk counts as indexed once, in
+    the batch that completes it."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=8
+    )
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await memory.store.add_chunks(drafts("t", 20), user_id=uid, session_id="s1")
+        assert await memory.store.index_pending_chunks(max_batches=2) == 0
+        text_queued = "SELECT count(*) FROM memory_chunk_text_queue"
+        assert await scalar(memory, text_queued) == 4
+        assert await counts(memory) == (20, 0)
+        # Batch 3: the last 4 texts, then 4 vectors (those 4 chunks are whole now).
+        assert await memory.store.index_pending_chunks(max_batches=1) == 4
+        assert await scalar(memory, text_queued) == 0
+        assert await counts(memory) == (16, 4)
+        assert await memory.store.index_pending_chunks() == 16
+        assert await counts(memory) == (0, 20)
+
+
 async def test_backfilled_chunk_vectors_are_queued_then_indexed(
     manual: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -157,7 +157,7 @@ async def test_bm25_scores_and_order_are_the_same_before_during_and_after_indexi
         return {(u, s, q): await bm25(manual, u, s, q) for u, s in scopes for q in QUERIES}
 
     queued = await everything()
-    assert await manual.store.index_pending_chunks(max_batches=2) == 10
+    await manual.store.index_pending_chunks(max_batches=2)  # text first: no vector yet
     assert await text_counts(manual) == (7, 10)  # bob's indexed, alice's 5 indexed, 7 queued
     partly = await everything()
     await manual.store.index_pending_chunks()

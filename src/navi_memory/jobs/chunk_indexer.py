@@ -28,8 +28,9 @@ __all__ = ["ChunkIndexer"]
 
 
 class ChunkIndexer(QueueIndexer):
-    """Queued chunks into their text and vector indexes; ``drain``, ``queued`` and the rest
-    count chunks (text, vector or both)."""
+    """Queued chunks into their text and vector indexes, text first; ``drain`` counts the
+    chunks it completed (text, and vector when there is one), ``queued`` the chunks that wait
+    for either."""
 
     events = "chunks"
     retry_hint = "the next add_chunks or `navi-memory backfill`"

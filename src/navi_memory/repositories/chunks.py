@@ -39,7 +39,8 @@ class IndexedBatch(NamedTuple):
     """Rows of work: vectors moved into the graph, queued chunks looked at (fewer than the limit:
     the queues are empty for this indexer)."""
     indexed: int
-    """Chunks indexed (text, vector or both)."""
+    """Chunks indexed whole: their text, and their vector when they have one (a chunk whose
+    text and vector go in two batches counts in the second)."""
     graph_left: bool
     """Grown users may still have vectors beside the graph (the batch ran out of room)."""
 
@@ -104,41 +105,34 @@ _INDEX_TEXT = text(
         ON CONFLICT (chunk_id) DO NOTHING
         RETURNING chunk_id
     )
-    SELECT (SELECT count(*) FROM picked) AS picked, ARRAY(SELECT chunk_id FROM taken) AS taken,
-           ARRAY(SELECT chunk_id FROM moved) AS moved
+    SELECT (SELECT count(*) FROM picked) AS picked, ARRAY(SELECT chunk_id FROM moved) AS moved,
+           -- Indexed whole: no vector waits for it (a chunk with one counts when it moves).
+           ARRAY(SELECT m.chunk_id FROM moved m
+                 WHERE NOT EXISTS (SELECT 1 FROM memory_chunk_vector_queue q
+                                   WHERE q.chunk_id = m.chunk_id)) AS whole
     """
 )
 """Up to ``:limit`` queued chunks' text into memory_chunk_terms (GIN), lowest ids first."""
 
 _INDEX_VECTORS = text(
     f"""
-    WITH mine AS (
-        SELECT chunk_id FROM memory_chunk_vector_queue
-        WHERE chunk_id = ANY(CAST(:ids AS bigint[]))
-        FOR UPDATE SKIP LOCKED
-    ),
-    more AS (
-        -- The chunk locked too, and skipped while a delete holds it: see queue_pop.
+    WITH picked AS (
+        -- Never a chunk whose text waits (or another indexer has it): text goes first. The
+        -- chunk is locked too, and skipped while a delete holds it (see queue_pop).
         SELECT v.chunk_id FROM memory_chunk_vector_queue v JOIN memory_chunks c ON c.id = v.chunk_id
-        WHERE v.chunk_id <> ALL(CAST(:ids AS bigint[]))
-          -- Never a chunk whose text waits (or another indexer has it): its vector goes with
-          -- its text, and counts with it.
-          AND NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t WHERE t.chunk_id = v.chunk_id)
-        ORDER BY v.chunk_id LIMIT :spare
+        WHERE NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t WHERE t.chunk_id = v.chunk_id)
+        ORDER BY v.chunk_id LIMIT :limit
         FOR UPDATE OF v SKIP LOCKED
         FOR KEY SHARE OF c SKIP LOCKED
     ),
     taken AS (
-        -- One IN over both, not two INs joined by OR: with OR, PostgreSQL filtered a
-        -- sequential scan of the whole queue through them (32 ms a batch with 225k chunks
-        -- queued after a burst at 1M; 0.14 ms this way, by the primary key).
-        DELETE FROM memory_chunk_vector_queue
-        WHERE chunk_id IN (SELECT chunk_id FROM mine UNION ALL SELECT chunk_id FROM more)
-        RETURNING chunk_id
+        DELETE FROM memory_chunk_vector_queue q USING picked p
+        WHERE q.chunk_id = p.chunk_id
+        RETURNING q.chunk_id
     ),
     moved AS (
-        -- Into the HNSW graph when the user holds :graph_from indexed chunks or more (this
-        -- batch's text included: it was indexed first); otherwise beside it, searched exactly.
+        -- Into the HNSW graph when the user holds :graph_from indexed chunks or more (text is
+        -- indexed first); otherwise beside it, searched exactly.
         INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id, embedding, in_graph)
         SELECT c.id, c.user_id, c.session_id, CAST(l2_normalize(c.embedding) AS {_HALFVEC}),
                coalesce(s.chunks, 0) >= :graph_from
@@ -148,13 +142,11 @@ _INDEX_VECTORS = text(
         ON CONFLICT (chunk_id) DO NOTHING
         RETURNING chunk_id
     )
-    SELECT (SELECT count(*) FROM taken WHERE chunk_id <> ALL(CAST(:ids AS bigint[]))) AS spare,
-           ARRAY(SELECT chunk_id FROM moved) AS moved
+    SELECT (SELECT count(*) FROM taken) AS taken, ARRAY(SELECT chunk_id FROM moved) AS moved
     """
 )
-"""The queued vectors of the chunks in ``:ids`` (the text batch), and up to ``:spare`` more
-whose text is not queued (vectors queued after their text was indexed: backfill, a requeue),
-lowest ids first."""
+"""Up to ``:limit`` queued vectors whose text is indexed, lowest ids first, into
+memory_chunk_vectors."""
 
 
 def _into_graph_sql(*, crossed: bool) -> str:
@@ -839,12 +831,16 @@ class ChunkRepository:
         """One batch of up to ``limit`` rows of work, in this order: with ``sweep``, vectors of
         every user who has grown past ``graph_from`` indexed chunks into the HNSW graph (first,
         so that a user is wholly on one side again within a few batches, however full the
-        queues); then queued chunks: their text into memory_chunk_terms (GIN) and their vectors
-        into memory_chunk_vectors (L2-normalised halfvec; in the graph when the user holds
-        ``graph_from`` indexed chunks or more) — a chunk's text and vector in the same batch —,
-        then vectors whose text was indexed before, then with any room left the vectors of
-        the users this batch took past ``graph_from``. Rows another indexer holds are skipped,
-        so indexers in several processes share the work.
+        queues); then queued chunks' text into memory_chunk_terms (GIN); then, with the room
+        left, queued vectors whose text is indexed into memory_chunk_vectors (L2-normalised
+        halfvec; in the graph when the user holds ``graph_from`` indexed chunks or more); then
+        with any room left the vectors of the users this batch took past ``graph_from``. Rows
+        another indexer holds are skipped, so indexers in several processes share the work.
+
+        Text goes first: a search makes the tsvector of every queued chunk in its scope
+        (≈ 0.4 ms a chunk), and reads a queued vector for a distance (microseconds), so after
+        a burst the text backlog is what slows searches. With a short queue a chunk's text and
+        vector go in the same batch.
 
         A user crosses ``graph_from`` only in the batch that indexes their text past it, and
         that batch moves them (``_INTO_GRAPH_CROSSED``); the sweep is for what a batch left
@@ -854,15 +850,17 @@ class ChunkRepository:
             return IndexedBatch(grown, 0, graph_left=True)
         room = limit - grown
         texts = (await self.session.execute(_INDEX_TEXT, {"limit": room})).one()
-        taken = list(texts.taken)
-        vectors = (
-            await self.session.execute(
-                _INDEX_VECTORS,
-                {"ids": taken, "spare": max(room - texts.picked, 0), "graph_from": graph_from},
-            )
-        ).one()
-        done = grown + int(texts.picked) + int(vectors.spare)
-        indexed = len(set(texts.moved) | set(vectors.moved))
+        done = grown + int(texts.picked)
+        vectors: Sequence[int] = []
+        if done < limit:
+            row = (
+                await self.session.execute(
+                    _INDEX_VECTORS, {"limit": limit - done, "graph_from": graph_from}
+                )
+            ).one()
+            done += int(row.taken)
+            vectors = row.moved
+        indexed = len(texts.whole) + len(vectors)  # a vector moves after its text
         if not texts.moved:  # only indexed text moves a user's count
             return IndexedBatch(done, indexed, graph_left=False)
         if done >= limit:  # no room: whoever crossed is the next sweep's
