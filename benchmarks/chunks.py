@@ -1313,6 +1313,21 @@ class ChunksBench:
         done = asyncio.Event()
         latencies: dict[tuple[str, str], list[float]] = {}
         indexed_during = 0
+        text_drained: float | None = None  # when no text was queued any more, after the burst
+
+        async def queues() -> tuple[int, int]:
+            """Chunks whose text, and whose vector, wait (the indexer takes text first)."""
+            async with self.memory.engine.connect() as conn:
+                row = (
+                    await conn.execute(
+                        text(
+                            "SELECT (SELECT count(*) FROM memory_chunk_text_queue),"
+                            " (SELECT count(*) FROM memory_chunk_vector_queue)"
+                        )
+                    )
+                ).one()
+            return int(row[0]), int(row[1])
+
         self.log(
             f"burst: add_chunks at {BURST_RATE:,.0f} chunks/s for {seconds:.0f} s, "
             "one indexer, one caller searching"
@@ -1333,17 +1348,20 @@ class ChunksBench:
             return written, calls, time.perf_counter() - started
 
         async def index() -> None:
-            # drain() counts chunks indexed: a batch that only moves a grown user's vectors into
-            # the graph counts 0, so the queues themselves say when the drain is over.
-            nonlocal indexed_during
+            nonlocal indexed_during, text_drained
             try:
                 while True:
                     got = await indexer.drain(max_batches=8)
                     if writing.is_set():
                         indexed_during += got
-                    elif await indexer.queued() == 0:
-                        break
-                    if got == 0:
+                    else:
+                        if text_drained is None and (await queues())[0] == 0:
+                            text_drained = time.perf_counter()
+                        if await indexer.queued() == 0:
+                            break
+                    # drain() counts whole chunks (0 while it indexes text first): whether its
+                    # last batch found a full batch of work says if it is idle.
+                    if indexer.caught_up:
                         await asyncio.sleep(0.05)
             finally:
                 done.set()  # a failure ends the wait at once, and is raised below
@@ -1351,7 +1369,9 @@ class ChunksBench:
         async def watch() -> None:
             turn = 0
             while not done.is_set():
-                phase = "burst" if writing.is_set() else "drain"
+                phase = "burst"
+                if not writing.is_set():
+                    phase = "drain, text queued" if text_drained is None else "drain, vectors only"
                 for who, queries in watched.items():
                     query = queries[turn % len(queries)]
                     began = time.perf_counter()
@@ -1366,6 +1386,7 @@ class ChunksBench:
             written, calls, burst_seconds = await write()
             writing.clear()
             backlog = await self.memory.store.pending_chunk_count()
+            text_backlog, vector_backlog = await queues()
             drain_started = time.perf_counter()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(done.wait()), BURST_DRAIN_LIMIT)
@@ -1396,10 +1417,20 @@ class ChunksBench:
                 "  backlog when the burst ended / drained in",
                 f"{fmt_count(backlog)} / {drain_seconds:.0f} s",
                 "chunks / s",
-                f"{drained}; the indexer moved {fmt_count(indexed_during)} chunks during the "
+                f"{drained}; the indexer completed {fmt_count(indexed_during)} chunks during the "
                 f"burst ({fmt_rate(indexed_during / burst_seconds)}/s) and "
                 f"{fmt_count(backlog - left)} after it "
                 f"({fmt_rate((backlog - left) / max(drain_seconds, 1e-9))}/s)",
+            )
+        )
+        text_seconds = "not" if text_drained is None else f"{text_drained - drain_started:.0f} s"
+        rows.append(
+            Row(
+                "  of which text / vectors queued; text drained in",
+                f"{fmt_count(text_backlog)} / {fmt_count(vector_backlog)}; {text_seconds}",
+                "chunks",
+                "the indexer takes text first: a queued chunk's text costs a search its "
+                "tsvector, a queued vector one distance",
             )
         )
         for (phase, who), times in sorted(latencies.items()):

@@ -393,6 +393,18 @@ async def test_text_goes_before_vectors_and_each_chunk_counts_once(
         assert await counts(memory) == (0, 20)
 
 
+async def test_an_indexer_says_whether_its_last_batch_caught_up(manual: Memory) -> None:
+    """``caught_up``: the last batch found less than a full batch of work (a polling worker's
+    cue to pause), not whether it completed chunks (text-first batches complete none)."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("c", 20), user_id=uid, session_id="s1")
+    indexer = ChunkIndexer(manual.sessionmaker, batch_size=8, background=False)
+    assert await indexer.drain(max_batches=1) == 0
+    assert not indexer.caught_up
+    assert await indexer.drain() == 20
+    assert indexer.caught_up
+
+
 async def test_backfilled_chunk_vectors_are_queued_then_indexed(
     manual: Memory, fake_ollama: FakeOllama
 ) -> None:

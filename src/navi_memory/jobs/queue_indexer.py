@@ -58,6 +58,9 @@ class QueueIndexer:
         self._again = False
         self._closing = False
         self._closed = asyncio.Event()
+        self.caught_up = False
+        """Whether the last batch found less than a full batch of work: the queue was empty
+        for this indexer then (a worker polling with ``drain(max_batches=…)`` may pause)."""
 
     async def drain(self, max_batches: int | None = None) -> int:
         """Index queued rows until the queue is empty (or ``max_batches`` batches ran); returns
@@ -68,7 +71,8 @@ class QueueIndexer:
                 taken, moved = await self._index_batch(session, self._batch_size)
             indexed += moved
             batches += 1
-            if taken < self._batch_size:
+            self.caught_up = taken < self._batch_size
+            if self.caught_up:
                 break
         return indexed
 
