@@ -114,22 +114,17 @@ _INDEX_TEXT = text(
 )
 """Up to ``:limit`` queued chunks' text into memory_chunk_terms (GIN), lowest ids first."""
 
+_VECTOR_POP = queue_pop(
+    "memory_chunk_vector_queue",
+    "chunk_id",
+    "memory_chunks",
+    # Never a chunk whose text waits (or another indexer has it): text goes first.
+    where="NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t WHERE t.chunk_id = q.chunk_id)",
+)
+
 _INDEX_VECTORS = text(
     f"""
-    WITH picked AS (
-        -- Never a chunk whose text waits (or another indexer has it): text goes first. The
-        -- chunk is locked too, and skipped while a delete holds it (see queue_pop).
-        SELECT v.chunk_id FROM memory_chunk_vector_queue v JOIN memory_chunks c ON c.id = v.chunk_id
-        WHERE NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t WHERE t.chunk_id = v.chunk_id)
-        ORDER BY v.chunk_id LIMIT :limit
-        FOR UPDATE OF v SKIP LOCKED
-        FOR KEY SHARE OF c SKIP LOCKED
-    ),
-    taken AS (
-        DELETE FROM memory_chunk_vector_queue q USING picked p
-        WHERE q.chunk_id = p.chunk_id
-        RETURNING q.chunk_id
-    ),
+    WITH {_VECTOR_POP},
     moved AS (
         -- Into the HNSW graph when the user holds :graph_from indexed chunks or more (text is
         -- indexed first); otherwise beside it, searched exactly.
@@ -142,7 +137,7 @@ _INDEX_VECTORS = text(
         ON CONFLICT (chunk_id) DO NOTHING
         RETURNING chunk_id
     )
-    SELECT (SELECT count(*) FROM taken) AS taken, ARRAY(SELECT chunk_id FROM moved) AS moved
+    SELECT (SELECT count(*) FROM picked) AS taken, ARRAY(SELECT chunk_id FROM moved) AS moved
     """
 )
 """Up to ``:limit`` queued vectors whose text is indexed, lowest ids first, into

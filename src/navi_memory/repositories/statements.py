@@ -25,11 +25,11 @@ def statement(sql: str) -> TextClause:
     return text(sql)
 
 
-def queue_pop(queue: str, key: str, parent: str) -> str:
+def queue_pop(queue: str, key: str, parent: str, where: str = "TRUE") -> str:
     """The CTEs ``picked``, ``held`` and ``taken`` of a batch taken off ``queue``: up to
     ``:limit`` rows, lowest ``key`` first, skipping rows another indexer holds; ``taken``
     returns ``key``, and ``picked`` counts what the batch looked at (less than ``:limit``: the
-    queue is empty for this indexer).
+    queue is empty for this indexer). ``where``: a condition on the queue row ``q``.
 
     The rows are picked once, in a locked CTE, and deleted ``USING`` it: as ``DELETE … WHERE key
     IN (SELECT … LIMIT … SKIP LOCKED)`` the subquery could be run again for a row another
@@ -44,8 +44,10 @@ def queue_pop(queue: str, key: str, parent: str) -> str:
     gone (the chunk text queue has no foreign key) is taken and indexes nothing. So the
     indexer never waits for a delete, and a delete waits for one batch at most."""
     return f"""picked AS (
-        SELECT {key} FROM {queue}
-        ORDER BY {key} LIMIT :limit FOR UPDATE SKIP LOCKED
+        -- The queue alone, by its primary key: joined to the parent here, the planner once
+        -- read every queued row's parent before the sort and the limit.
+        SELECT q.{key} FROM {queue} q WHERE {where}
+        ORDER BY q.{key} LIMIT :limit FOR UPDATE SKIP LOCKED
     ),
     held AS (
         SELECT p.id FROM {parent} p JOIN picked k ON p.id = k.{key}
