@@ -348,6 +348,26 @@ async def test_a_crossing_the_batch_had_no_room_for_is_finished_by_the_next_batc
     assert await sides(manual, grower) == (14, 0, 0)
 
 
+async def test_full_batches_that_take_nobody_past_the_threshold_never_look_at_everyone(
+    manual: Memory,
+) -> None:
+    """A backlog fills every batch with text; a full batch that took nobody past the
+    threshold leaves nothing for the look at every grown user (dear at 1M after a burst), so
+    only the indexer's first batch runs it."""
+    big, small = await new_user(manual), await new_user(manual)
+    await manual.store.add_chunks(drafts("big", GRAPH_FROM + 2), user_id=big, session_id="b")
+    await manual.store.add_chunks(drafts("small", 24), user_id=small, session_id="s")
+    await manual.store.add_chunks(drafts("more", 24), user_id=big, session_id="b2")
+    indexer = ChunkIndexer(
+        manual.sessionmaker, batch_size=8, background=False, graph_from=GRAPH_FROM + 100
+    )
+    with statements_on(manual.engine) as seen:
+        await indexer.drain()
+    assert sweeps(seen) == (1, 0)  # the first batch's; 20 batches after it, full ones too
+    assert await sides(manual, big) == (0, GRAPH_FROM + 2 + 24, 0)
+    assert await sides(manual, small) == (0, 24, 0)
+
+
 async def test_vectors_another_process_left_beside_the_graph_are_moved_by_a_periodic_look(
     manual: Memory,
 ) -> None:

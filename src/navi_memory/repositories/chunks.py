@@ -144,20 +144,36 @@ _INDEX_VECTORS = text(
 memory_chunk_vectors."""
 
 
+_BATCH_USERS = """batch AS (
+        SELECT t.user_id, count(*) AS chunks
+        FROM memory_chunk_terms t
+        WHERE t.chunk_id = ANY(CAST(:moved AS bigint[]))
+        GROUP BY t.user_id
+    )"""
+"""The users of the chunks whose text a batch indexed (``:moved``), with how many of them."""
+
+_CROSSED = "s.chunks >= :graph_from AND s.chunks - b.chunks < :graph_from"
+"""Of those (``b``), the users the batch took past the threshold (``s``: their statistics)."""
+
+_ANY_CROSSED = text(
+    f"""
+    WITH {_BATCH_USERS}
+    SELECT EXISTS (SELECT 1 FROM memory_chunk_text_stats s JOIN batch b USING (user_id)
+                   WHERE {_CROSSED})
+    """
+)
+"""Whether the chunks ``:moved`` took a user past ``:graph_from`` (for a batch with no room
+left to move them: the next batch's look at every grown user then does)."""
+
+
 def _into_graph_sql(*, crossed: bool) -> str:
     """``_INTO_GRAPH`` or ``_INTO_GRAPH_CROSSED``: the same move, over every grown user or over
     the users one batch took past the threshold."""
     batch, join, where = "", "", "s.chunks >= :graph_from"
     if crossed:
-        batch = """batch AS (
-        SELECT t.user_id, count(*) AS chunks
-        FROM memory_chunk_terms t
-        WHERE t.chunk_id = ANY(CAST(:moved AS bigint[]))
-        GROUP BY t.user_id
-    ),
-    """
+        batch = _BATCH_USERS + ",\n    "
         join = "JOIN batch b ON b.user_id = s.user_id"
-        where += " AND s.chunks - b.chunks < :graph_from"
+        where = _CROSSED
     return f"""
     WITH {batch}due AS (
         SELECT v.chunk_id
@@ -858,8 +874,10 @@ class ChunkRepository:
         indexed = len(texts.whole) + len(vectors)  # a vector moves after its text
         if not texts.moved:  # only indexed text moves a user's count
             return IndexedBatch(done, indexed, graph_left=False)
-        if done >= limit:  # no room: whoever crossed is the next sweep's
-            return IndexedBatch(done, indexed, graph_left=True)
+        if done >= limit:  # no room: whoever crossed is the next batch's look's
+            params = {"moved": list(texts.moved), "graph_from": graph_from}
+            crossed_any = bool((await self.session.execute(_ANY_CROSSED, params)).scalar())
+            return IndexedBatch(done, indexed, graph_left=crossed_any)
         crossed = await self._into_graph(limit - done, graph_from, crossed_by=list(texts.moved))
         return IndexedBatch(done + crossed, indexed, graph_left=done + crossed >= limit)
 
