@@ -405,6 +405,34 @@ async def test_an_indexer_says_whether_its_last_batch_caught_up(manual: Memory) 
     assert indexer.caught_up
 
 
+async def test_a_batch_a_delete_holds_whole_ends_the_drain_instead_of_spinning(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """The lowest queued chunks all held by a delete in flight: a batch picks them, takes
+    none, and the drain stops (``caught_up``) rather than picking them again and again until
+    the delete ends; the next drain indexes everything."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=2
+    )
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await memory.store.add_chunks(drafts("s", 4), user_id=uid, session_id="s1")
+        indexer = ChunkIndexer(memory.sessionmaker, batch_size=2, background=False)
+        async with memory.engine.connect() as other:
+            await other.execute(
+                text(
+                    "SELECT 1 FROM memory_chunks WHERE id IN (SELECT id FROM memory_chunks"
+                    " WHERE user_id = :u ORDER BY id LIMIT 2) FOR UPDATE"
+                ),
+                {"u": uid},
+            )
+            assert await asyncio.wait_for(indexer.drain(), timeout=10) == 0
+            assert indexer.caught_up
+            await other.rollback()
+        assert await indexer.drain() == 4
+        assert await counts(memory) == (0, 4)
+
+
 async def test_backfilled_chunk_vectors_are_queued_then_indexed(
     manual: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -68,7 +68,7 @@ class ChunkIndexer(QueueIndexer):
         graph: an explicit drain (index_pending_chunks) finishes what anyone left."""
         self._sweep_due = True
 
-    async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[int, int]:
+    async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[bool, int]:
         # The look at every grown user (ChunkRepository.index_queued's sweep) is dear and
         # nearly always finds nothing (39 ms at 1M after a burst): it runs in the first batch
         # of this indexer, after a batch that left vectors beside the graph, and every
@@ -82,7 +82,7 @@ class ChunkIndexer(QueueIndexer):
             limit, graph_from=self._graph_from, sweep=sweep
         )
         self._sweep_due = batch.graph_left
-        return batch.done, batch.indexed
+        return batch.done >= limit and batch.took > 0, batch.indexed
 
     async def _queued_count(self, session: AsyncSession) -> int:
         return await ChunkRepository(session=session).queued_count()

@@ -37,8 +37,9 @@ class FactIndexer(QueueIndexer):
     retry_hint = "the next upsert_fact or `navi-memory backfill`"
     gather_seconds = GATHER_SECONDS
 
-    async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[int, int]:
-        return await FactVectorRepository(session=session).index_queued(limit)
+    async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[bool, int]:
+        picked, taken, indexed = await FactVectorRepository(session=session).index_queued(limit)
+        return picked >= limit and taken > 0, indexed
 
     async def _queued_count(self, session: AsyncSession) -> int:
         return await FactVectorRepository(session=session).queued_count()

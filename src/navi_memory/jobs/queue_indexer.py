@@ -59,8 +59,9 @@ class QueueIndexer:
         self._closing = False
         self._closed = asyncio.Event()
         self.caught_up = False
-        """Whether the last batch found less than a full batch of work: the queue was empty
-        for this indexer then (a worker polling with ``drain(max_batches=…)`` may pause)."""
+        """Whether the last batch found less than a full batch of work, or took none of it (a
+        delete held it): nothing for this indexer to do at once (a worker polling with
+        ``drain(max_batches=…)`` may pause)."""
 
     async def drain(self, max_batches: int | None = None) -> int:
         """Index queued rows until the queue is empty (or ``max_batches`` batches ran); returns
@@ -68,10 +69,10 @@ class QueueIndexer:
         indexed, batches = 0, 0
         while not self._closing and (max_batches is None or batches < max_batches):
             async with unit_of_work(self._sessionmaker) as session:
-                taken, moved = await self._index_batch(session, self._batch_size)
+                full, moved = await self._index_batch(session, self._batch_size)
             indexed += moved
             batches += 1
-            self.caught_up = taken < self._batch_size
+            self.caught_up = not full
             if self.caught_up:
                 break
         return indexed
@@ -81,8 +82,11 @@ class QueueIndexer:
         async with unit_of_work(self._sessionmaker) as session:
             return await self._queued_count(session)
 
-    async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[int, int]:
-        """Index up to ``limit`` queued rows; returns (taken from the queue, indexed)."""
+    async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[bool, int]:
+        """Index up to ``limit`` queued rows; returns (whether the batch found a full batch of
+        work and took some of it: more may wait, and a next batch would progress; indexed).
+        A batch whose rows a delete all held took none: repeated at once, it would pick the
+        same rows again until the delete ends."""
         raise NotImplementedError
 
     async def _queued_count(self, session: AsyncSession) -> int:

@@ -38,6 +38,9 @@ class IndexedBatch(NamedTuple):
     done: int
     """Rows of work: vectors moved into the graph, queued chunks looked at (fewer than the limit:
     the queues are empty for this indexer)."""
+    took: int
+    """Of those, the rows it took: all but the queued chunks a delete held (they stay queued;
+    a batch that took none should not be repeated at once)."""
     indexed: int
     """Chunks indexed whole: their text, and their vector when they have one (a chunk whose
     text and vector go in two batches counts in the second)."""
@@ -105,7 +108,8 @@ _INDEX_TEXT = text(
         ON CONFLICT (chunk_id) DO NOTHING
         RETURNING chunk_id
     )
-    SELECT (SELECT count(*) FROM picked) AS picked, ARRAY(SELECT chunk_id FROM moved) AS moved,
+    SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM taken) AS taken,
+           ARRAY(SELECT chunk_id FROM moved) AS moved,
            -- Indexed whole: no vector waits for it (a chunk with one counts when it moves).
            ARRAY(SELECT m.chunk_id FROM moved m
                  WHERE NOT EXISTS (SELECT 1 FROM memory_chunk_vector_queue q
@@ -137,7 +141,8 @@ _INDEX_VECTORS = text(
         ON CONFLICT (chunk_id) DO NOTHING
         RETURNING chunk_id
     )
-    SELECT (SELECT count(*) FROM picked) AS taken, ARRAY(SELECT chunk_id FROM moved) AS moved
+    SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM taken) AS taken,
+           ARRAY(SELECT chunk_id FROM moved) AS moved
     """
 )
 """Up to ``:limit`` queued vectors whose text is indexed, lowest ids first, into
@@ -858,10 +863,10 @@ class ChunkRepository:
         (``graph_left``: it ran out of room) or another process did not finish."""
         grown = await self._into_graph(limit, graph_from) if sweep else 0
         if grown >= limit:
-            return IndexedBatch(grown, 0, graph_left=True)
+            return IndexedBatch(grown, grown, 0, graph_left=True)
         room = limit - grown
         texts = (await self.session.execute(_INDEX_TEXT, {"limit": room})).one()
-        done = grown + int(texts.picked)
+        done, took = grown + int(texts.picked), grown + int(texts.taken)
         vectors: Sequence[int] = []
         if done < limit:
             row = (
@@ -869,17 +874,18 @@ class ChunkRepository:
                     _INDEX_VECTORS, {"limit": limit - done, "graph_from": graph_from}
                 )
             ).one()
-            done += int(row.taken)
+            done, took = done + int(row.picked), took + int(row.taken)
             vectors = row.moved
         indexed = len(texts.whole) + len(vectors)  # a vector moves after its text
         if not texts.moved:  # only indexed text moves a user's count
-            return IndexedBatch(done, indexed, graph_left=False)
+            return IndexedBatch(done, took, indexed, graph_left=False)
         if done >= limit:  # no room: whoever crossed is the next batch's look's
             params = {"moved": list(texts.moved), "graph_from": graph_from}
             crossed_any = bool((await self.session.execute(_ANY_CROSSED, params)).scalar())
-            return IndexedBatch(done, indexed, graph_left=crossed_any)
+            return IndexedBatch(done, took, indexed, graph_left=crossed_any)
         crossed = await self._into_graph(limit - done, graph_from, crossed_by=list(texts.moved))
-        return IndexedBatch(done + crossed, indexed, graph_left=done + crossed >= limit)
+        done, took = done + crossed, took + crossed
+        return IndexedBatch(done, took, indexed, graph_left=done >= limit)
 
     async def _into_graph(
         self, limit: int, graph_from: int, *, crossed_by: Sequence[int] | None = None

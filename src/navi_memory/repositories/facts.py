@@ -163,7 +163,8 @@ _INDEX_QUEUED: Final = text(
         DELETE FROM memory_fact_vectors v USING source s
         WHERE v.fact_id = s.fact_id AND s.embedding IS NULL
     )
-    SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM moved) AS indexed
+    SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM taken) AS taken,
+           (SELECT count(*) FROM moved) AS indexed
     """
 )
 """Move a batch from the queue into memory_fact_vectors: each fact's current vector of record
@@ -481,13 +482,14 @@ class FactVectorRepository:
     def __init__(self, *, session: AsyncSession) -> None:
         self.session = session
 
-    async def index_queued(self, limit: int) -> tuple[int, int]:
+    async def index_queued(self, limit: int) -> tuple[int, int, int]:
         """Move up to ``limit`` queued facts' vectors into memory_fact_vectors (L2-normalised
-        halfvec, HNSW-indexed); returns (queue rows looked at, vectors indexed): fewer than
-        ``limit`` looked at, the queue is empty for this indexer. Rows another indexer holds
-        are skipped, so indexers in several processes share the queue."""
+        halfvec, HNSW-indexed); returns (queue rows looked at, taken, vectors indexed): fewer
+        than ``limit`` looked at, the queue is empty for this indexer; rows looked at and not
+        taken are facts a delete holds (they stay queued). Rows another indexer holds are
+        skipped, so indexers in several processes share the queue."""
         row = (await self.session.execute(_INDEX_QUEUED, {"limit": limit})).one()
-        return int(row.picked), int(row.indexed)
+        return int(row.picked), int(row.taken), int(row.indexed)
 
     async def queued_count(self) -> int:
         return int(
