@@ -528,3 +528,46 @@ async def test_the_indexer_skips_a_fact_a_delete_holds_and_never_waits_for_it(
         await other.execute(text("DELETE FROM memory_facts WHERE id = :i"), {"i": held})
         await other.commit()
     assert await counts(manual) == (0, len(FACTS) - 1)
+
+
+async def test_a_vector_written_while_the_indexer_holds_its_queue_row_is_indexed_after_all(
+    manual: Memory,
+) -> None:
+    """The indexer picks a fact's queue row, and reads the fact's vector in the snapshot its
+    statement started with; a new vector written in between must be queued again (revision
+    0011), or the index keeps the old vector for good. The indexer is held between its pick
+    and its delete of the row (a sleeping BEFORE DELETE trigger) while the fact is rewritten."""
+    uid = await new_user(manual)
+    await manual.store.upsert_fact("notes", "book", "The Left Hand of Darkness", user_id=uid)
+    await execute(
+        manual,
+        "CREATE FUNCTION pause() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN PERFORM pg_sleep(0.5); RETURN OLD; END $$",
+    )
+    await execute(
+        manual,
+        "CREATE TRIGGER pause BEFORE DELETE ON memory_fact_vector_queue "
+        "FOR EACH ROW EXECUTE FUNCTION pause()",
+    )
+    indexing = asyncio.create_task(manual.store.index_pending_facts())
+    for _ in range(200):  # until the indexer sleeps with the row picked
+        sleeping = await scalar(
+            manual,
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+            " AND datname = current_database()",
+        )
+        if sleeping:
+            break
+        await asyncio.sleep(0.01)
+    assert sleeping == 1
+    await manual.store.upsert_fact("notes", "book", "A Wizard of Earthsea", user_id=uid)
+    await indexing
+    await execute(manual, "DROP TRIGGER pause ON memory_fact_vector_queue")
+    await manual.store.index_pending_facts()
+    assert await counts(manual) == (0, 1)
+    same = await scalar(
+        manual,
+        "SELECT v.embedding = CAST(l2_normalize(f.embedding) AS halfvec(768))"
+        " FROM memory_fact_vectors v JOIN memory_facts f ON f.id = v.fact_id",
+    )
+    assert same is True
