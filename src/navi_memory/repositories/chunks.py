@@ -45,7 +45,10 @@ class IndexedBatch(NamedTuple):
     """Chunks indexed whole: their text, and their vector when they have one (a chunk whose
     text and vector go in two batches counts in the second)."""
     graph_left: bool
-    """Grown users may still have vectors beside the graph (the batch ran out of room)."""
+    """The look at every grown user ran out of room: the next batch should look again."""
+    crossing: tuple[uuid.UUID, ...] = ()
+    """Users this batch (or an earlier one) took past the threshold who may still have
+    vectors beside the graph: the next batch moves theirs first."""
 
 
 _HALFVEC = f"halfvec({EMBEDDING_DIM})"
@@ -160,31 +163,29 @@ _BATCH_USERS = """batch AS (
 _CROSSED = "s.chunks >= :graph_from AND s.chunks - b.chunks < :graph_from"
 """Of those (``b``), the users the batch took past the threshold (``s``: their statistics)."""
 
-_ANY_CROSSED = text(
+_CROSSED_USERS = text(
     f"""
     WITH {_BATCH_USERS}
-    SELECT EXISTS (SELECT 1 FROM memory_chunk_text_stats s JOIN batch b USING (user_id)
-                   WHERE {_CROSSED})
+    SELECT array_agg(s.user_id) FROM memory_chunk_text_stats s JOIN batch b USING (user_id)
+    WHERE {_CROSSED}
     """
 )
-"""Whether the chunks ``:moved`` took a user past ``:graph_from`` (for a batch with no room
-left to move them: the next batch's look at every grown user then does)."""
+"""The users the chunks ``:moved`` (a batch's text) took past ``:graph_from``."""
 
 
-def _into_graph_sql(*, crossed: bool) -> str:
-    """``_INTO_GRAPH`` or ``_INTO_GRAPH_CROSSED``: the same move, over every grown user or over
-    the users one batch took past the threshold."""
-    batch, join, where = "", "", "s.chunks >= :graph_from"
-    if crossed:
-        batch = _BATCH_USERS + ",\n    "
-        join = "JOIN batch b ON b.user_id = s.user_id"
-        where = _CROSSED
+def _into_graph_sql(*, users: bool) -> str:
+    """``_INTO_GRAPH`` or ``_INTO_GRAPH_USERS``: the same move, over every grown user or over
+    the users named (those a batch took past the threshold)."""
+    named, join = "", ""
+    if users:
+        named = "crossing AS (SELECT unnest(CAST(:users AS uuid[])) AS user_id),\n    "
+        join = "JOIN crossing x ON x.user_id = s.user_id"
     return f"""
-    WITH {batch}due AS (
+    WITH {named}due AS (
         SELECT v.chunk_id
         FROM memory_chunk_text_stats s {join}
              JOIN memory_chunk_vectors v ON v.user_id = s.user_id AND NOT v.in_graph
-        WHERE {where}
+        WHERE s.chunks >= :graph_from
         ORDER BY v.user_id, v.chunk_id
         LIMIT :limit
         FOR UPDATE OF v SKIP LOCKED
@@ -195,14 +196,14 @@ def _into_graph_sql(*, crossed: bool) -> str:
     """
 
 
-_INTO_GRAPH = text(_into_graph_sql(crossed=False))
+_INTO_GRAPH = text(_into_graph_sql(users=False))
 """Up to ``:limit`` indexed vectors of users who now hold ``:graph_from`` indexed chunks or
 more but were smaller when those vectors were indexed: into the HNSW graph, user by user."""
 
-_INTO_GRAPH_CROSSED = text(_into_graph_sql(crossed=True))
-"""``_INTO_GRAPH`` for the users whose text the chunks ``:moved`` took past ``:graph_from``:
-the one place a user crosses, without looking at every big user (after a burst at 1M that look
-read 3,315 heap pages of vectors already moved, 39 ms, to find nothing)."""
+_INTO_GRAPH_USERS = text(_into_graph_sql(users=True))
+"""``_INTO_GRAPH`` for the users ``:users`` (those a batch took past ``:graph_from``): the one
+place a user crosses, without looking at every big user (after a burst at 1M that look took
+0.3-0.4 s, and ran every other second while crossing users' vectors moved 64 at a time)."""
 
 
 def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElement[bool]]:
@@ -842,13 +843,19 @@ class ChunkRepository:
     # --- the indexes ------------------------------------------------------------------------
 
     async def index_queued(
-        self, limit: int, *, graph_from: int, sweep: bool = True
+        self,
+        limit: int,
+        *,
+        graph_from: int,
+        sweep: bool = True,
+        crossing: Sequence[uuid.UUID] = (),
     ) -> IndexedBatch:
         """One batch of up to ``limit`` rows of work, in this order: with ``sweep``, vectors of
-        every user who has grown past ``graph_from`` indexed chunks into the HNSW graph (first,
-        so that a user is wholly on one side again within a few batches, however full the
-        queues); then queued chunks' text into memory_chunk_terms (GIN); then, with the room
-        left, queued vectors whose text is indexed into memory_chunk_vectors (L2-normalised
+        every user who has grown past ``graph_from`` indexed chunks into the HNSW graph, and
+        else those of the users ``crossing`` (an earlier batch took them past it) — first, so
+        that a user is wholly on one side again within a few batches, however full the queues;
+        then queued chunks' text into memory_chunk_terms (GIN); then, with the room left,
+        queued vectors whose text is not queued into memory_chunk_vectors (L2-normalised
         halfvec; in the graph when the user holds ``graph_from`` indexed chunks or more); then
         with any room left the vectors of the users this batch took past ``graph_from``. Rows
         another indexer holds are skipped, so indexers in several processes share the work.
@@ -858,15 +865,26 @@ class ChunkRepository:
         a burst the text backlog is what slows searches. With a short queue a chunk's text and
         vector go in the same batch.
 
-        A user crosses ``graph_from`` only in the batch that indexes their text past it, and
-        that batch moves them (``_INTO_GRAPH_CROSSED``); the sweep is for what a batch left
-        (``graph_left``: it ran out of room) or another process did not finish."""
-        grown = await self._into_graph(limit, graph_from) if sweep else 0
-        if grown >= limit:
-            return IndexedBatch(grown, grown, 0, graph_left=True)
-        room = limit - grown
+        A user crosses ``graph_from`` only in the batch that indexes their text past it; that
+        batch moves their vectors with the room it has, and names them in ``crossing`` while
+        some may be left, for the next batch. The look at every grown user (``sweep``) is for
+        what another process left."""
+        moved_in = 0
+        if sweep:
+            moved_in = await self._into_graph(limit, graph_from)
+            if moved_in >= limit:
+                return IndexedBatch(
+                    moved_in, moved_in, 0, graph_left=True, crossing=tuple(crossing)
+                )
+        elif crossing:
+            moved_in = await self._into_graph(limit, graph_from, users=crossing)
+            if moved_in >= limit:
+                return IndexedBatch(
+                    moved_in, moved_in, 0, graph_left=False, crossing=tuple(crossing)
+                )
+        room = limit - moved_in
         texts = (await self.session.execute(_INDEX_TEXT, {"limit": room})).one()
-        done, took = grown + int(texts.picked), grown + int(texts.taken)
+        done, took = moved_in + int(texts.picked), moved_in + int(texts.taken)
         vectors: Sequence[int] = []
         if done < limit:
             row = (
@@ -879,24 +897,27 @@ class ChunkRepository:
         indexed = len(texts.whole) + len(vectors)  # a vector moves after its text
         if not texts.moved:  # only indexed text moves a user's count
             return IndexedBatch(done, took, indexed, graph_left=False)
-        if done >= limit:  # no room: whoever crossed is the next batch's look's
-            params = {"moved": list(texts.moved), "graph_from": graph_from}
-            crossed_any = bool((await self.session.execute(_ANY_CROSSED, params)).scalar())
-            return IndexedBatch(done, took, indexed, graph_left=crossed_any)
-        crossed = await self._into_graph(limit - done, graph_from, crossed_by=list(texts.moved))
-        done, took = done + crossed, took + crossed
-        return IndexedBatch(done, took, indexed, graph_left=done >= limit)
+        params = {"moved": list(texts.moved), "graph_from": graph_from}
+        crossed = tuple((await self.session.execute(_CROSSED_USERS, params)).scalar() or ())
+        if not crossed:
+            return IndexedBatch(done, took, indexed, graph_left=False)
+        if done >= limit:  # no room: the next batch moves them
+            return IndexedBatch(done, took, indexed, graph_left=False, crossing=crossed)
+        moved = await self._into_graph(limit - done, graph_from, users=crossed)
+        done, took = done + moved, took + moved
+        left = crossed if done >= limit else ()
+        return IndexedBatch(done, took, indexed, graph_left=False, crossing=left)
 
     async def _into_graph(
-        self, limit: int, graph_from: int, *, crossed_by: Sequence[int] | None = None
+        self, limit: int, graph_from: int, *, users: Sequence[uuid.UUID] | None = None
     ) -> int:
-        """``_INTO_GRAPH`` (every grown user), or ``_INTO_GRAPH_CROSSED`` for the users the
-        chunks ``crossed_by`` took past ``graph_from``: how many vectors it moved."""
+        """``_INTO_GRAPH`` (every grown user), or ``_INTO_GRAPH_USERS`` for ``users``: how
+        many vectors it moved."""
         params: dict[str, Any] = {"limit": limit, "graph_from": graph_from}
-        if crossed_by is None:
+        if users is None:
             moved = await self.session.execute(_INTO_GRAPH, params)
         else:
-            moved = await self.session.execute(_INTO_GRAPH_CROSSED, {**params, "moved": crossed_by})
+            moved = await self.session.execute(_INTO_GRAPH_USERS, {**params, "users": list(users)})
         return len(moved.all())
 
     async def requeue_unindexed(self) -> int:
