@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -80,3 +81,18 @@ def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", []):
         yield from plan_nodes(child)
+
+
+async def wait_for_a_sleeping_statement(memory: Memory) -> None:
+    """Until a statement of this database waits in ``pg_sleep`` (a test's slow trigger): the
+    statement is then in flight, holding what it has locked, so what the test does next
+    overlaps it for sure. Gives up after 10 s."""
+    sleeping = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event = 'PgSleep' AND datname = current_database()"
+    )
+    async with asyncio.timeout(10):
+        while True:
+            if await scalar(memory, sleeping):
+                return
+            await asyncio.sleep(0.005)

@@ -20,7 +20,13 @@ from navi_memory.repositories.chunks import ChunkRepository, IndexedBatch
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
-from tests.integration.factories import execute, new_user, refuse_inserts, scalar
+from tests.integration.factories import (
+    execute,
+    new_user,
+    refuse_inserts,
+    scalar,
+    wait_for_a_sleeping_statement,
+)
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 TOPICS = (
@@ -327,7 +333,7 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
                 )
             )
         indexing = asyncio.create_task(memory.store.index_pending_chunks())
-        await asyncio.sleep(0.2)
+        await wait_for_a_sleeping_statement(memory)
         if delete == "session":
             assert await memory.sessions.delete(session.id, user_id=uid)
         elif delete == "user":

@@ -18,7 +18,7 @@ from navi_memory.services.facts import key_norm, key_rules
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.extraction_model import ExtractionModel
-from tests.integration.factories import execute, new_user, scalar
+from tests.integration.factories import execute, new_user, scalar, wait_for_a_sleeping_statement
 
 FACTS = (
     ("preferences", "editor", "neovim with the gruvbox theme"),
@@ -495,7 +495,7 @@ async def test_deleting_while_the_fact_indexer_is_mid_batch_does_not_deadlock(
                 )
             )
         indexing = asyncio.create_task(memory.store.index_pending_facts())
-        await asyncio.sleep(0.1)
+        await wait_for_a_sleeping_statement(memory)
         if delete == "fact":
             for _, key, _ in FACTS:
                 assert await memory.store.delete_fact(key, user_id=uid) == 1
@@ -550,16 +550,7 @@ async def test_a_vector_written_while_the_indexer_holds_its_queue_row_is_indexed
         "FOR EACH ROW EXECUTE FUNCTION pause()",
     )
     indexing = asyncio.create_task(manual.store.index_pending_facts())
-    for _ in range(200):  # until the indexer sleeps with the row picked
-        sleeping = await scalar(
-            manual,
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
-            " AND datname = current_database()",
-        )
-        if sleeping:
-            break
-        await asyncio.sleep(0.01)
-    assert sleeping == 1
+    await wait_for_a_sleeping_statement(manual)  # the indexer, with the row picked
     await manual.store.upsert_fact("notes", "book", "A Wizard of Earthsea", user_id=uid)
     await indexing
     await execute(manual, "DROP TRIGGER pause ON memory_fact_vector_queue")
