@@ -96,3 +96,20 @@ async def wait_for_a_sleeping_statement(memory: Memory) -> None:
             if await scalar(memory, sleeping):
                 return
             await asyncio.sleep(0.005)
+
+
+async def slow_trigger(memory: Memory, table: str, event: str, seconds: float) -> None:
+    """A BEFORE ``event`` row trigger named ``slow`` on ``table`` that sleeps ``seconds`` a row:
+    a statement writing ``table`` stays in flight, holding its locks, long enough for a test to
+    act meanwhile (see wait_for_a_sleeping_statement). ``DROP TRIGGER slow ON table`` ends it."""
+    returned = "OLD" if event == "DELETE" else "NEW"
+    await execute(
+        memory,
+        "CREATE OR REPLACE FUNCTION navi_test_slow() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN PERFORM pg_sleep({seconds}); RETURN {returned}; END $$",
+    )
+    await execute(
+        memory,
+        f"CREATE TRIGGER slow BEFORE {event} ON {table} "
+        "FOR EACH ROW EXECUTE FUNCTION navi_test_slow()",
+    )

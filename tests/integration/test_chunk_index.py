@@ -25,6 +25,7 @@ from tests.integration.factories import (
     new_user,
     refuse_inserts,
     scalar,
+    slow_trigger,
     wait_for_a_sleeping_statement,
 )
 
@@ -319,19 +320,7 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
         # Each row the indexer inserts takes 20 ms, as a slow GIN or HNSW insertion would: the
         # delete arrives while the indexer holds the queue rows and has not reached the
         # foreign key check on the chunks yet.
-        async with memory.engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
-                    "$$ BEGIN PERFORM pg_sleep(0.02); RETURN NEW; END $$;"
-                )
-            )
-            await conn.execute(
-                text(
-                    f"CREATE TRIGGER slow BEFORE INSERT ON {table} "
-                    "FOR EACH ROW EXECUTE FUNCTION slow()"
-                )
-            )
+        await slow_trigger(memory, table, "INSERT", 0.02)
         indexing = asyncio.create_task(memory.store.index_pending_chunks())
         await wait_for_a_sleeping_statement(memory)
         if delete == "session":

@@ -18,7 +18,13 @@ from navi_memory.services.facts import key_norm, key_rules
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.extraction_model import ExtractionModel
-from tests.integration.factories import execute, new_user, scalar, wait_for_a_sleeping_statement
+from tests.integration.factories import (
+    execute,
+    new_user,
+    scalar,
+    slow_trigger,
+    wait_for_a_sleeping_statement,
+)
 
 FACTS = (
     ("preferences", "editor", "neovim with the gruvbox theme"),
@@ -481,19 +487,7 @@ async def test_deleting_while_the_fact_indexer_is_mid_batch_does_not_deadlock(
             )
         # Each vector the indexer inserts takes 20 ms, as a slow HNSW insertion would: the
         # delete arrives while the indexer holds its queue rows and is still inserting.
-        async with memory.engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
-                    "$$ BEGIN PERFORM pg_sleep(0.02); RETURN NEW; END $$;"
-                )
-            )
-            await conn.execute(
-                text(
-                    "CREATE TRIGGER slow BEFORE INSERT ON memory_fact_vectors "
-                    "FOR EACH ROW EXECUTE FUNCTION slow()"
-                )
-            )
+        await slow_trigger(memory, "memory_fact_vectors", "INSERT", 0.02)
         indexing = asyncio.create_task(memory.store.index_pending_facts())
         await wait_for_a_sleeping_statement(memory)
         if delete == "fact":
@@ -539,21 +533,12 @@ async def test_a_vector_written_while_the_indexer_holds_its_queue_row_is_indexed
     and its delete of the row (a sleeping BEFORE DELETE trigger) while the fact is rewritten."""
     uid = await new_user(manual)
     await manual.store.upsert_fact("notes", "book", "The Left Hand of Darkness", user_id=uid)
-    await execute(
-        manual,
-        "CREATE FUNCTION pause() RETURNS trigger LANGUAGE plpgsql AS "
-        "$$ BEGIN PERFORM pg_sleep(0.5); RETURN OLD; END $$",
-    )
-    await execute(
-        manual,
-        "CREATE TRIGGER pause BEFORE DELETE ON memory_fact_vector_queue "
-        "FOR EACH ROW EXECUTE FUNCTION pause()",
-    )
+    await slow_trigger(manual, "memory_fact_vector_queue", "DELETE", 0.5)
     indexing = asyncio.create_task(manual.store.index_pending_facts())
     await wait_for_a_sleeping_statement(manual)  # the indexer, with the row picked
     await manual.store.upsert_fact("notes", "book", "A Wizard of Earthsea", user_id=uid)
     await indexing
-    await execute(manual, "DROP TRIGGER pause ON memory_fact_vector_queue")
+    await execute(manual, "DROP TRIGGER slow ON memory_fact_vector_queue")
     await manual.store.index_pending_facts()
     assert await counts(manual) == (0, 1)
     same = await scalar(
