@@ -48,7 +48,6 @@ from benchmarks.harness import ROOT, BenchServer, migrate, percentile
 from navi_memory import open_memory
 from navi_memory.config import Settings
 from navi_memory.constants import (
-    CHUNK_FUSION_K,
     CHUNK_FUSION_VECTOR_WEIGHT,
     CHUNK_MAX_DISTANCE,
     EMBEDDING_DIM,
@@ -340,6 +339,8 @@ class Lists:
     """Per question (conversation, question index): the chunk indices a retriever returned."""
 
     ranked: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    scores: dict[tuple[int, int], dict[int, float]] = field(default_factory=dict)
+    """The hits' fused scores (with no embedder: BM25 relative to the best text hit)."""
 
 
 async def ingest(url: str, conversations: Sequence[Conversation], embedder: Embedder) -> None:
@@ -399,6 +400,9 @@ async def run_package(
                 found = [by_key[(h.session_id, h.start_seq)] for h in hits]
                 if lists is not None:
                     lists.ranked[(c, q)] = found
+                    lists.scores[(c, q)] = {
+                        i: h.score for i, h in zip(found, hits, strict=True) if h.score is not None
+                    }
                 tally.record(conv, category, evidence, found)
     return tally
 
@@ -522,7 +526,7 @@ async def vector_lists(
     return out
 
 
-def fuse(
+def rank_fuse(
     text: Sequence[int],
     vector: Sequence[tuple[float, int]],
     *,
@@ -530,8 +534,9 @@ def fuse(
     weight: float,
     max_distance: float,
 ) -> list[int]:
-    """The package's reciprocal-rank fusion (services/ranking.py fuse_hits) over two lists of
-    K: ties go to the newer chunk (a higher index: chunks are stored in time order)."""
+    """The reciprocal-rank fusion the package used before score fusion (k 1, weight 0.3):
+    ``weight / (k + rank)`` per list; ties go to the newer chunk (a higher index: chunks are
+    stored in time order)."""
     scores: dict[int, float] = defaultdict(float)
     for rank, (_d, i) in enumerate([v for v in vector if v[0] < max_distance][:K], start=1):
         scores[i] += weight / (k + rank)
@@ -540,23 +545,43 @@ def fuse(
     return sorted(scores, key=lambda i: (-scores[i], -i))[:K]
 
 
+def fuse(
+    text: dict[int, float],
+    vector: Sequence[tuple[float, int]],
+    *,
+    weight: float,
+    max_distance: float,
+) -> list[int]:
+    """The package's score fusion (services/ranking.py fuse_hits): the text list's chunks
+    (``text``: relative BM25 score by chunk) and the K nearest closer than ``max_distance``,
+    each scoring its relative BM25 score plus ``weight`` times its cosine similarity (every
+    chunk here has a vector); ties go to the newer chunk."""
+    distance = {i: d for d, i in vector}
+    candidates = set(text) | {i for d, i in vector[:K] if d < max_distance}
+    scores = {i: text.get(i, 0.0) + weight * (1.0 - distance[i]) for i in candidates}
+    return sorted(scores, key=lambda i: (-scores[i], -i))[:K]
+
+
+SWEEP_WEIGHTS = (0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.75, 1.0)
+SWEEP_CUTS = (0.45, 0.5, 0.6, 0.75, 2.0)
+
+
 def sweep(
     conversations: Sequence[Conversation],
     text: Lists,
     vectors: dict[tuple[int, int], list[tuple[float, int]]],
-) -> list[tuple[float, float, float, Tally]]:
-    """Every (k, vector weight, cut-off) of a small grid, scored on the dev split."""
-    results: list[tuple[float, float, float, Tally]] = []
-    for k in (1, 2, 5, 10, 20, 60):
-        for weight in (0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5):
-            for cut in (0.45, 0.5, 0.6, 0.75, 2.0):
-                tally = run_python(
-                    conversations,
-                    lambda c, q, k=k, w=weight, m=cut: fuse(
-                        text.ranked[(c, q)], vectors[(c, q)], k=k, weight=w, max_distance=m
-                    ),
-                )
-                results.append((k, weight, cut, tally))
+) -> list[tuple[float, float, Tally]]:
+    """Every (vector weight, cut-off) of a small grid, scored on the dev split."""
+    results: list[tuple[float, float, Tally]] = []
+    for weight in SWEEP_WEIGHTS:
+        for cut in SWEEP_CUTS:
+            tally = run_python(
+                conversations,
+                lambda c, q, w=weight, m=cut: fuse(
+                    text.scores[(c, q)], vectors[(c, q)], weight=w, max_distance=m
+                ),
+            )
+            results.append((weight, cut, tally))
     return results
 
 
@@ -588,17 +613,16 @@ def report(results: dict[str, Tally]) -> str:
     return "\n".join(lines)
 
 
-def sweep_report(results: list[tuple[float, float, float, Tally]], top: int = 8) -> str:
-    scored = [(t.scores(list(CATEGORIES)), k, w, m) for k, w, m, t in results]
+def sweep_report(results: list[tuple[float, float, Tally]], top: int = 8) -> str:
+    scored = [(t.scores(list(CATEGORIES)), w, m) for w, m, t in results]
     scored.sort(key=lambda r: (-r[0][3], -r[0][1]))
     lines = [
-        "| fusion k | vector weight | max distance | hit@1 | hit@5 | MRR@10 |",
-        "|---|---|---|---|---|---|",
+        "| vector weight | max distance | hit@1 | hit@5 | MRR@10 |",
+        "|---|---|---|---|---|",
     ]
-    for (_, h1, h5, mrr), k, w, m in scored[:top]:
+    for (_, h1, h5, mrr), w, m in scored[:top]:
         lines.append(
-            f"| {k:g} | {w:g} | {'none' if m >= 2 else f'{m:g}'} | "
-            f"{h1:.3f} | {h5:.3f} | {mrr:.3f} |"
+            f"| {w:g} | {'none' if m >= 2 else f'{m:g}'} | {h1:.3f} | {h5:.3f} | {mrr:.3f} |"
         )
     return "\n".join(lines)
 
@@ -611,30 +635,48 @@ def meets_target(
     return scores[1] > text[1] and scores[3] > text[3] and scores[2] >= text[2]
 
 
+def first_places(conversations: Sequence[Conversation], base: Lists, rank: Any) -> tuple[int, int]:
+    """(questions ``rank`` answers at rank 1 that ``base`` did not, the reverse): how much of
+    a hit@1 difference is one-sided."""
+    won = lost = 0
+    for c, conv in enumerate(conversations):
+        for q, (_question, _category, evidence) in enumerate(conv.questions):
+            before, after = (
+                first_hit([conv.chunks[i].dia_ids for i in found[:1]], evidence) == 1
+                for found in (base.ranked[(c, q)], rank(c, q))
+            )
+            won += after and not before
+            lost += before and not after
+    return won, lost
+
+
 def granularity_report(
     conversations: Sequence[Conversation], text: Lists, vectors: VectorLists, text_tally: Tally
 ) -> str:
-    """Per way of making a chunk's vector: the bm25 list fused with its vector list at the
-    package's constants (with and without the cut-off), the best of the sweep by MRR, and the
-    best of the sweep that meets the target; then the sweep's top rows of each."""
+    """Per way of making a chunk's vector: the bm25 list fused with its vector list by the
+    package's score fusion at its constants (with and without the cut-off; and how many first
+    places it won and lost against the text path), by the reciprocal-rank fusion used before,
+    the best of the sweep by MRR, and the best of the sweep that meets the target; then the
+    sweep's top rows of each."""
     everything = list(CATEGORIES)
     baseline = text_tally.scores(everything)
+    w0, cut0 = CHUNK_FUSION_VECTOR_WEIGHT, CHUNK_MAX_DISTANCE
     lines = [
         "",
         f"The bm25 text list fused with each vector list (text path: {baseline[1]:.3f} / "
         f"{baseline[2]:.3f} / {baseline[3]:.3f}; hit@1 / hit@5 / MRR@10; target: above it on "
-        "hit@1 and MRR, not below on hit@5):",
+        "hit@1 and MRR, not below on hit@5; ✓ meets it):",
         "",
-        f"| chunk vector | k {CHUNK_FUSION_K}, w {CHUNK_FUSION_VECTOR_WEIGHT}, cut-off "
-        f"{CHUNK_MAX_DISTANCE} | same, no cut-off | best by MRR (k, w, cut-off) | best by MRR "
-        f"at cut-off {CHUNK_MAX_DISTANCE} | best meeting the target |",
-        "|---|---|---|---|---|---|",
+        f"| chunk vector | score fusion, w {w0}, cut-off {cut0} (the package's) | first places "
+        f"won / lost | same, no cut-off | reciprocal rank, k 1, w 0.3, cut-off {cut0} (before) "
+        "| best by MRR (w, cut-off) | best meeting the target |",
+        "|---|---|---|---|---|---|---|",
     ]
     tops = []
     for name, lists in vectors.by.items():
         swept = sweep(conversations, text, lists)
         scored = sorted(
-            ((t.scores(everything), k, w, m) for k, w, m, t in swept),
+            ((t.scores(everything), w, m) for w, m, t in swept),
             key=lambda r: (-r[0][3], -r[0][1]),
         )
 
@@ -642,28 +684,26 @@ def granularity_report(
             mark = " ✓" if meets_target(scores, baseline) else ""
             return f"{scores[1]:.3f} / {scores[2]:.3f} / {scores[3]:.3f}{mark}"
 
-        def at(cut: float, lists: Distances = lists) -> str:
-            tally = run_python(
-                conversations,
-                lambda c, q: fuse(
-                    text.ranked[(c, q)],
-                    lists[(c, q)],
-                    k=CHUNK_FUSION_K,
-                    weight=CHUNK_FUSION_VECTOR_WEIGHT,
-                    max_distance=cut,
-                ),
+        def package(cut: float, lists: Distances = lists) -> Any:
+            return lambda c, q: fuse(
+                text.scores[(c, q)], lists[(c, q)], weight=w0, max_distance=cut
             )
-            return cell(tally.scores(everything))
 
-        def where(row: tuple[tuple[int, float, float, float], float, float, float]) -> str:
-            scores, k, w, m = row
-            return f"{cell(scores)} ({k:g}, {w:g}, {'none' if m >= 2 else f'{m:g}'})"
+        def before(c: int, q: int, lists: Distances = lists) -> list[int]:
+            return rank_fuse(text.ranked[(c, q)], lists[(c, q)], k=1, weight=0.3, max_distance=cut0)
+
+        def where(row: tuple[tuple[int, float, float, float], float, float]) -> str:
+            scores, w, m = row
+            return f"{cell(scores)} ({w:g}, {'none' if m >= 2 else f'{m:g}'})"
 
         meeting = [r for r in scored if meets_target(r[0], baseline)]
-        default_cut = [r for r in scored if r[3] == CHUNK_MAX_DISTANCE]
+        won, lost = first_places(conversations, text, package(cut0))
         lines.append(
-            f"| {name} | {at(CHUNK_MAX_DISTANCE)} | {at(2.0)} | {where(scored[0])} | "
-            f"{where(default_cut[0])} | {where(meeting[0]) if meeting else 'none'} |"
+            f"| {name} | {cell(run_python(conversations, package(cut0)).scores(everything))} "
+            f"| +{won} / −{lost} "
+            f"| {cell(run_python(conversations, package(2.0)).scores(everything))} "
+            f"| {cell(run_python(conversations, before).scores(everything))} "
+            f"| {where(scored[0])} | {where(meeting[0]) if meeting else 'none'} |"
         )
         tops.append((name, swept))
     for name, swept in tops:

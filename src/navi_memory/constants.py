@@ -63,15 +63,12 @@ CHUNK_BM25_SEED_ROWS: Final = 200
 CHUNK_BM25_SEED_EVERY: Final = 10
 """Pruning's seed: besides, up to this many times the limit of the chunks holding every word."""
 
-CHUNK_FUSION_K: Final = 1
-"""search_chunks: the reciprocal-rank fusion constant, w / (k + rank) per list a hit is in.
-Chosen on the LoCoMo dev split with all-MiniLM-L6-v2 (make bench-quality): 1 and 2 led, the
-usual 60 let a weak vector list pull down the text list's first places."""
-
 CHUNK_FUSION_VECTOR_WEIGHT: Final = 0.3
-"""search_chunks: the weight of the vector list in the fusion (the text list's is 1). Chosen
-on the dev split with the same model: 0.2-0.3 led, 1.0 lost 0.01-0.03 hit@1 to the text path
-alone. A stronger model (nomic-embed-text) was not measurable here; see docs/benchmarks.md."""
+"""search_chunks (bm25): a candidate scores its BM25 score relative to the best text hit's
+(0-1) plus this weight times its cosine similarity to the query (docs/raw-history.md). Chosen
+on the LoCoMo dev split with all-MiniLM-L6-v2 (make bench-quality): 0.25-0.35 led; from 0.4
+a weak model's similarity displaced as many right first places as it found. A stronger model
+(nomic-embed-text) was not measurable here; see docs/benchmarks.md."""
 
 MAX_BREADCRUMBS: Final = 40
 """Breadcrumbs attached to the chunks of one compression, most important first."""

@@ -142,6 +142,10 @@ class ChunkHit(Chunk):
     """Cosine distance to the query (vector hits)."""
     terms_hit: int = 0
     """Distinct query terms found in the content or the breadcrumbs (text hits)."""
+    score: float | None = None
+    """The fused score that ordered the hits (CHUNK_TEXT_RANKING ``bm25``): the chunk's BM25
+    score relative to the best text hit's (0–1) plus CHUNK_FUSION_VECTOR_WEIGHT times its
+    cosine similarity to the query; None for the spec's ranking and for recent chunks."""
 
 
 class SessionInfo(_Model):

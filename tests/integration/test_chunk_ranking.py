@@ -14,10 +14,11 @@ import pytest
 from sqlalchemy import text
 
 from navi_memory import Memory, open_memory
-from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1
+from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1, CHUNK_FUSION_VECTOR_WEIGHT
 from navi_memory.repositories.chunks import ranked_text_sql
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
+from navi_memory.testing.hashing import hashed_embedding
 from tests.conftest import make_settings
 from tests.integration.factories import (
     add_filler_chunks,
@@ -183,6 +184,51 @@ async def test_fusion_keeps_distance_and_terms_hit_and_finds_each_hit_once(
     assert first.via == "vector" and first.distance is not None and first.distance < 0.45
     assert first.terms_hit >= 2
     assert all(h.distance is None for h in hits if h.via == "text")
+
+
+async def test_a_text_hits_similarity_to_the_query_reorders_close_text_scores(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Score fusion on real PostgreSQL: two chunks with close BM25 scores swap places when the
+    runner-up's stored vector is the query's and the leader's points away from it; a chunk
+    without a vector takes the candidates' lowest similarity (not a penalty of its own)."""
+    uid = await new_user(memory)
+    query = "zanzibar trip"
+    leader = draft("User: the zanzibar trip, zanzibar again, the trip to zanzibar", 1)
+    runner_up = draft("User: zanzibar trip booked today", 2)
+    await memory.store.add_chunks([leader, runner_up], user_id=uid, session_id="s1")
+    vector = hashed_embedding(query)
+    for chunk, v in ((runner_up, vector), (leader, [-x for x in vector])):
+        await execute(
+            memory,
+            "UPDATE memory_chunks SET embedding = CAST(:v AS vector) WHERE content_hash = :h",
+            v=json.dumps(v),
+            h=chunk.content_hash,
+        )
+    fake_ollama.mode = "fail"
+    try:
+        text_only = await memory.store.search_chunks(query, user_id=uid)
+    finally:
+        fake_ollama.mode = "ok"
+    assert [h.content_hash for h in text_only] == [leader.content_hash, runner_up.content_hash]
+    relative = text_only[1].score
+    assert text_only[0].score == 1.0 and relative is not None and 0.4 < relative < 1.0
+
+    hits = await memory.store.search_chunks(query, user_id=uid)
+    assert [h.content_hash for h in hits] == [runner_up.content_hash, leader.content_hash]
+    assert hits[0].score == pytest.approx(relative + CHUNK_FUSION_VECTOR_WEIGHT, abs=1e-6)
+    assert hits[1].score == pytest.approx(1.0 - CHUNK_FUSION_VECTOR_WEIGHT, abs=1e-6)
+    assert hits[0].via == "vector" and hits[0].distance == pytest.approx(0.0, abs=1e-6)
+    assert hits[1].via == "text" and hits[1].distance is None
+
+    await execute(
+        memory,
+        "UPDATE memory_chunks SET embedding = NULL WHERE content_hash = :h",
+        h=leader.content_hash,
+    )
+    hits = await memory.store.search_chunks(query, user_id=uid)
+    assert [h.content_hash for h in hits] == [leader.content_hash, runner_up.content_hash]
+    assert hits[0].score == pytest.approx(1.0 + CHUNK_FUSION_VECTOR_WEIGHT, abs=1e-6)
 
 
 async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(

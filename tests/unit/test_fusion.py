@@ -1,40 +1,98 @@
-"""Reciprocal-rank fusion of search_chunks' vector and text lists (pure ranking rules)."""
+"""Weighted score fusion of search_chunks' vector and text lists (pure ranking rules)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from navi_memory.services.ranking import fuse_hits
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def row(chunk_id: int, minutes: int, **score: Any) -> dict[str, Any]:
+def row(chunk_id: int, minutes: int = 0, **score: Any) -> dict[str, Any]:
     return {"id": chunk_id, "ended_at": T0 + timedelta(minutes=minutes), **score}
 
 
-def fused(vector: list[dict[str, Any]], text: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def text_row(chunk_id: int, score: float, query_distance: float | None = None, **more: Any) -> Any:
+    return row(chunk_id, score=score, terms_hit=1, query_distance=query_distance, **more)
+
+
+def fused(
+    vector: list[dict[str, Any]], text: list[dict[str, Any]], weight: float = 0.3
+) -> list[dict[str, Any]]:
     return fuse_hits(
-        vector, text, 10, lambda data, via: {**data, "via": via}, "ended_at", k=60, vector_weight=1
+        vector, text, 10, lambda data, via: {**data, "via": via}, "ended_at", vector_weight=weight
     )
 
 
-def test_a_hit_in_both_lists_beats_the_head_of_either() -> None:
-    """Being second in both lists outscores being first in one."""
+def test_without_a_query_vector_the_text_order_and_relative_scores_hold() -> None:
+    hits = fused([], [row(1, score=2.0, terms_hit=1), row(2, score=8.0, terms_hit=3)])
+    assert [h["id"] for h in hits] == [2, 1]
+    assert [h["score"] for h in hits] == [1.0, 0.25]
+    assert all(h["via"] == "text" and "distance" not in h for h in hits)
+    assert "query_distance" not in hits[0]
+
+
+def test_a_text_hit_much_closer_to_the_query_overtakes_a_slightly_better_text_score() -> None:
+    """0.95 + 0.3 * 0.9 beats 1.0 + 0.3 * 0.2: the similarity reorders close text scores."""
+    hits = fused([], [text_row(1, 10.0, query_distance=0.8), text_row(2, 9.5, query_distance=0.1)])
+    assert [h["id"] for h in hits] == [2, 1]
+    assert hits[0]["score"] == pytest.approx(0.95 + 0.3 * 0.9)
+    assert hits[0]["via"] == "text" and "distance" not in hits[0]
+
+
+def test_a_clear_text_lead_survives_a_closer_vector() -> None:
+    """Half the best text score is not made up by any similarity at weight 0.3."""
+    hits = fused([], [text_row(1, 10.0, query_distance=1.0), text_row(2, 5.0, query_distance=0.0)])
+    assert [h["id"] for h in hits] == [1, 2]
+
+
+def test_a_vector_only_hit_scores_its_weighted_similarity() -> None:
+    near = row(3, distance=0.1, query_distance=0.1)
+    hits = fused([near], [text_row(1, 4.0, query_distance=0.7), text_row(2, 1.0, 0.6)])
+    assert [h["id"] for h in hits] == [1, 2, 3]
+    assert hits[2]["via"] == "vector" and hits[2]["distance"] == 0.1
+    assert hits[2]["terms_hit"] == 0
+    assert hits[2]["score"] == pytest.approx(0.3 * 0.9)
+    assert hits[1]["score"] == pytest.approx(0.25 + 0.3 * 0.4)
+
+
+def test_a_hit_in_both_lists_keeps_both_marks() -> None:
+    both = row(2, score=5.0, terms_hit=2, distance=0.2, query_distance=0.2)
+    hits = fused([both], [text_row(1, 5.0, query_distance=0.6), both])
+    assert [h["id"] for h in hits] == [2, 1]
+    assert hits[0]["via"] == "vector"
+    assert hits[0]["distance"] == 0.2 and hits[0]["terms_hit"] == 2
+
+
+def test_a_chunk_without_a_vector_takes_the_lowest_similarity_of_the_candidates() -> None:
+    """Neither favoured for lacking a vector nor scored as if orthogonal to the query."""
     hits = fused(
-        [row(1, 0, distance=0.1), row(2, 0, distance=0.2)],
-        [row(3, 0, terms_hit=2), row(2, 0, terms_hit=1)],
+        [],
+        [
+            text_row(1, 10.0, query_distance=None),
+            text_row(2, 10.0, query_distance=0.5),
+            text_row(3, 10.0, query_distance=0.2),
+        ],
     )
-    # 1 and 3 tie (first of one list each, same time): the higher id goes first.
-    assert [h["id"] for h in hits] == [2, 3, 1]
-    assert hits[0]["distance"] == 0.2 and hits[0]["terms_hit"] == 1 and hits[0]["via"] == "vector"
+    # 1 and 2 tie exactly (same score, same time): the higher id goes first.
+    assert [h["id"] for h in hits] == [3, 2, 1]
+    by_id = {h["id"]: h["score"] for h in hits}
+    assert by_id[1] == pytest.approx(by_id[2])
+    assert by_id[3] > by_id[2]
 
 
 def test_recency_breaks_only_exact_ties() -> None:
-    """Equal fused scores go newest first; a better rank wins over a newer chunk."""
-    hits = fused([row(1, 0, distance=0.1)], [row(2, 5, terms_hit=1), row(3, 9, terms_hit=1)])
-    # 1 and 2 are both first of a list (a tie): the newer, 2, goes first; 3 is second (worse).
+    """Equal fused scores go newest first; a better score wins over a newer chunk."""
+    hits = fused(
+        [],
+        [
+            row(1, 0, score=3.0, terms_hit=1),
+            row(2, 5, score=3.0, terms_hit=1),
+            row(3, 9, score=2.0, terms_hit=1),
+        ],
+    )
     assert [h["id"] for h in hits] == [2, 1, 3]
-    assert hits[0]["via"] == "text" and "distance" not in hits[0]
-    assert hits[1]["terms_hit"] == 0

@@ -530,8 +530,10 @@ def ranked_text_sql(
     ``with_vector`` adds the ``:limit`` nearest chunks to ``:q`` (see ``_nearest``) in the same
     statement: one round trip, each chunk read once. Rows then carry ``distance`` when they
     are among the nearest, ``score`` and ``terms_hit`` when they are in the text list (NULL
-    otherwise), in no order. ``with_summary_at`` adds each row's ``summary_at`` (see
-    ``summary_at_of_chunk``). Every row carries ``scope_chunks``, the number of chunks in scope.
+    otherwise), and every row its ``query_distance`` (NULL for a chunk without a vector: the
+    fusion scores a text hit by its similarity too), in no order. ``with_summary_at`` adds
+    each row's ``summary_at`` (see ``summary_at_of_chunk``). Every row carries
+    ``scope_chunks``, the number of chunks in scope.
 
     ``prune`` (one user's chunks, no session: ``by_user`` and not ``by_session``) takes the
     pruned statement (``_RANKED_TEXT_PRUNED``), which also binds ``:prune_from`` (it prunes
@@ -578,7 +580,8 @@ def ranked_text_sql(
     picked AS (SELECT id FROM top UNION SELECT id FROM nearest)
     SELECT {columns}, top.score, top.hits AS terms_hit,
            CASE WHEN c.id IN (SELECT id FROM nearest) THEN c.embedding <=> {QUERY_VECTOR} END
-               AS distance
+               AS distance,
+           c.embedding <=> {QUERY_VECTOR} AS query_distance
     FROM picked JOIN memory_chunks c ON c.id = picked.id LEFT JOIN top ON top.id = c.id"""
 
 

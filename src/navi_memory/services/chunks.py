@@ -23,7 +23,6 @@ from navi_memory.constants import (
     CHUNK_BM25_B,
     CHUNK_BM25_K1,
     CHUNK_BM25_PRUNE_FROM,
-    CHUNK_FUSION_K,
     CHUNK_FUSION_VECTOR_WEIGHT,
     CHUNK_INSERT_BATCH,
     CHUNK_MAX_DISTANCE,
@@ -257,7 +256,6 @@ class ChunkService:
             limit,
             to_chunk_hit,
             recency="ended_at",
-            k=CHUNK_FUSION_K,
             vector_weight=CHUNK_FUSION_VECTOR_WEIGHT,
         )
 

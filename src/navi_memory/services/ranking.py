@@ -1,5 +1,5 @@
-"""The order of a search's hits: vector hits nearest first, then text hits by terms matched;
-or the two lists fused by reciprocal rank."""
+"""The order of a search's hits: vector hits nearest first, then text hits by terms matched
+(the spec's); or the text and vector lists fused by a weighted sum of their scores."""
 
 from __future__ import annotations
 
@@ -42,36 +42,56 @@ def fuse_hits(
     make: Callable[..., HitT],
     recency: str,
     *,
-    k: float,
     vector_weight: float,
 ) -> list[HitT]:
-    """Reciprocal-rank fusion: each hit scores ``weight / (k + rank)`` for every list it is in
-    (``vector`` nearest first, ``text`` best first; the text list's weight is 1). Only exact
-    ties of that score fall to the ``recency`` column, newest first. A hit keeps its
-    ``distance`` (vector) and ``terms_hit`` (text) from whichever list holds it; ``via`` is
-    "vector" when the vector list holds it."""
-    fused: dict[int, float] = {}
+    """Weighted score fusion of the two lists (``vector`` nearest first, ``text`` best first):
+    each candidate, a chunk either list holds, scores
+
+        score / (the text list's best score)  +  vector_weight * (1 - query_distance)
+
+    the first term 0 for a chunk only the vector list holds, the second 0 for every
+    candidate when no row carries a ``query_distance`` (a search without a query vector). A
+    candidate without a stored vector (``query_distance`` None) takes the lowest similarity of
+    the candidates, so it is never favoured for lacking one. Only exact ties of the fused score
+    fall to the ``recency`` column, newest first, then the higher id.
+
+    A hit keeps ``distance`` (vector) and ``terms_hit`` (text) from whichever list holds it;
+    ``via`` is "vector" when the vector list holds it; ``score`` is the fused score."""
     rows: dict[int, RowMapping | Mapping[str, Any]] = {}
     distance: dict[int, float] = {}
     terms_hit: dict[int, int] = {}
-    for rank, row in enumerate(vector, start=1):
-        fused[row["id"]] = fused.get(row["id"], 0.0) + vector_weight / (k + rank)
+    relevance: dict[int, float] = {}
+    for row in vector:
         rows.setdefault(row["id"], row)
         distance[row["id"]] = row["distance"]
-    for rank, row in enumerate(text, start=1):
-        fused[row["id"]] = fused.get(row["id"], 0.0) + 1.0 / (k + rank)
+    best = max((float(row["score"]) for row in text), default=0.0)
+    for row in text:
         rows.setdefault(row["id"], row)
         terms_hit[row["id"]] = row["terms_hit"]
-    order = sorted(fused, key=lambda i: (-fused[i], -rows[i][recency].timestamp(), -rows[i]["id"]))
+        relevance[row["id"]] = float(row["score"]) / best if best > 0 else 0.0
+    similarity: dict[int, float] = {}
+    for chunk_id, row in rows.items():
+        query_distance = row.get("query_distance")
+        if query_distance is None:
+            query_distance = distance.get(chunk_id)
+        if query_distance is not None:
+            similarity[chunk_id] = 1.0 - float(query_distance)
+    floor = min(similarity.values(), default=0.0)
+    fused = {
+        chunk_id: relevance.get(chunk_id, 0.0) + vector_weight * similarity.get(chunk_id, floor)
+        for chunk_id in rows
+    }
+    order = sorted(fused, key=lambda i: (-fused[i], -rows[i][recency].timestamp(), -i))
     hits = []
     for chunk_id in order[:limit]:
         data = {
             key: value
             for key, value in rows[chunk_id].items()
-            if key not in ("distance", "terms_hit", "score")
+            if key not in ("distance", "terms_hit", "score", "query_distance")
         }
         if chunk_id in distance:
             data["distance"] = distance[chunk_id]
         data["terms_hit"] = terms_hit.get(chunk_id, 0)
+        data["score"] = fused[chunk_id]
         hits.append(make(data, via="vector" if chunk_id in distance else "text"))
     return hits

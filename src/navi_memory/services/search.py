@@ -19,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.config import Settings
 from navi_memory.constants import (
-    CHUNK_FUSION_K,
     CHUNK_FUSION_VECTOR_WEIGHT,
     CHUNK_MAX_DISTANCE,
     FACT_MAX_DISTANCE,
@@ -335,7 +334,6 @@ class UnifiedSearchService:
                 k,
                 _ranked,
                 recency="ended_at",
-                k=CHUNK_FUSION_K,
                 vector_weight=CHUNK_FUSION_VECTOR_WEIGHT,
             )
         boundaries = {
