@@ -10,8 +10,10 @@ returned chunk holding an evidence turn. Retrievers, all over the same chunks in
   default and the spec's ranking with that embedder, exact vector-only rankings of every way
   of making a chunk's vector (one pass cut at the model's context; what the package stores,
   the mean of its segments; means of its messages or of packed segments; and a chunk scored
-  by its best message), and per way a sweep of the fusion's constant, vector weight and
-  distance cut-off, computed from the same lists;
+  by its best message), and per way the package's score fusion, the reciprocal-rank fusion
+  it replaced, and a sweep of the fusion's vector weight and distance cut-off, computed from
+  the same lists; for the package's own vectors, the first places each weight wins and loses
+  against the text path;
 - a plain Okapi BM25 in Python (k1 1.5, b 0.75, English stop words), the baseline.
 
 Embeddings are cached on disk by content hash (``.bench-data/quality-embeddings.pkl``), so a
@@ -706,6 +708,24 @@ def granularity_report(
             f"| {where(scored[0])} | {where(meeting[0]) if meeting else 'none'} |"
         )
         tops.append((name, swept))
+    if "package" in vectors.by:
+        lines += [
+            "",
+            f"The package's vectors, score fusion at cut-off {cut0}, by vector weight (first "
+            "places won / lost against the text path):",
+            "",
+            "| vector weight | hit@1 | hit@5 | MRR@10 | first places won / lost |",
+            "|---|---|---|---|---|",
+        ]
+        lists = vectors.by["package"]
+        for weight in SWEEP_WEIGHTS:
+
+            def rank(c: int, q: int, w: float = weight) -> list[int]:
+                return fuse(text.scores[(c, q)], lists[(c, q)], weight=w, max_distance=cut0)
+
+            _, h1, h5, mrr = run_python(conversations, rank).scores(everything)
+            won, lost = first_places(conversations, text, rank)
+            lines.append(f"| {weight:g} | {h1:.3f} | {h5:.3f} | {mrr:.3f} | +{won} / −{lost} |")
     for name, swept in tops:
         lines += ["", f"Sweep, {name}, best by MRR:", "", sweep_report(swept, top=5)]
     return "\n".join(lines)

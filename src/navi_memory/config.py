@@ -117,7 +117,8 @@ class Settings(BaseSettings):
         default="bm25",
         description=(
             "How search_chunks ranks text hits: bm25 (per-user idf, tf saturation, length "
-            "normalisation, index-served, fused with the vector list by reciprocal rank) or "
+            "normalisation, index-served, fused with the vector list by a weighted sum of "
+            "scores) or "
             "terms (the spec's: distinct terms hit, then recency, after every vector hit)."
         ),
     )

@@ -145,7 +145,9 @@ class ChunkHit(Chunk):
     score: float | None = None
     """The fused score that ordered the hits (CHUNK_TEXT_RANKING ``bm25``): the chunk's BM25
     score relative to the best text hit's (0–1) plus CHUNK_FUSION_VECTOR_WEIGHT times its
-    cosine similarity to the query; None for the spec's ranking and for recent chunks."""
+    cosine similarity to the query (BM25 alone when the query has no vector: no embedder, or
+    the model down). Relative to this query's best hit: not comparable across queries. None
+    for the spec's ranking and for recent chunks."""
 
 
 class SessionInfo(_Model):

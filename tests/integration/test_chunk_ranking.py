@@ -191,14 +191,18 @@ async def test_a_text_hits_similarity_to_the_query_reorders_close_text_scores(
 ) -> None:
     """Score fusion on real PostgreSQL: two chunks with close BM25 scores swap places when the
     runner-up's stored vector is the query's and the leader's points away from it; a chunk
-    without a vector takes the candidates' lowest similarity (not a penalty of its own)."""
+    without a vector takes the lowest similarity of the candidates that have one."""
     uid = await new_user(memory)
     query = "zanzibar trip"
     leader = draft("User: the zanzibar trip, zanzibar again, the trip to zanzibar", 1)
     runner_up = draft("User: zanzibar trip booked today", 2)
-    await memory.store.add_chunks([leader, runner_up], user_id=uid, session_id="s1")
+    third = draft("User: a zanzibar postcard arrived", 3)
+    await memory.store.add_chunks([leader, runner_up, third], user_id=uid, session_id="s1")
     vector = hashed_embedding(query)
-    for chunk, v in ((runner_up, vector), (leader, [-x for x in vector])):
+    other = hashed_embedding("quarterly invoices and the staging database")
+    along = sum(a * b for a, b in zip(other, vector, strict=True))
+    orthogonal = [a - along * b for a, b in zip(other, vector, strict=True)]
+    for chunk, v in ((runner_up, vector), (leader, [-x for x in vector]), (third, orthogonal)):
         await execute(
             memory,
             "UPDATE memory_chunks SET embedding = CAST(:v AS vector) WHERE content_hash = :h",
@@ -210,25 +214,32 @@ async def test_a_text_hits_similarity_to_the_query_reorders_close_text_scores(
         text_only = await memory.store.search_chunks(query, user_id=uid)
     finally:
         fake_ollama.mode = "ok"
-    assert [h.content_hash for h in text_only] == [leader.content_hash, runner_up.content_hash]
-    relative = text_only[1].score
-    assert text_only[0].score == 1.0 and relative is not None and 0.4 < relative < 1.0
+    assert [h.content_hash for h in text_only[:2]] == [leader.content_hash, runner_up.content_hash]
+    relative = {h.content_hash: h.score for h in text_only}
+    assert text_only[0].score == 1.0
+    assert all(s is not None and 0.0 < s <= 1.0 for s in relative.values())
+    assert 0.4 < (relative[runner_up.content_hash] or 0.0) < 1.0
 
     hits = await memory.store.search_chunks(query, user_id=uid)
-    assert [h.content_hash for h in hits] == [runner_up.content_hash, leader.content_hash]
-    assert hits[0].score == pytest.approx(relative + CHUNK_FUSION_VECTOR_WEIGHT, abs=1e-6)
-    assert hits[1].score == pytest.approx(1.0 - CHUNK_FUSION_VECTOR_WEIGHT, abs=1e-6)
+    by_hash = {h.content_hash: h for h in hits}
+    assert [h.content_hash for h in hits[:2]] == [runner_up.content_hash, leader.content_hash]
+    for chunk, similarity in ((runner_up, 1.0), (leader, -1.0), (third, 0.0)):
+        expected = (relative[chunk.content_hash] or 0.0) + CHUNK_FUSION_VECTOR_WEIGHT * similarity
+        assert by_hash[chunk.content_hash].score == pytest.approx(expected, abs=1e-5)
     assert hits[0].via == "vector" and hits[0].distance == pytest.approx(0.0, abs=1e-6)
-    assert hits[1].via == "text" and hits[1].distance is None
+    assert by_hash[leader.content_hash].via == "text"
+    assert by_hash[leader.content_hash].distance is None
 
+    # Without a vector the leader takes the lowest similarity among the others (the third's,
+    # 0): not its old -1, not the runner-up's 1.
     await execute(
         memory,
         "UPDATE memory_chunks SET embedding = NULL WHERE content_hash = :h",
         h=leader.content_hash,
     )
     hits = await memory.store.search_chunks(query, user_id=uid)
-    assert [h.content_hash for h in hits] == [leader.content_hash, runner_up.content_hash]
-    assert hits[0].score == pytest.approx(1.0 + CHUNK_FUSION_VECTOR_WEIGHT, abs=1e-6)
+    by_hash = {h.content_hash: h for h in hits}
+    assert by_hash[leader.content_hash].score == pytest.approx(1.0, abs=1e-5)
 
 
 async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(

@@ -96,3 +96,54 @@ def test_recency_breaks_only_exact_ties() -> None:
         ],
     )
     assert [h["id"] for h in hits] == [2, 1, 3]
+
+
+def test_only_limit_hits_come_back_best_first() -> None:
+    text = [text_row(i, float(i), query_distance=0.5) for i in range(1, 16)]
+    hits = fuse_hits(
+        [], text, 3, lambda data, via: {**data, "via": via}, "ended_at", vector_weight=0.3
+    )
+    assert [h["id"] for h in hits] == [15, 14, 13]
+
+
+def test_a_vector_row_without_a_query_distance_is_scored_by_its_distance() -> None:
+    """A row of the vector list alone, as a caller other than the statement may give it."""
+    hits = fused([row(5, distance=0.2)], [text_row(1, 1.0, query_distance=0.9)])
+    by_id = {h["id"]: h["score"] for h in hits}
+    assert by_id[5] == pytest.approx(0.3 * 0.8)
+    assert by_id[1] == pytest.approx(1.0 + 0.3 * 0.1)
+
+
+@pytest.mark.parametrize(
+    ("runner_up", "leader_distance", "runner_up_distance", "leader_stays"),
+    [
+        (0.69, 1.0, 0.0, True),  # a lead of 0.31 against similarities 0 and 1 holds
+        (0.75, 1.0, 0.0, False),  # a lead of 0.25 does not
+        (0.65, 2.0, 0.0, False),  # a lead of 0.35 does not against opposite vectors (-1, 1)
+        (0.39, 2.0, 0.0, True),  # 0.61 does
+    ],
+)
+def test_how_large_a_text_lead_the_similarity_can_overturn(
+    runner_up: float, leader_distance: float, runner_up_distance: float, leader_stays: bool
+) -> None:
+    hits = fused(
+        [],
+        [
+            text_row(1, 1.0, query_distance=leader_distance),
+            text_row(2, runner_up, query_distance=runner_up_distance),
+        ],
+    )
+    assert [h["id"] for h in hits] == ([1, 2] if leader_stays else [2, 1])
+
+
+def test_recency_breaks_an_exact_tie_the_similarity_makes() -> None:
+    """1.0 + 0.5 * 0.5 and 0.75 + 0.5 * 1.0 are both exactly 1.25: the newer goes first."""
+    older_leader = row(1, 0, score=4.0, terms_hit=1, query_distance=0.5)
+    newer_close = row(2, 7, score=3.0, terms_hit=1, query_distance=0.0)
+    hits = fused([], [older_leader, newer_close], weight=0.5)
+    assert [h["id"] for h in hits] == [2, 1]
+    assert hits[0]["score"] == hits[1]["score"] == 1.25
+    # The same scores with the leader now the newer: it goes first.
+    newer_leader = row(1, 9, score=4.0, terms_hit=1, query_distance=0.5)
+    hits = fused([], [newer_leader, newer_close], weight=0.5)
+    assert [h["id"] for h in hits] == [1, 2]

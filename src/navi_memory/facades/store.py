@@ -505,8 +505,10 @@ class MemoryStore:
         """The user's chunks best matching ``query``, at most ``limit``.
 
         CHUNK_TEXT_RANKING=bm25 (default): text hits ranked by BM25 over content and
-        breadcrumbs (idf from the user's own chunks), fused by reciprocal rank with the vector
-        hits closer than CHUNK_MAX_DISTANCE; recency breaks only exact ties. ``terms`` (the
+        breadcrumbs (idf from the user's own chunks), fused with the vector hits closer than
+        CHUNK_MAX_DISTANCE by a weighted sum (BM25 score relative to the best text hit's, plus
+        0.3 times the cosine similarity to the query, a text hit's too); each hit's ``score``
+        is that sum; recency breaks only exact ties. ``terms`` (the
         spec's): vector hits first, then hits containing any query term, by distinct terms hit,
         then recency. An empty normalised query returns the most recent chunks. ``session_id``
         narrows to one session of the user.

@@ -579,10 +579,10 @@ def ranked_text_sql(
     nearest AS MATERIALIZED ({nearest}),
     picked AS (SELECT id FROM top UNION SELECT id FROM nearest)
     SELECT {columns}, top.score, top.hits AS terms_hit,
-           CASE WHEN c.id IN (SELECT id FROM nearest) THEN c.embedding <=> {QUERY_VECTOR} END
-               AS distance,
-           c.embedding <=> {QUERY_VECTOR} AS query_distance
-    FROM picked JOIN memory_chunks c ON c.id = picked.id LEFT JOIN top ON top.id = c.id"""
+           CASE WHEN c.id IN (SELECT id FROM nearest) THEN x.query_distance END AS distance,
+           x.query_distance
+    FROM picked JOIN memory_chunks c ON c.id = picked.id LEFT JOIN top ON top.id = c.id
+         CROSS JOIN LATERAL (SELECT c.embedding <=> {QUERY_VECTOR} AS query_distance) x"""
 
 
 def _patterns(terms: Sequence[str]) -> list[str]:

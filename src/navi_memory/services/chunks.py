@@ -229,8 +229,9 @@ class ChunkService:
         limit: int,
     ) -> list[ChunkHit]:
         """No terms: the most recent chunks. ``bm25``: the BM25 text list and the vector hits
-        closer than ``max_distance``, fused by reciprocal rank. ``terms`` (the spec's): vector
-        hits closer than ``max_distance`` first, then text hits by distinct terms hit."""
+        closer than ``max_distance``, fused by a weighted sum of scores (``fuse_hits``).
+        ``terms`` (the spec's): vector hits closer than ``max_distance`` first, then text hits
+        by distinct terms hit."""
         repo = ChunkRepository(session=conn)
         if not terms:
             recent = await repo.recent(scope, session_id, limit)

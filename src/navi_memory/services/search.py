@@ -206,7 +206,7 @@ class UnifiedSearchService:
     """The tiered merge and the freshness marks, on the connections each call is given.
 
     Raw excerpts are ranked as search_chunks ranks them: ``text_ranking`` ``bm25`` (the BM25
-    list and the vector hits closer than ``chunk_max_distance``, fused by reciprocal rank) or
+    list and the vector hits closer than ``chunk_max_distance``, fused by weighted scores) or
     ``terms`` (the spec's: vector hits first, then text hits by distinct terms hit)."""
 
     def __init__(
