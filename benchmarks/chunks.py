@@ -1243,11 +1243,12 @@ class ChunksBench:
     async def burst(self) -> None:
         """Issue #16: add_chunks at BURST_RATE chunks/s for two minutes (--large; 20 s at 100k)
         into the loaded set, in calls of BURST_CALL to BURST_WRITERS users drawn by size, while
-        one indexer (as the background one: its own connection, batches of the setting) drains
-        the queues and one caller searches, alternately a user the burst writes to (their
-        chunks wait in the queues: a backlog, read exactly) and a user drawn uniformly that
-        it does not. After the burst the indexer goes on until the queues are empty (at most
-        BURST_DRAIN_LIMIT s) and the searches with it."""
+        CHUNK_INDEX_WORKERS indexers (as the background one and its helpers: each its own
+        connection, batches of the setting) drain the queues and one caller searches,
+        alternately a user the burst writes to (their chunks wait in the queues: a backlog,
+        read exactly) and a user drawn uniformly that it does not. After the burst the
+        indexers go on until the queues are empty (at most BURST_DRAIN_LIMIT s) and the
+        searches with them."""
         seconds = (BURST_SECONDS_LARGE if self.ctx.large else BURST_SECONDS) * min(
             1.0, 4 * self.ctx.scale
         )
@@ -1310,12 +1311,19 @@ class ChunksBench:
             return made
 
         self.lookup.fallback = vector_of
-        indexer = ChunkIndexer(
-            self.memory.sessionmaker,
-            batch_size=self.memory.settings.chunk_index_batch_size,
-            background=False,
-            graph_from=self.memory.settings.chunk_graph_from,
-        )
+        # As the background indexer with its helpers: CHUNK_INDEX_WORKERS indexers, each its
+        # own connection per batch (the helpers run whenever there is a backlog, as here).
+        lanes = self.memory.settings.chunk_index_workers
+        indexers = [
+            ChunkIndexer(
+                self.memory.sessionmaker,
+                batch_size=self.memory.settings.chunk_index_batch_size,
+                background=False,
+                graph_from=self.memory.settings.chunk_graph_from,
+            )
+            for _ in range(lanes)
+        ]
+        with_indexers = f"{lanes} indexer{'s' if lanes > 1 else ''} (CHUNK_INDEX_WORKERS)"
         writing = asyncio.Event()
         writing.set()
         done = asyncio.Event()
@@ -1338,7 +1346,7 @@ class ChunksBench:
 
         self.log(
             f"burst: add_chunks at {BURST_RATE:,.0f} chunks/s for {seconds:.0f} s, "
-            "one indexer, one caller searching"
+            f"{with_indexers}, one caller searching"
         )
 
         async def write() -> tuple[int, int, float]:
@@ -1355,22 +1363,25 @@ class ChunksBench:
                 calls += 1
             return written, calls, time.perf_counter() - started
 
-        async def index() -> None:
+        async def lane(indexer: ChunkIndexer) -> None:
             nonlocal indexed_during, text_drained
+            while True:
+                got = await indexer.drain(max_batches=8)
+                if writing.is_set():
+                    indexed_during += got
+                else:
+                    if text_drained is None and (await queues())[0] == 0:
+                        text_drained = time.perf_counter()
+                    if await indexer.queued() == 0:
+                        break
+                # drain() counts whole chunks (0 while it indexes text first): whether its
+                # last batch found a full batch of work says if it is idle.
+                if indexer.caught_up:
+                    await asyncio.sleep(0.05)
+
+        async def index() -> None:
             try:
-                while True:
-                    got = await indexer.drain(max_batches=8)
-                    if writing.is_set():
-                        indexed_during += got
-                    else:
-                        if text_drained is None and (await queues())[0] == 0:
-                            text_drained = time.perf_counter()
-                        if await indexer.queued() == 0:
-                            break
-                    # drain() counts whole chunks (0 while it indexes text first): whether its
-                    # last batch found a full batch of work says if it is idle.
-                    if indexer.caught_up:
-                        await asyncio.sleep(0.05)
+                await asyncio.gather(*(lane(indexer) for indexer in indexers))
             finally:
                 done.set()  # a failure ends the wait at once, and is raised below
 
@@ -1416,8 +1427,8 @@ class ChunksBench:
                 fmt_rate(written / burst_seconds),
                 "chunks/s",
                 f"{fmt_count(written)} chunks in {calls:,} calls of {BURST_CALL} to "
-                f"{len(writers)} users drawn by size, embedding a lookup; one indexer and one "
-                "searching caller beside it",
+                f"{len(writers)} users drawn by size, embedding a lookup; {with_indexers} and "
+                "one searching caller beside it",
             )
         )
         rows.append(
@@ -1425,7 +1436,7 @@ class ChunksBench:
                 "  backlog when the burst ended / drained in",
                 f"{fmt_count(backlog)} / {drain_seconds:.0f} s",
                 "chunks / s",
-                f"{drained}; the indexer completed {fmt_count(indexed_during)} chunks during the "
+                f"{drained}; the indexers completed {fmt_count(indexed_during)} chunks during the "
                 f"burst ({fmt_rate(indexed_during / burst_seconds)}/s) and "
                 f"{fmt_count(backlog - left)} after it "
                 f"({fmt_rate((backlog - left) / max(drain_seconds, 1e-9))}/s)",

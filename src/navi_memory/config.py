@@ -100,6 +100,15 @@ class Settings(BaseSettings):
         description="Index new chunk vectors (HNSW) in a background task of this process.",
     )
     chunk_index_batch_size: int = Field(default=64, ge=1, le=1000)
+    chunk_index_workers: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description=(
+            "Background chunk indexers of this process: the second and later start only when a "
+            "batch finds a backlog, each on its own connection (a server process each)."
+        ),
+    )
     chunk_graph_from: int = Field(
         default=CHUNK_GRAPH_FROM,
         ge=0,

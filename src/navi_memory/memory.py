@@ -154,12 +154,7 @@ async def open_memory(
         # drain, and a failing model is reported once for all of them.
         embedding = EmbeddingService(guarded)
         chunks = ChunkService.from_settings(settings, embedding=embedding)
-        indexer = ChunkIndexer(
-            sessionmaker,
-            batch_size=settings.chunk_index_batch_size,
-            background=settings.chunk_index_in_background,
-            graph_from=settings.chunk_graph_from,
-        )
+        indexer = ChunkIndexer.from_settings(sessionmaker, settings)
         fact_indexer = FactIndexer(
             sessionmaker,
             batch_size=settings.fact_index_batch_size,

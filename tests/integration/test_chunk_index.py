@@ -497,3 +497,56 @@ async def test_a_chunk_both_queued_and_indexed_is_one_hit_and_backfill_tidies_it
     assert ids and len(ids) == len(set(ids))
     assert await manual.store.backfill_embeddings() == 0
     assert await counts(manual) == (0, 8)
+
+
+async def most_batches_at_once(memory: Memory, until: asyncio.Event) -> int:
+    """The most indexer statements seen at once in the slow trigger's pg_sleep, sampled until
+    ``until`` is set."""
+    sleeping = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event = 'PgSleep' AND datname = current_database()"
+    )
+    most = 0
+    while not until.is_set():
+        most = max(most, int(str(await scalar(memory, sleeping) or 0)))
+        await asyncio.sleep(0.005)
+    return most
+
+
+@pytest.mark.parametrize(("workers", "at_once"), [(1, 1), (2, 2)])
+async def test_a_backlog_is_drained_by_as_many_indexers_as_chunk_index_workers(
+    db_url: str, fake_ollama: FakeOllama, workers: int, at_once: int
+) -> None:
+    """CHUNK_INDEX_WORKERS: a background drain that finds a backlog starts the helpers, each
+    its own connection, so that many batches are in flight at once (seen in pg_stat_activity
+    while each batch sleeps in a slow trigger); with 1, never two. Everything is indexed."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_batch_size=2, chunk_index_workers=workers
+    )
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await slow_trigger(memory, "memory_chunk_terms", "INSERT", 0.05)
+        done = asyncio.Event()
+        watching = asyncio.create_task(most_batches_at_once(memory, done))
+        await memory.store.add_chunks(drafts("lane", 24), user_id=uid, session_id="s1")
+        await asyncio.wait_for(memory.store.wait_chunk_indexing(), timeout=60)
+        done.set()
+        assert await watching == at_once
+        assert await memory.store.pending_chunk_count() == 0
+        assert await counts(memory) == (0, 24)
+
+
+async def test_a_trickle_of_writes_starts_no_helper(db_url: str, fake_ollama: FakeOllama) -> None:
+    """A write smaller than a batch leaves the helpers idle: one connection indexes it."""
+    settings = make_settings(db_url, fake_ollama, chunk_index_batch_size=8, chunk_index_workers=3)
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await slow_trigger(memory, "memory_chunk_terms", "INSERT", 0.05)
+        done = asyncio.Event()
+        watching = asyncio.create_task(most_batches_at_once(memory, done))
+        for n in range(3):
+            await memory.store.add_chunks(drafts(f"drop {n}", 2), user_id=uid, session_id=f"s{n}")
+            await asyncio.wait_for(memory.store.wait_chunk_indexing(), timeout=30)
+        done.set()
+        assert await watching == 1
+        assert await counts(memory) == (0, 6)

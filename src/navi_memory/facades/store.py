@@ -105,12 +105,7 @@ class MemoryStore:
         self._embedding = embedding or EmbeddingService(embedder)
         self._facts = FactService()
         self._chunks = chunks or ChunkService.from_settings(settings, embedding=self._embedding)
-        self._indexer = indexer or ChunkIndexer(
-            sessionmaker,
-            batch_size=settings.chunk_index_batch_size,
-            background=settings.chunk_index_in_background,
-            graph_from=settings.chunk_graph_from,
-        )
+        self._indexer = indexer or ChunkIndexer.from_settings(sessionmaker, settings)
         self._fact_indexer = fact_indexer or FactIndexer(
             sessionmaker,
             batch_size=settings.fact_index_batch_size,

@@ -7,10 +7,11 @@ into an HNSW graph (about 3 ms for 768 dimensions on a small machine), happen he
 each its own transaction. Until then search reads the queued chunks exactly, so nothing written
 is ever unsearchable and no result depends on the indexer's progress (docs/raw-history.md).
 
-One ChunkIndexer per Memory. ``kick()`` starts a background drain on the running event loop
-(at most one at a time; a kick during a drain makes it go round again); ``drain()`` indexes
-in the caller's task; ``aclose()`` lets the batch in flight finish and stops. Indexers in
-several processes share the queue (``FOR UPDATE SKIP LOCKED``).
+One ChunkIndexer per Memory, with CHUNK_INDEX_WORKERS - 1 helpers (``from_settings``).
+``kick()`` starts a background drain on the running event loop (at most one at a time; a kick
+during a drain makes it go round again), which kicks the helpers when a batch finds a backlog;
+``drain()`` indexes in the caller's task; ``aclose()`` lets the batches in flight finish and
+stops. Indexers in several processes share the queue (``FOR UPDATE SKIP LOCKED``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from navi_memory.config import Settings
 from navi_memory.constants import CHUNK_GRAPH_FROM, CHUNK_GRAPH_SWEEP_SECONDS
 from navi_memory.jobs.queue_indexer import RETRY_DELAYS, QueueIndexer
 from navi_memory.repositories.chunks import ChunkRepository
@@ -45,6 +47,7 @@ class ChunkIndexer(QueueIndexer):
         graph_from: int = CHUNK_GRAPH_FROM,
         sweep_seconds: float = CHUNK_GRAPH_SWEEP_SECONDS,
         retry_delays: Sequence[float] = RETRY_DELAYS,
+        helpers: Sequence[ChunkIndexer] = (),
     ) -> None:
         """``graph_from``: a user's vectors go into the HNSW graph once the user holds that
         many indexed chunks (the CHUNK_GRAPH_FROM setting); the indexer also moves the earlier
@@ -52,13 +55,37 @@ class ChunkIndexer(QueueIndexer):
         often at most a batch also looks at every grown user for vectors left beside the
         graph (besides the first batch and one after a batch that ran out of room)."""
         super().__init__(
-            sessionmaker, batch_size=batch_size, background=background, retry_delays=retry_delays
+            sessionmaker,
+            batch_size=batch_size,
+            background=background,
+            retry_delays=retry_delays,
+            helpers=helpers,
         )
         self._graph_from = graph_from
         self._sweep_seconds = sweep_seconds
         self._sweep_due = True
         self._next_sweep = 0.0
         self._crossing: tuple[uuid.UUID, ...] = ()
+
+    @classmethod
+    def from_settings(
+        cls, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings
+    ) -> ChunkIndexer:
+        """The indexer of CHUNK_INDEX_BATCH_SIZE, CHUNK_INDEX_IN_BACKGROUND and
+        CHUNK_GRAPH_FROM, with CHUNK_INDEX_WORKERS - 1 helpers: independent indexers of the
+        same queue (as indexers in other processes are) that its background drain starts when
+        a batch finds a backlog."""
+
+        def make(helpers: Sequence[ChunkIndexer] = ()) -> ChunkIndexer:
+            return cls(
+                sessionmaker,
+                batch_size=settings.chunk_index_batch_size,
+                background=settings.chunk_index_in_background,
+                graph_from=settings.chunk_graph_from,
+                helpers=helpers,
+            )
+
+        return make([make() for _ in range(settings.chunk_index_workers - 1)])
 
     @property
     def graph_from(self) -> int:

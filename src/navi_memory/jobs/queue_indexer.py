@@ -5,7 +5,10 @@ A subclass says what one batch does (``_index_batch``) and how many rows wait
 (``_queued_count``); ``ChunkIndexer`` and ``FactIndexer`` are the two. At most one background
 drain runs per indexer; a kick during a drain makes it go round again; ``drain()`` indexes in
 the caller's task; ``aclose()`` lets the batch in flight finish and stops. Indexers in several
-processes share a queue (``FOR UPDATE SKIP LOCKED``).
+processes share a queue (``FOR UPDATE SKIP LOCKED``), and so do an indexer's ``helpers``: more
+indexers of the same queue, each with its own connection per batch, which a background drain
+starts when a batch finds a backlog (a full batch), so a burst is drained by several server
+processes at once and a trickle by one.
 """
 
 from __future__ import annotations
@@ -49,7 +52,10 @@ class QueueIndexer:
         batch_size: int,
         background: bool,
         retry_delays: Sequence[float] = RETRY_DELAYS,
+        helpers: Sequence[QueueIndexer] = (),
     ) -> None:
+        """``helpers``: indexers of the same queue (background ones) that this one's background
+        drain kicks when a batch finds a backlog; ``wait_idle`` and ``aclose`` cover them."""
         self._sessionmaker = sessionmaker
         self._batch_size = batch_size
         self._background = background
@@ -58,14 +64,16 @@ class QueueIndexer:
         self._again = False
         self._closing = False
         self._closed = asyncio.Event()
+        self._helpers = tuple(helpers)
         self.caught_up = False
         """Whether the last batch found less than a full batch of work, or took none of it (a
         delete held it): nothing for this indexer to do at once (a worker polling with
         ``drain(max_batches=…)`` may pause)."""
 
-    async def drain(self, max_batches: int | None = None) -> int:
+    async def drain(self, max_batches: int | None = None, *, relay: bool = False) -> int:
         """Index queued rows until the queue is empty (or ``max_batches`` batches ran); returns
-        how many were indexed. Raises StorageError if the database fails."""
+        how many were indexed. ``relay``: kick the idle helpers whenever a batch finds a
+        backlog. Raises StorageError if the database fails."""
         indexed, batches = 0, 0
         while not self._closing and (max_batches is None or batches < max_batches):
             async with unit_of_work(self._sessionmaker) as session:
@@ -75,7 +83,16 @@ class QueueIndexer:
             self.caught_up = not full
             if self.caught_up:
                 break
+            if relay:
+                for helper in self._helpers:
+                    if not helper.running:
+                        helper.kick()
         return indexed
+
+    @property
+    def running(self) -> bool:
+        """Whether a background drain of this indexer is in flight."""
+        return self._task is not None and not self._task.done()
 
     async def queued(self) -> int:
         """How many rows wait for the index."""
@@ -111,7 +128,7 @@ class QueueIndexer:
         while True:
             self._again = False
             try:
-                indexed = await self.drain()
+                indexed = await self.drain(relay=True)
             except NaviMemoryError as exc:
                 # The queue keeps its rows, and search reads them exactly meanwhile.
                 if failures < len(self._retry_delays) and not self._closing:
@@ -156,12 +173,19 @@ class QueueIndexer:
             await asyncio.wait_for(self._closed.wait(), seconds)
 
     async def wait_idle(self) -> None:
-        """Wait until no background drain is running (tests, benchmarks, shutdown)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.wait({self._task})
+        """Wait until no background drain is running, this indexer's or a helper's (tests,
+        benchmarks, shutdown)."""
+        while running := [
+            i._task for i in (self, *self._helpers) if i._task is not None and not i._task.done()
+        ]:
+            await asyncio.wait(running)
 
     async def aclose(self) -> None:
-        """Stop after the batch in flight; cancel it if it takes longer than the grace."""
+        """Stop after the batch in flight (and the helpers after theirs); cancel a batch that
+        takes longer than the grace."""
+        await asyncio.gather(self._close(), *(helper.aclose() for helper in self._helpers))
+
+    async def _close(self) -> None:
         self._closing = True
         self._closed.set()
         task = self._task
