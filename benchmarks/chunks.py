@@ -1312,7 +1312,9 @@ class ChunksBench:
 
         self.lookup.fallback = vector_of
         # As the background indexer with its helpers: CHUNK_INDEX_WORKERS indexers, each its
-        # own connection per batch (the helpers run whenever there is a backlog, as here).
+        # own connection per batch. Here every lane polls the queues on its own, so all of them
+        # run from the first write (the package's helpers start at the first full batch, which
+        # a burst makes at once): an upper bound by at most a batch.
         lanes = self.memory.settings.chunk_index_workers
         indexers = [
             ChunkIndexer(
@@ -1370,7 +1372,8 @@ class ChunksBench:
                 if writing.is_set():
                     indexed_during += got
                 else:
-                    if text_drained is None and (await queues())[0] == 0:
+                    # Another lane may have seen it first, during the await.
+                    if text_drained is None and (await queues())[0] == 0 and text_drained is None:
                         text_drained = time.perf_counter()
                     if await indexer.queued() == 0:
                         break
@@ -1381,7 +1384,10 @@ class ChunksBench:
 
         async def index() -> None:
             try:
-                await asyncio.gather(*(lane(indexer) for indexer in indexers))
+                # A lane's failure cancels the others (and is raised below).
+                async with asyncio.TaskGroup() as lanes_running:
+                    for indexer in indexers:
+                        lanes_running.create_task(lane(indexer))
             finally:
                 done.set()  # a failure ends the wait at once, and is raised below
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from navi_memory.constants import (
@@ -149,6 +149,17 @@ class Settings(BaseSettings):
     def _strip_host(cls, value: str) -> str:
         return value.strip().rstrip("/")
 
+    @model_validator(mode="after")
+    def _indexers_fit_the_pool(self) -> Settings:
+        connections = self.db_pool_size + self.db_max_overflow
+        if self.chunk_index_workers >= connections:
+            raise ValueError(
+                f"CHUNK_INDEX_WORKERS={self.chunk_index_workers} needs as many connections at "
+                f"once, and the pool opens at most DB_POOL_SIZE + DB_MAX_OVERFLOW = "
+                f"{connections} with searches and writes to serve too: lower it or raise those"
+            )
+        return self
+
     @property
     def text_only(self) -> bool:
         """EMBEDDING_MODEL=none: no embedding model; every search is a text search."""
@@ -175,6 +186,9 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            name = ".".join(str(part) for part in error["loc"]).upper() or "settings"
+            if not error["loc"]:  # a rule over several settings: its message names them
+                problems.append(str(error["msg"]).removeprefix("Value error, "))
+                continue
+            name = ".".join(str(part) for part in error["loc"]).upper()
             problems.append(f"{name}={error.get('input')!r}: {error['msg']}")
         raise ConfigError("bad setting " + "; ".join(problems)) from exc

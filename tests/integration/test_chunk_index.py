@@ -536,17 +536,32 @@ async def test_a_backlog_is_drained_by_as_many_indexers_as_chunk_index_workers(
         assert await counts(memory) == (0, 24)
 
 
-async def test_a_trickle_of_writes_starts_no_helper(db_url: str, fake_ollama: FakeOllama) -> None:
-    """A write smaller than a batch leaves the helpers idle: one connection indexes it."""
-    settings = make_settings(db_url, fake_ollama, chunk_index_batch_size=8, chunk_index_workers=3)
-    async with open_memory(settings) as memory:
-        uid = await new_user(memory)
-        await slow_trigger(memory, "memory_chunk_terms", "INSERT", 0.05)
-        done = asyncio.Event()
-        watching = asyncio.create_task(most_batches_at_once(memory, done))
+async def test_a_trickle_of_writes_starts_no_helper_and_a_backlog_does(manual: Memory) -> None:
+    """Helpers run only when a batch of the background indexer finds a full batch of work:
+    writes smaller than a batch leave them idle (no batch at all); a backlog starts them."""
+    settings = manual.settings.model_copy(
+        update={
+            "chunk_index_in_background": True,
+            "chunk_index_batch_size": 8,
+            "chunk_index_workers": 3,
+        }
+    )
+    indexer = ChunkIndexer.from_settings(manual.sessionmaker, settings)
+    assert len(indexer.helpers) == 2
+    uid = await new_user(manual)
+    try:
         for n in range(3):
-            await memory.store.add_chunks(drafts(f"drop {n}", 2), user_id=uid, session_id=f"s{n}")
-            await asyncio.wait_for(memory.store.wait_chunk_indexing(), timeout=30)
-        done.set()
-        assert await watching == 1
-        assert await counts(memory) == (0, 6)
+            await manual.store.add_chunks(drafts(f"drop {n}", 2), user_id=uid, session_id=f"s{n}")
+            indexer.kick()
+            await asyncio.wait_for(indexer.wait_idle(), timeout=30)
+        assert await counts(manual) == (0, 6)
+        assert indexer.batches_run >= 3
+        assert [helper.batches_run for helper in indexer.helpers] == [0, 0]
+
+        await manual.store.add_chunks(drafts("flood", 40), user_id=uid, session_id="f")
+        indexer.kick()
+        await asyncio.wait_for(indexer.wait_idle(), timeout=60)
+        assert await counts(manual) == (0, 46)
+        assert all(helper.batches_run > 0 for helper in indexer.helpers)
+    finally:
+        await indexer.aclose()

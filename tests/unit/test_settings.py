@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from navi_memory import Settings
-from navi_memory.config import default_data_dir
+from navi_memory.config import default_data_dir, load_settings
+from navi_memory.errors import ConfigError
 
 
 def settings_from(monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
@@ -89,3 +90,16 @@ def test_root_keeps_the_embedded_data_out_of_its_home(monkeypatch: pytest.Monkey
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     assert default_data_dir().name == "navi-memory"
     assert default_data_dir() != Path("/var/lib/navi-memory")
+
+
+def test_more_chunk_indexers_than_the_pool_can_serve_are_refused_by_name() -> None:
+    assert load_settings(chunk_index_workers=4).chunk_index_workers == 4
+    with pytest.raises(ConfigError, match=r"CHUNK_INDEX_WORKERS=16 .* = 15") as refused:
+        load_settings(chunk_index_workers=16)
+    assert "settings=" not in str(refused.value)
+    assert (
+        load_settings(
+            chunk_index_workers=16, db_pool_size=10, db_max_overflow=10
+        ).chunk_index_workers
+        == 16
+    )

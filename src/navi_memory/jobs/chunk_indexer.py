@@ -16,6 +16,7 @@ stops. Indexers in several processes share the queue (``FOR UPDATE SKIP LOCKED``
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -48,12 +49,16 @@ class ChunkIndexer(QueueIndexer):
         sweep_seconds: float = CHUNK_GRAPH_SWEEP_SECONDS,
         retry_delays: Sequence[float] = RETRY_DELAYS,
         helpers: Sequence[ChunkIndexer] = (),
+        sweeps: bool = True,
     ) -> None:
         """``graph_from``: a user's vectors go into the HNSW graph once the user holds that
         many indexed chunks (the CHUNK_GRAPH_FROM setting); the indexer also moves the earlier
         vectors of a user who crosses it, with batches' spare room. ``sweep_seconds``: how
         often at most a batch also looks at every grown user for vectors left beside the
-        graph (besides the first batch and one after a batch that ran out of room)."""
+        graph (besides the first batch and one after a batch that ran out of room).
+        ``sweeps=False`` (a helper): no look of its own at every grown user, first or
+        periodic — the indexer that relays to it makes them (a look that runs out of room is
+        still followed up)."""
         super().__init__(
             sessionmaker,
             batch_size=batch_size,
@@ -62,9 +67,9 @@ class ChunkIndexer(QueueIndexer):
             helpers=helpers,
         )
         self._graph_from = graph_from
-        self._sweep_seconds = sweep_seconds
-        self._sweep_due = True
-        self._next_sweep = 0.0
+        self._sweep_seconds = sweep_seconds if sweeps else math.inf
+        self._sweep_due = sweeps
+        self._next_sweep = 0.0 if sweeps else math.inf
         self._crossing: tuple[uuid.UUID, ...] = ()
 
     @classmethod
@@ -76,16 +81,17 @@ class ChunkIndexer(QueueIndexer):
         same queue (as indexers in other processes are) that its background drain starts when
         a batch finds a backlog."""
 
-        def make(helpers: Sequence[ChunkIndexer] = ()) -> ChunkIndexer:
+        def make(helpers: Sequence[ChunkIndexer] = (), *, sweeps: bool = True) -> ChunkIndexer:
             return cls(
                 sessionmaker,
                 batch_size=settings.chunk_index_batch_size,
                 background=settings.chunk_index_in_background,
                 graph_from=settings.chunk_graph_from,
                 helpers=helpers,
+                sweeps=sweeps,
             )
 
-        return make([make() for _ in range(settings.chunk_index_workers - 1)])
+        return make([make(sweeps=False) for _ in range(settings.chunk_index_workers - 1)])
 
     @property
     def graph_from(self) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import ClassVar, Final
 
@@ -24,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from navi_memory.errors import NaviMemoryError
 from navi_memory.unit_of_work import unit_of_work
 
-__all__ = ["CLOSE_GRACE_SECONDS", "RETRY_DELAYS", "QueueIndexer"]
+__all__ = ["CLOSE_GRACE_SECONDS", "HELPER_REST_SECONDS", "RETRY_DELAYS", "QueueIndexer"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,11 @@ queue keeps its rows for the next indexer)."""
 RETRY_DELAYS: Final = (0.25, 1.0, 4.0)
 """Seconds before each retry of a failed background drain (a deadlock victim, a dropped
 connection, a database restarting); then it gives up until the next kick."""
+
+HELPER_REST_SECONDS: Final = 30.0
+"""A helper that gave up is not started again by the relay for this long (the indexer that
+relays goes on alone), so a failing helper does not repeat its retries and warnings at every
+batch of a backlog."""
 
 
 class QueueIndexer:
@@ -65,6 +71,9 @@ class QueueIndexer:
         self._closing = False
         self._closed = asyncio.Event()
         self._helpers = tuple(helpers)
+        self._resting_until = 0.0
+        self.batches_run = 0
+        """Batches this indexer has run (drains in the caller's task and in the background)."""
         self.caught_up = False
         """Whether the last batch found less than a full batch of work, or took none of it (a
         delete held it): nothing for this indexer to do at once (a worker polling with
@@ -80,14 +89,21 @@ class QueueIndexer:
                 full, moved = await self._index_batch(session, self._batch_size)
             indexed += moved
             batches += 1
+            self.batches_run += 1
             self.caught_up = not full
             if self.caught_up:
                 break
             if relay:
+                now = time.monotonic()
                 for helper in self._helpers:
-                    if not helper.running:
-                        helper.kick()
+                    if now >= helper._resting_until:
+                        helper.kick()  # a running helper goes round once more
         return indexed
+
+    @property
+    def helpers(self) -> tuple[QueueIndexer, ...]:
+        """The indexers of the same queue this one starts when a batch finds a backlog."""
+        return self._helpers
 
     @property
     def running(self) -> bool:
@@ -152,6 +168,7 @@ class QueueIndexer:
                     self.retry_hint,
                     extra={"event": f"{self.events}.index_failed"},
                 )
+                self._resting_until = time.monotonic() + HELPER_REST_SECONDS
                 return
             except Exception:
                 logger.exception(
@@ -159,6 +176,7 @@ class QueueIndexer:
                     self.events,
                     extra={"event": f"{self.events}.index_failed"},
                 )
+                self._resting_until = time.monotonic() + HELPER_REST_SECONDS
                 return
             failures = 0
             if indexed:
