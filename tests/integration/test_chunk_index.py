@@ -565,3 +565,30 @@ async def test_a_trickle_of_writes_starts_no_helper_and_a_backlog_does(manual: M
         assert all(helper.batches_run > 0 for helper in indexer.helpers)
     finally:
         await indexer.aclose()
+
+
+async def test_an_explicit_drain_runs_every_lane_and_counts_each_chunk_once(
+    manual: Memory,
+) -> None:
+    """drain_all (index_pending_chunks): the helpers drain beside the indexer, the chunks
+    completed are counted once over all lanes, and a failing lane raises the package's
+    error, not a group of them, with the queue kept."""
+    settings = manual.settings.model_copy(
+        update={"chunk_index_batch_size": 4, "chunk_index_workers": 2}
+    )
+    indexer = ChunkIndexer.from_settings(manual.sessionmaker, settings)
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts("many", 40), user_id=uid, session_id="s1")
+    assert await indexer.drain_all() == 40
+    assert indexer.helpers[0].batches_run > 0
+    assert await counts(manual) == (0, 40)
+
+    await manual.store.add_chunks(drafts("more", 12), user_id=uid, session_id="s2")
+    await refuse_inserts(manual, "memory_chunk_terms")
+    try:
+        with pytest.raises(StorageError):
+            await indexer.drain_all()
+    finally:
+        await refuse_inserts(manual, "memory_chunk_terms", refuse=False)
+    assert await manual.store.pending_chunk_count() == 12
+    assert await indexer.drain_all() == 12

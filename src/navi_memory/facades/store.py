@@ -443,7 +443,8 @@ class MemoryStore:
 
     async def index_pending_chunks(self, max_batches: int | None = None) -> int:
         """Index queued chunks now (text into the GIN index, vectors into the HNSW index), in
-        this task; returns how many chunks.
+        this task — with ``max_batches`` None, on CHUNK_INDEX_WORKERS connections at once
+        until the queues are empty; returns how many chunks.
 
         add_chunks leaves this to a background task (``CHUNK_INDEX_IN_BACKGROUND``); call it
         where that is off (a worker, a cron job, a script that exits at once). Queued chunks
@@ -455,6 +456,8 @@ class MemoryStore:
             max_batches = check_int("max_batches", max_batches, minimum=1, maximum=INT32_MAX)
         await self._indexer.wait_idle()
         self._indexer.sweep_next()
+        if max_batches is None:
+            return await self._indexer.drain_all()
         return await self._indexer.drain(max_batches)
 
     async def pending_chunk_count(self) -> int:

@@ -100,6 +100,20 @@ class QueueIndexer:
                         helper.kick()  # a running helper goes round once more
         return indexed
 
+    async def drain_all(self) -> int:
+        """Index queued rows until the queue is empty, in this task with the helpers beside it
+        (each a batch per transaction on its own connection): ``drain()`` on every lane at
+        once. Returns how many were indexed, over every lane. A failing lane stops the others
+        (their batches in flight roll back) and its error is raised."""
+        if not self._helpers:
+            return await self.drain()
+        try:
+            async with asyncio.TaskGroup() as lanes:
+                drains = [lanes.create_task(i.drain()) for i in (self, *self._helpers)]
+        except BaseExceptionGroup as group:
+            raise group.exceptions[0] from None
+        return sum(drain.result() for drain in drains)
+
     @property
     def helpers(self) -> tuple[QueueIndexer, ...]:
         """The indexers of the same queue this one starts when a batch finds a backlog."""
