@@ -1136,19 +1136,18 @@ class ChunksBench:
         per_call = [spent for _, spent in done]
         queued = await self.memory.store.pending_chunk_count()
         started = time.perf_counter()
-        if indexers == 1:
-            indexed = await self.memory.store.index_pending_chunks()
-        else:  # as indexers in that many processes would: each its own connection
-            drains = [
-                ChunkIndexer(
-                    self.memory.sessionmaker,
-                    batch_size=self.memory.settings.chunk_index_batch_size,
-                    background=False,
-                    graph_from=self.memory.settings.chunk_graph_from,
-                ).drain()
-                for _ in range(indexers)
-            ]
-            indexed = sum(await asyncio.gather(*drains))
+        # That many indexers, each its own connection, as in that many processes (or the
+        # package's CHUNK_INDEX_WORKERS lanes: index_pending_chunks runs the default's two).
+        drains = [
+            ChunkIndexer(
+                self.memory.sessionmaker,
+                batch_size=self.memory.settings.chunk_index_batch_size,
+                background=False,
+                graph_from=self.memory.settings.chunk_graph_from,
+            ).drain()
+            for _ in range(indexers)
+        ]
+        indexed = sum(await asyncio.gather(*drains))
         index_seconds = time.perf_counter() - started
         assert indexed == queued == chunks, (indexed, queued, chunks)
         self.last_rate = chunks / seconds
@@ -1207,7 +1206,10 @@ class ChunksBench:
         )
         rows.append(
             await self._add_round(
-                "all indexes, 1–8 chunks a call, then two indexers at once", n, small, indexers=2
+                "all indexes, 1–8 chunks a call, then two indexers at once (CHUNK_INDEX_WORKERS 2)",
+                n,
+                small,
+                indexers=2,
             )
         )
         rows.append(
