@@ -1014,6 +1014,21 @@ class ChunksBench:
 
     # --- add_chunks -------------------------------------------------------------------------
 
+    def _indexers(self, count: int) -> list[ChunkIndexer]:
+        """``count`` independent indexers with the run's settings, drained by the caller (as
+        indexers in that many processes: each its own connection per batch, each its own
+        looks at the grown users)."""
+        settings = self.memory.settings
+        return [
+            ChunkIndexer(
+                self.memory.sessionmaker,
+                batch_size=settings.chunk_index_batch_size,
+                background=False,
+                graph_from=settings.chunk_graph_from,
+            )
+            for _ in range(count)
+        ]
+
     def _lines(self, u: int) -> list[tuple[int, tuple[list[Line], list[Line]]]]:
         if u not in self.lines:
             rng = random.Random(f"{self.ctx.seed}:new:{u}")
@@ -1138,15 +1153,7 @@ class ChunksBench:
         started = time.perf_counter()
         # That many indexers, each its own connection, as in that many processes (or the
         # package's CHUNK_INDEX_WORKERS lanes: index_pending_chunks runs the default's two).
-        drains = [
-            ChunkIndexer(
-                self.memory.sessionmaker,
-                batch_size=self.memory.settings.chunk_index_batch_size,
-                background=False,
-                graph_from=self.memory.settings.chunk_graph_from,
-            ).drain()
-            for _ in range(indexers)
-        ]
+        drains = [indexer.drain() for indexer in self._indexers(indexers)]
         indexed = sum(await asyncio.gather(*drains))
         index_seconds = time.perf_counter() - started
         assert indexed == queued == chunks, (indexed, queued, chunks)
@@ -1318,15 +1325,7 @@ class ChunksBench:
         # run from the first write (the package's helpers start at the first full batch, which
         # a burst makes at once): an upper bound by at most a batch.
         lanes = self.memory.settings.chunk_index_workers
-        indexers = [
-            ChunkIndexer(
-                self.memory.sessionmaker,
-                batch_size=self.memory.settings.chunk_index_batch_size,
-                background=False,
-                graph_from=self.memory.settings.chunk_graph_from,
-            )
-            for _ in range(lanes)
-        ]
+        indexers = self._indexers(lanes)
         with_indexers = f"{lanes} indexer{'s' if lanes > 1 else ''} (CHUNK_INDEX_WORKERS)"
         writing = asyncio.Event()
         writing.set()

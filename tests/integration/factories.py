@@ -83,17 +83,26 @@ def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from plan_nodes(child)
 
 
+async def sleeping_statements(memory: Memory) -> int:
+    """How many statements of this database wait in ``pg_sleep`` now (a test's slow trigger)."""
+    return int(
+        str(
+            await scalar(
+                memory,
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event = 'PgSleep' AND datname = current_database()",
+            )
+        )
+    )
+
+
 async def wait_for_a_sleeping_statement(memory: Memory) -> None:
     """Until a statement of this database waits in ``pg_sleep`` (a test's slow trigger): the
     statement is then in flight, holding what it has locked, so what the test does next
     overlaps it for sure. Gives up after 10 s."""
-    sleeping = (
-        "SELECT count(*) FROM pg_stat_activity"
-        " WHERE wait_event = 'PgSleep' AND datname = current_database()"
-    )
     async with asyncio.timeout(10):
         while True:
-            if await scalar(memory, sleeping):
+            if await sleeping_statements(memory):
                 return
             await asyncio.sleep(0.005)
 

@@ -25,6 +25,7 @@ from tests.integration.factories import (
     new_user,
     refuse_inserts,
     scalar,
+    sleeping_statements,
     slow_trigger,
     wait_for_a_sleeping_statement,
 )
@@ -502,13 +503,9 @@ async def test_a_chunk_both_queued_and_indexed_is_one_hit_and_backfill_tidies_it
 async def most_batches_at_once(memory: Memory, until: asyncio.Event) -> int:
     """The most indexer statements seen at once in the slow trigger's pg_sleep, sampled until
     ``until`` is set."""
-    sleeping = (
-        "SELECT count(*) FROM pg_stat_activity"
-        " WHERE wait_event = 'PgSleep' AND datname = current_database()"
-    )
     most = 0
     while not until.is_set():
-        most = max(most, int(str(await scalar(memory, sleeping) or 0)))
+        most = max(most, await sleeping_statements(memory))
         await asyncio.sleep(0.005)
     return most
 
