@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from navi_memory.errors import EmbeddingError
+from navi_memory.llm import GuardedEmbedder
 from navi_memory.services.embedding import EmbeddingService
 
 
@@ -80,3 +81,37 @@ async def test_text_only_mode_answers_no_vector_silently(caplog: pytest.LogCaptu
         assert await service.documents(["a"]) is None
         assert await service.document("a") is None
     assert service.text_only and caplog.records == []
+
+
+class Junk:
+    """An embedder that answers a vector of the wrong width."""
+
+    dim = 768
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[1.0] * 3 for _ in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        return [1.0] * 3
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["bare", "guarded"])
+async def test_junk_is_no_vector_whether_or_not_a_guard_checked_it(guarded: bool) -> None:
+    """The service trusts a guard's check instead of repeating it, and checks a bare embedder
+    itself: either way a 3-wide answer becomes "no vector", never a stored row."""
+    embedder = GuardedEmbedder(Junk(), timeout_seconds=5) if guarded else Junk()
+    service = EmbeddingService(embedder)
+    assert await service.documents(["a", "b"]) is None
+    assert await service.query("a") is None
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["bare", "guarded"])
+async def test_good_vectors_come_back_as_float32(guarded: bool) -> None:
+    inner = Switchable()
+    inner.failing = False
+    service = EmbeddingService(GuardedEmbedder(inner, timeout_seconds=5) if guarded else inner)
+    vectors = await service.documents(["a", "b"])
+    assert vectors is not None and [v.typecode for v in vectors] == ["f", "f"]
+    assert vectors[1].tolist() == [1.0] * 768
+    query = await service.query("a")
+    assert query is not None and query.typecode == "f"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from navi_memory.constants import EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS
 from navi_memory.errors import EmbeddingError
-from navi_memory.llm import Embedder, storable_vector, storable_vectors
+from navi_memory.llm import Embedder, GuardedEmbedder, storable_vector, storable_vectors
 
 __all__ = ["EmbeddingService", "storable_vector", "storable_vectors"]
 
@@ -37,6 +37,9 @@ class EmbeddingService:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.embedder = embedder
+        # A guard has checked its answers already (open_memory's embedder always has one):
+        # checking them again cost ~9 µs a vector on the write path, for nothing.
+        self._guarded = embedder if isinstance(embedder, GuardedEmbedder) else None
         self._interval = log_interval_seconds
         self._clock = clock
         self._reported_at: float | None = None
@@ -55,7 +58,10 @@ class EmbeddingService:
         if self.embedder is None:
             return None
         try:
-            vectors = storable_vectors(await self.embedder.embed_documents(texts), len(texts))
+            if self._guarded is not None:
+                vectors = await self._guarded.embed_documents(texts)
+            else:
+                vectors = storable_vectors(await self.embedder.embed_documents(texts), len(texts))
         except EmbeddingError as exc:
             self._failed(exc)
             return None
@@ -66,7 +72,10 @@ class EmbeddingService:
         if self.embedder is None:
             return None
         try:
-            vector = storable_vector(await self.embedder.embed_query(text))
+            if self._guarded is not None:
+                vector = await self._guarded.embed_query(text)
+            else:
+                vector = storable_vector(await self.embedder.embed_query(text))
         except EmbeddingError as exc:
             self._failed(exc)
             return None

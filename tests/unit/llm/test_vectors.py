@@ -83,6 +83,35 @@ def test_anything_else_is_an_embedding_error_saying_what_was_wrong(
     assert expected in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("vector", "expected"),
+    [
+        (array("f", [float("nan"), *GOOD[1:]]), "non-finite"),
+        (array("f", [float("inf"), *GOOD[1:]]), "non-finite"),
+        (array("f", [0.0] * EMBEDDING_DIM), "all-zero"),
+        (array("f", GOOD[1:]), "returned 767-dimensional embeddings"),
+        (array("f", [*GOOD, 0.5]), "returned 769-dimensional embeddings"),
+    ],
+    ids=["nan", "inf", "zero", "short", "long"],
+)
+def test_float32_arrays_are_checked_like_any_other_vector(
+    vector: array[float], expected: str
+) -> None:
+    """An array('f') (what a guarded embedder answers) takes a shorter road, not a lax one."""
+    with pytest.raises(EmbeddingError, match=r"^the embedder returned") as caught:
+        storable_vector(vector)
+    assert expected in str(caught.value)
+
+
+def test_a_float32_array_comes_back_as_a_copy() -> None:
+    """The stored vector is not the caller's array: changing one later cannot change the other."""
+    mine = array("f", GOOD)
+    checked = storable_vector(mine)
+    assert checked == mine
+    mine[0] = 0.9
+    assert checked[0] == pytest.approx(0.1)
+
+
 def test_the_wrong_dimension_says_how_to_fix_it() -> None:
     """A model of another width is told apart from junk: use a 768-d model or re-embed."""
     with pytest.raises(EmbeddingError) as caught:
