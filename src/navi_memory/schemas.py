@@ -251,8 +251,11 @@ class MemoryHit(_Model):
     timestamp: datetime
     """A fact's ``updated_at``, a raw excerpt's ``ended_at``, a sketch's ``updated_at``."""
     score: float
-    """Vector hits: cosine similarity (1 - distance); text hits: distinct query terms matched;
-    recent items (a query without terms): 0."""
+    """What ordered the hits of its store. Raw excerpts under CHUNK_TEXT_RANKING ``bm25``: the
+    fused score (``ChunkHit.score``: BM25 relative to the best text hit's plus
+    CHUNK_FUSION_VECTOR_WEIGHT times the cosine similarity), descending. Facts, sketches and
+    raw excerpts under ``terms``: vector hits their cosine similarity (1 - distance), text hits
+    the distinct query terms matched. Recent items (a query without terms): 0."""
     via: Literal["vector", "text", "recent"]
     distance: float | None = None
     """Cosine distance to the query (vector hits)."""

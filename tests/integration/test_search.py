@@ -27,7 +27,7 @@ from navi_memory import (
     open_memory,
     request_context,
 )
-from navi_memory.constants import SKETCH_SCOPE
+from navi_memory.constants import CHUNK_FUSION_VECTOR_WEIGHT, SKETCH_SCOPE
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
@@ -150,7 +150,9 @@ async def test_raw_hits_rank_by_relevance_and_sketches_of_the_current_session_fi
     hits = await memory.search.search("nginx sudo", "all", user_id=uid, current_session_id=s2)
     raw = [h for h in hits if h.source_type == "raw"]
     assert [h.start_seq for h in raw] == [5, 1]
-    assert [h.terms_hit for h in raw] == [2, 1] and [h.score for h in raw] == [2.0, 1.0]
+    assert [h.terms_hit for h in raw] == [2, 1]
+    # The fused score that ordered them (no query vector: BM25 relative to the best's).
+    assert raw[0].score == 1.0 and 0 < raw[1].score < 1.0
     assert [h.key for h in hits if h.source_type == "sketch"] == ["b", "a"]
 
 
@@ -159,7 +161,7 @@ async def test_raw_hits_rank_by_bm25_as_search_chunks_does(
 ) -> None:
     """Raw excerpts come in search_chunks' order: a chunk holding the query's rare word beats
     newer ones holding only its common word; terms_hit counts query terms held whole (an
-    identifier once, not as its parts), and the score of a text hit is that count."""
+    identifier once, not as its parts), and the score is search_chunks' fused score."""
     uid = await new_user(memory)
     sid = await new_session_row(memory, uid)
     filler = [
@@ -177,7 +179,9 @@ async def test_raw_hits_rank_by_bm25_as_search_chunks_does(
     hits = await memory.search.search("coffee QUARTZ_RETRY_LIMIT", "raw", user_id=uid, k=8)
     by_chunk = await memory.store.search_chunks("coffee QUARTZ_RETRY_LIMIT", user_id=uid)
     assert [h.chunk_id for h in hits] == [h.id for h in by_chunk]
-    assert hits[0].text == rare.content and hits[0].terms_hit == 2 and hits[0].score == 2.0
+    assert hits[0].text == rare.content and hits[0].terms_hit == 2
+    assert [h.score for h in hits] == pytest.approx([h.score for h in by_chunk])
+    assert hits[0].score == 1.0
     [partial] = [h for h in hits if h.text == parts.content]
     assert partial.via == "text" and partial.terms_hit == 0
 
@@ -201,7 +205,7 @@ async def test_the_spec_ranking_of_raw_hits_stays_reachable(
 
 async def test_a_raw_hit_of_both_lists_keeps_distance_and_terms_hit(memory: Memory) -> None:
     """With an embedder, an excerpt found by the vector and the BM25 list is one hit, via
-    "vector", carrying its distance (the score 1 - distance) and the terms it holds."""
+    "vector", carrying its distance, the terms it holds and search_chunks' fused score."""
     uid = await new_user(memory)
     port = draft("User: which port should the API use?\n\nAssistant: we picked port 8099.")
     other = draft("User: I am flying to Berlin next week.", start_seq=3)
@@ -210,8 +214,15 @@ async def test_a_raw_hit_of_both_lists_keeps_distance_and_terms_hit(memory: Memo
     assert len({h.chunk_id for h in hits}) == len(hits)
     first = hits[0]
     assert first.text == port.content and first.via == "vector"
-    assert first.distance is not None and first.score == pytest.approx(1 - first.distance)
-    assert first.terms_hit >= 2
+    assert first.distance is not None and first.terms_hit >= 2
+    [same] = [
+        h
+        for h in await memory.store.search_chunks("which port should the API use", user_id=uid)
+        if h.id == first.chunk_id
+    ]
+    # Best BM25 (1.0) plus 0.3 times its similarity to the query.
+    assert first.score == pytest.approx(same.score)
+    assert first.score == pytest.approx(1.0 + CHUNK_FUSION_VECTOR_WEIGHT * (1 - first.distance))
 
 
 async def test_an_unknown_scope_is_all_and_shows_as_all(memory: Memory) -> None:
@@ -337,14 +348,15 @@ async def test_with_the_embedder_down_search_answers_by_text(
 async def test_vector_hits_carry_distance_and_similarity_as_score(
     memory: Memory,
 ) -> None:
-    """A vector hit's score is 1 - distance; recall reads distance and terms_hit from hits."""
+    """A raw vector hit's score is the fused one (its only hit: best BM25, 1.0, plus 0.3 times
+    1 - distance); recall reads distance and terms_hit from hits."""
     uid = await new_user(memory)
     await memory.store.add_chunks(
         [draft("User: the alpha deploy failed twice")], user_id=uid, session_id="sx"
     )
     [hit] = await memory.search.search("the alpha deploy failed twice", "raw", user_id=uid)
     assert hit.via == "vector" and hit.distance is not None
-    assert hit.score == pytest.approx(1 - hit.distance)
+    assert hit.score == pytest.approx(1.0 + CHUNK_FUSION_VECTOR_WEIGHT * (1 - hit.distance))
     assert hit.chunk_id is not None
 
 

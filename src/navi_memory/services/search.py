@@ -168,13 +168,16 @@ def _fact_hit(row: Row, *, via: Via) -> MemoryHit:
 def _raw_hit(row: Row, *, via: Via, freshness: Freshness) -> MemoryHit:
     distance = row.get("distance")
     terms_hit = int(row.get("terms_hit") or 0)
+    # The fused score that ordered the excerpts (CHUNK_TEXT_RANKING bm25), as search_chunks'
+    # ChunkHit.score; the spec's ranking (terms) and recent rows carry none.
+    fused = row.get("score")
     return MemoryHit(
         source_type="raw",
         text=row["content"],
         user_id=row["user_id"],
         session_id=row["session_id"],
         timestamp=row["ended_at"],
-        score=_score(via, distance, terms_hit),
+        score=float(fused) if fused is not None else _score(via, distance, terms_hit),
         via=via,
         distance=distance,
         terms_hit=terms_hit,
