@@ -52,9 +52,9 @@ def storable_vectors(
 
 def _checked(vector: object, *, dim: int, subject: str, where: str) -> array[float]:
     if type(vector) is array and vector.typecode == "f" and len(vector) == dim:
-        # Already float32 (a guard's answer, checked again by the embedding service; the local
-        # embedder's): a copy in one memcpy instead of a list of 768 floats and back (~25 µs a
-        # vector, a tenth of an add_chunks call's Python).
+        # Already float32 (the local embedder's answer; a guard's, when a bare EmbeddingService
+        # or a guard around a guard checks it): a copy in one memcpy instead of a list of 768
+        # floats and back (~25 µs a vector).
         return _finite_with_direction(array("f", vector), subject=subject, where=where)
     items = (
         vector

@@ -120,8 +120,9 @@ def recall_query(
 
 
 def similarity(hit: RecallCandidate) -> float:
-    """A vector hit's cosine similarity to the query (1 − cosine distance)."""
-    return 1.0 - hit.distance if hit.distance is not None else hit.score
+    """A vector hit's cosine similarity to the query (1 − cosine distance); 0 for a hit with
+    no distance (its ``score`` may be a fused score, not a similarity)."""
+    return 1.0 - hit.distance if hit.distance is not None else 0.0
 
 
 def qualifies(
