@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from navi_memory.errors import EmbeddingError
-from navi_memory.llm import GuardedEmbedder
+from navi_memory.llm import Embedder, GuardedEmbedder
 from navi_memory.services.embedding import EmbeddingService
 
 
@@ -94,12 +94,15 @@ class Junk:
     async def embed_query(self, text: str) -> list[float]:
         return [1.0] * 3
 
+    async def aclose(self) -> None:
+        return None
+
 
 @pytest.mark.parametrize("guarded", [False, True], ids=["bare", "guarded"])
 async def test_junk_is_no_vector_whether_or_not_a_guard_checked_it(guarded: bool) -> None:
     """The service trusts a guard's check instead of repeating it, and checks a bare embedder
     itself: either way a 3-wide answer becomes "no vector", never a stored row."""
-    embedder = GuardedEmbedder(Junk(), timeout_seconds=5) if guarded else Junk()
+    embedder: Embedder = GuardedEmbedder(Junk(), timeout_seconds=5) if guarded else Junk()
     service = EmbeddingService(embedder)
     assert await service.documents(["a", "b"]) is None
     assert await service.query("a") is None
