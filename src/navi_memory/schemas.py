@@ -251,16 +251,18 @@ class MemoryHit(_Model):
     timestamp: datetime
     """A fact's ``updated_at``, a raw excerpt's ``ended_at``, a sketch's ``updated_at``."""
     score: float
-    """What ordered the hits of its store. Raw excerpts under CHUNK_TEXT_RANKING ``bm25``: the
-    fused score (``ChunkHit.score``: BM25 relative to the best text hit's plus
+    """How well the hit matched. Raw excerpts under CHUNK_TEXT_RANKING ``bm25``: the fused
+    score that ordered them (``ChunkHit.score``: BM25 relative to the best text hit's plus
     CHUNK_FUSION_VECTOR_WEIGHT times the cosine similarity), descending. Facts, sketches and
     raw excerpts under ``terms``: vector hits their cosine similarity (1 - distance), text hits
-    the distinct query terms matched. Recent items (a query without terms): 0."""
+    the distinct query terms matched (sketches of the current session come first whatever
+    their score). Recent items (a query without terms): 0."""
     via: Literal["vector", "text", "recent"]
     distance: float | None = None
     """Cosine distance to the query (vector hits)."""
     terms_hit: int = 0
-    """Distinct query terms matched (text hits)."""
+    """Distinct query terms matched (text hits); a raw excerpt of the BM25 list counts the query
+    terms it holds whole (every lexeme of a term), as ``ChunkHit.terms_hit``."""
     category: str | None = None
     """A fact's category."""
     key: str | None = None
