@@ -37,9 +37,6 @@ class EmbeddingService:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.embedder = embedder
-        # A guard has checked its answers already (open_memory's embedder always has one):
-        # checking them again cost ~9 µs a vector on the write path, for nothing.
-        self._guarded = embedder if isinstance(embedder, GuardedEmbedder) else None
         self._interval = log_interval_seconds
         self._clock = clock
         self._reported_at: float | None = None
@@ -55,13 +52,16 @@ class EmbeddingService:
         return None if vectors is None else vectors[0].tolist()
 
     async def documents(self, texts: Sequence[str]) -> list[array[float]] | None:
-        if self.embedder is None:
+        embedder = self.embedder
+        if embedder is None:
             return None
         try:
-            if self._guarded is not None:
-                vectors = await self._guarded.embed_documents(texts)
+            # A guard has checked its answers already (open_memory's embedder always has one):
+            # checking them again cost ~9 µs a vector on the write path, for nothing.
+            if isinstance(embedder, GuardedEmbedder):
+                vectors = await embedder.embed_documents(texts)
             else:
-                vectors = storable_vectors(await self.embedder.embed_documents(texts), len(texts))
+                vectors = storable_vectors(await embedder.embed_documents(texts), len(texts))
         except EmbeddingError as exc:
             self._failed(exc)
             return None
@@ -69,13 +69,14 @@ class EmbeddingService:
         return vectors
 
     async def query(self, text: str) -> array[float] | None:
-        if self.embedder is None:
+        embedder = self.embedder
+        if embedder is None:
             return None
         try:
-            if self._guarded is not None:
-                vector = await self._guarded.embed_query(text)
+            if isinstance(embedder, GuardedEmbedder):  # checked by the guard (see documents)
+                vector = await embedder.embed_query(text)
             else:
-                vector = storable_vector(await self.embedder.embed_query(text))
+                vector = storable_vector(await embedder.embed_query(text))
         except EmbeddingError as exc:
             self._failed(exc)
             return None
