@@ -84,7 +84,8 @@ FACT_SORT_KEYS: Final = frozenset(FACT_SORT_COLUMNS)
 
 NORMALIZE_ROUNDS: Final = 3
 """Upsert statements one call may run when spellings of the category lack their canonical form
-(each round fills those found; a second is needed only when another writer added more)."""
+(each round fills those found; a second is needed only when another writer added more), or
+when the row it wrote over was deleted meanwhile (the next round inserts)."""
 
 SECONDS_PER_DAY: Final = 86_400
 
@@ -207,30 +208,29 @@ class FactService:
     ) -> UpsertResult:
         """The upsert (module docstring) in one statement, on an autocommit connection or in
         the caller's transaction; a second and third only when spellings of the category
-        still need their canonical form."""
+        still need their canonical form, or when the row it wrote over was deleted meanwhile."""
         repo = FactWriteRepository(session=conn)
         statement = upsert_statement(write, dedupe=dedupe)
         for _ in range(NORMALIZE_ROUNDS):
             done = await repo.upsert(statement)
-            if not done.unnormalized:
-                break
-            # Spellings the statement cannot compare yet: written by an import, the
-            # application's SQL, before revision 0007, or under other rules. Their forms, then
-            # the upsert again.
-            await repo.set_key_norms([(i, key, key_norm(key)) for i, key in done.unnormalized])
-        else:
-            raise StorageError(
-                f"the keys of category {write.category!r} kept changing while they were "
-                "compared; call again"
-            )
-        if done.row is None:  # deleted by a writer that does not take the category lock
-            raise NotFoundError(
-                f"the fact {write.category}/{write.key} was deleted while it was being written"
-            )
-        return UpsertResult(
-            fact=to_fact(done.row),
-            outcome=_outcome(done),
-            vector_queued=done.action != "verify",
+            if done.row is not None:
+                return UpsertResult(
+                    fact=to_fact(done.row),
+                    outcome=_outcome(done),
+                    vector_queued=done.action != "verify",
+                )
+            if done.unnormalized:
+                # Spellings the statement cannot compare yet: written by an import, the
+                # application's SQL, before revision 0007, or under other rules. Their forms,
+                # then the upsert again.
+                await repo.set_key_norms([(i, key, key_norm(key)) for i, key in done.unnormalized])
+            # Else the row it wrote over was deleted meanwhile by a writer that did not hold
+            # the category lock (a delete_fact that listed the key's categories before this
+            # key's insert committed; the application's SQL): once more, which then inserts,
+            # as if the delete had come first.
+        raise StorageError(
+            f"the fact {write.category}/{write.key} kept changing while it was written "
+            "(its category's keys renormalised, or the row deleted, each time); call again"
         )
 
     async def upsert(
