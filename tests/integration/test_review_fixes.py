@@ -68,6 +68,37 @@ async def test_delete_fact_waits_for_a_writer_of_the_same_category(busy_memory: 
     assert await deleting == 1
 
 
+async def test_delete_fact_leaves_a_category_it_did_not_lock(busy_memory: Memory) -> None:
+    """delete_fact without a category lists the key's categories, then locks them: a row an
+    upsert writes meanwhile into another category is not under its locks, so it stays (that
+    upsert counts as after the delete) instead of being deleted under an upsert's feet."""
+    memory = busy_memory
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("p", "editor", "vim", user_id=uid)
+    async with memory.engine.connect() as holder:
+        transaction = await holder.begin()
+        await holder.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"),
+            {"s": f"memory_facts:{uid}:p"},
+        )
+        deleting = asyncio.create_task(memory.store.delete_fact("editor", user_id=uid))
+        for _ in range(100):  # until the delete has listed ["p"] and waits for its lock
+            waiting = await scalar(
+                memory,
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.02)
+        assert waiting == 1
+        # An upsert writes the key into a category the delete did not list.
+        await memory.store.upsert_fact("q", "editor", "emacs", user_id=uid)
+        await transaction.rollback()
+    assert await deleting == 1
+    (left,) = await memory.store.get_all_facts(user_id=uid)
+    assert (left.category, left.key, left.value) == ("q", "editor", "emacs")
+
+
 async def test_concurrent_upserts_and_deletes_of_one_key_never_error(busy_memory: Memory) -> None:
     memory = busy_memory
     uid = await new_user(memory)

@@ -549,13 +549,16 @@ class FactRepository:
         )
         return list(rows)
 
-    async def ids_for_delete(self, user_id: uuid.UUID, key: str, category: str | None) -> list[int]:
-        """Visible rows named by ``key`` directly or through a hidden spelling of theirs."""
+    async def ids_for_delete(
+        self, user_id: uuid.UUID, key: str, categories: Sequence[str]
+    ) -> list[int]:
+        """Visible rows of ``categories`` named by ``key`` directly or through a hidden spelling
+        of theirs."""
+        if not categories:
+            return []
         named = select(FactRow.id, FactRow.merged_into).where(
-            FactRow.user_id == user_id, FactRow.key == key
+            FactRow.user_id == user_id, FactRow.key == key, FactRow.category.in_(categories)
         )
-        if category is not None:
-            named = named.where(FactRow.category == category)
         rows = (await self.session.execute(named)).all()
         return sorted({row.merged_into or row.id for row in rows})
 

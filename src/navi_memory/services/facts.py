@@ -246,13 +246,16 @@ class FactService:
         facts = FactRepository(session=session)
         # The same per-category locks as upsert (taken in a fixed order, so two deletes cannot
         # deadlock): an upsert never updates a row this delete is removing, nor the other way.
+        # Without a category, the key's categories are listed before they are locked; a
+        # category an upsert adds meanwhile is not locked, so its row is left alone: that
+        # upsert counts as after this delete.
         categories = [category] if category is not None else []
         if category is None:
             categories = await facts.categories_with_key(user_id, key)
         locks = FactWriteRepository(session=session)
         for name in sorted(categories):
             await locks.lock_category(user_id, name)
-        ids = await facts.ids_for_delete(user_id, key, category)
+        ids = await facts.ids_for_delete(user_id, key, categories)
         return await facts.delete_with_hidden(ids)
 
     async def unmerge(self, session: AsyncSession, fact_id: int) -> Fact:
