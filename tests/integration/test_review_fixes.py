@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 
 import pytest
@@ -21,6 +23,7 @@ from navi_memory import (
     request_context,
 )
 from navi_memory.jobs.backfill import FactBackfill
+from navi_memory.repositories.facts import category_lock_scope
 from navi_memory.testing import FakeOllama, HashedEmbedder
 from navi_memory.unit_of_work import unit_of_work
 from tests.conftest import make_settings
@@ -51,20 +54,32 @@ async def test_unmerge_acting_for_a_user_never_touches_another_users_row(memory:
         await memory.store.unmerge_fact(old.id)
 
 
-async def test_delete_fact_waits_for_a_writer_of_the_same_category(busy_memory: Memory) -> None:
-    memory = busy_memory
-    uid = await new_user(memory)
-    await memory.store.upsert_fact("p", "editor", "vim", user_id=uid)
+@asynccontextmanager
+async def holding_category_lock(
+    memory: Memory, uid: uuid.UUID, category: str
+) -> AsyncIterator[None]:
+    """A writer holding (uid, category)'s advisory lock, as an upsert does, until the block
+    ends (then rolled back)."""
     async with memory.engine.connect() as holder:
         transaction = await holder.begin()
         await holder.execute(
             text("SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"),
-            {"s": f"memory_facts:{uid}:p"},
+            {"s": category_lock_scope(uid, category)},
         )
+        try:
+            yield
+        finally:
+            await transaction.rollback()
+
+
+async def test_delete_fact_waits_for_a_writer_of_the_same_category(busy_memory: Memory) -> None:
+    memory = busy_memory
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("p", "editor", "vim", user_id=uid)
+    async with holding_category_lock(memory, uid, "p"):
         deleting = asyncio.create_task(memory.store.delete_fact("editor", user_id=uid))
         await asyncio.sleep(0.3)
         assert not deleting.done()  # serialised behind the writer holding the category
-        await transaction.rollback()
     assert await deleting == 1
 
 
@@ -75,12 +90,7 @@ async def test_delete_fact_leaves_a_category_it_did_not_lock(busy_memory: Memory
     memory = busy_memory
     uid = await new_user(memory)
     await memory.store.upsert_fact("p", "editor", "vim", user_id=uid)
-    async with memory.engine.connect() as holder:
-        transaction = await holder.begin()
-        await holder.execute(
-            text("SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"),
-            {"s": f"memory_facts:{uid}:p"},
-        )
+    async with holding_category_lock(memory, uid, "p"):
         deleting = asyncio.create_task(memory.store.delete_fact("editor", user_id=uid))
         for _ in range(100):  # until the delete has listed ["p"] and waits for its lock
             waiting = await scalar(
@@ -93,7 +103,6 @@ async def test_delete_fact_leaves_a_category_it_did_not_lock(busy_memory: Memory
         assert waiting == 1
         # An upsert writes the key into a category the delete did not list.
         await memory.store.upsert_fact("q", "editor", "emacs", user_id=uid)
-        await transaction.rollback()
     assert await deleting == 1
     (left,) = await memory.store.get_all_facts(user_id=uid)
     assert (left.category, left.key, left.value) == ("q", "editor", "emacs")
@@ -168,8 +177,6 @@ async def test_a_malformed_embedding_host_still_stores_the_fact(
 
 
 async def test_unknown_users_and_invalid_unicode_are_clear_errors(memory: Memory) -> None:
-    import uuid
-
     with pytest.raises(NotFoundError, match=r"users\.ensure"):
         await memory.store.upsert_fact("p", "editor", "vim", user_id=uuid.uuid4())
     uid = await new_user(memory)

@@ -225,9 +225,8 @@ class FactService:
                 # then the upsert again.
                 await repo.set_key_norms([(i, key, key_norm(key)) for i, key in done.unnormalized])
             # Else the row it wrote over was deleted meanwhile by a writer that did not hold
-            # the category lock (a delete_fact that listed the key's categories before this
-            # key's insert committed; the application's SQL): once more, which then inserts,
-            # as if the delete had come first.
+            # the category lock (the application's own SQL, say; delete_fact takes it): once
+            # more, which then inserts, as if the delete had come first.
         raise StorageError(
             f"the fact {write.category}/{write.key} kept changing while it was written "
             "(its category's keys renormalised, or the row deleted, each time); call again"
