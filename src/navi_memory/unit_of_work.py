@@ -7,13 +7,9 @@ is a ConnectionLostError, safe to call again. Services and repositories never op
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import (
-    AbstractAsyncContextManager,
-    AsyncExitStack,
-    asynccontextmanager,
-    contextmanager,
-)
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
@@ -67,20 +63,32 @@ class LaneEngines:
     custom: AsyncEngine
     cached: AsyncEngine | None = None
 
-    @asynccontextmanager
-    async def connections(
-        self, cached_plans: Sequence[bool]
-    ) -> AsyncIterator[list[AsyncConnection]]:
-        """One autocommit connection per lane (``single_statement``), in order: from ``cached``
-        where the lane's flag is set. Every lane's read is one statement, so none needs a
-        transaction, and the lanes can run at once."""
-        async with AsyncExitStack() as stack:
-            yield [
-                await stack.enter_async_context(
-                    single_statement(self.cached if cached and self.cached else self.custom)
-                )
-                for cached in cached_plans
-            ]
+    async def run(
+        self,
+        cached_plans: Sequence[bool],
+        read: Callable[[int, AsyncConnection], Awaitable[None]],
+    ) -> None:
+        """``read(i, connection)`` for each lane ``i``, concurrently, each on an autocommit
+        connection of its own (``single_statement``), from ``cached`` where the lane's flag is
+        set. Every lane's read is one statement at a time, so none needs a transaction.
+
+        Each lane takes its connection in its own task and gives it back as soon as its read
+        ends: the first lane's statement is on the server while the next lane checks out, and
+        a quick lane's connection is back in the pool while a slow one still reads. Every lane
+        runs to its end; then the first failure, if any, is raised (plain gather would leave
+        the others running on connections their caller is giving back)."""
+
+        async def lane(index: int, cached: bool) -> None:
+            engine = self.cached if cached and self.cached else self.custom
+            async with single_statement(engine) as conn:
+                await read(index, conn)
+
+        results = await asyncio.gather(
+            *(lane(i, cached) for i, cached in enumerate(cached_plans)), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
 
 def statement_or_transaction(

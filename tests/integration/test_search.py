@@ -9,10 +9,12 @@ import logging
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import event, text
 
 from navi_memory import (
     PERMISSION_READ_ALL,
@@ -592,8 +594,48 @@ async def test_a_store_that_fails_is_a_storage_error(memory: Memory) -> None:
     await execute(memory, "ALTER TABLE kv_store RENAME TO kv_store_gone")
     with pytest.raises(StorageError):
         await memory.search.search("alpha", user_id=uid)
+    # Every lane ran to its end and gave its connection back: none is left checked out.
+    assert memory.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert memory.cached_plans_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     # The stores that do not need the missing table still answer.
     assert await memory.search.search("alpha", "facts", user_id=uid) == []
+
+
+async def test_a_lane_gives_its_connection_back_as_soon_as_its_own_read_ends(
+    memory: Memory,
+) -> None:
+    """The facts and sketches lane returns its connection while the raw history's read still
+    waits (here for a lock on memory_chunks), and the search answers in full once it ends."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    await seed_all_stores(memory, uid, sid, "w0x")
+    expected = await memory.search.search("w0x deploy", user_id=uid)
+    assert kinds(expected) == ["fact", "raw", "raw", "sketch", "sketch"]
+    cached_done = 0
+
+    def after(*_args: Any) -> None:
+        nonlocal cached_done
+        cached_done += 1
+
+    cached = memory.cached_plans_engine
+    event.listen(cached.sync_engine, "after_cursor_execute", after)
+    try:
+        async with memory.engine.connect() as blocker:
+            await blocker.execute(text("LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"))
+            search = asyncio.create_task(memory.search.search("w0x deploy", user_id=uid))
+            for _ in range(500):
+                if cached_done >= 2 and cached.pool.checkedout() == 0:  # type: ignore[attr-defined]
+                    break
+                await asyncio.sleep(0.01)
+            # The facts and the sketches were read, and their connection is back in its pool,
+            # while the raw history's read still waits.
+            assert cached_done == 2
+            assert cached.pool.checkedout() == 0  # type: ignore[attr-defined]
+            assert not search.done()
+            await blocker.rollback()
+        assert await search == expected
+    finally:
+        event.remove(cached.sync_engine, "after_cursor_execute", after)
 
 
 async def test_concurrent_searches_each_get_their_own_answers(busy_memory: Memory) -> None:

@@ -209,8 +209,7 @@ class ContextBuilder:
             current_session_id=session_id,
             summary_at=_summary_at(snapshot),
         )
-        async with self._engines.connections(plan.cached_plans) as connections:
-            hits = await self._search.search(connections, request)
+        hits = await self._search.search(self._engines.run, request)
         minimum = self._settings.memory_recall_min_similarity
         return [hit for hit in hits if qualifies(hit, min_similarity=minimum)]
 

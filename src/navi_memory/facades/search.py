@@ -87,8 +87,7 @@ class UnifiedMemorySearch:
             current_session_id=current_session_id,
             summary_at=summary_at,
         )
-        async with self._engines.connections(plan.cached_plans) as connections:
-            return await self._service.search(connections, request)
+        return await self._service.search(self._engines.run, request)
 
     @staticmethod
     def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:

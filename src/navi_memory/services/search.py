@@ -7,9 +7,8 @@ plan names; the store queries then run concurrently, each on its own connection.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -31,11 +30,19 @@ from navi_memory.repositories.kv import KvSearchRepository
 from navi_memory.schemas import MemoryHit
 from navi_memory.services.chunks import PruneHints, ranked_lists
 from navi_memory.services.ranking import fuse_hits, rank_hits
-from navi_memory.text.freshness import FactVersion, Freshness, RawExcerpt, mark_freshness
+from navi_memory.text.freshness import (
+    FactVersion,
+    FactWords,
+    Freshness,
+    RawExcerpt,
+    fact_words,
+    mark_freshness,
+)
 from navi_memory.text.hits import SearchScope
 from navi_memory.text.terms import STOP_WORDS, query_terms
 
 __all__ = [
+    "LaneRunner",
     "SearchPlan",
     "SearchRequest",
     "Store",
@@ -122,12 +129,20 @@ Row = RowMapping | Mapping[str, Any]
 Ranked = list[tuple[Row, Via]]
 """Search rows in their final order, each with how it was found."""
 
+LaneRunner = Callable[
+    [Sequence[bool], Callable[[int, Connection], Awaitable[None]]], Awaitable[None]
+]
+"""Runs ``read(i, connection)`` for every lane ``i`` concurrently, each lane on a connection of
+its own, from the cached-plans engine where the lane's flag is set (LaneEngines.run)."""
+
 
 @dataclass(slots=True)
 class _Found:
     """What the lanes read; each store is filled by the one lane that reads it."""
 
-    facts: Ranked = field(default_factory=list)
+    fact_hits: list[MemoryHit] = field(default_factory=list)
+    fact_words: FactWords = field(default_factory=lambda: fact_words(()))
+    """The facts read, for the raw excerpts' freshness marks."""
     raw: Ranked = field(default_factory=list)
     boundaries: dict[str, datetime] = field(default_factory=dict)
     """Summary boundaries of the raw rows' sessions."""
@@ -235,47 +250,44 @@ class UnifiedSearchService:
             prune_hints=prune_hints,
         )
 
-    async def search(
-        self, connections: Sequence[Connection], request: SearchRequest
-    ) -> list[MemoryHit]:
+    async def search(self, lanes: LaneRunner, request: SearchRequest) -> list[MemoryHit]:
         """Facts (curated truth) first, then raw excerpts by relevance with their freshness
         marks, then sketches (the current session's first); ``k`` of each at most.
 
-        ``connections``: one per lane of ``request.plan.lanes``, in that order (never one
-        shared by two lanes: the lanes are read concurrently)."""
+        ``lanes``: runs a read for each lane of ``request.plan.lanes`` concurrently, each on a
+        connection of its own (never one shared by two lanes), from the cached-plans engine
+        where ``plan.cached_plans`` says so (unit_of_work.LaneEngines.run)."""
         plan = request.plan
-        if len(connections) != len(plan.lanes):
-            raise ValueError(f"{len(plan.lanes)} connections needed, got {len(connections)}")
         found = _Found()
-        await _concurrently(
-            *(
-                self._read(conn, lane, request, found)
-                for conn, lane in zip(connections, plan.lanes, strict=True)
-            )
-        )
+
+        async def read(index: int, conn: Connection) -> None:
+            await self._read(conn, plan.lanes[index], request, found)
+
+        await lanes(plan.cached_plans, read)
         # Every fact read marks excerpts (up to FRESHNESS_FACTS); only k are shown.
         marks = mark_freshness(
-            [_excerpt(row) for row, _ in found.raw],
-            [_version(row) for row, _ in found.facts],
-            found.boundaries,
+            [_excerpt(row) for row, _ in found.raw], found.fact_words, found.boundaries
         )
         raw = [
             _raw_hit(row, via=via, freshness=mark)
             for (row, via), mark in zip(found.raw, marks, strict=True)
         ]
-        facts = (
-            [_fact_hit(row, via=via) for row, via in found.facts[: plan.k]]
-            if plan.scope in ("all", "facts")
-            else []
-        )
-        return [*facts, *raw, *found.sketches]
+        return [*found.fact_hits, *raw, *found.sketches]
 
     async def _read(
         self, conn: Connection, lane: Sequence[Store], request: SearchRequest, found: _Found
     ) -> None:
+        """One lane's stores, one after the other. What can be made of a store's rows alone
+        is made here, while the other lane may still be reading: the fact hits, and the facts'
+        words for the freshness marks."""
+        plan = request.plan
         for store in lane:
             if store == "facts":
-                found.facts = await self._facts(conn, request)
+                facts = await self._facts(conn, request)
+                if "raw" in plan.stores:
+                    found.fact_words = fact_words(_version(row) for row, _ in facts)
+                if plan.scope in ("all", "facts"):
+                    found.fact_hits = [_fact_hit(row, via=via) for row, via in facts[: plan.k]]
             elif store == "raw":
                 found.raw, found.boundaries = await self._raw(conn, request)
             else:
@@ -377,12 +389,3 @@ def _version(row: Row) -> FactVersion:
     return FactVersion(
         user_id=row["user_id"], key=row["key"], value=row["value"], updated_at=row["updated_at"]
     )
-
-
-async def _concurrently(*reads: Awaitable[None]) -> None:
-    """The reads run concurrently and every one to its end; then the first failure, if any, is
-    raised. (Plain gather would leave the others running while the caller closes their
-    connections.)"""
-    for result in await asyncio.gather(*reads, return_exceptions=True):
-        if isinstance(result, BaseException):
-            raise result

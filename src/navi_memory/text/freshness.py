@@ -17,9 +17,11 @@ from navi_memory.text.terms import STOP_WORDS
 __all__ = [
     "FRESHNESS_STOP_WORDS",
     "FactVersion",
+    "FactWords",
     "Freshness",
     "RawExcerpt",
     "content_words",
+    "fact_words",
     "mark_freshness",
 ]
 
@@ -154,9 +156,22 @@ class Freshness:
     """The excerpt ended before its session's last summary was written."""
 
 
+@dataclass(frozen=True, slots=True)
+class FactWords:
+    """Facts with their content words (key and value), made once for many excerpts."""
+
+    facts: tuple[tuple[FactVersion, frozenset[str]], ...]
+
+
+def fact_words(facts: Iterable[FactVersion]) -> FactWords:
+    """``facts`` with their content words, for mark_freshness (unified search makes them as
+    soon as the facts are read, while the raw history may still be on its way)."""
+    return FactWords(tuple((fact, content_words(fact.key, fact.value)) for fact in facts))
+
+
 def mark_freshness(
     excerpts: Sequence[RawExcerpt],
-    facts: Iterable[FactVersion],
+    facts: Iterable[FactVersion] | FactWords,
     summary_at: Mapping[str, datetime | None],
 ) -> list[Freshness]:
     """The freshness marks of ``excerpts``, in their order.
@@ -164,17 +179,20 @@ def mark_freshness(
     ``superseded_by``: the key of a fact of the excerpt's own user, updated strictly after the
     excerpt's ``ended_at``, sharing at least FRESHNESS_MIN_SHARED_WORDS content words with it
     (fact side: key + value; excerpt side: content + breadcrumbs). Of several, the one sharing
-    the most words, then the newest, then the first key in sort order.
+    the most words, then the newest, then the first key in sort order. ``facts`` may come as
+    fact_words made beforehand.
 
     ``before_summary``: the excerpt ended strictly before ``summary_at[session_id]`` (a session
     missing from the mapping, or mapped to None, has no summary).
     """
-    fact_words = [(fact, content_words(fact.key, fact.value)) for fact in facts]
+    if not isinstance(facts, FactWords):
+        facts = fact_words(facts)
+    prepared = facts.facts
     marks: list[Freshness] = []
     for excerpt in excerpts:
         newer = [
             (fact, words_of_fact)
-            for fact, words_of_fact in fact_words
+            for fact, words_of_fact in prepared
             if excerpt.user_id is not None
             and fact.user_id == excerpt.user_id
             and fact.updated_at > excerpt.ended_at

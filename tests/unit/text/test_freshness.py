@@ -18,6 +18,7 @@ from navi_memory.text.freshness import (
     RawExcerpt,
     _words_in,
     content_words,
+    fact_words,
     mark_freshness,
 )
 
@@ -243,3 +244,7 @@ def test_the_marks_equal_the_rule_written_plainly(
     ]
     got = [m.superseded_by for m in mark_freshness(excerpts, versions, {})]
     assert got == reference_marks(excerpts, versions)
+    # The facts' words made beforehand (unified search makes them in the facts lane): the
+    # same marks.
+    prepared = [m.superseded_by for m in mark_freshness(excerpts, fact_words(versions), {})]
+    assert prepared == got
