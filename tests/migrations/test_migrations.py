@@ -259,13 +259,14 @@ def test_catalog_has_the_operator_classes_alembic_does_not_compare(
                 "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
             ).fetchall()
         )
-    for table, opclass in (
-        ("memory_fact_vectors", "halfvec_cosine_ops"),
-        ("memory_chunk_vectors", "halfvec_cosine_ops"),
+    # The chunk graph is built wider since 0012 (its biggest users' recall); the facts' is not.
+    for table, opclass, ef_construction in (
+        ("memory_fact_vectors", "halfvec_cosine_ops", 64),
+        ("memory_chunk_vectors", "halfvec_cosine_ops", 128),
     ):
         hnsw = defs[f"ix_{table}_embedding_hnsw"]
         assert f"USING hnsw (embedding {opclass})" in hnsw
-        assert "m='16'" in hnsw and "ef_construction='64'" in hnsw
+        assert "m='16'" in hnsw and f"ef_construction='{ef_construction}'" in hnsw
     # Chunk and fact vectors are HNSW-indexed in side tables only, off the write paths.
     assert "ix_memory_chunks_embedding_hnsw" not in defs
     assert "ix_memory_facts_embedding_hnsw" not in defs
@@ -577,3 +578,66 @@ def test_0010_keeps_frequencies_of_big_users_only_and_back(
         }
         assert {"memory_chunk_terms_df_added", "memory_chunk_terms_df_removed"} <= triggers
         assert conn.execute("SELECT to_regprocedure('navi_chunk_df_from()')").fetchone() == (None,)
+
+
+def test_0012_rebuilds_the_chunk_graph_wider_with_its_rows_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0011")
+    uid = uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        conn.execute(
+            "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
+            " start_seq, end_seq, started_at, ended_at)"
+            " SELECT %s, 's1', 'chunk ' || i, md5(i::text), i, i, now(), now()"
+            " FROM generate_series(1, 50) i RETURNING id, user_id, session_id)"
+            " INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id, embedding, in_graph)"
+            " SELECT id, user_id, session_id, CAST(l2_normalize(CAST(ARRAY(SELECT"
+            " sin(id * 7 + d) FROM generate_series(1, 768) d) AS vector)) AS halfvec), true"
+            " FROM c",
+            (uid,),
+        )
+
+    def graph(conn: psycopg.Connection[Any]) -> tuple[str, bool, list[int]]:
+        definition, valid = conn.execute(
+            "SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i"
+            " WHERE i.indexrelid = 'ix_memory_chunk_vectors_embedding_hnsw'::regclass"
+        ).fetchone()  # type: ignore[misc]
+        conn.execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        conn.execute("SET enable_indexscan = on; SET hnsw.iterative_scan = relaxed_order")
+        # Nearest to the 10th row's own vector, through the graph alone.
+        plan = conn.execute(
+            "EXPLAIN SELECT chunk_id FROM memory_chunk_vectors WHERE in_graph"
+            " ORDER BY embedding <=> (SELECT embedding FROM memory_chunk_vectors"
+            " ORDER BY chunk_id OFFSET 9 LIMIT 1) LIMIT 3"
+        ).fetchall()
+        assert any("ix_memory_chunk_vectors_embedding_hnsw" in row[0] for row in plan), plan
+        nearest = conn.execute(
+            "SELECT chunk_id FROM memory_chunk_vectors WHERE in_graph"
+            " ORDER BY embedding <=> (SELECT embedding FROM memory_chunk_vectors"
+            " ORDER BY chunk_id OFFSET 9 LIMIT 1) LIMIT 3"
+        ).fetchall()
+        return definition, valid, [row[0] for row in nearest]
+
+    with connect(pg_server, scratch_db) as conn:
+        before, _, found_before = graph(conn)
+        tenth = conn.execute(
+            "SELECT chunk_id FROM memory_chunk_vectors ORDER BY chunk_id OFFSET 9 LIMIT 1"
+        ).fetchone()
+    assert "ef_construction='64'" in before
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        after, valid, found_after = graph(conn)
+        names = [r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()]
+    # Built wider, valid, under the old name, holding the rows it held: the row's own vector
+    # finds the row first.
+    assert "ef_construction='128'" in after and after.endswith("WHERE in_graph")
+    assert valid
+    assert not any(name.endswith("_hnsw_new") for name in names)
+    assert tenth is not None and found_after[0] == tenth[0] == found_before[0]
+    dbtools.downgrade(url, "0011")
+    with connect(pg_server, scratch_db) as conn:
+        again, valid, found_again = graph(conn)
+    assert "ef_construction='64'" in again and valid and found_again[0] == tenth[0]
