@@ -638,6 +638,40 @@ async def test_a_lane_gives_its_connection_back_as_soon_as_its_own_read_ends(
         event.remove(cached.sync_engine, "after_cursor_execute", after)
 
 
+async def test_a_search_cancelled_mid_read_gives_every_connection_back(memory: Memory) -> None:
+    """Cancelling a search whose raw history read is still waiting (for a lock) ends it with
+    CancelledError and leaves no connection checked out of either pool."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    await seed_all_stores(memory, uid, sid, "w1x")
+    async with memory.engine.connect() as blocker:
+        await blocker.execute(text("LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"))
+        search = asyncio.create_task(memory.search.search("w1x deploy", user_id=uid))
+        for _ in range(500):
+            waiting = await blocker.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND application_name = 'navi-memory'"
+                )
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.01)
+        assert waiting == 1  # the raw history's read, behind the lock
+        search.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await search
+        await blocker.rollback()
+    for _ in range(500):
+        if memory.engine.pool.checkedout() == 0:  # type: ignore[attr-defined]
+            break
+        await asyncio.sleep(0.01)
+    assert memory.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert memory.cached_plans_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    # The pools still serve a search.
+    assert kinds(await memory.search.search("w1x deploy", user_id=uid))[0] == "fact"
+
+
 async def test_concurrent_searches_each_get_their_own_answers(busy_memory: Memory) -> None:
     """Twenty searches at once (three connections each) answer as they would one by one."""
     memory = busy_memory
