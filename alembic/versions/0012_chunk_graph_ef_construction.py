@@ -9,10 +9,15 @@ query-time setting closes the gap (docs/benchmarks.md, "The graph's recall"). Bu
 user size), at the same query time, the same size (455 MB) and about 1.4 times the insertion
 work a row (4.55 against 3.24 ms, measured alternating on the two graphs).
 
-The new graph is built beside the old one (``CREATE INDEX CONCURRENTLY``), so searches and the
-chunk indexer go on during the upgrade; then the old one is dropped and the new one takes its
-name. Give the session maintenance_work_mem enough for the graph (about 2 GB a million graph
-rows) or the build is many times slower. Rows indexed meanwhile are in both.
+The new graph is built beside the old one (``CREATE INDEX CONCURRENTLY``), the old one dropped
+(``DROP INDEX CONCURRENTLY``) and the new one given its name: no step takes a lock that stops
+searches or the chunk indexer, so both go on during the upgrade (rows indexed meanwhile are in
+both graphs). Run it from a process of its own (``navi-memory migrate``, ``alembic upgrade
+head``): a concurrent build waits for every transaction writing the table, and it cannot run
+inside a transaction a caller already began. An upgrade stopped half way leaves either an
+invalid ``…_new`` index, which the next run drops and builds again, or a valid one, which the
+next run keeps. Give the session maintenance_work_mem enough for the graph (about 2 GB a
+million graph rows) or the build is many times slower.
 
 Revision ID: 0012
 Revises: 0011
@@ -21,6 +26,7 @@ Create Date: 2026-12-05
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0012"
@@ -33,16 +39,38 @@ BUILDING = "ix_memory_chunk_vectors_embedding_hnsw_new"
 
 
 def _rebuild(ef_construction: int) -> None:
+    options = f"ef_construction='{ef_construction}'"
     with op.get_context().autocommit_block():
-        # An earlier attempt that failed half way leaves an invalid index of this name.
-        op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {BUILDING}")
-        op.execute(
-            f"CREATE INDEX CONCURRENTLY {BUILDING} ON memory_chunk_vectors "
-            "USING hnsw (embedding halfvec_cosine_ops) "
-            f"WITH (m = 16, ef_construction = {ef_construction}) WHERE in_graph"
+        if not _built(options):
+            # An earlier attempt that failed half way leaves an invalid index of this name.
+            op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {BUILDING}")
+            op.execute(
+                f"CREATE INDEX CONCURRENTLY {BUILDING} ON memory_chunk_vectors "
+                "USING hnsw (embedding halfvec_cosine_ops) "
+                f"WITH (m = 16, ef_construction = {ef_construction}) WHERE in_graph"
+            )
+        op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX}")
+        op.execute(f"ALTER INDEX {BUILDING} RENAME TO {INDEX}")
+
+
+def _built(options: str) -> bool:
+    """The new graph exists already, valid and with these options (a run stopped after its
+    build). Offline (``--sql``) nothing is known: build."""
+    if op.get_context().as_sql:
+        return False
+    row = (
+        op.get_bind()
+        .execute(
+            sa.text(
+                "SELECT i.indisvalid AND pg_get_indexdef(i.indexrelid) LIKE :options "
+                "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE c.relname = :name"
+            ),
+            {"options": f"%{options}%", "name": BUILDING},
         )
-    op.execute(f"DROP INDEX IF EXISTS {INDEX}")
-    op.execute(f"ALTER INDEX {BUILDING} RENAME TO {INDEX}")
+        .first()
+    )
+    return bool(row and row[0])
 
 
 def upgrade() -> None:

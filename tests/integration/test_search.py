@@ -7,7 +7,7 @@ import asyncio
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -588,8 +588,20 @@ async def test_no_hit_of_another_user_in_any_scope(memory: Memory, scope: str) -
 # --- failures and concurrency -------------------------------------------------------------------
 
 
-async def test_a_store_that_fails_is_a_storage_error(memory: Memory) -> None:
+@pytest.fixture
+async def quiet_memory(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    """A Memory without background indexers: nothing but the test holds a connection or waits
+    on a lock, so the pools' counts and the lock waits are the search's own."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, fact_index_in_background=False
+    )
+    async with open_memory(settings) as opened:
+        yield opened
+
+
+async def test_a_store_that_fails_is_a_storage_error(quiet_memory: Memory) -> None:
     """A failing store query (its table gone) fails the search with StorageError."""
+    memory = quiet_memory
     uid = await new_user(memory)
     await execute(memory, "ALTER TABLE kv_store RENAME TO kv_store_gone")
     with pytest.raises(StorageError):
@@ -602,10 +614,11 @@ async def test_a_store_that_fails_is_a_storage_error(memory: Memory) -> None:
 
 
 async def test_a_lane_gives_its_connection_back_as_soon_as_its_own_read_ends(
-    memory: Memory,
+    quiet_memory: Memory,
 ) -> None:
     """The facts and sketches lane returns its connection while the raw history's read still
     waits (here for a lock on memory_chunks), and the search answers in full once it ends."""
+    memory = quiet_memory
     uid = await new_user(memory)
     sid = await new_session_row(memory, uid)
     await seed_all_stores(memory, uid, sid, "w0x")
@@ -638,36 +651,46 @@ async def test_a_lane_gives_its_connection_back_as_soon_as_its_own_read_ends(
         event.remove(cached.sync_engine, "after_cursor_execute", after)
 
 
-async def test_a_search_cancelled_mid_read_gives_every_connection_back(memory: Memory) -> None:
-    """Cancelling a search whose raw history read is still waiting (for a lock) ends it with
-    CancelledError and leaves no connection checked out of either pool."""
+async def test_a_search_cancelled_mid_read_gives_every_connection_back(
+    quiet_memory: Memory,
+) -> None:
+    """Cancelling a search whose facts lane has finished and whose raw history read is still
+    pending (memory_chunks locked) ends it with CancelledError and leaves no connection
+    checked out of either pool."""
+    memory = quiet_memory
     uid = await new_user(memory)
     sid = await new_session_row(memory, uid)
     await seed_all_stores(memory, uid, sid, "w1x")
-    async with memory.engine.connect() as blocker:
-        await blocker.execute(text("LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"))
-        search = asyncio.create_task(memory.search.search("w1x deploy", user_id=uid))
-        for _ in range(500):
-            waiting = await blocker.scalar(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND application_name = 'navi-memory'"
-                )
-            )
-            if waiting:
-                break
-            await asyncio.sleep(0.01)
-        assert waiting == 1  # the raw history's read, behind the lock
-        search.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await search
-        await blocker.rollback()
+    cached_done = 0
+
+    def after(*_args: Any) -> None:
+        nonlocal cached_done
+        cached_done += 1
+
+    cached = memory.cached_plans_engine
+    event.listen(cached.sync_engine, "after_cursor_execute", after)
+    try:
+        async with memory.engine.connect() as blocker:
+            await blocker.execute(text("LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"))
+            search = asyncio.create_task(memory.search.search("w1x deploy", user_id=uid))
+            for _ in range(500):
+                if cached_done >= 2:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            assert cached_done == 2 and not search.done()
+            search.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await search
+            await blocker.rollback()
+    finally:
+        event.remove(cached.sync_engine, "after_cursor_execute", after)
     for _ in range(500):
         if memory.engine.pool.checkedout() == 0:  # type: ignore[attr-defined]
             break
         await asyncio.sleep(0.01)
     assert memory.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-    assert memory.cached_plans_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert cached.pool.checkedout() == 0  # type: ignore[attr-defined]
     # The pools still serve a search.
     assert kinds(await memory.search.search("w1x deploy", user_id=uid))[0] == "fact"
 

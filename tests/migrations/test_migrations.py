@@ -643,50 +643,30 @@ def test_0012_rebuilds_the_chunk_graph_wider_with_its_rows_and_back(
     assert "ef_construction='64'" in again and valid and found_again[0] == tenth[0]
 
 
-def test_0013_keeps_new_chunk_vectors_in_their_row_and_back(
+def test_0012_after_a_run_stopped_past_its_build_keeps_the_new_graph(
     pg_server: dbtools.EmbeddedServer, scratch_db: str
 ) -> None:
+    """A run stopped after building the new graph and dropping the old one: the next run builds
+    nothing again, it gives the new graph its name."""
     url = pg_server.url(scratch_db)
-    dbtools.upgrade(url, "0012")
-
-    def storage(conn: psycopg.Connection[Any]) -> str:
-        row = conn.execute(
-            "SELECT attstorage FROM pg_attribute"
-            " WHERE attrelid = 'memory_chunks'::regclass AND attname = 'embedding'"
-        ).fetchone()
-        assert row is not None
-        return str(row[0])
-
-    def stored_out_of_line(conn: psycopg.Connection[Any]) -> bool:
-        uid = uuid.uuid4()
-        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
-        vector = "[" + ",".join(str((i % 7) / 7) for i in range(768)) + "]"
-        row = conn.execute(
-            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
-            " end_seq, started_at, ended_at, embedding)"
-            " VALUES (%s, 's1', 'short text', md5(%s::text), 1, 1, now(), now(), %s::vector)"
-            " RETURNING id",
-            (uid, str(uid), vector),
-        ).fetchone()
-        assert row is not None
-        # As stored (PostgreSQL 17+): the TOAST value's id when the vector is out of line.
-        toasted = conn.execute(
-            "SELECT pg_column_toast_chunk_id(embedding) IS NOT NULL FROM memory_chunks"
-            " WHERE id = %s",
-            (row[0],),
-        ).fetchone()
-        assert toasted is not None
-        return bool(toasted[0])
-
+    dbtools.upgrade(url, "0011")
     with connect(pg_server, scratch_db) as conn:
-        assert storage(conn) == "e"  # pgvector's own: out of line, uncompressed
-        assert stored_out_of_line(conn)
+        conn.execute(
+            "CREATE INDEX ix_memory_chunk_vectors_embedding_hnsw_new ON memory_chunk_vectors"
+            " USING hnsw (embedding halfvec_cosine_ops) WITH (m = 16, ef_construction = 128)"
+            " WHERE in_graph"
+        )
+        conn.execute("DROP INDEX ix_memory_chunk_vectors_embedding_hnsw")
+        built = conn.execute(
+            "SELECT oid FROM pg_class WHERE relname = 'ix_memory_chunk_vectors_embedding_hnsw_new'"
+        ).fetchone()
     dbtools.upgrade(url)
     with connect(pg_server, scratch_db) as conn:
-        assert storage(conn) == "m"
-        assert not stored_out_of_line(conn)  # 3 KB kept in the row
-        assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
-    dbtools.downgrade(url, "0012")
-    with connect(pg_server, scratch_db) as conn:
-        assert storage(conn) == "e"
-        assert stored_out_of_line(conn)
+        kept = conn.execute(
+            "SELECT oid FROM pg_class WHERE relname = 'ix_memory_chunk_vectors_embedding_hnsw'"
+        ).fetchone()
+        leftover = conn.execute(
+            "SELECT count(*) FROM pg_class WHERE relname LIKE '%hnsw_new'"
+        ).fetchone()
+    assert built is not None and kept == built  # the same index, renamed
+    assert leftover == (0,)

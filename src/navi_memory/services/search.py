@@ -259,11 +259,16 @@ class UnifiedSearchService:
         where ``plan.cached_plans`` says so (unit_of_work.LaneEngines.run)."""
         plan = request.plan
         found = _Found()
+        read_lanes: set[int] = set()
 
         async def read(index: int, conn: Connection) -> None:
+            read_lanes.add(index)
             await self._read(conn, plan.lanes[index], request, found)
 
         await lanes(plan.cached_plans, read)
+        if len(read_lanes) != len(plan.lanes):
+            # A runner that skipped a lane would drop a store from the answer without a word.
+            raise RuntimeError(f"the lane runner read {len(read_lanes)} of {len(plan.lanes)} lanes")
         # Every fact read marks excerpts (up to FRESHNESS_FACTS); only k are shown.
         marks = mark_freshness(
             [_excerpt(row) for row, _ in found.raw], found.fact_words, found.boundaries
