@@ -50,7 +50,8 @@ CHUNK_GRAPH_CANDIDATES: Final = 40
 """A search takes at least this many of a user's nearest rows from the HNSW graph, then keeps
 the best ``limit`` of them by distance: with ``hnsw.iterative_scan = relaxed_order`` the first
 rows the scan yields are not quite the nearest, and reading on finds the ones it passed over
-(recall@10 at 1M: 0.92-0.99 for the first 10, 0.955-0.99 for the best 10 of 40; see
+(recall@10 at 1M on a graph built with ef_construction 64: 0.92-0.99 for the first 10,
+0.955-0.99 for the best 10 of 40; 1.000 on revision 0012's graph, built with 128; see
 docs/benchmarks.md)."""
 
 PRUNE_HINTS_CAPACITY: Final = 100_000
