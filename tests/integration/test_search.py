@@ -7,7 +7,8 @@ import asyncio
 import hashlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -613,6 +614,39 @@ async def test_a_store_that_fails_is_a_storage_error(quiet_memory: Memory) -> No
     assert await memory.search.search("alpha", "facts", user_id=uid) == []
 
 
+@asynccontextmanager
+async def search_behind_locked_chunks(
+    memory: Memory, query: str, uid: uuid.UUID
+) -> AsyncIterator[tuple[asyncio.Task[list[MemoryHit]], list[int]]]:
+    """``memory.search(query)`` started while memory_chunks is locked, so that its raw history
+    read waits until the block ends (the lock is released there). Yields the search's task and
+    a one-item list counting the statements the cached-plans engine (facts, sketches) ran."""
+    done = [0]
+
+    def after(*_args: Any) -> None:
+        done[0] += 1
+
+    cached = memory.cached_plans_engine
+    event.listen(cached.sync_engine, "after_cursor_execute", after)
+    try:
+        async with memory.engine.connect() as blocker:
+            await blocker.execute(text("LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"))
+            try:
+                yield asyncio.create_task(memory.search.search(query, user_id=uid)), done
+            finally:
+                await blocker.rollback()
+    finally:
+        event.remove(cached.sync_engine, "after_cursor_execute", after)
+
+
+async def eventually(condition: Callable[[], bool]) -> None:
+    """Wait up to 5 s for ``condition`` (the caller asserts what it needs afterwards)."""
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+
+
 async def test_a_lane_gives_its_connection_back_as_soon_as_its_own_read_ends(
     quiet_memory: Memory,
 ) -> None:
@@ -624,31 +658,15 @@ async def test_a_lane_gives_its_connection_back_as_soon_as_its_own_read_ends(
     await seed_all_stores(memory, uid, sid, "w0x")
     expected = await memory.search.search("w0x deploy", user_id=uid)
     assert kinds(expected) == ["fact", "raw", "raw", "sketch", "sketch"]
-    cached_done = 0
-
-    def after(*_args: Any) -> None:
-        nonlocal cached_done
-        cached_done += 1
-
-    cached = memory.cached_plans_engine
-    event.listen(cached.sync_engine, "after_cursor_execute", after)
-    try:
-        async with memory.engine.connect() as blocker:
-            await blocker.execute(text("LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"))
-            search = asyncio.create_task(memory.search.search("w0x deploy", user_id=uid))
-            for _ in range(500):
-                if cached_done >= 2 and cached.pool.checkedout() == 0:  # type: ignore[attr-defined]
-                    break
-                await asyncio.sleep(0.01)
-            # The facts and the sketches were read, and their connection is back in its pool,
-            # while the raw history's read still waits.
-            assert cached_done == 2
-            assert cached.pool.checkedout() == 0  # type: ignore[attr-defined]
-            assert not search.done()
-            await blocker.rollback()
-        assert await search == expected
-    finally:
-        event.remove(cached.sync_engine, "after_cursor_execute", after)
+    pool = memory.cached_plans_engine.pool
+    async with search_behind_locked_chunks(memory, "w0x deploy", uid) as (search, cached_done):
+        await eventually(lambda: cached_done[0] >= 2 and pool.checkedout() == 0)  # type: ignore[attr-defined]
+        # The facts and the sketches were read, and their connection is back in its pool,
+        # while the raw history's read still waits.
+        assert cached_done[0] == 2
+        assert pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert not search.done()
+    assert await search == expected
 
 
 async def test_a_search_cancelled_mid_read_gives_every_connection_back(
@@ -661,36 +679,16 @@ async def test_a_search_cancelled_mid_read_gives_every_connection_back(
     uid = await new_user(memory)
     sid = await new_session_row(memory, uid)
     await seed_all_stores(memory, uid, sid, "w1x")
-    cached_done = 0
-
-    def after(*_args: Any) -> None:
-        nonlocal cached_done
-        cached_done += 1
-
-    cached = memory.cached_plans_engine
-    event.listen(cached.sync_engine, "after_cursor_execute", after)
-    try:
-        async with memory.engine.connect() as blocker:
-            await blocker.execute(text("LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"))
-            search = asyncio.create_task(memory.search.search("w1x deploy", user_id=uid))
-            for _ in range(500):
-                if cached_done >= 2:
-                    break
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.2)
-            assert cached_done == 2 and not search.done()
-            search.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await search
-            await blocker.rollback()
-    finally:
-        event.remove(cached.sync_engine, "after_cursor_execute", after)
-    for _ in range(500):
-        if memory.engine.pool.checkedout() == 0:  # type: ignore[attr-defined]
-            break
-        await asyncio.sleep(0.01)
+    async with search_behind_locked_chunks(memory, "w1x deploy", uid) as (search, cached_done):
+        await eventually(lambda: cached_done[0] >= 2)
+        await asyncio.sleep(0.2)
+        assert cached_done[0] == 2 and not search.done()
+        search.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await search
+    await eventually(lambda: memory.engine.pool.checkedout() == 0)  # type: ignore[attr-defined]
     assert memory.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-    assert cached.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert memory.cached_plans_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     # The pools still serve a search.
     assert kinds(await memory.search.search("w1x deploy", user_id=uid))[0] == "fact"
 

@@ -1,8 +1,9 @@
 """Unified search: one read over facts, raw history and sketches — tiered (facts, then raw
 excerpts by relevance, then sketches), with provenance and freshness marks on every hit.
 
-The caller (a facade) validates, embeds the query once and gives one connection per store the
-plan names; the store queries then run concurrently, each on its own connection.
+The caller (a facade) validates, embeds the query once and hands a lane runner
+(unit_of_work.LaneEngines.run); the plan's lanes then run concurrently, each on its own
+connection.
 """
 
 from __future__ import annotations
