@@ -362,6 +362,65 @@ async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
     assert reads[True] <= 100, reads
 
 
+async def test_a_small_users_pruned_query_of_a_common_word_reads_only_their_own_chunks(
+    memory: Memory,
+) -> None:
+    """A user the pruned statement does not prune (θ 0: a small user, every word essential)
+    takes the plain statement's candidates, whose tsquery the planner sees. Before, the
+    essential words' tsquery, unknown when planning, was ANDed with the user's btree through
+    the GIN index, which then read every chunk of every user holding a common query word (at
+    1M chunks 0.2-0.8 s for a user's first search, PruneHints not yet knowing them small)."""
+    uid, other = await new_user(memory), await new_user(memory)
+    # 300 chunks interleaved with another user's 20,700, as users' writes are: a bitmap of
+    # the GIN index's matches looks worth ANDing with the user's to the planner.
+    await execute(
+        memory,
+        "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
+        " end_seq, started_at, ended_at)"
+        " SELECT CASE WHEN g % 70 = 0 THEN CAST(:u AS uuid) ELSE CAST(:o AS uuid) END,"
+        "   's' || (g % 50),"
+        "   'User: ' || repeat('talk about weather and lunch ', 40) || g"
+        "   || CASE WHEN g % 70 = 0 THEN ' marimba' ELSE '' END,"
+        "   md5(g::text), g, g, now(), now()"
+        " FROM generate_series(1, 21000) g",
+        u=uid,
+        o=other,
+    )
+    await index_chunk_text(memory)
+    await execute(memory, "ANALYZE memory_chunks, memory_chunk_terms, memory_chunk_lexeme_df")
+    params: dict[str, Any] = {
+        "uid": uid,
+        "query": "lunch marimba",
+        "terms": ["lunch", "marimba"],
+        "limit": 5,
+        "k1": CHUNK_BM25_K1,
+        "b": CHUNK_BM25_B,
+        "prune_from": 1_000,
+        "seed_rows": CHUNK_BM25_SEED_ROWS,
+        "seed_every": CHUNK_BM25_SEED_EVERY,
+    }
+    found = {}
+    async with memory.engine.connect() as conn:
+        for prune in (False, True):
+            sql = ranked_text_sql(by_user=True, by_session=False, prune=prune)
+            plan = (
+                await conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params)
+            ).scalar_one()
+            root = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
+            terms_reads = [
+                n["Actual Rows"] * n.get("Actual Loops", 1)
+                for n in plan_nodes(root)
+                if n.get("Relation Name") == "memory_chunk_terms"
+                or n.get("Index Name", "").startswith("ix_memory_chunk_terms")
+            ]
+            # The user's 300 chunks, read a few times over (frequencies, candidates): never
+            # the other user's 20,700.
+            assert terms_reads and max(terms_reads) <= 300, (prune, terms_reads)
+            rows = (await conn.execute(text(sql), params)).mappings().all()
+            found[prune] = [(r["id"], r["score"]) for r in rows]
+    assert found[True] == found[False] and len(found[True]) == 5
+
+
 async def test_search_learns_which_users_are_small_and_stops_pruning_them(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -494,9 +494,21 @@ _RANKED_TEXT_PRUNED = (
         FROM bound CROSS JOIN theta WHERE NOT (bound.upto * (1 + 1e-9) < theta.v)
     ),
     cand AS MATERIALIZED (
+        -- Pruned (theta above 0): the chunks holding an essential word, through GIN (the
+        -- rare words'). Not pruned (theta 0: a small user, or too few seeds): every word is
+        -- essential, and the plain statement's candidates are read, by a tsquery the planner
+        -- sees. The essential tsquery is unknown when planning: for a small user the planner
+        -- ANDed the user's btree with a GIN scan of every query word, common ones included,
+        -- which read every user's chunks holding them (0.2-0.8 s at 1M chunks).
         SELECT t.chunk_id AS id, t.ended_at, t.tsv, t.lexemes AS dl
         FROM memory_chunk_terms t
-        WHERE t.user_id = :uid AND t.tsv @@ (SELECT q FROM essential)
+        WHERE (SELECT v FROM theta) > 0
+          AND t.user_id = :uid AND t.tsv @@ (SELECT q FROM essential)
+        UNION ALL
+        SELECT t.chunk_id, t.ended_at, t.tsv, t.lexemes
+        FROM memory_chunk_terms t
+        WHERE (SELECT v FROM theta) = 0
+          AND t.user_id = :uid AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
         UNION ALL
         SELECT q.id, q.ended_at, q.tsv, length(q.tsv)
         FROM queued q
