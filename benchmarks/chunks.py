@@ -60,7 +60,6 @@ from benchmarks.sections import (
 )
 from navi_memory import EMBEDDING_DIM, PERMISSION_READ_ALL, Memory, Settings, request_context
 from navi_memory.constants import CHUNK_GRAPH_CANDIDATES, CHUNK_GRAPH_FROM
-from navi_memory.db import create_sessionmaker
 from navi_memory.errors import EmbeddingError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.repositories.chunks import _nearest as nearest_sql
@@ -253,8 +252,7 @@ class ChunksSection:
         async with timed_memory(settings, embedder) as (memory, clock):
             report.setup.append(
                 f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
-                "hnsw.iterative_scan relaxed_order, plan_cache_mode force_custom_plan, "
-                f"indexers' server processes at nice {settings.indexer_nice} (INDEXER_NICE); "
+                "hnsw.iterative_scan relaxed_order, plan_cache_mode force_custom_plan; "
                 "one caller, calls one after another; embedder: a lookup of the "
                 "vectors made beforehand, behind the timing wrapper."
             )
@@ -1026,12 +1024,11 @@ class ChunksBench:
     def _indexers(self, count: int) -> list[ChunkIndexer]:
         """``count`` independent indexers with the run's settings, drained by the caller (as
         indexers in that many processes: each its own connection per batch, each its own
-        looks at the grown users), on the indexers' pool as the package's own (INDEXER_NICE)."""
+        looks at the grown users)."""
         settings = self.memory.settings
-        sessions = create_sessionmaker(self.memory.indexer_engine)
         return [
             ChunkIndexer(
-                sessions,
+                self.memory.sessionmaker,
                 batch_size=settings.chunk_index_batch_size,
                 background=False,
                 graph_from=settings.chunk_graph_from,

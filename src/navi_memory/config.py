@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from navi_memory.constants import (
@@ -109,17 +109,6 @@ class Settings(BaseSettings):
             "batch finds a backlog, each on its own connection (a server process each)."
         ),
     )
-    indexer_nice: int = Field(
-        default=10,
-        ge=0,
-        le=19,
-        description=(
-            "CPU priority (Unix nice, 0-19) of the server processes the background indexers "
-            "use, where the database server runs on this machine and this process may lower "
-            "it (the embedded server): searches and writes get the CPU first, indexing what "
-            "is left. 0: as every other connection."
-        ),
-    )
     chunk_graph_from: int = Field(
         default=CHUNK_GRAPH_FROM,
         ge=0,
@@ -159,6 +148,17 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_host(cls, value: str) -> str:
         return value.strip().rstrip("/")
+
+    @model_validator(mode="after")
+    def _indexers_fit_the_pool(self) -> Settings:
+        connections = self.db_pool_size + self.db_max_overflow
+        if self.chunk_index_workers >= connections:
+            raise ValueError(
+                f"CHUNK_INDEX_WORKERS={self.chunk_index_workers} needs as many connections at "
+                f"once, and the pool opens at most DB_POOL_SIZE + DB_MAX_OVERFLOW = "
+                f"{connections} with searches and writes to serve too: lower it or raise those"
+            )
+        return self
 
     @property
     def text_only(self) -> bool:

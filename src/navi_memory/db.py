@@ -10,7 +10,7 @@ import re
 import struct
 import sys
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -45,7 +45,6 @@ from navi_memory.errors import (
     SchemaError,
     StorageError,
 )
-from navi_memory.process_priority import lower_backend_priority
 
 __all__ = [
     "DRIVER_ERRORS",
@@ -216,11 +215,9 @@ def resolve_database_url(settings: Settings) -> str:
     return ensure_embedded_server(settings.navi_memory_data_dir)
 
 
-def create_engine(
-    settings: Settings, url: str, *, cached_plans: bool = False, indexers: bool = False
-) -> AsyncEngine:
+def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -> AsyncEngine:
     """The async engine, with custom plans forced on every connection (``cached_plans``: left
-    to PostgreSQL, see below; ``indexers``: the background indexers' own pool, see below).
+    to PostgreSQL, see below).
 
     Vectors travel in pgvector's binary form: each new connection registers a codec for the
     ``vector`` type (see vector_codec) when the extension exists, so a vector is 3 KB of
@@ -235,26 +232,18 @@ def create_engine(
     facts scanned exactly through their btree, the sketches) run on a second engine,
     ``cached_plans=True``, where PostgreSQL's default (``auto``) reuses a generic plan: the fact
     search then took 1.6-2.0 ms at p50 against 2.9-3.7 with custom plans, the same rows.
-
-    The indexers (the chunk indexer's CHUNK_INDEX_WORKERS lanes and the fact indexer) have a
-    pool of their own, ``indexers=True``: room for each lane twice (a background drain and an
-    explicit one), and, with INDEXER_NICE, server processes that run at a lower CPU priority
-    (process_priority) so that searches and writes come first.
     """
-    pool_size, max_overflow = settings.db_pool_size, settings.db_max_overflow
-    if indexers:
-        pool_size = max_overflow = settings.chunk_index_workers + 1
     engine = create_async_engine(
         url,
-        pool_size=pool_size,
-        max_overflow=max_overflow,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_recycle=settings.db_pool_recycle_seconds,
         connect_args={
             "timeout": settings.db_connect_timeout_seconds,
             "server_settings": {
                 "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
-                "application_name": "navi-memory indexer" if indexers else "navi-memory",
+                "application_name": "navi-memory",
                 # What every vector query wants, from the connection's start: no SET LOCAL
                 # round trips (nor a transaction) per search. See vector_search_settings.
                 **vector_search_settings(settings),
@@ -263,30 +252,7 @@ def create_engine(
     )
     event.listen(engine.sync_engine, "connect", _register_vector_codec)
     event.listen(engine.sync_engine.pool, "checkout", _replace_closed_connection)
-    if indexers and settings.indexer_nice:
-        event.listen(engine.sync_engine, "connect", _lower_priority(settings.indexer_nice))
     return engine
-
-
-def _lower_priority(nice: int) -> Callable[[Any, Any], None]:
-    """A connect listener: the new connection's server process runs at ``nice`` when it is a
-    process of this machine (process_priority.lower_backend_priority)."""
-
-    def lower(dbapi_connection: Any, _record: Any) -> None:
-        pid, data_directory = dbapi_connection.run_async(_backend_of)
-        lower_backend_priority(pid, data_directory, nice)
-
-    return lower
-
-
-async def _backend_of(conn: asyncpg.Connection) -> tuple[int, str | None]:
-    """The connection's server process id, and the server's data directory where this role
-    may read it (pg_settings hides it from others: NULL, and nothing is reniced)."""
-    row = await conn.fetchrow(
-        "SELECT pg_backend_pid(), (SELECT setting FROM pg_settings WHERE name = 'data_directory')"
-    )
-    assert row is not None
-    return int(row[0]), row[1]
 
 
 def _replace_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

@@ -67,9 +67,6 @@ class Memory:
     engine: AsyncEngine
     cached_plans_engine: AsyncEngine
     """Where statements whose plan is the same for every user run (db.create_engine)."""
-    indexer_engine: AsyncEngine
-    """The background indexers' pool, at INDEXER_NICE where the server is local
-    (db.create_engine)."""
     sessionmaker: async_sessionmaker[AsyncSession]
     capabilities: Capabilities
     embedder: Embedder | None
@@ -131,7 +128,6 @@ async def open_memory(
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(settings, url)
     cached_plans = create_engine(settings, url, cached_plans=True)
-    indexing = create_engine(settings, url, indexers=True)
     owned_embedder, owned_chat = embedder is None, chat_model is None
     text_only = embedder is False or (embedder is None and settings.text_only)
     # Any model, ours or the caller's, fails the same way: a navi_memory error within the
@@ -153,17 +149,14 @@ async def open_memory(
         if capabilities.pg_trgm:
             await ensure_trgm_indexes(engine)
         sessionmaker = create_sessionmaker(engine)
-        # The indexers' batches run on a pool of their own, at a lower CPU priority where the
-        # server is this machine's (INDEXER_NICE): searches and writes first.
-        indexer_sessions = create_sessionmaker(indexing)
         # One embedding service, one chunk service and one indexer, shared: compression writes
         # its chunks through the same service as add_chunks, their vectors share one queue
         # drain, and a failing model is reported once for all of them.
         embedding = EmbeddingService(guarded)
         chunks = ChunkService.from_settings(settings, embedding=embedding)
-        indexer = ChunkIndexer.from_settings(indexer_sessions, settings)
+        indexer = ChunkIndexer.from_settings(sessionmaker, settings)
         fact_indexer = FactIndexer(
-            indexer_sessions,
+            sessionmaker,
             batch_size=settings.fact_index_batch_size,
             background=settings.fact_index_in_background,
         )
@@ -200,7 +193,6 @@ async def open_memory(
             settings=settings,
             engine=engine,
             cached_plans_engine=cached_plans,
-            indexer_engine=indexing,
             sessionmaker=sessionmaker,
             capabilities=capabilities,
             embedder=guarded,
@@ -243,7 +235,4 @@ async def open_memory(
         try:
             await engine.dispose()
         finally:
-            try:
-                await cached_plans.dispose()
-            finally:
-                await indexing.dispose()
+            await cached_plans.dispose()

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -591,41 +589,3 @@ async def test_an_explicit_drain_runs_every_lane_and_counts_each_chunk_once(
         await refuse_inserts(manual, "memory_chunk_terms", refuse=False)
     assert await manual.store.pending_chunk_count() == 12
     assert await indexer.drain_all() == 12
-
-
-async def server_processes(memory: Memory, application: str) -> list[int]:
-    async with memory.engine.connect() as conn:
-        rows = await conn.execute(
-            text(
-                "SELECT pid FROM pg_stat_activity"
-                " WHERE application_name = :app AND datname = current_database()"
-            ),
-            {"app": application},
-        )
-        return [int(r[0]) for r in rows]
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is read from /proc")
-@pytest.mark.parametrize("nice", [10, 0])
-async def test_the_indexers_server_processes_run_at_indexer_nice(
-    db_url: str, fake_ollama: FakeOllama, nice: int
-) -> None:
-    """The indexers' pool is its own (application_name 'navi-memory indexer'): its server
-    processes, on this machine's embedded server, run at INDEXER_NICE; every other connection's
-    keep the server's own priority, and the queue is drained all the same."""
-    settings = make_settings(db_url, fake_ollama, indexer_nice=nice, chunk_index_workers=2)
-    async with open_memory(settings) as memory:
-        uid = await new_user(memory)
-        await memory.store.add_chunks(drafts("nice", 8), user_id=uid, session_id="s1")
-        await asyncio.wait_for(memory.store.wait_chunk_indexing(), timeout=60)
-        assert await counts(memory) == (0, 8)
-        indexers = await server_processes(memory, "navi-memory indexer")
-        others = await server_processes(memory, "navi-memory")
-        assert indexers and others
-        assert not set(indexers) & set(others)
-        server = os.getpriority(os.PRIO_PROCESS, others[0])
-        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in indexers] == [
-            max(server, nice)
-        ] * len(indexers)
-        assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in others} == {server}
-        assert memory.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
