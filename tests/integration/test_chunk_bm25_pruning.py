@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from navi_memory import Memory
 from navi_memory.constants import (
@@ -309,6 +310,31 @@ async def test_the_pruned_list_is_the_plain_list_to_the_bit(
     assert await ranked(memory, uid, phrase, limit, prune_from=10**6, seed=seed) == plain
 
 
+def plan_params(uid: uuid.UUID, query: str) -> dict[str, Any]:
+    """Both BM25 statements' parameters for ``query`` (its words as terms), the top 5, the
+    pruned one's at the package's thresholds."""
+    return {
+        "uid": uid,
+        "query": query,
+        "terms": query.split(),
+        "limit": 5,
+        "k1": CHUNK_BM25_K1,
+        "b": CHUNK_BM25_B,
+        "prune_from": 1_000,
+        "seed_rows": CHUNK_BM25_SEED_ROWS,
+        "seed_every": CHUNK_BM25_SEED_EVERY,
+    }
+
+
+async def analyzed_nodes(
+    conn: AsyncConnection, sql: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every node of ``EXPLAIN (ANALYZE, FORMAT JSON)`` of ``sql``, as it ran."""
+    plan = (await conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params)).scalar_one()
+    root = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
+    return list(plan_nodes(root))
+
+
 async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
     memory: Memory,
 ) -> None:
@@ -324,27 +350,13 @@ async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
         await add_filler_chunks(memory, owner, count, marks)
     await index_chunk_text(memory)
     await execute(memory, "ANALYZE memory_chunks, memory_chunk_terms, memory_chunk_lexeme_df")
-    params: dict[str, Any] = {
-        "uid": uid,
-        "query": "glockenspiel marimba",
-        "terms": ["glockenspiel", "marimba"],
-        "limit": 5,
-        "k1": CHUNK_BM25_K1,
-        "b": CHUNK_BM25_B,
-        "prune_from": 1_000,
-        "seed_rows": CHUNK_BM25_SEED_ROWS,
-        "seed_every": CHUNK_BM25_SEED_EVERY,
-    }
+    params = plan_params(uid, "glockenspiel marimba")
     reads = {}
     found = {}
     async with memory.engine.connect() as conn:
         for prune in (False, True):
             sql = ranked_text_sql(by_user=True, by_session=False, prune=prune)
-            plan = (
-                await conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params)
-            ).scalar_one()
-            root = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
-            nodes = list(plan_nodes(root))
+            nodes = await analyzed_nodes(conn, sql, params)
             terms = [n for n in nodes if n.get("Relation Name") == "memory_chunk_terms"]
             assert not any(n["Node Type"] == "Seq Scan" for n in terms)
             reads[prune] = sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in terms)
@@ -388,28 +400,14 @@ async def test_a_small_users_pruned_query_of_a_common_word_reads_only_their_own_
     )
     await index_chunk_text(memory)
     await execute(memory, "ANALYZE memory_chunks, memory_chunk_terms, memory_chunk_lexeme_df")
-    params: dict[str, Any] = {
-        "uid": uid,
-        "query": "lunch marimba",
-        "terms": ["lunch", "marimba"],
-        "limit": 5,
-        "k1": CHUNK_BM25_K1,
-        "b": CHUNK_BM25_B,
-        "prune_from": 1_000,
-        "seed_rows": CHUNK_BM25_SEED_ROWS,
-        "seed_every": CHUNK_BM25_SEED_EVERY,
-    }
+    params = plan_params(uid, "lunch marimba")
     found = {}
     async with memory.engine.connect() as conn:
         for prune in (False, True):
             sql = ranked_text_sql(by_user=True, by_session=False, prune=prune)
-            plan = (
-                await conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql), params)
-            ).scalar_one()
-            root = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
             terms_reads = [
                 n["Actual Rows"] * n.get("Actual Loops", 1)
-                for n in plan_nodes(root)
+                for n in await analyzed_nodes(conn, sql, params)
                 if n.get("Relation Name") == "memory_chunk_terms"
                 or n.get("Index Name", "").startswith("ix_memory_chunk_terms")
             ]
