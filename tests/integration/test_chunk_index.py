@@ -293,15 +293,16 @@ async def test_a_background_indexer_that_keeps_failing_gives_up_and_says_so(
     assert await memory.store.index_pending_chunks() == 8
 
 
-@pytest.mark.parametrize("slow", ["memory_chunk_terms", "memory_chunk_vectors", "requeued"])
+@pytest.mark.parametrize("slow", ["made", "memory_chunk_terms", "memory_chunk_vectors", "requeued"])
 @pytest.mark.parametrize("delete", ["session", "user", "sql"])
 async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
     db_url: str, fake_ollama: FakeOllama, delete: str, slow: str
 ) -> None:
     """A session or user delete, or a plain SQL delete of the chunks (an admin script: it does
-    not take the queue rows first), that arrives while the indexer is inserting a batch of text
-    (or vectors, or vectors requeued after their text was indexed) waits for it or is skipped
-    by it, and then deletes everything; nobody deadlocks."""
+    not take the queue rows first), that arrives while the indexer is making a backlog's
+    tsvectors ahead, or inserting a batch of text (or vectors, or vectors requeued after their
+    text was indexed), waits for it or is skipped by it, and then deletes everything; nobody
+    deadlocks."""
     settings = make_settings(
         db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=40
     )
@@ -309,7 +310,9 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
         uid = await new_user(memory)
         session = await memory.sessions.create(user_id=uid)
         await memory.store.add_chunks(drafts("d", 40), user_id=uid, session_id=session.id)
-        table = slow
+        table, event = slow, "INSERT"
+        if slow == "made":  # 40 queued, batches of 40: a backlog, made ahead first
+            table, event = "memory_chunk_text_queue", "UPDATE"
         if slow == "requeued":
             table = "memory_chunk_vectors"
             await memory.store.index_pending_chunks()
@@ -321,7 +324,7 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
         # Each row the indexer inserts takes 20 ms, as a slow GIN or HNSW insertion would: the
         # delete arrives while the indexer holds the queue rows and has not reached the
         # foreign key check on the chunks yet.
-        await slow_trigger(memory, table, "INSERT", 0.02)
+        await slow_trigger(memory, table, event, 0.02)
         indexing = asyncio.create_task(memory.store.index_pending_chunks())
         await wait_for_a_sleeping_statement(memory)
         if delete == "session":
@@ -368,20 +371,25 @@ async def test_the_indexer_skips_a_chunk_a_delete_holds_and_never_waits_for_it(
 async def test_text_goes_before_vectors_and_each_chunk_counts_once(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:
-    """With a backlog, batches index text first (a queued chunk's text is what a search pays
-    for: its tsvector); vectors follow once no text waits. A chunk counts as indexed once, in
-    the batch that completes it."""
+    """With a backlog, batches make the queued chunks' tsvectors first (what a search pays for
+    a queued chunk), then index text; vectors follow once no text waits. A chunk counts as
+    indexed once, in the batch that completes it."""
     settings = make_settings(
         db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=8
     )
     async with open_memory(settings) as memory:
         uid = await new_user(memory)
         await memory.store.add_chunks(drafts("t", 20), user_id=uid, session_id="s1")
-        assert await memory.store.index_pending_chunks(max_batches=2) == 0
         text_queued = "SELECT count(*) FROM memory_chunk_text_queue"
-        assert await scalar(memory, text_queued) == 4
+        made = "SELECT count(*) FROM memory_chunk_text_queue WHERE tsv IS NOT NULL"
+        # Batches 1-2: 16 tsvectors made ahead; 4 left, less than a batch.
+        assert await memory.store.index_pending_chunks(max_batches=2) == 0
+        assert (await scalar(memory, text_queued), await scalar(memory, made)) == (20, 16)
+        # Batches 3-4: 16 texts into the GIN index, their tsvectors as made.
+        assert await memory.store.index_pending_chunks(max_batches=2) == 0
+        assert (await scalar(memory, text_queued), await scalar(memory, made)) == (4, 0)
         assert await counts(memory) == (20, 0)
-        # Batch 3: the last 4 texts, then 4 vectors (those 4 chunks are whole now).
+        # Batch 5: the last 4 texts, then 4 vectors (those 4 chunks are whole now).
         assert await memory.store.index_pending_chunks(max_batches=1) == 4
         assert await scalar(memory, text_queued) == 0
         assert await counts(memory) == (16, 4)

@@ -83,6 +83,13 @@ async def text_counts(memory: Memory) -> tuple[object, object]:
     )
 
 
+async def made_count(memory: Memory) -> object:
+    """Queued chunks whose tsvector the indexer made ahead (revision 0013)."""
+    return await scalar(
+        memory, "SELECT count(*) FROM memory_chunk_text_queue WHERE tsv IS NOT NULL"
+    )
+
+
 async def bm25(
     memory: Memory, user_id: uuid.UUID | None, session_id: str | None, query: str
 ) -> list[tuple[int, float, int]]:
@@ -144,8 +151,9 @@ async def test_bm25_scores_and_order_are_the_same_before_during_and_after_indexi
     manual: Memory,
 ) -> None:
     """Every query in every scope (a user, one session, every user) ranks the same chunks with
-    the same scores, bit for bit, with all chunks queued, part of them indexed, and all
-    indexed; another user's chunks, indexed or not, change nothing."""
+    the same scores, bit for bit, with all chunks queued, part of their tsvectors made ahead,
+    part of them indexed, and all indexed; another user's chunks, indexed or not, change
+    nothing."""
     alice, bob = await new_user(manual), await new_user(manual)
     chunks = drafts()
     await manual.store.add_chunks(drafts("bob")[:5], user_id=bob, session_id="b1")
@@ -157,14 +165,22 @@ async def test_bm25_scores_and_order_are_the_same_before_during_and_after_indexi
         return {(u, s, q): await bm25(manual, u, s, q) for u, s in scopes for q in QUERIES}
 
     queued = await everything()
-    await manual.store.index_pending_chunks(max_batches=2)  # text first: no vector yet
-    assert await text_counts(manual) == (7, 10)  # bob's indexed, alice's 5 indexed, 7 queued
+    # A backlog (17 queued, batches of 5): tsvectors first, made on the queue rows.
+    await manual.store.index_pending_chunks(max_batches=2)
+    assert await text_counts(manual) == (17, 0)
+    assert await made_count(manual) == 10  # bob's 5 and alice's first 5
+    made = await everything()
+    # One more batch makes 5 more; the 2 left are less than a batch: the text step indexes
+    # the lowest 5 (bob's, made ahead) at once.
+    await manual.store.index_pending_chunks(max_batches=2)
+    assert await text_counts(manual) == (12, 5)
+    assert await made_count(manual) == 10
     partly = await everything()
     await manual.store.index_pending_chunks()
     assert await text_counts(manual) == (0, 17)
     indexed = await everything()
 
-    assert queued == partly == indexed
+    assert queued == made == partly == indexed
     assert all(indexed[(alice, None, q)] for q in QUERIES)
     scores = {score for ranked in indexed.values() for _, score, _ in ranked}
     assert len(scores) > 10  # real term weighting, not ties everywhere
@@ -239,7 +255,8 @@ async def test_a_fused_search_is_one_statement(manual: Memory) -> None:
 
 
 async def test_session_and_user_deletes_keep_the_statistics_exact(manual: Memory) -> None:
-    """Deleting a session whose chunks are partly indexed, partly queued leaves the user's
+    """Deleting a session whose chunks are partly indexed, partly queued (some with their
+    tsvectors made ahead, some not) leaves the user's
     statistics equal to their indexed chunks, and their ranking equal to that of a user who
     only ever held the chunks that are left; deleting the user leaves no row of theirs in any
     text table, and another user's statistics untouched."""
@@ -249,12 +266,17 @@ async def test_session_and_user_deletes_keep_the_statistics_exact(manual: Memory
     chunks = drafts()
     await manual.store.add_chunks(chunks[:6], user_id=alice, session_id=kept.id)
     await manual.store.add_chunks(chunks[6:], user_id=alice, session_id=gone.id)
-    await manual.store.index_pending_chunks(max_batches=2)  # 6 kept + 4 gone indexed
-    assert await text_counts(manual) == (2, 10)
+    # Batches of 5: 10 tsvectors made ahead, then 5 kept chunks indexed; queued are the 6th
+    # kept and 4 gone chunks (made ahead) and 2 gone ones (not).
+    await manual.store.index_pending_chunks(max_batches=3)
+    assert await text_counts(manual) == (7, 5)
+    assert await made_count(manual) == 5
     await manual.store.add_chunks(chunks[:6], user_id=carol, session_id="c1")
 
     assert await manual.sessions.delete(gone.id, user_id=alice)
-    assert await text_counts(manual) == (6, 6)  # carol's queued, alice's kept indexed
+    # Carol's 6 and alice's 6th kept chunk queued (made ahead), alice's first 5 indexed.
+    assert await text_counts(manual) == (7, 5)
+    assert await made_count(manual) == 1
     assert await stats_match_the_index(manual, alice)
     for q in QUERIES:
         alices = [(score, hits) for _, score, hits in await bm25(manual, alice, None, q)]
@@ -303,6 +325,86 @@ async def test_the_indexer_makes_each_chunks_tsvector_once(manual: Memory) -> No
     async with manual.engine.connect() as conn:
         plan = "\n".join(row[0] for row in await conn.execute(explain, {"limit": 64}))
     assert plan.count("navi_chunk_tsv(") + plan.count("to_tsvector(") == 1, plan
+
+
+async def test_a_backlogs_tsvectors_are_made_ahead_and_searches_read_them(
+    manual: Memory, fake_ollama: FakeOllama
+) -> None:
+    """With a backlog (a full batch and more without a tsvector) a batch makes the tsvectors of
+    the lowest queued ids, exactly navi_chunk_tsv's, and stores them on the queue rows; a
+    search reads a stored one instead of making it (a row given a marker word is found by
+    it), and the GIN step later indexes the stored one as it is."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts(), user_id=uid, session_id="s1")  # 12, batches of 5
+    assert await manual.store.index_pending_chunks(max_batches=1) == 0
+    assert await text_counts(manual) == (len(NOTES), 0)
+    made = (
+        "SELECT array_agg(q.chunk_id ORDER BY q.chunk_id) FILTER (WHERE q.tsv IS NOT NULL),"
+        " count(*) FILTER (WHERE q.tsv <> navi_chunk_tsv(c.content, c.breadcrumbs))"
+        " FROM memory_chunk_text_queue q JOIN memory_chunks c ON c.id = q.chunk_id"
+    )
+    lowest = await scalar(
+        manual,
+        "SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM memory_chunks"
+        " ORDER BY id LIMIT 5) c",
+    )
+    async with manual.engine.connect() as conn:
+        ids, differing = (await conn.execute(text(made))).one()
+    assert (ids, differing) == (lowest, 0)
+
+    assert isinstance(lowest, list)
+    first = lowest[0]
+    await execute(
+        manual,
+        "UPDATE memory_chunk_text_queue SET tsv = tsv || 'zeppelinmarker:1'::tsvector"
+        " WHERE chunk_id = :c",
+        c=first,
+    )
+    fake_ollama.mode = "fail"
+    [hit] = await manual.store.search_chunks("zeppelinmarker", user_id=uid)
+    assert hit.id == first
+    await manual.store.index_pending_chunks()
+    assert await text_counts(manual) == (0, len(NOTES))
+    [hit] = await manual.store.search_chunks("zeppelinmarker", user_id=uid)
+    assert hit.id == first  # the stored tsvector went into the index as it was
+
+
+async def test_a_queue_shorter_than_a_batch_is_indexed_without_making_ahead(
+    manual: Memory,
+) -> None:
+    """Fewer queued chunks than a batch are the whole backlog: one batch indexes them, their
+    tsvectors made once, in the GIN step (no queue row is updated first)."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts()[:4], user_id=uid, session_id="s1")  # batches of 5
+    updated = "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'memory_chunk_text_queue'"
+    await execute(manual, "SELECT pg_stat_clear_snapshot()")
+    before = await scalar(manual, updated)
+    await manual.store.index_pending_chunks(max_batches=1)
+    assert await text_counts(manual) == (0, 4)
+    await execute(manual, "SELECT pg_stat_force_next_flush()")
+    assert await scalar(manual, updated) == before
+
+
+async def test_a_backlog_row_whose_chunk_is_gone_is_made_empty_then_dropped(
+    manual: Memory,
+) -> None:
+    """A queue row whose chunk was deleted by SQL of its own, in a backlog: the make step
+    gives it an empty tsvector (so it is not picked again and again), search ignores it and
+    the GIN step drops it."""
+    uid = await new_user(manual)
+    await manual.store.add_chunks(drafts(), user_id=uid, session_id="s1")
+    await execute(manual, "DELETE FROM memory_chunks WHERE content LIKE '%Berlin%'")
+    assert await manual.store.index_pending_chunks(max_batches=2) == 0
+    gone = await scalar(
+        manual,
+        "SELECT count(*) FROM memory_chunk_text_queue q WHERE q.tsv = ''::tsvector"
+        " AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.id = q.chunk_id)",
+    )
+    assert gone == 1
+    assert await bm25(manual, uid, None, "berlin office") == []
+    assert await manual.store.index_pending_chunks() == len(NOTES) - 1
+    assert await text_counts(manual) == (0, len(NOTES) - 1)
+    assert await stats_match_the_index(manual, uid)
 
 
 async def test_a_chunk_both_queued_and_indexed_counts_once(manual: Memory) -> None:

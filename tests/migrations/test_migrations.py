@@ -670,3 +670,48 @@ def test_0012_after_a_run_stopped_past_its_build_keeps_the_new_graph(
         ).fetchone()
     assert built is not None and kept == built  # the same index, renamed
     assert leftover == (0,)
+
+
+def test_0013_keeps_queued_chunks_and_their_made_tsvectors_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0013 adds the made-ahead tsvector to the text queue without touching its rows; a
+    downgrade drops the made tsvectors only (the GIN step makes them again) and keeps every
+    queued chunk."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0012")
+    uid = uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        conn.execute(
+            "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
+            " start_seq, end_seq, started_at, ended_at)"
+            " SELECT %s, 's1', 'chunk ' || i, md5(i::text), i, i, now(), now()"
+            " FROM generate_series(1, 6) i RETURNING id, user_id)"
+            " INSERT INTO memory_chunk_text_queue (chunk_id, user_id) SELECT id, user_id FROM c",
+            (uid,),
+        )
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute(
+            "SELECT count(*), count(tsv) FROM memory_chunk_text_queue"
+        ).fetchone() == (6, 0)
+        conn.execute(
+            "UPDATE memory_chunk_text_queue q SET tsv = navi_chunk_tsv(c.content, c.breadcrumbs)"
+            " FROM memory_chunks c WHERE c.id = q.chunk_id AND c.start_seq <= 3"
+        )
+        # The rows without one, in id order, through the partial index.
+        conn.execute("SET enable_seqscan = off")
+        plan = conn.execute(
+            "EXPLAIN SELECT chunk_id FROM memory_chunk_text_queue WHERE tsv IS NULL"
+            " ORDER BY chunk_id LIMIT 2"
+        ).fetchall()
+        assert any("ix_memory_chunk_text_queue_unmade" in row[0] for row in plan), plan
+    dbtools.downgrade(url, "0012")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_chunk_text_queue").fetchone() == (6,)
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'memory_chunk_text_queue' ORDER BY 1"
+        ).fetchall()
+        assert columns == [("chunk_id",), ("user_id",)]

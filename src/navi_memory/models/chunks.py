@@ -140,8 +140,19 @@ class ChunkTextQueueRow(Base):
 
     chunk_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    tsv: Mapped[str | None] = mapped_column(TSVECTOR)
+    """``navi_chunk_tsv(content, breadcrumbs)``, made ahead of the GIN step when the indexer
+    finds a backlog (revision 0013), so a search reads it instead of making it; NULL until
+    then."""
 
-    __table_args__ = (Index("ix_memory_chunk_text_queue_user_id", "user_id"),)
+    __table_args__ = (
+        Index("ix_memory_chunk_text_queue_user_id", "user_id"),
+        Index(
+            "ix_memory_chunk_text_queue_unmade",
+            "chunk_id",
+            postgresql_where=text("tsv IS NULL"),
+        ),
+    )
 
 
 class ChunkTermsRow(Base):

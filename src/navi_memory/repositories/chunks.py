@@ -94,14 +94,38 @@ _INSERT = text(
     """
 )
 
+_MAKE_TEXT = text(
+    """
+    WITH picked AS (
+        SELECT q.chunk_id FROM memory_chunk_text_queue q WHERE q.tsv IS NULL
+        ORDER BY q.chunk_id LIMIT :limit FOR UPDATE SKIP LOCKED
+    ),
+    made AS (
+        -- Only a full batch: fewer rows than that are the whole backlog, and the text step
+        -- indexes them at once (making them here first would be work twice over). A row whose
+        -- chunk is gone gets an empty tsvector: made, and the text step drops it.
+        UPDATE memory_chunk_text_queue q
+        SET tsv = coalesce((SELECT navi_chunk_tsv(c.content, c.breadcrumbs)
+                            FROM memory_chunks c WHERE c.id = q.chunk_id), ''::tsvector)
+        FROM picked k
+        WHERE q.chunk_id = k.chunk_id AND (SELECT count(*) FROM picked) >= :limit
+        RETURNING q.chunk_id
+    )
+    SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM made) AS made
+    """
+)
+"""Up to ``:limit`` queued chunks' tsvectors, lowest ids first, made and kept on their queue
+rows (revision 0013) — only when that many wait without one: a backlog."""
+
 _INDEX_TEXT = text(
     f"""
-    WITH {queue_pop("memory_chunk_text_queue", "chunk_id", "memory_chunks")},
+    WITH {queue_pop("memory_chunk_text_queue", "chunk_id", "memory_chunks", returning="tsv")},
     made AS MATERIALIZED (
         -- MATERIALIZED: inlined, "length(tsv), tsv" below made every tsvector twice (a third
-        -- of the indexer's text time: 2.9 against 1.9 ms a chunk, measured).
+        -- of the indexer's text time: 2.9 against 1.9 ms a chunk, measured). A tsvector
+        -- made ahead (_MAKE_TEXT) is taken as it is.
         SELECT c.id, c.user_id, c.session_id, c.ended_at,
-               navi_chunk_tsv(c.content, c.breadcrumbs) AS tsv
+               coalesce(t.tsv, navi_chunk_tsv(c.content, c.breadcrumbs)) AS tsv
         FROM memory_chunks c JOIN taken t ON t.chunk_id = c.id
     ),
     moved AS (
@@ -302,9 +326,11 @@ _RANKED_HEAD = r"""
         GROUP BY t.ord
     ),
     queued AS MATERIALIZED (
-        -- The scope's chunks whose text the indexer has not reached, their tsvectors made
-        -- here by the function it uses. A chunk in both tables counts once, as indexed.
-        SELECT c.id, c.session_id, c.ended_at, navi_chunk_tsv(c.content, c.breadcrumbs) AS tsv
+        -- The scope's chunks whose text the indexer has not reached: the tsvector it made
+        -- ahead, or else one made here by the function it uses. A chunk in both tables
+        -- counts once, as indexed.
+        SELECT c.id, c.session_id, c.ended_at,
+               coalesce(q.tsv, navi_chunk_tsv(c.content, c.breadcrumbs)) AS tsv
         FROM memory_chunk_text_queue q JOIN memory_chunks c ON c.id = q.chunk_id
         WHERE {queue_where}
           AND NOT EXISTS (SELECT 1 FROM memory_chunk_terms i WHERE i.chunk_id = q.chunk_id)
@@ -869,16 +895,20 @@ class ChunkRepository:
         every user who has grown past ``graph_from`` indexed chunks into the HNSW graph, and
         else those of the users ``crossing`` (an earlier batch took them past it) — first, so
         that a user is wholly on one side again within a few batches, however full the queues;
-        then queued chunks' text into memory_chunk_terms (GIN); then, with the room left,
+        then, when a full batch of queued chunks has no tsvector yet (a backlog), their
+        tsvectors, made and kept on their queue rows, and nothing else; else queued chunks'
+        text into memory_chunk_terms (GIN); then, with the room left,
         queued vectors whose text is not queued into memory_chunk_vectors (L2-normalised
         halfvec; in the graph when the user holds ``graph_from`` indexed chunks or more); then
         with any room left the vectors of the users this batch took past ``graph_from``. Rows
         another indexer holds are skipped, so indexers in several processes share the work.
 
-        Text goes first: a search makes the tsvector of every queued chunk in its scope
-        (≈ 0.4 ms a chunk), and reads a queued vector for a distance (microseconds), so after
-        a burst the text backlog is what slows searches. With a short queue a chunk's text and
-        vector go in the same batch.
+        Text goes first, and of text the tsvectors: a search makes the tsvector of every
+        queued chunk in its scope that has none (≈ 0.3 ms a chunk), reads a made one in
+        microseconds, and reads a queued vector for a distance (microseconds). Making one is a
+        fifth of indexing it (its GIN insertion is the rest), so after a burst the indexers
+        make the backlog's tsvectors about five times faster than they could index it. With a
+        short queue a chunk's text and vector go in the same batch, its tsvector made once.
 
         A user crosses ``graph_from`` only in the batch that indexes their text past it; that
         batch moves their vectors with the room it has, and names them in ``crossing`` while
@@ -898,6 +928,11 @@ class ChunkRepository:
                     moved_in, moved_in, 0, graph_left=False, crossing=tuple(crossing)
                 )
         room = limit - moved_in
+        made = (await self.session.execute(_MAKE_TEXT, {"limit": room})).one()
+        if made.made:  # a backlog: its tsvectors first, the batch's whole room
+            return IndexedBatch(
+                moved_in + int(made.made), moved_in + int(made.made), 0, graph_left=False
+            )
         texts = (await self.session.execute(_INDEX_TEXT, {"limit": room})).one()
         done, took = moved_in + int(texts.picked), moved_in + int(texts.taken)
         vectors: Sequence[int] = []

@@ -25,11 +25,12 @@ def statement(sql: str) -> TextClause:
     return text(sql)
 
 
-def queue_pop(queue: str, key: str, parent: str, where: str = "TRUE") -> str:
+def queue_pop(queue: str, key: str, parent: str, where: str = "TRUE", returning: str = "") -> str:
     """The CTEs ``picked``, ``held`` and ``taken`` of a batch taken off ``queue``: up to
     ``:limit`` rows, lowest ``key`` first, skipping rows another indexer holds; ``taken``
-    returns ``key``, and ``picked`` counts what the batch looked at (less than ``:limit``: the
-    queue is empty for this indexer). ``where``: a condition on the queue row ``q``.
+    returns ``key`` (and the queue row's columns ``returning`` names, comma-separated), and
+    ``picked`` counts what the batch looked at (less than ``:limit``: the queue is empty for
+    this indexer). ``where``: a condition on the queue row ``q``.
 
     The rows are picked once, in a locked CTE, and deleted ``USING`` it: as ``DELETE … WHERE key
     IN (SELECT … LIMIT … SKIP LOCKED)`` the subquery could be run again for a row another
@@ -58,5 +59,5 @@ def queue_pop(queue: str, key: str, parent: str, where: str = "TRUE") -> str:
         WHERE q.{key} = k.{key}
           AND (q.{key} IN (SELECT id FROM held)
                OR NOT EXISTS (SELECT 1 FROM {parent} p WHERE p.id = q.{key}))
-        RETURNING q.{key}
+        RETURNING q.{key}{"".join(f", q.{c.strip()}" for c in returning.split(",") if c.strip())}
     )"""

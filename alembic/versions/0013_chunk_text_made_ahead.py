@@ -1,0 +1,46 @@
+"""A queued chunk's tsvector is made ahead of its GIN insertion, and kept on its queue row.
+
+Until now the text indexer made a chunk's tsvector and inserted it into the GIN index in one
+step, about 1.5 ms a 3 KB chunk, and a search made the tsvector of every queued chunk of its
+scope on the fly (about 0.27 ms each). During a write burst the queue grows faster than that
+step can empty it, and a user the burst writes to holds ~1,250 queued chunks: their searches
+took 195-496 ms (docs/benchmarks.md, the 1M burst), nearly all of it making tsvectors.
+
+Making a tsvector is a fifth of the step. So when the indexer finds a backlog (a full batch
+of queued chunks without one) it first makes their tsvectors, and stores each on its queue
+row (``tsv``); the GIN step later inserts the stored one. A search reads a stored tsvector
+(microseconds) and makes only those not made yet. The tsvector is a function of the chunk's
+content and breadcrumbs, which never change, so a stored one is the one the search would
+make, and scores stay the same to the bit however far either step got.
+
+``ix_memory_chunk_text_queue_unmade`` (partial: rows without one) finds the rows to make in
+id order without reading the made ones.
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-12-05
+"""
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0013"
+down_revision: str | Sequence[str] | None = "0012"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.execute("ALTER TABLE memory_chunk_text_queue ADD COLUMN tsv tsvector")
+    op.execute(
+        "CREATE INDEX ix_memory_chunk_text_queue_unmade ON memory_chunk_text_queue (chunk_id) "
+        "WHERE tsv IS NULL"
+    )
+
+
+def downgrade() -> None:
+    # The GIN step makes a missing tsvector itself: dropping the made ones loses no work
+    # that cannot be redone.
+    op.execute("DROP INDEX ix_memory_chunk_text_queue_unmade")
+    op.execute("ALTER TABLE memory_chunk_text_queue DROP COLUMN tsv")
