@@ -149,10 +149,11 @@ async def test_a_grown_users_vectors_move_in_before_the_queue_is_empty(
         indexer = ChunkIndexer(
             memory.sessionmaker, batch_size=8, background=False, graph_from=GRAPH_FROM
         )
-        await indexer.drain(max_batches=2)
-        # Batch 1: the text of the grower's 6 later chunks (12 now: past GRAPH_FROM) and of 2
-        # of busy's, no room for vectors; batch 2: the grower's 6 earlier vectors into the
-        # graph first, then the text of 2 more of busy's. The later vectors wait (text goes
+        await indexer.drain(max_batches=7)
+        # Batches 1-5: the tsvectors of 40 of the 46 queued chunks, made ahead (a backlog);
+        # batch 6: the text of the grower's 6 later chunks (12 now: past GRAPH_FROM) and of 2
+        # of busy's, no room for vectors; batch 7: the grower's 6 earlier vectors into the
+        # graph first, then 2 more of busy's tsvectors. The later vectors wait (text goes
         # first), queued: searched exactly, on neither side.
         assert await sides(memory, grower) == (6, 0, 6)
         assert (await sides(memory, busy))[2] > 0
@@ -336,6 +337,8 @@ async def test_a_crossing_the_batch_had_no_room_for_is_finished_by_the_next_batc
     await indexer.drain()
     await manual.store.add_chunks(drafts("later", 8), user_id=grower, session_id="s2")
     with statements_on(manual.engine) as seen:
+        await indexer.drain(max_batches=1)  # a full batch queued: its tsvectors made ahead
+        assert await sides(manual, grower) == (0, 6, 8)
         await indexer.drain(max_batches=1)
         # The text of the 8 later chunks filled the batch (the user holds 14 now); the 6
         # earlier vectors wait beside the graph, the 8 later ones in the queue.
