@@ -14,7 +14,9 @@ content and breadcrumbs, which never change, so a stored one is the one the sear
 make, and scores stay the same to the bit however far either step got.
 
 ``ix_memory_chunk_text_queue_unmade`` (partial: rows without one) finds the rows to make in
-id order without reading the made ones.
+id order without reading the made ones. ``toast_tuple_target = 8160``, as on
+memory_chunk_terms since 0008: a made tsvector of up to ~8 kB stays in its row, uncompressed,
+so neither the search nor the GIN step reads it back from TOAST or decompresses it.
 
 Revision ID: 0013
 Revises: 0012
@@ -33,6 +35,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.execute("ALTER TABLE memory_chunk_text_queue ADD COLUMN tsv tsvector")
+    op.execute("ALTER TABLE memory_chunk_text_queue SET (toast_tuple_target = 8160)")
     op.execute(
         "CREATE INDEX ix_memory_chunk_text_queue_unmade ON memory_chunk_text_queue (chunk_id) "
         "WHERE tsv IS NULL"
@@ -43,4 +46,5 @@ def downgrade() -> None:
     # The GIN step makes a missing tsvector itself: dropping the made ones loses no work
     # that cannot be redone.
     op.execute("DROP INDEX ix_memory_chunk_text_queue_unmade")
+    op.execute("ALTER TABLE memory_chunk_text_queue RESET (toast_tuple_target)")
     op.execute("ALTER TABLE memory_chunk_text_queue DROP COLUMN tsv")
