@@ -368,6 +368,81 @@ async def test_the_indexer_skips_a_chunk_a_delete_holds_and_never_waits_for_it(
     assert await scalar(manual, "SELECT count(*) FROM memory_chunk_text_queue") == 0
 
 
+async def test_a_backlogs_vectors_are_copied_ahead_and_read_from_the_queue(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """The batch that makes a backlog's tsvectors also copies those chunks' queued vectors onto
+    their queue rows, L2-normalised as halfvec (what memory_chunk_vectors holds). Search orders
+    a made row by its copy, and reports the distance of the chunk's own vector; the vector
+    step later inserts the copy. (A copy is made to differ from the chunk's vector here, so
+    each read is seen.)"""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=8
+    )
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await memory.store.add_chunks(drafts("v", 20), user_id=uid, session_id="s1")
+        assert await memory.store.index_pending_chunks(max_batches=1) == 0
+        copies = (
+            "SELECT count(*) FILTER (WHERE p.embedding IS NOT NULL), count(*) FILTER"
+            " (WHERE p.embedding = CAST(l2_normalize(c.embedding) AS halfvec(768)))"
+            " FROM memory_chunk_vector_queue p JOIN memory_chunks c ON c.id = p.chunk_id"
+        )
+        async with memory.engine.connect() as conn:
+            assert tuple((await conn.execute(text(copies))).one()) == (8, 8)
+            ids = list(
+                (await conn.execute(text("SELECT id FROM memory_chunks ORDER BY id"))).scalars()
+            )
+            made, unmade = ids[:8], ids[8:]
+            target = unmade[0]
+            vector = (
+                await conn.execute(
+                    text("SELECT embedding FROM memory_chunks WHERE id = :i"), {"i": target}
+                )
+            ).scalar_one()
+
+        async def nearest(limit: int) -> list[tuple[int, float]]:
+            async with memory.engine.connect() as conn:
+                rows, _ = await ChunkRepository(session=conn).search_ranked(
+                    uid, None, vector.to_list(), ["zzz"], limit, k1=1.5, b=0.75
+                )
+            return [(r["id"], r["distance"]) for r in rows]
+
+        before = await nearest(2)
+        assert before[0][0] == target and before[0][1] == pytest.approx(0.0, abs=1e-6)
+        marked = next(i for i in made if i not in {chunk for chunk, _ in before})
+        await execute(
+            memory,
+            "UPDATE memory_chunk_vector_queue SET embedding ="
+            " (SELECT CAST(l2_normalize(embedding) AS halfvec(768)) FROM memory_chunks"
+            "  WHERE id = :t) WHERE chunk_id = :m",
+            t=target,
+            m=marked,
+        )
+        own = await scalar(
+            memory,
+            "SELECT c.embedding <=> t.embedding FROM memory_chunks c, memory_chunks t"
+            " WHERE c.id = :m AND t.id = :t",
+            m=marked,
+            t=target,
+        )
+        assert isinstance(own, float) and own > 0.2
+        after = await nearest(2)
+        assert {chunk for chunk, _ in after} == {target, marked}
+        assert dict(after)[marked] == pytest.approx(own, abs=1e-9)  # its own vector's distance
+
+        await memory.store.index_pending_chunks()
+        assert await counts(memory) == (0, 20)
+        inserted = await scalar(
+            memory,
+            "SELECT v.embedding = CAST(l2_normalize(t.embedding) AS halfvec(768))"
+            " FROM memory_chunk_vectors v, memory_chunks t WHERE v.chunk_id = :m AND t.id = :t",
+            m=marked,
+            t=target,
+        )
+        assert inserted is True
+
+
 async def test_text_goes_before_vectors_and_each_chunk_counts_once(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:

@@ -204,7 +204,8 @@ async def test_fused_search_gives_the_same_hits_before_and_after_indexing(
     manual: Memory, fake_ollama: FakeOllama
 ) -> None:
     """search_chunks with and without an embedder returns the same hits, in the same order,
-    with the same distances and terms hit, before and after the indexer drains both queues."""
+    with the same distances and terms hit, before the indexer ran, with part of the backlog's
+    tsvectors and vectors made ahead, and after it drained both queues."""
     uid = await new_user(manual)
     await manual.store.add_chunks(drafts(), user_id=uid, session_id="s1")
     queries = [*QUERIES, NOTES[0].removeprefix("User: ")]  # a whole note: a vector hit
@@ -226,10 +227,15 @@ async def test_fused_search_gives_the_same_hits_before_and_after_indexing(
         return found
 
     before = await hits()
+    await manual.store.index_pending_chunks(max_batches=1)  # 12 queued, batches of 5
+    assert await made_count(manual) == 5
+    made_vectors = "SELECT count(embedding) FROM memory_chunk_vector_queue"
+    assert await scalar(manual, made_vectors) == 5
+    made = await hits()
     await manual.store.index_pending_chunks()
     assert await manual.store.pending_chunk_count() == 0
     after = await hits()
-    assert before == after
+    assert before == made == after
     assert any(via == "vector" for ranked in after for _, via, _, _ in ranked)
     assert all(ranked for ranked in after)
 

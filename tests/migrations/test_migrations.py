@@ -675,9 +675,9 @@ def test_0012_after_a_run_stopped_past_its_build_keeps_the_new_graph(
 def test_0013_keeps_queued_chunks_and_their_made_tsvectors_and_back(
     pg_server: dbtools.EmbeddedServer, scratch_db: str
 ) -> None:
-    """0013 adds the made-ahead tsvector to the text queue without touching its rows; a
-    downgrade drops the made tsvectors only (the GIN step makes them again) and keeps every
-    queued chunk."""
+    """0013 adds the made-ahead tsvector to the text queue and the normalised vector copy to
+    the vector queue without touching their rows; a downgrade drops what was made ahead only
+    (the index steps make it again) and keeps every queued chunk."""
     url = pg_server.url(scratch_db)
     dbtools.upgrade(url, "0012")
     uid = uuid.uuid4()
@@ -710,8 +710,10 @@ def test_0013_keeps_queued_chunks_and_their_made_tsvectors_and_back(
     dbtools.downgrade(url, "0012")
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute("SELECT count(*) FROM memory_chunk_text_queue").fetchone() == (6,)
-        columns = conn.execute(
-            "SELECT column_name FROM information_schema.columns"
-            " WHERE table_name = 'memory_chunk_text_queue' ORDER BY 1"
-        ).fetchall()
-        assert columns == [("chunk_id",), ("user_id",)]
+        for queue in ("memory_chunk_text_queue", "memory_chunk_vector_queue"):
+            columns = conn.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_name = %s ORDER BY 1",
+                (queue,),
+            ).fetchall()
+            assert columns == [("chunk_id",), ("user_id",)], queue

@@ -125,6 +125,10 @@ class ChunkVectorQueueRow(Base):
         BigInteger, ForeignKey("memory_chunks.id", ondelete="CASCADE"), primary_key=True
     )
     user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    embedding: Mapped[list[float] | None] = mapped_column(HALFVEC(EMBEDDING_DIM))
+    """The chunk's vector L2-normalised as halfvec (what memory_chunk_vectors holds), copied
+    ahead when the indexer finds a backlog (revision 0013), so a search reads it here instead
+    of from memory_chunks' TOAST; NULL until then."""
 
     __table_args__ = (Index("ix_memory_chunk_vector_queue_user_id", "user_id"),)
 

@@ -95,7 +95,7 @@ _INSERT = text(
 )
 
 _MAKE_TEXT = text(
-    """
+    f"""
     WITH picked AS (
         SELECT q.chunk_id FROM memory_chunk_text_queue q WHERE q.tsv IS NULL
         ORDER BY q.chunk_id LIMIT :limit FOR UPDATE SKIP LOCKED
@@ -110,12 +110,27 @@ _MAKE_TEXT = text(
         FROM picked k
         WHERE q.chunk_id = k.chunk_id AND (SELECT count(*) FROM picked) >= :limit
         RETURNING q.chunk_id
+    ),
+    vector_held AS (
+        -- Their queued vectors, skipping any a delete holds (the indexer never waits for one).
+        SELECT p.chunk_id FROM memory_chunk_vector_queue p JOIN made m ON m.chunk_id = p.chunk_id
+        WHERE p.embedding IS NULL
+        FOR UPDATE OF p SKIP LOCKED
+    ),
+    vectors_made AS (
+        UPDATE memory_chunk_vector_queue p
+        SET embedding = CAST(l2_normalize(c.embedding) AS {_HALFVEC})
+        FROM vector_held h JOIN memory_chunks c ON c.id = h.chunk_id
+        WHERE p.chunk_id = h.chunk_id AND c.embedding IS NOT NULL
+        RETURNING p.chunk_id
     )
-    SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM made) AS made
+    SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM made) AS made,
+           (SELECT count(*) FROM vectors_made) AS vectors_made
     """
 )
 """Up to ``:limit`` queued chunks' tsvectors, lowest ids first, made and kept on their queue
-rows (revision 0013) — only when that many wait without one: a backlog."""
+rows (revision 0013), and their queued vectors copied, normalised, onto theirs — only when
+that many wait without a tsvector: a backlog."""
 
 _INDEX_TEXT = text(
     f"""
@@ -151,6 +166,7 @@ _VECTOR_POP = queue_pop(
     "memory_chunks",
     # Never a chunk whose text waits (or another indexer has it): text goes first.
     where="NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t WHERE t.chunk_id = q.chunk_id)",
+    returning="embedding",
 )
 
 _INDEX_VECTORS = text(
@@ -160,7 +176,8 @@ _INDEX_VECTORS = text(
         -- Into the HNSW graph when the user holds :graph_from indexed chunks or more (text is
         -- indexed first); otherwise beside it, searched exactly.
         INSERT INTO memory_chunk_vectors (chunk_id, user_id, session_id, embedding, in_graph)
-        SELECT c.id, c.user_id, c.session_id, CAST(l2_normalize(c.embedding) AS {_HALFVEC}),
+        SELECT c.id, c.user_id, c.session_id,
+               coalesce(t.embedding, CAST(l2_normalize(c.embedding) AS {_HALFVEC})),
                coalesce(s.chunks, 0) >= :graph_from
         FROM memory_chunks c JOIN taken t ON t.chunk_id = c.id
              LEFT JOIN memory_chunk_text_stats s ON s.user_id = c.user_id
@@ -268,7 +285,9 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
     """The ``limit`` nearest chunks by cosine distance, from three places, each chunk in
     exactly one of them or in none (no vector): the HNSW graph (the rows of users who hold
     CHUNK_GRAPH_FROM indexed chunks or more), exactly over the indexed rows beside it (smaller
-    users': their partial btree), and exactly over the chunks still queued. The indexer moves a
+    users': their partial btree), and exactly over the chunks still queued — by the normalised
+    copy on the queue row when the indexer made one ahead (as the rows beside the graph are
+    read), by memory_chunks' vector otherwise. The indexer moves a
     chunk between them in one transaction, and one statement sees one snapshot, so each row is
     read from exactly one place whatever the indexer's progress (the graph's side is
     approximate, as HNSW is, so a user's hits may change a little when their rows move in).
@@ -281,6 +300,9 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
     roughly by distance), and the outer sort is on ``approx + 0``, which no side is ordered
     by: a merge of the sides would stop after ``limit`` rows and leave the rest unread."""
     unit = f"CAST(l2_normalize({QUERY_VECTOR}) AS {_HALFVEC})"
+    # A queued vector copied ahead (revision 0013) is read from its queue row alone; the
+    # chunk's row only for a condition on it (the session).
+    made_join = "JOIN memory_chunks c ON c.id = p.chunk_id" if "c." in queue_where else ""
     gate = (
         "AND EXISTS (SELECT 1 FROM memory_chunk_vectors g WHERE g.in_graph AND g.user_id = :uid)"
         if by_user
@@ -300,9 +322,15 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
              ORDER BY approx
              LIMIT :limit)
             UNION ALL
+            (SELECT p.chunk_id AS id, p.embedding <=> {unit} AS approx
+             FROM memory_chunk_vector_queue p {made_join}
+             WHERE p.embedding IS NOT NULL AND {queue_where}
+             ORDER BY approx
+             LIMIT :limit)
+            UNION ALL
             (SELECT c.id, c.embedding <=> {QUERY_VECTOR} AS approx
              FROM memory_chunk_vector_queue p JOIN memory_chunks c ON c.id = p.chunk_id
-             WHERE {queue_where} AND c.embedding IS NOT NULL
+             WHERE p.embedding IS NULL AND {queue_where} AND c.embedding IS NOT NULL
              ORDER BY approx
              LIMIT :limit)
         ) u
