@@ -22,7 +22,8 @@ user's search took 65 ms p50 against 11 ms for other users; ~4 µs a vector at r
 vector step inserts the copy.
 
 ``ix_memory_chunk_text_queue_unmade`` (partial: rows without one) finds the rows to make in
-id order without reading the made ones. ``toast_tuple_target = 8160``, as on
+id order (a made row's old version stays in it until vacuum; a scan passes it once and marks
+it dead). ``toast_tuple_target = 8160``, as on
 memory_chunk_terms since 0008: a made tsvector of up to ~8 kB stays in its row, uncompressed,
 so neither the search nor the GIN step reads it back from TOAST or decompresses it. The vector
 queue needs no such setting: a 1.5 kB copy stays under PostgreSQL's 2 kB TOAST threshold.

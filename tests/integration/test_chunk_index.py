@@ -443,6 +443,46 @@ async def test_a_backlogs_vectors_are_copied_ahead_and_read_from_the_queue(
         assert inserted is True
 
 
+async def test_a_vector_set_again_drops_the_copy_made_of_the_earlier_one(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """A chunk whose vector was cleared by SQL of its own while queued with a copy made ahead
+    (a model change done by hand), then filled by backfill: the stale copy is dropped, and the
+    vector step indexes the new vector, not the copy."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, chunk_index_batch_size=8
+    )
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await memory.store.add_chunks(drafts("r", 8), user_id=uid, session_id="s1")
+        assert await memory.store.index_pending_chunks(max_batches=1) == 0  # made ahead
+        first, other = (
+            await scalar(memory, "SELECT min(id) FROM memory_chunks"),
+            await scalar(memory, "SELECT max(id) FROM memory_chunks"),
+        )
+        # The copy stands for the earlier model's vector: another chunk's here.
+        await execute(
+            memory,
+            "UPDATE memory_chunk_vector_queue SET embedding = (SELECT embedding FROM"
+            " memory_chunk_vector_queue WHERE chunk_id = :o) WHERE chunk_id = :f",
+            o=other,
+            f=first,
+        )
+        await execute(memory, "UPDATE memory_chunks SET embedding = NULL WHERE id = :f", f=first)
+        assert await memory.store.backfill_embeddings() == 1
+        copy = "SELECT embedding IS NULL FROM memory_chunk_vector_queue WHERE chunk_id = :f"
+        assert await scalar(memory, copy, f=first) is True
+        await memory.store.index_pending_chunks()
+        indexed = await scalar(
+            memory,
+            "SELECT v.embedding = CAST(l2_normalize(c.embedding) AS halfvec(768))"
+            " FROM memory_chunk_vectors v JOIN memory_chunks c ON c.id = v.chunk_id"
+            " WHERE v.chunk_id = :f",
+            f=first,
+        )
+        assert indexed is True
+
+
 async def test_text_goes_before_vectors_and_each_chunk_counts_once(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import event, text
 
-from navi_memory import PERMISSION_READ_ALL, Memory, open_memory, request_context
+from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
 from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1
 from navi_memory.repositories.chunks import _INDEX_TEXT, ChunkRepository
 from navi_memory.schemas import ChunkDraft
@@ -214,8 +214,8 @@ async def test_fused_search_gives_the_same_hits_before_and_after_indexing(
         found: list[list[tuple[int, str, float | None, int]]] = []
         for mode in ("ok", "fail"):
             fake_ollama.mode = mode
-            for q in queries:
-                ranked = await manual.store.search_chunks(q, user_id=uid)
+            for q, session in [(q, s) for q in queries for s in (None, "s1")]:
+                ranked = await manual.store.search_chunks(q, user_id=uid, session_id=session)
                 found.append(
                     [
                         (h.id, h.via, None if h.distance is None else round(h.distance, 6),
@@ -379,35 +379,45 @@ async def test_a_queue_shorter_than_a_batch_is_indexed_without_making_ahead(
     manual: Memory,
 ) -> None:
     """Fewer queued chunks than a batch are the whole backlog: one batch indexes them, their
-    tsvectors made once, in the GIN step (no queue row is updated first)."""
+    tsvectors made once, in the GIN step; no queue row is updated first (a trigger refusing
+    updates would fail the batch)."""
     uid = await new_user(manual)
     await manual.store.add_chunks(drafts()[:4], user_id=uid, session_id="s1")  # batches of 5
-    updated = "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'memory_chunk_text_queue'"
-    await execute(manual, "SELECT pg_stat_clear_snapshot()")
-    before = await scalar(manual, updated)
+    await execute(
+        manual,
+        "CREATE FUNCTION navi_test_no_update() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'queue row updated'; END $$",
+    )
+    for queue in ("memory_chunk_text_queue", "memory_chunk_vector_queue"):
+        await execute(
+            manual,
+            f"CREATE TRIGGER no_update BEFORE UPDATE ON {queue}"
+            " FOR EACH ROW EXECUTE FUNCTION navi_test_no_update()",
+        )
     await manual.store.index_pending_chunks(max_batches=1)
     assert await text_counts(manual) == (0, 4)
-    await execute(manual, "SELECT pg_stat_force_next_flush()")
-    assert await scalar(manual, updated) == before
+    # The same trigger does fail a backlog's batch: the check can fail.
+    await manual.store.add_chunks(drafts("more"), user_id=uid, session_id="s2")
+    with pytest.raises(StorageError):
+        await manual.store.index_pending_chunks(max_batches=1)
 
 
-async def test_a_backlog_row_whose_chunk_is_gone_is_made_empty_then_dropped(
-    manual: Memory,
-) -> None:
-    """A queue row whose chunk was deleted by SQL of its own, in a backlog: the make step
-    gives it an empty tsvector (so it is not picked again and again), search ignores it and
-    the GIN step drops it."""
+async def test_a_backlog_row_whose_chunk_is_gone_is_dropped_not_made(manual: Memory) -> None:
+    """A queue row whose chunk was deleted by SQL of its own, in a backlog: the make step drops
+    it rather than store a tsvector for an id a restored chunk could take again; search never
+    ranked it, and the rest are made and indexed."""
     uid = await new_user(manual)
     await manual.store.add_chunks(drafts(), user_id=uid, session_id="s1")
     await execute(manual, "DELETE FROM memory_chunks WHERE content LIKE '%Berlin%'")
-    assert await manual.store.index_pending_chunks(max_batches=2) == 0
-    gone = await scalar(
-        manual,
-        "SELECT count(*) FROM memory_chunk_text_queue q WHERE q.tsv = ''::tsvector"
-        " AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.id = q.chunk_id)",
-    )
-    assert gone == 1
     assert await bm25(manual, uid, None, "berlin office") == []
+    assert await manual.store.index_pending_chunks(max_batches=2) == 0  # 10 picked: made or gone
+    orphans = (
+        "SELECT count(*) FROM memory_chunk_text_queue q"
+        " WHERE NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.id = q.chunk_id)"
+    )
+    assert await scalar(manual, orphans) == 0
+    assert await text_counts(manual) == (len(NOTES) - 1, 0)
+    assert await made_count(manual) == 9
     assert await manual.store.index_pending_chunks() == len(NOTES) - 1
     assert await text_counts(manual) == (0, len(NOTES) - 1)
     assert await stats_match_the_index(manual, uid)

@@ -102,13 +102,19 @@ _MAKE_TEXT = text(
     ),
     made AS (
         -- Only a full batch: fewer rows than that are the whole backlog, and the text step
-        -- indexes them at once (making them here first would be work twice over). A row whose
-        -- chunk is gone gets an empty tsvector: made, and the text step drops it.
+        -- indexes them at once (an update first would only add a write).
         UPDATE memory_chunk_text_queue q
-        SET tsv = coalesce((SELECT navi_chunk_tsv(c.content, c.breadcrumbs)
-                            FROM memory_chunks c WHERE c.id = q.chunk_id), ''::tsvector)
-        FROM picked k
+        SET tsv = navi_chunk_tsv(c.content, c.breadcrumbs)
+        FROM picked k JOIN memory_chunks c ON c.id = k.chunk_id
         WHERE q.chunk_id = k.chunk_id AND (SELECT count(*) FROM picked) >= :limit
+        RETURNING q.chunk_id
+    ),
+    dropped AS (
+        -- A row whose chunk is gone (deleted by SQL of its own: the queue has no foreign key)
+        -- is dropped, not made: a chunk restored later under its id is queued again whole.
+        DELETE FROM memory_chunk_text_queue q USING picked k
+        WHERE q.chunk_id = k.chunk_id AND (SELECT count(*) FROM picked) >= :limit
+          AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.id = q.chunk_id)
         RETURNING q.chunk_id
     ),
     vector_held AS (
@@ -124,7 +130,8 @@ _MAKE_TEXT = text(
         WHERE p.chunk_id = h.chunk_id AND c.embedding IS NOT NULL
         RETURNING p.chunk_id
     )
-    SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM made) AS made,
+    SELECT (SELECT count(*) FROM picked) AS picked,
+           (SELECT count(*) FROM made) + (SELECT count(*) FROM dropped) AS made,
            (SELECT count(*) FROM vectors_made) AS vectors_made
     """
 )
@@ -904,7 +911,10 @@ class ChunkRepository:
                 " UPDATE memory_chunks SET embedding = CAST(:vec AS vector)"
                 " WHERE id = :id AND embedding IS NULL RETURNING id, user_id)"
                 " INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)"
-                " SELECT id, user_id FROM filled ON CONFLICT (chunk_id) DO NOTHING"
+                " SELECT id, user_id FROM filled"
+                # A row left queued with a copy of an earlier vector (revision 0013) must not
+                # index that one: the copy is dropped, the new vector read again.
+                " ON CONFLICT (chunk_id) DO UPDATE SET embedding = NULL"
             ),
             {"id": chunk_id, "vec": vector_binary(embedding)},
         )
@@ -956,11 +966,10 @@ class ChunkRepository:
                     moved_in, moved_in, 0, graph_left=False, crossing=tuple(crossing)
                 )
         room = limit - moved_in
-        made = (await self.session.execute(_MAKE_TEXT, {"limit": room})).one()
-        if made.made:  # a backlog: its tsvectors first, the batch's whole room
-            return IndexedBatch(
-                moved_in + int(made.made), moved_in + int(made.made), 0, graph_left=False
-            )
+        if room == limit:  # a batch with its whole room: a backlog is made ahead first
+            made = (await self.session.execute(_MAKE_TEXT, {"limit": limit})).one()
+            if made.made:
+                return IndexedBatch(int(made.made), int(made.made), 0, graph_left=False)
         texts = (await self.session.execute(_INDEX_TEXT, {"limit": room})).one()
         done, took = moved_in + int(texts.picked), moved_in + int(texts.taken)
         vectors: Sequence[int] = []
