@@ -293,7 +293,9 @@ async def test_a_background_indexer_that_keeps_failing_gives_up_and_says_so(
     assert await memory.store.index_pending_chunks() == 8
 
 
-@pytest.mark.parametrize("slow", ["made", "memory_chunk_terms", "memory_chunk_vectors", "requeued"])
+@pytest.mark.parametrize(
+    "slow", ["made", "made vectors", "memory_chunk_terms", "memory_chunk_vectors", "requeued"]
+)
 @pytest.mark.parametrize("delete", ["session", "user", "sql"])
 async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
     db_url: str, fake_ollama: FakeOllama, delete: str, slow: str
@@ -313,6 +315,8 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
         table, event = slow, "INSERT"
         if slow == "made":  # 40 queued, batches of 40: a backlog, made ahead first
             table, event = "memory_chunk_text_queue", "UPDATE"
+        if slow == "made vectors":  # the same batch copying the vectors onto their queue rows
+            table, event = "memory_chunk_vector_queue", "UPDATE"
         if slow == "requeued":
             table = "memory_chunk_vectors"
             await memory.store.index_pending_chunks()

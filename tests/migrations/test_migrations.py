@@ -687,15 +687,27 @@ def test_0013_keeps_queued_chunks_and_their_made_tsvectors_and_back(
             "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
             " start_seq, end_seq, started_at, ended_at)"
             " SELECT %s, 's1', 'chunk ' || i, md5(i::text), i, i, now(), now()"
-            " FROM generate_series(1, 6) i RETURNING id, user_id)"
+            " FROM generate_series(1, 6) i RETURNING id, user_id),"
+            " v AS (INSERT INTO memory_chunk_vector_queue (chunk_id, user_id)"
+            "  SELECT id, user_id FROM c)"
             " INSERT INTO memory_chunk_text_queue (chunk_id, user_id) SELECT id, user_id FROM c",
             (uid,),
         )
+
+    def toast_target(conn: psycopg.Connection[Any]) -> Any:
+        return conn.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = 'memory_chunk_text_queue'"
+        ).fetchone()
+
     dbtools.upgrade(url)
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute(
             "SELECT count(*), count(tsv) FROM memory_chunk_text_queue"
         ).fetchone() == (6, 0)
+        assert conn.execute(
+            "SELECT count(*), count(embedding) FROM memory_chunk_vector_queue"
+        ).fetchone() == (6, 0)
+        assert toast_target(conn) == (["toast_tuple_target=8160"],)
         conn.execute(
             "UPDATE memory_chunk_text_queue q SET tsv = navi_chunk_tsv(c.content, c.breadcrumbs)"
             " FROM memory_chunks c WHERE c.id = q.chunk_id AND c.start_seq <= 3"
@@ -710,6 +722,8 @@ def test_0013_keeps_queued_chunks_and_their_made_tsvectors_and_back(
     dbtools.downgrade(url, "0012")
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute("SELECT count(*) FROM memory_chunk_text_queue").fetchone() == (6,)
+        assert conn.execute("SELECT count(*) FROM memory_chunk_vector_queue").fetchone() == (6,)
+        assert toast_target(conn) == (None,)
         for queue in ("memory_chunk_text_queue", "memory_chunk_vector_queue"):
             columns = conn.execute(
                 "SELECT column_name FROM information_schema.columns"
