@@ -943,7 +943,7 @@ class ChunksBench:
         # What search_chunks runs for the vector list: CHUNK_GRAPH_CANDIDATES from the graph,
         # the rows beside it and the queue, re-sorted by distance.
         package = "SELECT id FROM ({}) n".format(
-            nearest_sql("v.user_id = :u", "p.user_id = :u", by_user=False)
+            nearest_sql("v.user_id = :u", "p.user_id = :u", by_user=False, by_session=False)
         )
         async with self.memory.engine.connect() as conn:
             for u in picks:

@@ -100,20 +100,23 @@ _MAKE_TEXT = text(
         SELECT q.chunk_id FROM memory_chunk_text_queue q WHERE q.tsv IS NULL
         ORDER BY q.chunk_id LIMIT :limit FOR UPDATE SKIP LOCKED
     ),
-    made AS (
+    backlog AS (
         -- Only a full batch: fewer rows than that are the whole backlog, and the text step
         -- indexes them at once (an update first would only add a write).
+        SELECT k.chunk_id FROM picked k WHERE (SELECT count(*) FROM picked) >= :limit
+    ),
+    made AS (
         UPDATE memory_chunk_text_queue q
         SET tsv = navi_chunk_tsv(c.content, c.breadcrumbs)
-        FROM picked k JOIN memory_chunks c ON c.id = k.chunk_id
-        WHERE q.chunk_id = k.chunk_id AND (SELECT count(*) FROM picked) >= :limit
+        FROM backlog k JOIN memory_chunks c ON c.id = k.chunk_id
+        WHERE q.chunk_id = k.chunk_id
         RETURNING q.chunk_id
     ),
     dropped AS (
         -- A row whose chunk is gone (deleted by SQL of its own: the queue has no foreign key)
         -- is dropped, not made: a chunk restored later under its id is queued again whole.
-        DELETE FROM memory_chunk_text_queue q USING picked k
-        WHERE q.chunk_id = k.chunk_id AND (SELECT count(*) FROM picked) >= :limit
+        DELETE FROM memory_chunk_text_queue q USING backlog k
+        WHERE q.chunk_id = k.chunk_id
           AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.id = q.chunk_id)
         RETURNING q.chunk_id
     ),
@@ -130,9 +133,8 @@ _MAKE_TEXT = text(
         WHERE p.chunk_id = h.chunk_id AND c.embedding IS NOT NULL
         RETURNING p.chunk_id
     )
-    SELECT (SELECT count(*) FROM picked) AS picked,
-           (SELECT count(*) FROM made) + (SELECT count(*) FROM dropped) AS made,
-           (SELECT count(*) FROM vectors_made) AS vectors_made
+    -- vectors_made runs whether read or not (a data-modifying CTE always does).
+    SELECT (SELECT count(*) FROM made) + (SELECT count(*) FROM dropped) AS made
     """
 )
 """Up to ``:limit`` queued chunks' tsvectors, lowest ids first, made and kept on their queue
@@ -141,7 +143,7 @@ that many wait without a tsvector: a backlog."""
 
 _INDEX_TEXT = text(
     f"""
-    WITH {queue_pop("memory_chunk_text_queue", "chunk_id", "memory_chunks", returning="tsv")},
+    WITH {queue_pop("memory_chunk_text_queue", "chunk_id", "memory_chunks", returning=["tsv"])},
     made AS MATERIALIZED (
         -- MATERIALIZED: inlined, "length(tsv), tsv" below made every tsvector twice (a third
         -- of the indexer's text time: 2.9 against 1.9 ms a chunk, measured). A tsvector
@@ -173,7 +175,7 @@ _VECTOR_POP = queue_pop(
     "memory_chunks",
     # Never a chunk whose text waits (or another indexer has it): text goes first.
     where="NOT EXISTS (SELECT 1 FROM memory_chunk_text_queue t WHERE t.chunk_id = q.chunk_id)",
-    returning="embedding",
+    returning=["embedding"],
 )
 
 _INDEX_VECTORS = text(
@@ -288,7 +290,7 @@ def chunk_columns() -> list[Any]:
     ]
 
 
-def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
+def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: bool) -> str:
     """The ``limit`` nearest chunks by cosine distance, from three places, each chunk in
     exactly one of them or in none (no vector): the HNSW graph (the rows of users who hold
     CHUNK_GRAPH_FROM indexed chunks or more), exactly over the indexed rows beside it (smaller
@@ -309,7 +311,7 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool) -> str:
     unit = f"CAST(l2_normalize({QUERY_VECTOR}) AS {_HALFVEC})"
     # A queued vector copied ahead (revision 0013) is read from its queue row alone; the
     # chunk's row only for a condition on it (the session).
-    made_join = "JOIN memory_chunks c ON c.id = p.chunk_id" if "c." in queue_where else ""
+    made_join = "JOIN memory_chunks c ON c.id = p.chunk_id" if by_session else ""
     gate = (
         "AND EXISTS (SELECT 1 FROM memory_chunk_vectors g WHERE g.in_graph AND g.user_id = :uid)"
         if by_user
@@ -646,7 +648,10 @@ def ranked_text_sql(
     FROM top JOIN memory_chunks c ON c.id = top.id
     ORDER BY top.score DESC, c.ended_at DESC, c.id DESC"""
     nearest = _nearest(
-        " AND ".join(vector_where), " AND ".join(vector_queue_where), by_user=by_user
+        " AND ".join(vector_where),
+        " AND ".join(vector_queue_where),
+        by_user=by_user,
+        by_session=by_session,
     )
     return f"""{ctes},
     nearest AS MATERIALIZED ({nearest}),
@@ -760,7 +765,10 @@ class ChunkRepository:
             hits=f"lower(c.content) LIKE lower(p) OR {crumbs} LIKE lower(p)",
             recency="ended_at",
             nearest=_nearest(
-                " AND ".join(vector_where), " AND ".join(queue_where), by_user=user_id is not None
+                " AND ".join(vector_where),
+                " AND ".join(queue_where),
+                by_user=user_id is not None,
+                by_session=session_id is not None,
             ),
         )
         return await search.run(self.session, params, query_vector, max_distance)

@@ -8,6 +8,7 @@ vector or none) go through ``statement()``, which keeps one ``TextClause`` per d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from sqlalchemy import TextClause, text
@@ -25,10 +26,12 @@ def statement(sql: str) -> TextClause:
     return text(sql)
 
 
-def queue_pop(queue: str, key: str, parent: str, where: str = "TRUE", returning: str = "") -> str:
+def queue_pop(
+    queue: str, key: str, parent: str, where: str = "TRUE", returning: Sequence[str] = ()
+) -> str:
     """The CTEs ``picked``, ``held`` and ``taken`` of a batch taken off ``queue``: up to
     ``:limit`` rows, lowest ``key`` first, skipping rows another indexer holds; ``taken``
-    returns ``key`` (and the queue row's columns ``returning`` names, comma-separated), and
+    returns ``key`` (and the queue row's columns ``returning`` names), and
     ``picked`` counts what the batch looked at (less than ``:limit``: the queue is empty for
     this indexer). ``where``: a condition on the queue row ``q``.
 
@@ -59,5 +62,5 @@ def queue_pop(queue: str, key: str, parent: str, where: str = "TRUE", returning:
         WHERE q.{key} = k.{key}
           AND (q.{key} IN (SELECT id FROM held)
                OR NOT EXISTS (SELECT 1 FROM {parent} p WHERE p.id = q.{key}))
-        RETURNING q.{key}{"".join(f", q.{c.strip()}" for c in returning.split(",") if c.strip())}
+        RETURNING {", ".join(f"q.{column}" for column in (key, *returning))}
     )"""
