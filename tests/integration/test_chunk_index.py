@@ -338,6 +338,11 @@ async def test_deleting_while_the_indexer_is_mid_batch_does_not_deadlock(
         else:
             await execute(memory, "DELETE FROM memory_chunks WHERE user_id = :u", u=uid)
         await indexing
+        if delete == "sql" and slow.startswith("made"):
+            # The batch after the make step may find every chunk still held by the delete (it
+            # skips them, and so stops); the chunks then go, their text queue rows (no foreign
+            # key) stay, ignored by search, until the next drain drops them.
+            await memory.store.index_pending_chunks()
         assert await counts(memory) == (0, 0)
         assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
         left = await scalar(
