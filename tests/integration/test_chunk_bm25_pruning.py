@@ -374,6 +374,43 @@ async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
     assert reads[True] <= 100, reads
 
 
+async def test_a_big_users_query_is_pruned_when_no_word_is_rare_and_none_holds_all(
+    memory: Memory,
+) -> None:
+    """The seed when no query word is rare enough to read whole (its chunks beyond
+    CHUNK_BM25_SEED_ROWS) and no chunk holds every word: before, the seed was empty, θ 0, and
+    a 20,000-chunk user's query read every chunk holding any of its words (4,500 here; at 1M
+    chunks 0.7-0.9 s for the largest user). The seed now reads up to CHUNK_BM25_SEED_ROWS of
+    the rarest word's chunks; their scores prune the common word, and the rows are the
+    plain statement's."""
+    uid = await new_user(memory)
+    # xylophone three times in 500 chunks (beyond the seed's 200), marimba in 4,000 others.
+    marks = (
+        "CASE WHEN g % 5 = 0 THEN ' marimba' ELSE '' END"
+        " || CASE WHEN g % 40 = 1 THEN ' xylophone xylophone xylophone' ELSE '' END"
+    )
+    await add_filler_chunks(memory, uid, 20_000, marks)
+    await index_chunk_text(memory)
+    await execute(memory, "ANALYZE memory_chunks, memory_chunk_terms, memory_chunk_lexeme_df")
+    params = plan_params(uid, "xylophone marimba")
+    reads, found = {}, {}
+    async with memory.engine.connect() as conn:
+        for prune in (False, True):
+            sql = ranked_text_sql(by_user=True, by_session=False, prune=prune)
+            nodes = await analyzed_nodes(conn, sql, params)
+            reads[prune] = sum(
+                n["Actual Rows"] * n.get("Actual Loops", 1)
+                for n in nodes
+                if n.get("Relation Name") == "memory_chunk_terms"
+            )
+            rows = (await conn.execute(text(sql), params)).mappings().all()
+            found[prune] = [(r["id"], r["score"]) for r in rows]
+    assert found[True] == found[False] and len(found[True]) == 5
+    assert reads[False] >= 4_500
+    # The seed's 200 xylophone chunks, then the 500 candidates holding the essential word.
+    assert reads[True] <= 700 + 10, reads
+
+
 async def test_a_small_users_pruned_query_of_a_common_word_reads_only_their_own_chunks(
     memory: Memory,
 ) -> None:

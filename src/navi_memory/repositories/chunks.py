@@ -399,11 +399,13 @@ def _query_lexemes_of(tsv: str) -> str:
 
 def _tf(name: str, cand: str) -> str:
     """CTE ``name``: each query lexeme (``lexeme``, ``tf``) of each chunk of CTE ``cand`` (id,
-    ended_at, tsv, dl), with its length ``dl``."""
+    ended_at, tsv, dl: its tsv already narrowed to the query's lexemes by ``_query_lexemes_of``,
+    so that a candidate carries tens of bytes instead of its whole tsvector), with its length
+    ``dl``."""
     return f"""
     {name} AS (
         SELECT c.id, u.lexeme, coalesce(cardinality(u.positions), 1) AS tf, c.dl
-        FROM {cand} c, unnest({_query_lexemes_of("c.tsv")}) u
+        FROM {cand} c, unnest(c.tsv) u
     )"""
 
 
@@ -444,11 +446,15 @@ _RANKED_TEXT = (
         -- Only chunks holding a query lexeme (navi_text_tsquery: evaluated while planning, so
         -- the planner weighs the words: the per-user btree for a small user, GIN for rare
         -- words), and the queued ones holding one.
-        SELECT t.chunk_id AS id, t.ended_at, t.tsv, t.lexemes AS dl
+        SELECT t.chunk_id AS id, t.ended_at, """
+    + _query_lexemes_of("t.tsv")
+    + """ AS tsv, t.lexemes AS dl
         FROM memory_chunk_terms t
         WHERE {terms_where} AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
         UNION ALL
-        SELECT q.id, q.ended_at, q.tsv, length(q.tsv)
+        SELECT q.id, q.ended_at, """
+    + _query_lexemes_of("q.tsv")
+    + """, length(q.tsv)
         FROM queued q
         WHERE {queued_where} AND q.tsv @@ navi_text_tsquery(CAST(:query AS text))
     ),"""
@@ -523,25 +529,29 @@ _RANKED_TEXT_PRUNED = (
         -- one-row filter): the chunks of the rarest words (up to :seed_rows in all), and up to
         -- :seed_every times :limit more holding every word.
         SELECT (SELECT CAST(string_agg(operand, ' | ') AS tsquery)
-                FROM bound WHERE rarer <= :seed_rows) AS rare,
+                FROM bound WHERE rarer <= :seed_rows OR rarer = df) AS rare,
                (SELECT CAST(string_agg(operand, ' & ') AS tsquery) FROM bound) AS every
         FROM st WHERE st.chunks >= :prune_from AND (SELECT yes FROM kept)
     ),
     seed AS MATERIALIZED (
-        SELECT t.chunk_id AS id, t.ended_at, t.tsv, t.lexemes AS dl
-        FROM memory_chunk_terms t
-        WHERE t.user_id = :uid AND t.tsv @@ (SELECT rare FROM seedq)
-        UNION ALL
-        (SELECT t.chunk_id, t.ended_at, t.tsv, t.lexemes
-         FROM memory_chunk_terms t
-         WHERE t.user_id = :uid AND t.tsv @@ (SELECT every FROM seedq)
-           AND NOT coalesce(t.tsv @@ (SELECT rare FROM seedq), FALSE)
-         LIMIT CAST(:seed_every AS bigint) * CAST(:limit AS bigint))
+        SELECT DISTINCT ON (s.id) s.* FROM (
+            (SELECT t.chunk_id AS id, t.ended_at, {_query_lexemes_of("t.tsv")} AS tsv,
+                    t.lexemes AS dl
+             FROM memory_chunk_terms t
+             WHERE t.user_id = :uid AND t.tsv @@ (SELECT rare FROM seedq)
+             LIMIT CAST(:seed_rows AS bigint))
+            UNION ALL
+            (SELECT t.chunk_id, t.ended_at, {_query_lexemes_of("t.tsv")}, t.lexemes
+             FROM memory_chunk_terms t
+             WHERE t.user_id = :uid AND t.tsv @@ (SELECT every FROM seedq)
+             LIMIT CAST(:seed_every AS bigint) * CAST(:limit AS bigint))
+        ) s
+        ORDER BY s.id
     ),"""
     + _tf("seed_tf", "seed")
     + ","
     + _scored("seed_scored", "seed_tf", "lx")
-    + """,
+    + f""",
     theta AS MATERIALIZED (
         -- The :limit-th best seed score (0 with fewer seeds): the top :limit all score at
         -- least this much.
@@ -563,17 +573,18 @@ _RANKED_TEXT_PRUNED = (
         -- sees. The essential tsquery is unknown when planning: for a small user the planner
         -- ANDed the user's btree with a GIN scan of every query word, common ones included,
         -- which read every user's chunks holding them (0.2-0.8 s at 1M chunks).
-        SELECT t.chunk_id AS id, t.ended_at, t.tsv, t.lexemes AS dl
+        SELECT t.chunk_id AS id, t.ended_at, {_query_lexemes_of("t.tsv")} AS tsv,
+               t.lexemes AS dl
         FROM memory_chunk_terms t
         WHERE (SELECT v FROM theta) > 0
           AND t.user_id = :uid AND t.tsv @@ (SELECT q FROM essential)
         UNION ALL
-        SELECT t.chunk_id, t.ended_at, t.tsv, t.lexemes
+        SELECT t.chunk_id, t.ended_at, {_query_lexemes_of("t.tsv")}, t.lexemes
         FROM memory_chunk_terms t
         WHERE (SELECT v FROM theta) = 0
           AND t.user_id = :uid AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
         UNION ALL
-        SELECT q.id, q.ended_at, q.tsv, length(q.tsv)
+        SELECT q.id, q.ended_at, {_query_lexemes_of("q.tsv")}, length(q.tsv)
         FROM queued q
         WHERE q.tsv @@ navi_text_tsquery(CAST(:query AS text))
     ),"""
