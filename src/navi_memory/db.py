@@ -57,6 +57,7 @@ __all__ = [
     "create_sessionmaker",
     "ensure_trgm_indexes",
     "is_connection_lost",
+    "parallel_settings",
     "probe",
     "redact_url",
     "resolve_database_url",
@@ -247,6 +248,7 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
                 # What every vector query wants, from the connection's start: no SET LOCAL
                 # round trips (nor a transaction) per search. See vector_search_settings.
                 **vector_search_settings(settings),
+                **parallel_settings(settings),
             },
         },
     )
@@ -277,6 +279,19 @@ def vector_search_settings(settings: Settings) -> dict[str, str]:
         "hnsw.iterative_scan": "relaxed_order",
         "hnsw.ef_search": str(settings.hnsw_ef_search),
     }
+
+
+def parallel_settings(settings: Settings) -> dict[str, str]:
+    """``max_parallel_workers_per_gather`` for the engine's connections (nothing when
+    DB_PARALLEL_WORKERS_PER_GATHER is -1: the server's value).
+
+    0 by default: the package's statements read one user's rows, where a parallel plan's
+    worker start costs more than it saves. The planner also gives a parallel plan to a
+    UNION arm that a one-time filter turns off at run time, and its workers start all the
+    same: the pruned BM25 statement's arm for users without kept frequencies started two for
+    every big user, ~4 ms of a 23 ms search at 1M chunks (docs/benchmarks.md)."""
+    workers = settings.db_parallel_workers_per_gather
+    return {} if workers < 0 else {"max_parallel_workers_per_gather": str(workers)}
 
 
 def _register_vector_codec(dbapi_connection: Any, _record: Any) -> None:

@@ -474,6 +474,20 @@ async def test_every_connection_starts_with_the_vector_search_options(
                 assert (shown, ef) == ("relaxed_order", "123")
 
 
+@pytest.mark.parametrize(("configured", "shown"), [(None, "0"), (3, "3"), (-1, "2")])
+async def test_connections_start_with_the_parallel_workers_setting(
+    db_url: str, fake_ollama: FakeOllama, configured: int | None, shown: str
+) -> None:
+    """DB_PARALLEL_WORKERS_PER_GATHER: 0 by default on both engines' connections (a
+    parallel plan's workers cost more than a per-user statement saves), as set, or the
+    server's own (2, PostgreSQL's default) at -1."""
+    extra = {} if configured is None else {"db_parallel_workers_per_gather": configured}
+    async with open_memory(make_settings(db_url, fake_ollama, **extra)) as memory:
+        for engine in (memory.engine, memory.cached_plans_engine):
+            async with engine.connect() as conn:
+                assert await conn.scalar(text("SHOW max_parallel_workers_per_gather")) == shown
+
+
 async def test_hits_say_whether_the_fact_has_a_vector_without_carrying_it(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:
