@@ -88,7 +88,7 @@ ADD_RATE_TARGET: Final = 2_000.0
 """The issue's target: add_chunks >= 2,000 chunks/s into the 100k table, embedding excluded."""
 HNSW_INDEX: Final = "ix_memory_chunk_vectors_embedding_hnsw"
 INDEXED_TABLES: Final = ("memory_chunks", "memory_chunk_vectors", "memory_chunk_terms")
-TEXT_GIN: Final = "ix_memory_chunk_terms_tsv"
+TEXT_GIN: Final = "ix_memory_chunk_terms_user_id_tsv"
 MAINTENANCE_WORK_MEM: Final = "5GB"
 """Enough for the 1M-row halfvec HNSW graph to be built in memory (≈ 2 GiB)."""
 CONCURRENT_CALLERS: Final = 8

@@ -363,7 +363,7 @@ async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
             if prune:
                 assert any(
                     n["Node Type"] == "Bitmap Index Scan"
-                    and n["Index Name"] == "ix_memory_chunk_terms_tsv"
+                    and n["Index Name"] == "ix_memory_chunk_terms_user_id_tsv"
                     for n in nodes
                 )
             rows = (await conn.execute(text(sql), params)).mappings().all()

@@ -276,7 +276,8 @@ async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(
         n for n in nodes if n.get("Relation Name") in ("memory_chunks", "memory_chunk_terms")
     ]
     assert any(
-        n["Node Type"] == "Bitmap Index Scan" and n["Index Name"] == "ix_memory_chunk_terms_tsv"
+        n["Node Type"] == "Bitmap Index Scan"
+        and n["Index Name"] == "ix_memory_chunk_terms_user_id_tsv"
         for n in nodes
     )
     assert not any(n["Node Type"] == "Seq Scan" for n in chunk_reads)

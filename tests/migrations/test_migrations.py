@@ -275,8 +275,10 @@ def test_catalog_has_the_operator_classes_alembic_does_not_compare(
     assert "ix_memory_chunks_content_fts" not in defs  # 0004: no query used it
     assert "USING gin (breadcrumbs)" in defs["ix_memory_chunks_breadcrumbs"]
     # Chunk text is GIN-indexed in memory_chunk_terms only, off add_chunks' write path.
+    assert "ix_memory_chunk_terms_tsv" not in defs  # 0014: the (user_id, tsv) index serves it
     assert (
-        "USING gin (tsv) WITH (gin_pending_list_limit='128')" in defs["ix_memory_chunk_terms_tsv"]
+        "USING gin (user_id, tsv) WITH (gin_pending_list_limit='128')"
+        in defs["ix_memory_chunk_terms_user_id_tsv"]
     )
     assert not any("search_tsv" in d or "tsvector" in d for d in defs.values())
     assert "NULLS NOT DISTINCT" in defs["uq_memory_facts_user_id_category_key"]
@@ -731,3 +733,63 @@ def test_0013_keeps_queued_chunks_and_their_made_tsvectors_and_back(
                 (queue,),
             ).fetchall()
             assert columns == [("chunk_id",), ("user_id",)], queue
+
+
+def test_0014_finds_a_users_chunks_by_word_in_one_gin_index_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0014 creates btree_gin and replaces the tsvector GIN index with one over (user_id,
+    tsv), built over the rows already indexed: a user's chunks holding a word are found in it
+    alone, and so are every user's (by tsv alone). A downgrade brings the old index back."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0013")
+    uid, other = uuid.uuid4(), uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s), (%s)", (uid, other))
+        conn.execute(
+            "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
+            " start_seq, end_seq, started_at, ended_at)"
+            " SELECT CASE WHEN i %% 2 = 0 THEN %s ELSE %s END, 's1',"
+            "   'chunk ' || i || CASE WHEN i %% 10 < 2 THEN ' marimba' ELSE '' END,"
+            "   md5(i::text), i, i, now(), now()"
+            " FROM generate_series(1, 400) i RETURNING *)"
+            " INSERT INTO memory_chunk_terms"
+            "  (chunk_id, user_id, session_id, ended_at, lexemes, tsv)"
+            " SELECT id, user_id, session_id, ended_at, length(t), t"
+            " FROM c, navi_chunk_tsv(c.content, c.breadcrumbs) t",
+            (uid, other),
+        )
+
+    def found(conn: psycopg.Connection[Any], user: uuid.UUID | None) -> tuple[list[str], int]:
+        """The indexes a search of 'marimba' reads, and how many chunks it finds. A table
+        this small is cheaper to read through the btree of user ids, which is set aside (in
+        a transaction rolled back) to show what the GIN index alone does."""
+        where = "tsv @@ to_tsquery('simple', 'marimba')" + (" AND user_id = %s" if user else "")
+        args = (user,) if user else ()
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL enable_seqscan = off")
+            conn.execute("DROP INDEX ix_memory_chunk_terms_user_id_session_id")
+            plan = [
+                row[0]
+                for row in conn.execute(
+                    "EXPLAIN SELECT chunk_id FROM memory_chunk_terms WHERE " + where, args
+                ).fetchall()
+            ]
+            count = conn.execute("SELECT count(*) FROM memory_chunk_terms WHERE " + where, args)
+            total = count.fetchone()[0]  # type: ignore[index]
+        used = sorted({w for line in plan for w in line.split() if w.startswith("ix_")})
+        conds = [line for line in plan if "Index Cond" in line]
+        # The user's id is looked up in the index itself, beside the word.
+        assert not user or any("user_id =" in line for line in conds), plan
+        return used, total
+
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'btree_gin'").fetchone()
+        assert found(conn, uid) == (["ix_memory_chunk_terms_user_id_tsv"], 40)
+        assert found(conn, None) == (["ix_memory_chunk_terms_user_id_tsv"], 80)
+    dbtools.downgrade(url, "0013")
+    with connect(pg_server, scratch_db) as conn:
+        assert found(conn, None) == (["ix_memory_chunk_terms_tsv"], 80)
+        names = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+        assert "ix_memory_chunk_terms_user_id_tsv" not in names

@@ -182,8 +182,11 @@ class ChunkTermsRow(Base):
 
     __table_args__ = (
         Index("ix_memory_chunk_terms_user_id_session_id", "user_id", "session_id"),
+        # GIN over both (btree_gin, revision 0014): a user's chunks holding a word, found
+        # inside the index; also serves every user's (tsv alone).
         Index(
-            "ix_memory_chunk_terms_tsv",
+            "ix_memory_chunk_terms_user_id_tsv",
+            "user_id",
             "tsv",
             postgresql_using="gin",
             postgresql_with=TEXT_GIN_OPTIONS,
