@@ -531,8 +531,11 @@ _RANKED_TEXT_PRUNED = (
     ),
     seedq AS MATERIALIZED (
         -- Only for a user of :prune_from chunks or more whose frequencies are kept (a
-        -- one-row filter): the chunks of the rarest words (up to :seed_rows in all), and up to
-        -- :seed_every times :limit more holding every word.
+        -- one-row filter): the chunks of the rarest words (up to :seed_rows in all by their
+        -- frequencies; always the rarest, :seed_rows of its chunks at most when it alone has
+        -- more), and up to :seed_every times :limit more holding every word. Any real
+        -- chunks' scores bound the top from below: which are read decides only how much is
+        -- pruned.
         SELECT (SELECT CAST(string_agg(operand, ' | ') AS tsquery)
                 FROM bound WHERE rarer <= :seed_rows OR rarer = df) AS rare,
                (SELECT CAST(string_agg(operand, ' & ') AS tsquery) FROM bound) AS every
