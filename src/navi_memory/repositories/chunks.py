@@ -303,11 +303,17 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: 
 
     ``by_user``: the graph is read only when the user has a row in it (a one-time check on
     its partial btree): an HNSW scan filtered to a user it holds nothing of walks the graph
-    up to ``hnsw.max_scan_tuples`` for nothing. And without a session, the graph side's user
-    filter is written so that no btree can serve it (``IS NOT FALSE``): every user in the
-    graph holds CHUNK_GRAPH_FROM rows or more, where the graph beats an exact scan, but the
-    planner costs pgvector's scan high and read users of up to ~8,000 rows exactly (at 1M
-    chunks: 15-16 ms p50 for users of 2,000-9,999 chunks, 3.6-4.0 through the graph).
+    up to ``hnsw.max_scan_tuples`` for nothing.
+
+    Without a session, a user settled in the graph (CHUNK_GRAPH_CANDIDATES rows in it at
+    least, none beside it) is read through the graph alone: its user filter is written so
+    that no btree can serve it (``IS NOT FALSE``). The planner costs pgvector's scan high and
+    read such users of up to ~8,000 rows exactly through the graph side's btree (at 1M
+    chunks: 15-16 ms p50 for users of 2,000-9,999 chunks, 3.6-4.0 through the graph). A user
+    still moving in (rows on both sides: the indexer puts new vectors in the graph once the
+    user has crossed, and moves the old ones batch by batch) is left to the planner: the graph
+    may hold a few of their rows among everyone's, which an HNSW scan filtered to them would
+    walk up to ``hnsw.max_scan_tuples`` to find (p95 905 ms while a burst's users moved in).
 
     The graph side reads CHUNK_GRAPH_CANDIDATES rows at least (its scan yields them only
     roughly by distance), and the outer sort is on ``approx + 0``, which no side is ordered
@@ -321,14 +327,28 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: 
         if by_user
         else ""
     )
-    graph_where = "(v.user_id = :uid) IS NOT FALSE" if by_user and not by_session else vector_where
-    return f"""
-        SELECT u.id, u.approx FROM (
+    graph = f"""
             (SELECT v.chunk_id AS id, v.embedding <=> {unit} AS approx
              FROM memory_chunk_vectors v
-             WHERE v.in_graph AND {graph_where} {gate}
+             WHERE v.in_graph AND {{where}}
              ORDER BY approx
-             LIMIT greatest(CAST(:limit AS integer), {CHUNK_GRAPH_CANDIDATES}))
+             LIMIT greatest(CAST(:limit AS integer), {CHUNK_GRAPH_CANDIDATES}))"""
+    if by_user and not by_session:
+        settled = (
+            "((SELECT count(*) FROM (SELECT 1 FROM memory_chunk_vectors g WHERE g.in_graph"
+            f" AND g.user_id = :uid LIMIT {CHUNK_GRAPH_CANDIDATES}) x) = {CHUNK_GRAPH_CANDIDATES}"
+            " AND NOT EXISTS (SELECT 1 FROM memory_chunk_vectors b"
+            " WHERE NOT b.in_graph AND b.user_id = :uid))"
+        )
+        graph_sides = (
+            graph.format(where=f"(v.user_id = :uid) IS NOT FALSE AND {settled}")
+            + "\n            UNION ALL"
+            + graph.format(where=f"{vector_where} AND NOT {settled} {gate}")
+        )
+    else:
+        graph_sides = graph.format(where=f"{vector_where} {gate}")
+    return f"""
+        SELECT u.id, u.approx FROM ({graph_sides}
             UNION ALL
             (SELECT v.chunk_id AS id, v.embedding <=> {unit} AS approx
              FROM memory_chunk_vectors v
