@@ -41,10 +41,10 @@ def upgrade() -> None:
         BEGIN
             CREATE EXTENSION IF NOT EXISTS btree_gin;
         EXCEPTION WHEN OTHERS THEN
-            RAISE EXCEPTION 'navi-memory revision 0014 needs the btree_gin extension: %', SQLERRM
-                USING HINT = 'btree_gin ships with PostgreSQL (contrib; on Debian/Ubuntu in '
-                    'the postgresql-NN package): have the database owner or a superuser run '
-                    'CREATE EXTENSION btree_gin; in this database, then migrate again';
+            RAISE EXCEPTION 'navi-memory revision 0014 needs the btree_gin extension (%): '
+                'have the database owner or a superuser run CREATE EXTENSION btree_gin; in '
+                'this database, then migrate again (it ships with PostgreSQL''s contrib; '
+                'on Debian/Ubuntu in the postgresql-NN package); nothing was changed', SQLERRM;
         END
         $$
         """

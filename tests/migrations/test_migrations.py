@@ -793,3 +793,29 @@ def test_0014_finds_a_users_chunks_by_word_in_one_gin_index_and_back(
         assert found(conn, None) == (["ix_memory_chunk_terms_tsv"], 80)
         names = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
         assert "ix_memory_chunk_terms_user_id_tsv" not in names
+
+
+def test_0014_stops_with_what_to_do_when_btree_gin_cannot_be_created(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """A role without CREATE on the database may not create even a trusted extension: 0014
+    then stops, names the extension and who must create it, and changes nothing (the schema
+    stays at 0013 with its old index)."""
+    dbtools.upgrade(pg_server.url(scratch_db), "0013")
+    role = f"migrator_{uuid.uuid4().hex[:8]}"
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{role}"')
+        conn.execute(f'REVOKE CREATE ON DATABASE "{scratch_db}" FROM "{role}", PUBLIC')
+    url = dbtools.socket_url(str(pg_server.socket_dir), scratch_db, user=role)
+    with pytest.raises(Exception) as raised:
+        dbtools.upgrade(url)
+    message = str(raised.value)
+    assert "revision 0014 needs the btree_gin extension" in message, message
+    assert "permission denied" in message, message
+    assert "CREATE EXTENSION btree_gin; in this database" in message, message
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0013",)
+        names = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+        assert "ix_memory_chunk_terms_tsv" in names
+        assert not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'btree_gin'").fetchone()
