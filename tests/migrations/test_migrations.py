@@ -11,6 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
+from sqlalchemy.exc import DBAPIError
 
 from navi_memory.db import SCHEMA_HEAD, TRGM_INDEXES
 from navi_memory.models import Base
@@ -808,7 +809,7 @@ def test_0014_stops_with_what_to_do_when_btree_gin_cannot_be_created(
         conn.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{role}"')
         conn.execute(f'REVOKE CREATE ON DATABASE "{scratch_db}" FROM "{role}", PUBLIC')
     url = dbtools.socket_url(str(pg_server.socket_dir), scratch_db, user=role)
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(DBAPIError) as raised:
         dbtools.upgrade(url)
     message = str(raised.value)
     assert "revision 0014 needs the btree_gin extension" in message, message
