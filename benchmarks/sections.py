@@ -26,7 +26,7 @@ from benchmarks.harness import (
     percentile,
 )
 from navi_memory import Memory, Settings, open_memory
-from navi_memory.db import register_vector_codec, vector_search_settings
+from navi_memory.db import parallel_settings, register_vector_codec, vector_search_settings
 
 __all__ = [
     "WARMUP_CALLS",
@@ -112,6 +112,7 @@ async def raw_connection(
         server_settings={
             "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
             **vector_search_settings(settings),
+            **parallel_settings(settings),
             **({} if synchronous_commit else {"synchronous_commit": "off"}),
         },
     )
