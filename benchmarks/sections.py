@@ -26,7 +26,12 @@ from benchmarks.harness import (
     percentile,
 )
 from navi_memory import Memory, Settings, open_memory
-from navi_memory.db import parallel_settings, register_vector_codec, vector_search_settings
+from navi_memory.db import (
+    commit_settings,
+    parallel_settings,
+    register_vector_codec,
+    vector_search_settings,
+)
 
 __all__ = [
     "WARMUP_CALLS",
@@ -113,6 +118,7 @@ async def raw_connection(
             "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
             **vector_search_settings(settings),
             **parallel_settings(settings),
+            **commit_settings(settings),
             **({} if synchronous_commit else {"synchronous_commit": "off"}),
         },
     )

@@ -74,6 +74,18 @@ class Settings(BaseSettings):
         ),
     )
 
+    db_synchronous_commit: Literal[
+        "server", "on", "off", "local", "remote_write", "remote_apply"
+    ] = Field(
+        default="server",
+        description=(
+            "synchronous_commit on the package's connections; 'server' leaves the server's "
+            "(on, by default). 'off' makes a write's commit return before its WAL reaches "
+            "disk: a server crash may lose the last fraction of a second of commits, whole, "
+            "never half of one."
+        ),
+    )
+
     # --- models ---------------------------------------------------------------------------
     ollama_host: str = "http://127.0.0.1:11434"
     ollama_api_key: str = ""

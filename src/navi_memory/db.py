@@ -52,6 +52,7 @@ __all__ = [
     "TRGM_INDEXES",
     "Capabilities",
     "check_capabilities",
+    "commit_settings",
     "connection_error",
     "create_engine",
     "create_sessionmaker",
@@ -249,6 +250,7 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
                 # round trips (nor a transaction) per search. See vector_search_settings.
                 **vector_search_settings(settings),
                 **parallel_settings(settings),
+                **commit_settings(settings),
             },
         },
     )
@@ -292,6 +294,18 @@ def parallel_settings(settings: Settings) -> dict[str, str]:
     every big user, ~4 ms of a 23 ms search at 1M chunks (docs/benchmarks.md)."""
     workers = settings.db_parallel_workers_per_gather
     return {} if workers < 0 else {"max_parallel_workers_per_gather": str(workers)}
+
+
+def commit_settings(settings: Settings) -> dict[str, str]:
+    """``synchronous_commit`` for the engine's connections (nothing when
+    DB_SYNCHRONOUS_COMMIT is 'server': the server's value, on by default).
+
+    One caller's writes (upsert_fact, add_chunks) each wait for their commit's WAL flush,
+    which is most of a small write's time on a slow disk (docs/benchmarks.md: 345 upserts/s
+    durable against ~1,000 with 'off'). 'off' trades the last fraction of a second of commits
+    on a server crash for that; PostgreSQL never applies half a transaction either way."""
+    value = settings.db_synchronous_commit
+    return {} if value == "server" else {"synchronous_commit": value}
 
 
 def _register_vector_codec(dbapi_connection: Any, _record: Any) -> None:

@@ -488,6 +488,35 @@ async def test_connections_start_with_the_parallel_workers_setting(
                 assert await conn.scalar(text("SHOW max_parallel_workers_per_gather")) == shown
 
 
+@pytest.mark.parametrize("configured", [None, "on", "off", "local"])
+async def test_connections_start_with_the_synchronous_commit_setting(
+    db_url: str, fake_ollama: FakeOllama, configured: str | None
+) -> None:
+    """DB_SYNCHRONOUS_COMMIT: left to the server by default (the test server's own value, not
+    one the client sent), as set otherwise, on both engines' connections; a write made with
+    it is there, whole, for the next reader."""
+    extra = {} if configured is None else {"db_synchronous_commit": configured}
+    async with open_memory(make_settings(db_url, fake_ollama, **extra)) as memory:
+        for engine in (memory.engine, memory.cached_plans_engine):
+            async with engine.connect() as conn:
+                shown = (
+                    await conn.execute(
+                        text(
+                            "SELECT setting, source FROM pg_settings "
+                            "WHERE name = 'synchronous_commit'"
+                        )
+                    )
+                ).one()
+                if configured is None:
+                    assert shown.source != "client"
+                else:
+                    assert (shown.setting, shown.source) == (configured, "client")
+        uid = await new_user(memory)
+        await memory.store.upsert_fact("notes", "durability", "asked of the server", user_id=uid)
+        facts = await memory.store.get_all_facts(user_id=uid)
+        assert [(f.key, f.value) for f in facts] == [("durability", "asked of the server")]
+
+
 async def test_hits_say_whether_the_fact_has_a_vector_without_carrying_it(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -24,3 +24,15 @@ def test_good_settings_load_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DB_POOL_SIZE", "7")
     assert load_settings(_env_file=None).db_pool_size == 7
     assert load_settings(_env_file=None, db_pool_size=3).db_pool_size == 3
+
+
+def test_a_synchronous_commit_value_the_server_does_not_take_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DB_SYNCHRONOUS_COMMIT is checked before any connection: a typo is not sent to the
+    server as a startup parameter (which would refuse every connection)."""
+    monkeypatch.setenv("DB_SYNCHRONOUS_COMMIT", "sometimes")
+    with pytest.raises(ConfigError, match="DB_SYNCHRONOUS_COMMIT='sometimes'"):
+        load_settings(_env_file=None)
+    monkeypatch.setenv("DB_SYNCHRONOUS_COMMIT", "off")
+    assert load_settings(_env_file=None).db_synchronous_commit == "off"
