@@ -17,12 +17,12 @@ from navi_memory import PERMISSION_READ_ALL, Memory, open_memory, request_contex
 from navi_memory.config import Settings
 from navi_memory.constants import CHUNK_GRAPH_CANDIDATES, CHUNK_GRAPH_FROM
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
-from navi_memory.repositories.chunks import ranked_text_sql
+from navi_memory.repositories.chunks import ranked_text_sql, settled_rows
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_user, plan_nodes, scalar
 from tests.integration.test_cached_plans import statements_on
-from tests.integration.test_chunk_index import QUERIES, TOPICS, drafts
+from tests.integration.test_chunk_index import QUERIES, TOPICS, draft, drafts
 
 GRAPH_FROM = 10
 
@@ -214,6 +214,7 @@ async def explain_nearest(
         "limit": 5,
         "k1": 1.5,
         "b": 0.75,
+        "settled_rows": settled_rows(GRAPH_FROM),
     }
     async with memory.engine.connect() as conn:
         # By default the HNSW scan is then the planner's only way into the graph's side (no
@@ -364,6 +365,67 @@ async def test_a_user_who_shrinks_keeps_their_rows_in_the_graph_and_found(manual
     assert await sides(manual, uid) == (4, 0, 0)
     found = await manual.store.search_chunks(TOPICS[0], user_id=uid, limit=10)
     assert {h.via for h in found} >= {"vector"}
+
+
+async def test_a_user_the_graph_holds_fewer_rows_of_than_its_threshold_is_not_walked_for(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """A user who shrank in the graph (their chunks deleted) below its threshold, though not
+    below CHUNK_GRAPH_CANDIDATES, holds a sliver of everyone's rows: an HNSW scan filtered to
+    them stops at ``hnsw.max_scan_tuples`` with most of them unfound (here: the graph's
+    nearest rows to the first query are another user's). Their search is left to the
+    planner, which reads them exactly: the same hits with the walk cut to 60 tuples (and the
+    graph's btree not to be read whole) as with every row of theirs beside the graph."""
+    graph_from = 100
+    settings = make_settings(
+        db_url,
+        fake_ollama,
+        chunk_index_in_background=False,
+        chunk_graph_from=graph_from,
+        hnsw_ef_search=10,
+    )
+    async with open_memory(settings) as memory:
+        other, uid = await new_user(memory), await new_user(memory)
+        crowd = [draft(f"{TOPICS[0]} ({i})", i) for i in range(600)]  # nearer than theirs
+        await memory.store.add_chunks(crowd, user_id=other, session_id="o1")
+        await memory.store.add_chunks(drafts("kept", 60), user_id=uid, session_id="kept")
+        await memory.store.add_chunks(drafts("gone", 60), user_id=uid, session_id="gone")
+        await memory.store.index_pending_chunks()
+        assert await sides(memory, uid) == (120, 0, 0)
+        await execute(
+            memory, "DELETE FROM memory_chunks WHERE user_id = :u AND session_id = 'gone'", u=uid
+        )
+        assert await sides(memory, uid) == (60, 0, 0)
+        assert CHUNK_GRAPH_CANDIDATES <= 60 < settled_rows(graph_from)
+        database = await scalar(memory, "SELECT current_database()")
+        for setting in (
+            "hnsw.max_scan_tuples = 60",
+            "enable_seqscan = off",
+            "enable_bitmapscan = off",
+        ):
+            await execute(memory, f'ALTER DATABASE "{database}" SET {setting}')
+
+    async def nearest(memory: Memory) -> list[list[int]]:
+        """Per query, the hits found by the vector list (they carry a distance), of
+        search_chunks and of unified search (each its own service and settings)."""
+        found = []
+        for query in QUERIES:
+            chunks = await memory.store.search_chunks(query, user_id=uid, limit=20)
+            unified = await memory.search.search(query, scope="raw", k=20, user_id=uid)
+            found.append(sorted(h.id for h in chunks if h.distance is not None))
+            found.append(sorted(h.chunk_id or 0 for h in unified if h.distance is not None))
+        return found
+
+    async with open_memory(settings) as memory:  # new connections, the walk cut short
+        assert await scalar(memory, "SHOW hnsw.max_scan_tuples") == "60"
+        in_graph = await nearest(memory)
+        await execute(
+            memory, "UPDATE memory_chunk_vectors SET in_graph = false WHERE user_id = :u", u=uid
+        )
+        assert await sides(memory, uid) == (0, 60, 0)
+        exact = await nearest(memory)
+    assert [len(found) for found in exact] == [8] * 8, exact  # their chunks of the topic
+    assert in_graph == exact
 
 
 def sweeps(statements: list[str]) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from navi_memory.constants import (
     CHUNK_BM25_SEED_EVERY,
     CHUNK_BM25_SEED_ROWS,
     CHUNK_GRAPH_CANDIDATES,
+    CHUNK_GRAPH_FROM,
     CHUNK_INSERT_BATCH,
     EMBEDDING_DIM,
 )
@@ -29,7 +30,7 @@ from navi_memory.repositories.vectors import (
 )
 from navi_memory.schemas import ChunkDraft
 
-__all__ = ["ChunkRepository", "IndexedBatch", "ranked_text_sql"]
+__all__ = ["ChunkRepository", "IndexedBatch", "ranked_text_sql", "settled_rows"]
 
 
 class IndexedBatch(NamedTuple):
@@ -305,15 +306,20 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: 
     its partial btree): an HNSW scan filtered to a user it holds nothing of walks the graph
     up to ``hnsw.max_scan_tuples`` for nothing.
 
-    Without a session, a user settled in the graph (CHUNK_GRAPH_CANDIDATES rows in it at
-    least, none beside it) is read through the graph alone: its user filter is written so
-    that no btree can serve it (``IS NOT FALSE``). The planner costs pgvector's scan high and
-    read such users of up to ~8,000 rows exactly through the graph side's btree (at 1M
-    chunks: 15-16 ms p50 for users of 2,000-9,999 chunks, 3.6-4.0 through the graph). A user
-    still moving in (rows on both sides: the indexer puts new vectors in the graph once the
+    Without a session, a user settled in the graph (``:settled_rows`` rows in it at least,
+    ``settled_rows``: the graph's threshold, CHUNK_GRAPH_FROM, and never fewer than
+    CHUNK_GRAPH_CANDIDATES; none beside it) is read through the graph alone: its user filter
+    is written so that no btree can serve it (``IS NOT FALSE``). The planner costs pgvector's
+    scan high and read such users of up to ~8,000 rows exactly through the graph side's btree
+    (at 1M chunks: 15-16 ms p50 for users of 2,000-9,999 chunks, 3.6-4.0 through the graph). A
+    user still moving in (rows on both sides: the indexer puts new vectors in the graph once the
     user has crossed, and moves the old ones batch by batch) is left to the planner: the graph
     may hold a few of their rows among everyone's, which an HNSW scan filtered to them would
     walk up to ``hnsw.max_scan_tuples`` to find (p95 905 ms while a burst's users moved in).
+    So is a user the graph holds fewer rows of than the threshold (one who shrank after
+    their sessions were deleted, or whose chunks mostly have no vector): a scan filtered to
+    a few dozen rows among the graph's hundreds of thousands would stop at
+    ``hnsw.max_scan_tuples`` with their nearest chunks unfound.
 
     The graph side reads CHUNK_GRAPH_CANDIDATES rows at least (its scan yields them only
     roughly by distance), and the outer sort is on ``approx + 0``, which no side is ordered
@@ -336,7 +342,7 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: 
     if by_user and not by_session:
         settled = (
             "((SELECT count(*) FROM (SELECT 1 FROM memory_chunk_vectors g WHERE g.in_graph"
-            f" AND g.user_id = :uid LIMIT {CHUNK_GRAPH_CANDIDATES}) x) = {CHUNK_GRAPH_CANDIDATES}"
+            " AND g.user_id = :uid LIMIT :settled_rows) x) = :settled_rows"
             " AND NOT EXISTS (SELECT 1 FROM memory_chunk_vectors b"
             " WHERE NOT b.in_graph AND b.user_id = :uid))"
         )
@@ -702,6 +708,13 @@ def ranked_text_sql(
          CROSS JOIN LATERAL (SELECT c.embedding <=> {QUERY_VECTOR} AS query_distance) x"""
 
 
+def settled_rows(graph_from: int) -> int:
+    """How many of a user's rows the graph holds at least before a search (without a session)
+    reads the user through the graph alone (``_nearest``): the threshold that put them there,
+    never fewer than the graph side's CHUNK_GRAPH_CANDIDATES."""
+    return max(graph_from, CHUNK_GRAPH_CANDIDATES)
+
+
 def _patterns(terms: Sequence[str]) -> list[str]:
     return [contains_pattern(term) for term in terms]
 
@@ -764,6 +777,7 @@ class ChunkRepository:
         max_distance: float,
         *,
         with_summary_at: bool = False,
+        graph_from: int = CHUNK_GRAPH_FROM,
     ) -> list[RowMapping]:
         """Both passes of search_chunks in one statement (the shape of FactRepository.search):
         the ``limit`` nearest chunks closer than ``max_distance``, and the chunks whose content
@@ -776,7 +790,8 @@ class ChunkRepository:
         recomputing the tsvector cost ~0.17 ms a chunk (docs/raw-history.md, "Search").
 
         ``with_summary_at`` adds each hit's ``summary_at`` (its session's last summary, see
-        ``summary_at_of_chunk``): unified search's freshness boundaries in the same statement."""
+        ``summary_at_of_chunk``): unified search's freshness boundaries in the same statement.
+        ``graph_from``: CHUNK_GRAPH_FROM, which users the graph side reads alone (``_nearest``)."""
         where, vector_where, queue_where = ["TRUE"], ["TRUE"], ["TRUE"]
         params: dict[str, Any] = {"limit": limit, "patterns": _patterns(terms)}
         if user_id is not None:
@@ -784,6 +799,8 @@ class ChunkRepository:
             vector_where.append("v.user_id = :uid")
             queue_where.append("p.user_id = :uid")
             params["uid"] = user_id
+            if session_id is None:
+                params["settled_rows"] = settled_rows(graph_from)
         if session_id is not None:
             where.append("c.session_id = :sid")
             vector_where.append("v.session_id = :sid")
@@ -855,16 +872,20 @@ class ChunkRepository:
         b: float,
         with_summary_at: bool = False,
         prune_from: int | None = None,
+        graph_from: int = CHUNK_GRAPH_FROM,
     ) -> tuple[list[RowMapping], list[RowMapping]]:
         """Both lists of a fused search in one statement: the ``limit`` nearest chunks (HNSW
         index and queue, see ``_nearest``), nearest first, each with its exact cosine
         ``distance`` (no threshold: the caller applies one); and the ``limit`` best by BM25,
         best first, with ``score`` and ``terms_hit``. A chunk in both lists is read once and
-        is the same row in both. ``prune_from``: as for ``search_ranked_text``."""
+        is the same row in both. ``prune_from``: as for ``search_ranked_text``;
+        ``graph_from``: as for ``search``."""
         params = self._ranked_params(
             user_id, session_id, terms, limit, k1=k1, b=b, prune_from=prune_from
         )
         params["q"] = vector_binary(query_vector)
+        if user_id is not None and session_id is None:
+            params["settled_rows"] = settled_rows(graph_from)
         sql = ranked_text_sql(
             by_user=user_id is not None,
             by_session=session_id is not None,

@@ -24,6 +24,7 @@ from navi_memory.constants import (
     CHUNK_BM25_K1,
     CHUNK_BM25_PRUNE_FROM,
     CHUNK_FUSION_VECTOR_WEIGHT,
+    CHUNK_GRAPH_FROM,
     CHUNK_INSERT_BATCH,
     CHUNK_MAX_DISTANCE,
     INT32_MAX,
@@ -133,13 +134,15 @@ async def ranked_lists(
     *,
     with_summary_at: bool = False,
     hints: PruneHints | None = None,
+    graph_from: int = CHUNK_GRAPH_FROM,
 ) -> tuple[list[RowMapping], list[RowMapping]]:
     """The two lists the bm25 ranking fuses, in one statement: the vector hits closer than
     ``max_distance``, nearest first (none without ``query_vector``), and the BM25 text list,
     best first; ``limit`` of each at most.
 
     ``hints``: one user's search (no session) takes the pruned BM25 statement unless they say
-    the user is small, and teaches them what the rows show."""
+    the user is small, and teaches them what the rows show. ``graph_from``: CHUNK_GRAPH_FROM
+    (which users the vector list reads through the graph alone)."""
     learner = hints if scope is not None and session_id is None else None
     prune = learner is not None and scope is not None and learner.prune(scope)
     options: dict[str, Any] = {
@@ -153,7 +156,7 @@ async def ranked_lists(
         text = await repo.search_ranked_text(scope, session_id, terms, limit, **options)
     else:
         nearest, text = await repo.search_ranked(
-            scope, session_id, query_vector, terms, limit, **options
+            scope, session_id, query_vector, terms, limit, graph_from=graph_from, **options
         )
     if learner is not None and scope is not None:
         learner.learn(scope, text or nearest)
@@ -173,19 +176,23 @@ class ChunkService:
         embedding: EmbeddingService,
         text_ranking: str = "bm25",
         max_distance: float = CHUNK_MAX_DISTANCE,
+        graph_from: int = CHUNK_GRAPH_FROM,
     ) -> None:
         self.embedding = embedding
         self.text_ranking = text_ranking
         self.max_distance = max_distance
+        self.graph_from = graph_from
         self.prune_hints = PruneHints()
 
     @classmethod
     def from_settings(cls, settings: Settings, *, embedding: EmbeddingService) -> ChunkService:
-        """The service with CHUNK_TEXT_RANKING and CHUNK_MAX_DISTANCE from ``settings``."""
+        """The service with CHUNK_TEXT_RANKING, CHUNK_MAX_DISTANCE and CHUNK_GRAPH_FROM from
+        ``settings``."""
         return cls(
             embedding=embedding,
             text_ranking=settings.chunk_text_ranking,
             max_distance=settings.chunk_max_distance,
+            graph_from=settings.chunk_graph_from,
         )
 
     @staticmethod
@@ -238,7 +245,13 @@ class ChunkService:
             return [to_chunk_hit(row, via="recent") for row in recent]
         if self.text_ranking == "terms":
             rows = await repo.search(
-                scope, session_id, query_vector, terms, limit, self.max_distance
+                scope,
+                session_id,
+                query_vector,
+                terms,
+                limit,
+                self.max_distance,
+                graph_from=self.graph_from,
             )
             return rank_hits(rows, limit, to_chunk_hit, recency="ended_at")
         vector, text = await ranked_lists(
@@ -250,6 +263,7 @@ class ChunkService:
             limit,
             self.max_distance,
             hints=self.prune_hints,
+            graph_from=self.graph_from,
         )
         return fuse_hits(
             vector,

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from navi_memory.config import Settings
 from navi_memory.constants import (
     CHUNK_FUSION_VECTOR_WEIGHT,
+    CHUNK_GRAPH_FROM,
     CHUNK_MAX_DISTANCE,
     FACT_MAX_DISTANCE,
     FRESHNESS_FACTS,
@@ -234,21 +235,24 @@ class UnifiedSearchService:
         text_ranking: str = "bm25",
         chunk_max_distance: float = CHUNK_MAX_DISTANCE,
         prune_hints: PruneHints | None = None,
+        chunk_graph_from: int = CHUNK_GRAPH_FROM,
     ) -> None:
         self.text_ranking = text_ranking
         self.chunk_max_distance = chunk_max_distance
         self.prune_hints = prune_hints or PruneHints()
+        self.chunk_graph_from = chunk_graph_from
 
     @classmethod
     def from_settings(
         cls, settings: Settings, *, prune_hints: PruneHints | None = None
     ) -> UnifiedSearchService:
-        """The service with CHUNK_TEXT_RANKING and CHUNK_MAX_DISTANCE from ``settings``;
-        ``prune_hints`` shared with search_chunks' (ChunkService.prune_hints)."""
+        """The service with CHUNK_TEXT_RANKING, CHUNK_MAX_DISTANCE and CHUNK_GRAPH_FROM from
+        ``settings``; ``prune_hints`` shared with search_chunks' (ChunkService.prune_hints)."""
         return cls(
             text_ranking=settings.chunk_text_ranking,
             chunk_max_distance=settings.chunk_max_distance,
             prune_hints=prune_hints,
+            chunk_graph_from=settings.chunk_graph_from,
         )
 
     async def search(self, lanes: LaneRunner, request: SearchRequest) -> list[MemoryHit]:
@@ -335,6 +339,7 @@ class UnifiedSearchService:
                 k,
                 self.chunk_max_distance,
                 with_summary_at=True,
+                graph_from=self.chunk_graph_from,
             )
             ranked = rank_hits(rows, k, _ranked, recency="ended_at")
         else:
@@ -348,6 +353,7 @@ class UnifiedSearchService:
                 self.chunk_max_distance,
                 with_summary_at=True,
                 hints=self.prune_hints,
+                graph_from=self.chunk_graph_from,
             )
             ranked = fuse_hits(
                 vector,
