@@ -30,6 +30,7 @@ from navi_memory import (
     open_memory,
     request_context,
 )
+from navi_memory.services.extraction import ExtractionService
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.extraction_model import ExtractionModel
@@ -338,6 +339,47 @@ async def test_reply_without_json_is_a_failure_that_is_retried(
     assert await memory.store.get_extracted_at(sid, uid) is None
     model.facts = "[]"
     assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1
+
+
+async def test_a_reply_with_an_integer_too_long_for_python_is_extracted_as_text(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A 5,000-digit number in the reply (Python's int() refuses it with a plain ValueError)
+    used to escape the parser and stop the whole sweep; it is now the fact's text."""
+    uid = await new_user(memory)
+    digits = "9" * 5000
+    model.facts = f'[{{"category": "work", "key": "employee_id", "value": {digits}}}]'
+    await conversation(memory, uid, "my employee id is long")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.failures) == (1, 0)
+    assert await visible_facts(memory, uid) == {("work", "employee_id"): digits}
+
+
+async def test_an_unexpected_error_in_one_session_fails_it_and_the_sweep_goes_on(
+    memory: Memory, model: ExtractionModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A defect meeting one session's reply or rows is that session's failure (logged with
+    its traceback, the session left for the next run), never the sweep's."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    first = await conversation(memory, uid, "poisoned", idle_minutes=90)
+    second = await conversation(memory, uid, "I use neovim", idle_minutes=60)
+    original = ExtractionService.ask_facts
+    calls: list[str] = []
+
+    async def ask_facts(self: ExtractionService, transcript: Any) -> Any:
+        calls.append(transcript.session_id)
+        if transcript.session_id == first:
+            raise RuntimeError("a defect")
+        return await original(self, transcript)
+
+    monkeypatch.setattr(ExtractionService, "ask_facts", ask_facts)
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert calls == [first, second]
+    assert (report.sessions_extracted, report.failures) == (1, 1)
+    assert await memory.store.get_extracted_at(first, uid) is None
+    assert await memory.store.get_extracted_at(second, uid) is not None
+    assert await visible_facts(memory, uid) == {("preferences", "editor"): "neovim"}
 
 
 async def test_model_down_leaves_the_session_unmarked_and_the_summary_untouched(

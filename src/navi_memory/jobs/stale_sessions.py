@@ -145,6 +145,15 @@ class StaleSessionSweep:
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
             return SessionExtraction("failed", ExtractionReport(sessions_seen=1, failures=1))
+        except Exception:
+            # A defect of ours meeting some reply or row: one session's failure, with its
+            # traceback, never the sweep's (the sessions after it would go unextracted).
+            logger.exception(
+                "extractor.session_failed: %s: unexpected error (left unmarked, retried next run)",
+                session_id,
+                extra={"event": "extractor.session_failed", "session_id": session_id},
+            )
+            return SessionExtraction("failed", ExtractionReport(sessions_seen=1, failures=1))
 
     async def _release(self, claim: AsyncConnection, session_id: str) -> None:
         try:

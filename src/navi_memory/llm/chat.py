@@ -348,7 +348,7 @@ def _arguments(name: str, arguments: object) -> dict[str, Any]:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise InvalidInputError(
                 f"{name}: its arguments are not JSON ({shorten(str(exc))})"
             ) from None

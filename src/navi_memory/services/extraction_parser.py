@@ -45,7 +45,17 @@ DEFAULT_SOURCE: Final = "conversation"
 # prose ("[as requested]", "{name}") do not qualify, so they are never mistaken for the reply.
 _START: Final = re.compile(r"\[(?=\s*[\[{\"\]\d\-tfn])|\{(?=\s*[\"}])")
 _FENCE: Final = re.compile(r"```[\w+-]*[^\S\n]*\n?(.*?)(?:```|\Z)", re.DOTALL)
-_DECODER: Final = json.JSONDecoder()
+_INT_DIGITS_MAX: Final = 4000
+"""Longer integer literals stay text: Python refuses to convert more than 4,300 digits (a
+plain ValueError, not a JSONDecodeError), and a model's 5,000-digit "number" is an identifier
+at best."""
+
+
+def _parse_int(digits: str) -> int | str:
+    return int(digits) if len(digits) <= _INT_DIGITS_MAX else digits
+
+
+_DECODER: Final = json.JSONDecoder(parse_int=_parse_int)
 _NEXT_ELEMENT: Final = re.compile(r",\s*\{")
 _MAX_BROKEN_STARTS: Final = 20
 """Broken JSON starts tried before giving up: each try reads on to the end of the reply, so
@@ -227,13 +237,13 @@ def _candidates(reply: str) -> Iterator[str]:
 def _locate(reply: str) -> _Found | None:
     reply = reply.strip().lstrip("\ufeff")
     try:
-        return _Found(json.loads(reply))
+        return _Found(_DECODER.decode(reply))
     except (json.JSONDecodeError, RecursionError):
         pass
     best: _Found | None = None
     for candidate in _candidates(reply):
         try:
-            return _Found(json.loads(candidate))
+            return _Found(_DECODER.decode(candidate))
         except (json.JSONDecodeError, RecursionError):
             pass
         found = _find_json(candidate)

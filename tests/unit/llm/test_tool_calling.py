@@ -317,6 +317,10 @@ async def test_server_failures_during_a_tool_chat_are_chat_model_errors(
             [ChatTurn("assistant", "", (ToolCall("memory", "{oops"),))],
             "arguments are not JSON",
         ),
+        (
+            [ChatTurn("assistant", "", (ToolCall("memory", "[" * 100_000),))],
+            "arguments are not JSON",
+        ),
         ([ChatTurn("assistant", "x", tool_name="memory")], "only a tool turn carries one"),
         ([{"role": "user", "content": "x", "tool_call_id": "c1"}], "only a tool turn"),
         ([{"role": "tool", "content": "x", "tool_name": 5}], "tool_name that is not text"),

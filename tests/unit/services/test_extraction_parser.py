@@ -506,3 +506,20 @@ def test_any_text_reply_parses_or_is_an_extraction_error(reply: str) -> None:
     except ExtractionError:
         return
     _check_drafts(parsed)
+
+
+def test_an_integer_too_long_for_python_stays_text_and_the_rest_is_parsed() -> None:
+    """Python refuses to convert more than 4,300 digits with a plain ValueError (not a
+    JSONDecodeError): such a "number" is kept as the text it is, and the reply's other facts
+    are read as usual."""
+    digits = "9" * 5000
+    reply = (
+        f'[{{"category": "work", "key": "employee_id", "value": {digits}}},'
+        ' {"category": "work", "key": "badge", "value": 42}]'
+    )
+    for text in (reply, f"Here you go:\n```json\n{reply}\n```", reply[:-1]):
+        parsed = parse_extracted_facts(text)
+        assert [(f.key, f.value) for f in parsed.facts] == [
+            ("employee_id", digits),
+            ("badge", "42"),
+        ], text[:40]
