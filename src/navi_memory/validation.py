@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from navi_memory.constants import MAX_TEXT_CHARS, SESSION_ID_MAX_CHARS
 from navi_memory.errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
+    "check_aware_datetime",
     "check_bool",
     "check_int",
     "check_number",
@@ -98,3 +100,19 @@ def check_session_id(session_id: Any) -> str:
 
 def check_optional_session_id(session_id: Any) -> str | None:
     return None if session_id is None else check_session_id(session_id)
+
+
+def check_aware_datetime(name: str, value: Any) -> datetime:
+    """``value`` as a datetime with a time zone, one that stays within Python's range once in
+    UTC (0001-01-01 at +01:00 does not: PostgreSQL would refuse it as a StorageError)."""
+    if not isinstance(value, datetime):
+        raise InvalidTypeError(f"{name} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(f"{name} must carry a time zone (e.g. datetime.now(UTC))")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInputError(
+            f"{name} {value.isoformat()} is outside the years 1-9999 in UTC"
+        ) from None
+    return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import text
@@ -20,6 +20,7 @@ from navi_memory import (
     open_memory,
     request_context,
 )
+from navi_memory.constants import MAX_BREADCRUMBS
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
@@ -88,6 +89,47 @@ async def test_add_chunks_refuses_another_users_session_and_bad_chunks(memory: M
     with pytest.raises(InvalidInputError, match="NUL"):
         await memory.store.add_chunks([nul], user_id=alice, session_id=sid)
     assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
+
+
+async def test_add_chunks_refuses_more_breadcrumbs_than_a_chunk_carries(memory: Memory) -> None:
+    """12,000 breadcrumbs of 192 characters (each within its own limit) made the chunk's
+    tsvector pass PostgreSQL's 1 MB: every search of the user's chunks, and the text indexer
+    for every user, then failed. A chunk carries MAX_BREADCRUMBS at most, as compression
+    makes them; one more is refused and nothing is stored."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    crumbs = [f"{i:04d}-" + "x" * 180 for i in range(12_000)]
+    for count in (MAX_BREADCRUMBS + 1, 12_000):
+        with pytest.raises(InvalidInputError, match=f"at most {MAX_BREADCRUMBS} breadcrumbs"):
+            await memory.store.add_chunks(
+                [draft("User: zebra", 1, crumbs[:count])], user_id=uid, session_id=sid
+            )
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
+    kept = draft("User: zebra", 1, crumbs[:MAX_BREADCRUMBS])
+    assert await memory.store.add_chunks([kept], user_id=uid, session_id=sid) == 1
+    await memory.store.index_pending_chunks()
+    assert [h.id for h in await memory.store.search_chunks("zebra", user_id=uid)]
+
+
+async def test_times_outside_pythons_range_in_utc_are_refused_as_input(memory: Memory) -> None:
+    """0001-01-01 at +01:00 is a valid aware datetime that overflows once in UTC: refused
+    as InvalidInputError (it was a StorageError from the driver), nothing written."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    early = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+    late = datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-1)))
+    for stamp in (early, late):
+        bad = PORT.model_copy(update={"started_at": stamp, "ended_at": stamp})
+        with pytest.raises(InvalidInputError, match="outside the years 1-9999 in UTC"):
+            await memory.store.add_chunks([bad], user_id=uid, session_id=sid)
+        with pytest.raises(InvalidInputError, match="outside the years 1-9999 in UTC"):
+            await memory.store.mark_session_extracted(sid, user_id=uid, at=stamp)
+        with pytest.raises(InvalidInputError, match="outside the years 1-9999 in UTC"):
+            await memory.search.search(
+                "port", user_id=uid, current_session_id=sid, summary_at=stamp
+            )
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
+    assert await memory.store.get_extracted_at(sid, uid) is None
 
 
 async def test_chunks_written_while_the_embedder_is_down_get_vectors_from_backfill(

@@ -102,6 +102,7 @@ REFUSED: dict[str, Any] = {
         InvalidTypeError,
     ),
     "unmerge_fact(2**63)": Case(lambda m, w: m.store.unmerge_fact(2**63), InvalidInputError),
+    "get_fact(2**63)": Case(lambda m, w: m.store.get_fact(2**63), InvalidInputError),
     "backfill_embeddings(pause_seconds='1')": Case(
         lambda m, w: m.store.backfill_embeddings(pause_seconds="1"),  # type: ignore[arg-type]
         InvalidTypeError,

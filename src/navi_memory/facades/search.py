@@ -23,7 +23,12 @@ from navi_memory.services.search import (
 )
 from navi_memory.text.hits import clamp_k, format_hits, normalize_scope
 from navi_memory.unit_of_work import LaneEngines, engine_of
-from navi_memory.validation import check_int, check_optional_session_id, check_text
+from navi_memory.validation import (
+    check_aware_datetime,
+    check_int,
+    check_optional_session_id,
+    check_text,
+)
 
 __all__ = ["UnifiedMemorySearch"]
 
@@ -98,12 +103,9 @@ class UnifiedMemorySearch:
 def _check_summary_at(summary_at: Any, current_session_id: str | None) -> datetime | None:
     if summary_at is None:
         return None
-    if not isinstance(summary_at, datetime):
-        raise InvalidTypeError(f"summary_at must be a datetime, got {type(summary_at).__name__}")
-    if summary_at.tzinfo is None:
-        raise InvalidInputError("summary_at must carry a time zone")
+    checked = check_aware_datetime("summary_at", summary_at)
     if current_session_id is None:
         raise InvalidInputError(
             "summary_at is the boundary of the current session: pass current_session_id too"
         )
-    return summary_at
+    return checked

@@ -62,6 +62,7 @@ from navi_memory.unit_of_work import (
     unit_of_work,
 )
 from navi_memory.validation import (
+    check_aware_datetime,
     check_bool,
     check_int,
     check_number,
@@ -307,7 +308,7 @@ class MemoryStore:
     async def get_fact(self, fact_id: int) -> Fact:
         """One fact by id, hidden or expired alike: the current user's own, or anyone's with
         read_all (an admin context); NotFoundError otherwise."""
-        fact_id = check_int("fact_id", fact_id, minimum=1)
+        fact_id = check_int("fact_id", fact_id, minimum=1, maximum=BIGINT_MAX)
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.get(session, fact_id)
 
@@ -351,10 +352,7 @@ class MemoryStore:
         uid = write_scope(user_id)
         session_id = check_session_id(session_id)
         if at is not None:
-            if not isinstance(at, datetime):
-                raise InvalidTypeError(f"at must be a datetime, got {type(at).__name__}")
-            if at.tzinfo is None or at.utcoffset() is None:
-                raise InvalidInputError("at must carry a time zone (e.g. datetime.now(UTC))")
+            at = check_aware_datetime("at", at)
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.mark_extracted(session, uid, session_id, at=at)
 

@@ -28,6 +28,7 @@ from navi_memory.constants import (
     CHUNK_INSERT_BATCH,
     CHUNK_MAX_DISTANCE,
     INT32_MAX,
+    MAX_BREADCRUMBS,
     MAX_TEXT_CHARS,
     PRUNE_HINTS_CAPACITY,
 )
@@ -38,7 +39,7 @@ from navi_memory.schemas import ChunkDraft, ChunkHit
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.ranking import fuse_hits, hit_fields, rank_hits
 from navi_memory.text import BREADCRUMB_MAX_CHARS
-from navi_memory.validation import check_int, check_text
+from navi_memory.validation import check_aware_datetime, check_int, check_text
 
 __all__ = ["ChunkService", "PruneHints", "checked_draft", "ranked_lists"]
 
@@ -68,17 +69,18 @@ def checked_draft(chunk: object) -> ChunkDraft:
     start_seq = check_int("a chunk's start_seq", chunk.start_seq, minimum=0, maximum=INT32_MAX)
     end_seq = check_int("a chunk's end_seq", chunk.end_seq, minimum=0, maximum=INT32_MAX)
     for name, stamp in (("started_at", chunk.started_at), ("ended_at", chunk.ended_at)):
-        if not isinstance(stamp, datetime):
-            raise InvalidTypeError(
-                f"a chunk's {name} must be a datetime, got {type(stamp).__name__}"
-            )
-        if stamp.tzinfo is None:
-            raise InvalidInputError("a chunk's started_at and ended_at must carry a time zone")
+        check_aware_datetime(f"a chunk's {name}", stamp)
     if end_seq < start_seq or chunk.ended_at < chunk.started_at:
         raise InvalidInputError("a chunk must not end before it starts (seq or time)")
     if not isinstance(chunk.breadcrumbs, list | tuple):
         raise InvalidTypeError(
             f"a chunk's breadcrumbs must be a list of str, got {type(chunk.breadcrumbs).__name__}"
+        )
+    if len(chunk.breadcrumbs) > MAX_BREADCRUMBS:
+        # Each is searched as text: thousands would make the chunk's tsvector pass the 1 MB
+        # PostgreSQL allows, and every search of the user's chunks (and the indexer) fail.
+        raise InvalidInputError(
+            f"a chunk carries at most {MAX_BREADCRUMBS} breadcrumbs, got {len(chunk.breadcrumbs):,}"
         )
     for crumb in chunk.breadcrumbs:
         check_text("breadcrumb", crumb, max_chars=BREADCRUMB_MAX_CHARS)
