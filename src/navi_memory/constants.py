@@ -131,6 +131,10 @@ but more than this is a bug upstream, refused rather than truncated."""
 
 KV_SCOPE_MAX_CHARS: Final = 100
 KV_KEY_MAX_CHARS: Final = 500
+KV_ENTRY_NAME_MAX_BYTES: Final = 2_600
+"""An entry's scope, session id and key together, in UTF-8: they form one row of the unique
+btree index, which holds at most 2,704 bytes (the character limits allow 3,200 bytes of
+4-byte characters)."""
 KV_TERM_MAX_CHARS: Final = 500
 
 # --- batches ------------------------------------------------------------------------------------

@@ -124,6 +124,24 @@ async def test_set_in_a_session_that_does_not_exist_is_not_found(
     assert await scalar(memory, "SELECT count(*) FROM kv_store") == 0
 
 
+async def test_names_within_their_character_limits_but_too_wide_for_the_index_are_refused(
+    memory: Memory, kv: KvStore
+) -> None:
+    """A scope of 100, a session id of 200 and a key of 500 four-byte characters are within
+    each limit but 3,200 bytes together, past the 2,704 a row of the unique index holds: an
+    InvalidInputError saying to shorten the key (it was a StorageError, which the scratchpad
+    tool told the model to retry), nothing written; the widest that fits is stored."""
+    wide = chr(0x20000)  # a CJK Extension B character: four bytes in UTF-8
+    uid = await user_with_sessions(memory, wide * 200)
+    with pytest.raises(InvalidInputError, match="use a shorter key"):
+        await kv.set(wide * 100, wide * 500, "v", session_id=wide * 200, user_id=uid)
+    assert await scalar(memory, "SELECT count(*) FROM kv_store") == 0
+    key = wide * ((2_600 - 4 * 300) // 4)
+    entry = await kv.set(wide * 100, key, "v", session_id=wide * 200, user_id=uid)
+    assert entry.key == key
+    assert await kv.get(wide * 100, key, session_id=wide * 200, user_id=uid) == "v"
+
+
 # --- search_values -------------------------------------------------------------------------
 
 
