@@ -103,6 +103,23 @@ async def test_save_dedupes_another_spelling_of_a_held_key(memory: Memory) -> No
     assert len(every) == 2
 
 
+async def test_a_categorys_case_does_not_make_a_second_fact(memory: Memory) -> None:
+    """The extractor stores categories lower-cased; the tool does too, so "Preferences"
+    today and "preferences" tomorrow (or from the extractor) are one category: the second
+    save replaces the first instead of standing beside it with a contradicting value, and
+    forget finds it whatever the case."""
+    ctx = await user_and_session(memory)
+    await memory.tools.call("memory", SAVE | {"category": " Preferences ", "value": "vim"}, ctx)
+    await memory.tools.call("memory", SAVE | {"category": "PREFERENCES", "value": "helix"}, ctx)
+    facts = await memory.store.get_all_facts(user_id=ctx.user_id, include_merged=True)
+    assert [(f.category, f.key, f.value) for f in facts] == [("preferences", "editor", "helix")]
+    answer = await memory.tools.call(
+        "memory", {"action": "forget", "key": "editor", "category": "Preferences"}, ctx
+    )
+    assert answer == "memory: forgot 1 fact: [preferences] editor"
+    assert await facts_in_db(memory) == 0
+
+
 async def test_save_keeps_expiry_and_source_context(memory: Memory) -> None:
     """expires_days and source_context reach the stored fact; the answer says the expiry."""
     ctx = await user_and_session(memory)

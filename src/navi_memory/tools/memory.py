@@ -171,7 +171,9 @@ def parse_memory_arguments(arguments: Mapping[str, Any]) -> MemoryRequest:
                 "category",
                 max_chars=FACT_CATEGORY_MAX_CHARS,
                 why="a category such as preferences, personal, technical or work",
-            ).strip(),
+            )
+            .strip()
+            .lower(),
             key=required_text(
                 arguments, "key", max_chars=FACT_KEY_MAX_CHARS, why="the fact's name"
             ).strip(),
@@ -200,7 +202,9 @@ def parse_memory_arguments(arguments: Mapping[str, Any]) -> MemoryRequest:
 
 
 def _optional_stripped(value: str | None) -> str | None:
-    return None if value is None else value.strip()
+    """A category as the tool and the extractor store them: trimmed, lower-cased (a model
+    writes "Preferences" one day and "preferences" the next: two categories, two facts)."""
+    return None if value is None else value.strip().lower()
 
 
 # --- the handler ------------------------------------------------------------------------------
