@@ -169,6 +169,49 @@ async def test_admin_calls_need_read_all_and_never_write_into_another_user(
         await memory.admin.export_user(uuid.uuid4())
 
 
+async def test_acting_for_one_user_an_import_named_by_its_header_cannot_replace_another(
+    memory: Memory,
+) -> None:
+    """Without user_id an import goes to the header's user: acting for sam, an export whose
+    header names kim is refused even with read_all and replace=True; kim keeps her memory."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    with request_context(user_id=kim):
+        await memory.store.upsert_fact("p", "kims", "kim's own fact")
+    with request_context(user_id=sam):
+        await memory.store.upsert_fact("p", "a", "alpha")
+    with request_context(user_id=sam, permissions=[PERMISSION_READ_ALL]):
+        records = await memory.admin.export_user(sam)
+        as_kim = [records[0].model_copy(update={"user_id": kim}), *records[1:]]
+        with pytest.raises(PermissionDeniedError, match="another user"):
+            await memory.admin.import_user(as_kim, replace=True)
+        with pytest.raises(PermissionDeniedError, match="another user"):
+            await memory.admin.import_user(dumped(as_kim), replace=True)
+        # Its own export, into itself, is still allowed.
+        assert (await memory.admin.import_user(records, replace=True)).user_id == sam
+    with request_context(user_id=kim):
+        assert [f.key for f in await memory.store.get_all_facts()] == ["kims"]
+
+
+async def test_acting_for_one_user_admin_calls_without_user_id_cover_that_user_only(
+    memory: Memory,
+) -> None:
+    """Acting for sam (with read_all), purge_expired() and stats() mean sam, as user_id=None
+    does everywhere; kim's expired fact stays. With no current user they cover everyone."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    for uid in (sam, kim):
+        with request_context(user_id=uid):
+            await memory.store.upsert_fact("p", "ticket", "VPN-1")
+    await execute(memory, "UPDATE memory_facts SET expires_at = now() - interval '1 hour'")
+    with request_context(user_id=sam, permissions=[PERMISSION_READ_ALL]):
+        assert [u.user_id for u in (await memory.admin.stats()).per_user] == [sam]
+        purged = await memory.admin.purge_expired()
+    assert purged.expired == 1
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE user_id = :u", u=kim) == 1
+    with admin():
+        assert {u.user_id for u in (await memory.admin.stats()).per_user} == {kim, sam}
+        assert (await memory.admin.purge_expired()).expired == 1
+
+
 async def test_stats_count_per_table_and_per_user(memory: Memory, fake_ollama: FakeOllama) -> None:
     """stats counts hidden, expired and vector-less facts, and attributes rows to their user."""
     sam, kim = uuid.uuid4(), await new_user(memory, "Kim")

@@ -38,7 +38,7 @@ from navi_memory.schemas import (
     ImportResult,
 )
 
-__all__ = ["TransferService", "parse_records"]
+__all__ = ["TransferService", "export_header", "parse_records"]
 
 _RECORD: TypeAdapter[ExportRecord] = TypeAdapter(ExportRecord)
 
@@ -85,6 +85,21 @@ def _no_nul(records: Sequence[ExportRecord]) -> None:
             pending.extend(item)
         elif isinstance(item, str) and "\x00" in item:
             raise InvalidInputError("the export holds a NUL character, which PostgreSQL refuses")
+
+
+def export_header(records: Sequence[ExportRecord]) -> ExportHeader:
+    """The header of parsed records, checked: first, alone, and of the format this reads."""
+    if not records or not isinstance(records[0], ExportHeader):
+        raise InvalidInputError("an export starts with its header record (type 'header')")
+    header = records[0]
+    if header.format != EXPORT_FORMAT or header.version != EXPORT_FORMAT_VERSION:
+        raise InvalidInputError(
+            f"this is {header.format!r} version {header.version}; this navi-memory reads "
+            f"{EXPORT_FORMAT!r} version {EXPORT_FORMAT_VERSION}"
+        )
+    if _of(records[1:], ExportHeader):
+        raise InvalidInputError("an export has exactly one header record")
+    return header
 
 
 class TransferService:
@@ -158,17 +173,19 @@ class TransferService:
         session: AsyncSession,
         records: Sequence[ExportRecord],
         *,
-        user_id: uuid.UUID | None,
+        user_id: uuid.UUID,
         replace: bool,
         session_prefix: str | None,
     ) -> ImportResult:
-        """Write ``records`` as the memory of ``user_id`` (None: the exported user's id).
+        """Write ``records`` as the memory of ``user_id`` (the caller resolved it, the header's
+        user by default, and checked that the request may write into it).
 
         Refuses (InvalidInputError, nothing written) a malformed export, a user who holds
         memory already unless ``replace`` (which deletes it first), and session ids another
         user holds (``session_prefix`` renames every session id of the import)."""
-        header = self._header(records)
-        target = user_id or header.user_id
+        header = export_header(records)
+        _no_nul(records)
+        target = user_id
         plan = _Plan(records[1:], session_prefix)
         repo = TransferRepository(session=session)
 
@@ -271,21 +288,6 @@ class TransferService:
             },
             replaced=replaced,
         )
-
-    @staticmethod
-    def _header(records: Sequence[ExportRecord]) -> ExportHeader:
-        if not records or not isinstance(records[0], ExportHeader):
-            raise InvalidInputError("an export starts with its header record (type 'header')")
-        header = records[0]
-        if header.format != EXPORT_FORMAT or header.version != EXPORT_FORMAT_VERSION:
-            raise InvalidInputError(
-                f"this is {header.format!r} version {header.version}; this navi-memory reads "
-                f"{EXPORT_FORMAT!r} version {EXPORT_FORMAT_VERSION}"
-            )
-        if _of(records[1:], ExportHeader):
-            raise InvalidInputError("an export has exactly one header record")
-        _no_nul(records)
-        return header
 
 
 class _Plan:
