@@ -11,6 +11,7 @@ import pytest
 from navi_memory import (
     PERMISSION_READ_ALL,
     InvalidInputError,
+    InvalidTypeError,
     Memory,
     NotFoundError,
     PermissionDeniedError,
@@ -210,6 +211,34 @@ async def test_acting_for_one_user_admin_calls_without_user_id_cover_that_user_o
     with admin():
         assert {u.user_id for u in (await memory.admin.stats()).per_user} == {kim, sam}
         assert (await memory.admin.purge_expired()).expired == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "flag"),
+    [
+        (lambda m, uid, recs: m.admin.purge_expired(uid, dry_run="no"), "dry_run"),
+        (lambda m, uid, recs: m.admin.purge_expired(uid, dry_run=None), "dry_run"),
+        (lambda m, uid, recs: m.admin.export_user(uid, with_vectors="no"), "with_vectors"),
+        (lambda m, uid, recs: m.admin.export_user(uid, with_vectors=1), "with_vectors"),
+        (lambda m, uid, recs: m.admin.import_user(recs, user_id=uid, replace="no"), "replace"),
+        (lambda m, uid, recs: m.admin.stats(uid, users="5"), "users"),
+    ],
+    ids=["dry_run-str", "dry_run-None", "with_vectors-str", "with_vectors-int", "replace", "users"],
+)
+async def test_admin_flags_of_the_wrong_type_are_refused_before_anything_happens(
+    memory: Memory, call: Any, flag: str
+) -> None:
+    """A flag given as "no", 1 or None is an InvalidTypeError naming it, not its truth value:
+    purge_expired(dry_run="no") used to delete nothing yet report dry_run=False."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("p", "ticket", "VPN-1")
+    await execute(memory, "UPDATE memory_facts SET expires_at = now() - interval '1 hour'")
+    with admin():
+        records = await memory.admin.export_user(uid)
+        with pytest.raises(InvalidTypeError, match=flag):
+            await call(memory, uid, records)
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 1
 
 
 async def test_stats_count_per_table_and_per_user(memory: Memory, fake_ollama: FakeOllama) -> None:

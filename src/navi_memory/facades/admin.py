@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.constants import PERMISSION_READ_ALL, STATS_USERS_DEFAULT
-from navi_memory.errors import InvalidInputError, PermissionDeniedError
+from navi_memory.errors import PermissionDeniedError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.request_context import (
@@ -32,7 +32,7 @@ from navi_memory.services.facts import FactService
 from navi_memory.services.stats import StatsService
 from navi_memory.services.transfer import TransferService, export_header, parse_records
 from navi_memory.unit_of_work import engine_of, unit_of_work
-from navi_memory.validation import check_int, check_optional_text
+from navi_memory.validation import check_bool, check_int, check_optional_text
 
 __all__ = ["Admin"]
 
@@ -92,6 +92,7 @@ class Admin:
         that user, and another user's id is refused."""
         _require_admin("purge_expired")
         uid = _write_target(user_id)
+        dry_run = check_bool("dry_run", dry_run)
         async with unit_of_work(self._sessionmaker) as session:
             expired, hidden = await self._facts.purge_expired(session, uid, dry_run=dry_run)
         return PurgeResult(expired=expired, hidden=hidden, dry_run=dry_run)
@@ -106,6 +107,7 @@ class Admin:
         _require_admin("export_user")
         uid = as_user_id(user_id)
         read_scope(uid)  # refuses another user's id when acting for one user
+        with_vectors = check_bool("with_vectors", with_vectors)
         async with unit_of_work(self._snapshot) as session:
             return await self._transfer.export(session, uid, with_vectors=with_vectors)
 
@@ -124,8 +126,7 @@ class Admin:
         every session id of the import."""
         _require_admin("import_user")
         target = None if user_id is None else write_scope(user_id)
-        if not isinstance(replace, bool):
-            raise InvalidInputError(f"replace must be a bool, got {type(replace).__name__}")
+        replace = check_bool("replace", replace)
         session_prefix = check_optional_text("session_prefix", session_prefix, allow_empty=False)
         parsed = parse_records(records)
         if target is None:
