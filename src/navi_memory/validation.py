@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from navi_memory.constants import MAX_TEXT_CHARS, SESSION_ID_MAX_CHARS
 from navi_memory.errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
+    "check_aware_datetime",
     "check_bool",
     "check_int",
+    "check_json_object",
     "check_number",
     "check_optional_session_id",
     "check_optional_text",
@@ -98,3 +102,46 @@ def check_session_id(session_id: Any) -> str:
 
 def check_optional_session_id(session_id: Any) -> str | None:
     return None if session_id is None else check_session_id(session_id)
+
+
+def check_aware_datetime(name: str, value: Any) -> datetime:
+    """``value`` as a datetime with a time zone that stays in range once in UTC: a naive one
+    would be read as the database client's local time."""
+    if not isinstance(value, datetime):
+        raise InvalidTypeError(f"{name} must be a datetime, got {type(value).__name__}")
+    if value.utcoffset() is None:
+        raise InvalidInputError(f"{name} must carry a time zone, got {value.isoformat()}")
+    try:
+        value.astimezone(UTC)
+    except OverflowError as exc:
+        raise InvalidInputError(
+            f"{name} {value.isoformat()} is out of range once converted to UTC"
+        ) from exc
+    return value
+
+
+def check_json_object(name: str, value: Any, *, max_chars: int) -> dict[str, Any]:
+    """``value`` as the JSON object PostgreSQL's jsonb will store (so what is read back equals
+    it): a dict of JSON values, finite numbers, valid Unicode, no NUL, at most ``max_chars``."""
+    if not isinstance(value, dict):
+        raise InvalidTypeError(f"{name} must be a dict, got {type(value).__name__}")
+    try:
+        dumped = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except TypeError as exc:
+        raise InvalidTypeError(f"{name} must be JSON-serialisable: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInputError(f"{name} cannot be stored as JSON: {exc}") from exc
+    check_text(name, dumped, max_chars=max_chars)  # a lone surrogate, anywhere, is refused here
+    loaded: dict[str, Any] = json.loads(dumped)
+    # jsonb refuses \u0000 anywhere, keys included.
+    pending: list[Any] = [loaded]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str) and "\x00" in item:
+            raise InvalidInputError(f"{name} contains a NUL byte, which jsonb cannot hold")
+    return loaded
