@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ __all__ = [
     "check_aware_datetime",
     "check_bool",
     "check_int",
+    "check_json_object",
     "check_number",
     "check_optional_session_id",
     "check_optional_text",
@@ -116,3 +118,30 @@ def check_aware_datetime(name: str, value: Any) -> datetime:
             f"{name} {value.isoformat()} is outside the years 1-9999 in UTC"
         ) from None
     return value
+
+
+def check_json_object(name: str, value: Any, *, max_chars: int) -> dict[str, Any]:
+    """``value`` as the JSON object PostgreSQL's jsonb will store (so what is read back equals
+    it): a dict of JSON values, finite numbers, valid Unicode, no NUL, at most ``max_chars``."""
+    if not isinstance(value, dict):
+        raise InvalidTypeError(f"{name} must be a dict, got {type(value).__name__}")
+    try:
+        dumped = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except TypeError as exc:
+        raise InvalidTypeError(f"{name} must be JSON-serialisable: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInputError(f"{name} cannot be stored as JSON: {exc}") from exc
+    check_text(name, dumped, max_chars=max_chars)  # a lone surrogate, anywhere, is refused here
+    loaded: dict[str, Any] = json.loads(dumped)
+    # jsonb refuses \u0000 anywhere, keys included.
+    pending: list[Any] = [loaded]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str) and "\x00" in item:
+            raise InvalidInputError(f"{name} contains a NUL byte, which jsonb cannot hold")
+    return loaded

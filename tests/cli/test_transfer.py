@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 from navi_memory import Memory
+from navi_memory.constants import EXPORT_FORMAT, EXPORT_FORMAT_VERSION, INJECTED_LEDGER_KEY
 from navi_memory.testing import FakeOllama
 from tests.cli.conftest import Navi
 from tests.seed import seed_user
@@ -58,6 +59,29 @@ async def test_export_import_export_across_two_databases(
     assert (mine["facts"], mine["hidden_facts"], mine["sessions"]) == (2, 1, 1)
     purged = navi("purge-expired", "--dry-run", env=target)
     assert purged.returncode == 0 and "would purge 0 expired" in purged.stdout
+
+
+def test_an_import_with_a_record_the_api_refuses_is_one_clean_line(
+    navi: Navi, db_url: str, tmp_path: Path
+) -> None:
+    """A recall ledger holding an object used to end in "unexpected TypeError … a bug"; now it
+    is refused (exit 2) with one line naming the record, and nothing is written."""
+    now = "2024-01-01T00:00:00+00:00"
+    uid = str(uuid.uuid4())
+    records = [
+        {"type": "header", "format": EXPORT_FORMAT, "version": EXPORT_FORMAT_VERSION,
+         "user_id": uid, "created_at": now},
+        {"type": "session", "id": "s-bad", "last_active": now, "created_at": now,
+         "updated_at": now, "session_metadata": {INJECTED_LEDGER_KEY: [{"a": 1}]}},
+    ]  # fmt: skip
+    dump = tmp_path / "bad.jsonl"
+    dump.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    refused = navi("import", str(dump), env={"DATABASE_URL": db_url})
+    assert refused.returncode == 2, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "record 2 (session s-bad)" in refused.stderr and "unexpected" not in refused.stderr
+    stats = json.loads(navi("stats", "--json", env={"DATABASE_URL": db_url}).stdout)
+    assert all(u["user_id"] != uid for u in stats["per_user"])
 
 
 def test_text_only_mode_as_doctor_and_backfill_report_it(

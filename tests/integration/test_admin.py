@@ -11,13 +11,14 @@ import pytest
 from navi_memory import (
     PERMISSION_READ_ALL,
     InvalidInputError,
+    InvalidTypeError,
     Memory,
     NotFoundError,
     PermissionDeniedError,
     open_memory,
     request_context,
 )
-from navi_memory.constants import INJECTED_LEDGER_KEY
+from navi_memory.constants import EXPORT_FORMAT, EXPORT_FORMAT_VERSION, INJECTED_LEDGER_KEY
 from navi_memory.schemas import ExportChunk, ExportFact, ExportSession
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
@@ -145,6 +146,106 @@ async def test_a_malformed_export_is_refused_whole(
         assert await memory.users.get(target) is None
 
 
+@pytest.mark.parametrize(
+    ("kind", "change", "field"),
+    [
+        ("fact", {"category": "c" * 100_000}, "category"),
+        ("fact", {"key": ""}, "key"),
+        ("fact", {"value": "a\ud800b"}, "value"),
+        ("fact", {"confidence": 10**6}, "confidence"),
+        ("fact", {"confidence": -5}, "confidence"),
+        ("fact", {"source": "bogus"}, "source"),
+        ("fact", {"created_at": "2024-01-01T00:00:00"}, "created_at"),
+        ("fact", {"created_at": "0001-01-01T00:00:00+01:00"}, "created_at"),
+        ("fact", {"embedding": [0.1, 0.2]}, "embedding"),
+        ("header", {"name": "a\ud800b"}, "name"),
+        ("chunk", {"content_hash": "0" * 64}, "content_hash"),
+        ("chunk", {"start_seq": 5, "end_seq": 1}, "end"),
+        ("chunk", {"start_seq": 2**40}, "start_seq"),
+        ("chunk", {"started_at": "2024-01-01T00:00:00"}, "time zone"),
+        ("chunk", {"breadcrumbs": ["a\ud800b"]}, "breadcrumb"),
+        ("session", {"title": "t" * 1_000_000}, "title"),
+        ("session", {"session_metadata": {"x": float("nan")}}, "session_metadata"),
+        ("session", {"session_metadata": {INJECTED_LEDGER_KEY: [{"a": 1}]}}, "ledger"),
+        ("message", {"seq": 2**40}, "seq"),
+        ("message", {"tool_args": {"a\ud800": 1}}, "tool_args"),
+        ("kv", {"scope": "s" * 100_000}, "scope"),
+    ],
+)
+async def test_an_import_checks_every_record_as_the_live_api_checks_its_input(
+    memory: Memory, fake_ollama: FakeOllama, kind: str, change: dict[str, Any], field: str
+) -> None:
+    """A record the live API would refuse is refused on import with InvalidInputError naming
+    the record and the field, and nothing is written, instead of being stored or ending in a
+    StorageError."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-bad")
+    with admin():
+        records = dumped(await memory.admin.export_user(uid, with_vectors=True))
+        number = next(n for n, r in enumerate(records, 1) if r["type"] == kind)
+        records[number - 1] = {**records[number - 1], **change}
+        target = uuid.uuid4()
+        with pytest.raises(InvalidInputError, match=rf"record {number} \({kind}.*{field}"):
+            await memory.admin.import_user(records, user_id=target, session_prefix="p-")
+        assert await memory.users.get(target) is None
+
+
+async def test_an_import_keeps_chunks_and_kv_entries_out_of_sessions_not_theirs(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """A chunk naming another user's session is refused as that user's session would be; a kv
+    entry must name a session of the export, as kv.set needs one of the user's sessions."""
+    sam, kim = uuid.uuid4(), await new_user(memory)
+    await seed_user(memory, fake_ollama, sam, "s-sam")
+    with request_context(user_id=kim):
+        await memory.sessions.create("k-1")
+    with admin():
+        records = dumped(await memory.admin.export_user(sam))
+        chunk = next(n for n, r in enumerate(records) if r["type"] == "chunk")
+        into_kim = [
+            *records[:chunk],
+            {**records[chunk], "session_id": "k-1"},
+            *records[chunk + 1 :],
+        ]
+        with pytest.raises(InvalidInputError, match="'k-1' belong"):
+            await memory.admin.import_user(into_kim, replace=True)
+        kv = next(n for n, r in enumerate(records) if r["type"] == "kv" and r["session_id"])
+        orphan = [*records[:kv], {**records[kv], "session_id": "gone"}, *records[kv + 1 :]]
+        with pytest.raises(InvalidInputError, match="'gone', which is not in the export"):
+            await memory.admin.import_user(orphan, replace=True)
+        assert dumped(await memory.admin.export_user(sam)) == records
+
+
+@pytest.mark.parametrize(
+    ("records", "message"),
+    [
+        (None, "records must be"),
+        (5, "records must be"),
+        ("header", "records must be"),
+        (
+            [
+                {
+                    "type": "header",
+                    "format": EXPORT_FORMAT,
+                    "version": EXPORT_FORMAT_VERSION,
+                    "user_id": str(uuid.uuid4()),
+                    "created_at": "2024-01-01T00:00:00+00:00",
+                },
+                5,
+            ],
+            "record 2 .*int",
+        ),
+    ],
+)
+async def test_an_import_of_something_other_than_records_is_a_type_error(
+    memory: Memory, records: Any, message: str
+) -> None:
+    """import_user(None) or a list holding a non-record is InvalidTypeError, not a raw
+    TypeError or AttributeError."""
+    with admin(), pytest.raises(InvalidTypeError, match=message):
+        await memory.admin.import_user(records, user_id=uuid.uuid4())
+
+
 async def test_admin_calls_need_read_all_and_never_write_into_another_user(
     memory: Memory,
 ) -> None:
@@ -167,6 +268,77 @@ async def test_admin_calls_need_read_all_and_never_write_into_another_user(
             await memory.admin.purge_expired(kim)
     with admin(), pytest.raises(NotFoundError):
         await memory.admin.export_user(uuid.uuid4())
+
+
+async def test_acting_for_one_user_an_import_named_by_its_header_cannot_replace_another(
+    memory: Memory,
+) -> None:
+    """Without user_id an import goes to the header's user: acting for sam, an export whose
+    header names kim is refused even with read_all and replace=True; kim keeps her memory."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    with request_context(user_id=kim):
+        await memory.store.upsert_fact("p", "kims", "kim's own fact")
+    with request_context(user_id=sam):
+        await memory.store.upsert_fact("p", "a", "alpha")
+    with request_context(user_id=sam, permissions=[PERMISSION_READ_ALL]):
+        records = await memory.admin.export_user(sam)
+        as_kim = [records[0].model_copy(update={"user_id": kim}), *records[1:]]
+        with pytest.raises(PermissionDeniedError, match="another user"):
+            await memory.admin.import_user(as_kim, replace=True)
+        with pytest.raises(PermissionDeniedError, match="another user"):
+            await memory.admin.import_user(dumped(as_kim), replace=True)
+        # Its own export, into itself, is still allowed.
+        assert (await memory.admin.import_user(records, replace=True)).user_id == sam
+    with request_context(user_id=kim):
+        assert [f.key for f in await memory.store.get_all_facts()] == ["kims"]
+
+
+async def test_acting_for_one_user_admin_calls_without_user_id_cover_that_user_only(
+    memory: Memory,
+) -> None:
+    """Acting for sam (with read_all), purge_expired() and stats() mean sam, as user_id=None
+    does everywhere; kim's expired fact stays. With no current user they cover everyone."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    for uid in (sam, kim):
+        with request_context(user_id=uid):
+            await memory.store.upsert_fact("p", "ticket", "VPN-1")
+    await execute(memory, "UPDATE memory_facts SET expires_at = now() - interval '1 hour'")
+    with request_context(user_id=sam, permissions=[PERMISSION_READ_ALL]):
+        assert [u.user_id for u in (await memory.admin.stats()).per_user] == [sam]
+        purged = await memory.admin.purge_expired()
+    assert purged.expired == 1
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE user_id = :u", u=kim) == 1
+    with admin():
+        assert {u.user_id for u in (await memory.admin.stats()).per_user} == {kim, sam}
+        assert (await memory.admin.purge_expired()).expired == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "flag"),
+    [
+        (lambda m, uid, recs: m.admin.purge_expired(uid, dry_run="no"), "dry_run"),
+        (lambda m, uid, recs: m.admin.purge_expired(uid, dry_run=None), "dry_run"),
+        (lambda m, uid, recs: m.admin.export_user(uid, with_vectors="no"), "with_vectors"),
+        (lambda m, uid, recs: m.admin.export_user(uid, with_vectors=1), "with_vectors"),
+        (lambda m, uid, recs: m.admin.import_user(recs, user_id=uid, replace="no"), "replace"),
+        (lambda m, uid, recs: m.admin.stats(uid, users="5"), "users"),
+    ],
+    ids=["dry_run-str", "dry_run-None", "with_vectors-str", "with_vectors-int", "replace", "users"],
+)
+async def test_admin_flags_of_the_wrong_type_are_refused_before_anything_happens(
+    memory: Memory, call: Any, flag: str
+) -> None:
+    """A flag given as "no", 1 or None is an InvalidTypeError naming it, not its truth value:
+    purge_expired(dry_run="no") used to delete nothing yet report dry_run=False."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("p", "ticket", "VPN-1")
+    await execute(memory, "UPDATE memory_facts SET expires_at = now() - interval '1 hour'")
+    with admin():
+        records = await memory.admin.export_user(uid)
+        with pytest.raises(InvalidTypeError, match=flag):
+            await call(memory, uid, records)
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 1
 
 
 async def test_stats_count_per_table_and_per_user(memory: Memory, fake_ollama: FakeOllama) -> None:

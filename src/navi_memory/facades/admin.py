@@ -1,8 +1,11 @@
 """memory.admin: an operator's calls, for the CLI and for a host's admin endpoint: stats,
 purging expired facts, and one user's memory exported and imported.
 
-Every call needs ``navi.memory.read_all`` (DESIGN: tenancy); a call that writes into a user
-is refused, as any write, when the request acts for another user.
+Every call needs ``navi.memory.read_all`` (DESIGN: tenancy), and on top of it the rules of
+any read or write: ``user_id=None`` means the current user when there is one (every user only
+when the request acts for nobody), and a call that writes into a user — purge_expired and
+import_user, whose target may come from the export's header — is refused when the request acts
+for another user, read_all or not.
 """
 
 from __future__ import annotations
@@ -14,16 +17,22 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.constants import PERMISSION_READ_ALL, STATS_USERS_DEFAULT
-from navi_memory.errors import InvalidInputError, PermissionDeniedError
+from navi_memory.errors import PermissionDeniedError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.fact_indexer import FactIndexer
-from navi_memory.request_context import as_user_id, has_permission, read_scope, write_scope
+from navi_memory.request_context import (
+    as_user_id,
+    current_user_id,
+    has_permission,
+    read_scope,
+    write_scope,
+)
 from navi_memory.schemas import ExportRecord, ImportResult, MemoryStats, PurgeResult
 from navi_memory.services.facts import FactService
 from navi_memory.services.stats import StatsService
-from navi_memory.services.transfer import TransferService, parse_records
+from navi_memory.services.transfer import TransferService, export_header, parse_records
 from navi_memory.unit_of_work import engine_of, unit_of_work
-from navi_memory.validation import check_int, check_optional_text
+from navi_memory.validation import check_bool, check_int, check_optional_text
 
 __all__ = ["Admin"]
 
@@ -31,6 +40,14 @@ __all__ = ["Admin"]
 def _require_admin(what: str) -> None:
     if not has_permission(PERMISSION_READ_ALL):
         raise PermissionDeniedError(f"{what} is an operator's call and needs {PERMISSION_READ_ALL}")
+
+
+def _write_target(user_id: uuid.UUID | str | None) -> uuid.UUID | None:
+    """The user an admin write goes to, by write_scope's rule (the one named, else the current
+    one; never another than the current one); None, every user, only when acting for nobody."""
+    if user_id is None and current_user_id() is None:
+        return None
+    return write_scope(user_id)
 
 
 class Admin:
@@ -59,7 +76,7 @@ class Admin:
         """Rows per table, vectors missing, every vector-index backlog, hidden and expired
         facts; per user for ``user_id``, or for the ``users`` users holding the most rows."""
         _require_admin("stats")
-        uid = None if user_id is None else as_user_id(user_id)
+        uid = read_scope(user_id)
         users = check_int("users", users, minimum=1)
         async with unit_of_work(self._snapshot) as session:
             return await self._stats.stats(
@@ -71,9 +88,11 @@ class Admin:
     ) -> PurgeResult:
         """Delete the facts past their expiry — every user's, or ``user_id``'s — with the rows
         hidden behind them. Expired facts are invisible already; this frees their rows (and
-        forgoes reviving one by saving the same value again)."""
+        forgoes reviving one by saving the same value again). Acting for a user, None means
+        that user, and another user's id is refused."""
         _require_admin("purge_expired")
-        uid = None if user_id is None else write_scope(user_id)
+        uid = _write_target(user_id)
+        dry_run = check_bool("dry_run", dry_run)
         async with unit_of_work(self._sessionmaker) as session:
             expired, hidden = await self._facts.purge_expired(session, uid, dry_run=dry_run)
         return PurgeResult(expired=expired, hidden=hidden, dry_run=dry_run)
@@ -88,6 +107,7 @@ class Admin:
         _require_admin("export_user")
         uid = as_user_id(user_id)
         read_scope(uid)  # refuses another user's id when acting for one user
+        with_vectors = check_bool("with_vectors", with_vectors)
         async with unit_of_work(self._snapshot) as session:
             return await self._transfer.export(session, uid, with_vectors=with_vectors)
 
@@ -106,10 +126,11 @@ class Admin:
         every session id of the import."""
         _require_admin("import_user")
         target = None if user_id is None else write_scope(user_id)
-        if not isinstance(replace, bool):
-            raise InvalidInputError(f"replace must be a bool, got {type(replace).__name__}")
+        replace = check_bool("replace", replace)
         session_prefix = check_optional_text("session_prefix", session_prefix, allow_empty=False)
         parsed = parse_records(records)
+        if target is None:
+            target = write_scope(export_header(parsed).user_id)
         async with unit_of_work(self._sessionmaker) as session:
             result = await self._transfer.import_(
                 session,

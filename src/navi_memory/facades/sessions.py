@@ -8,7 +8,6 @@ like one that does not exist (NotFoundError for writes, None / [] / False otherw
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import uuid
 from datetime import timedelta
@@ -42,6 +41,7 @@ from navi_memory.services.sessions import SessionService
 from navi_memory.unit_of_work import unit_of_work
 from navi_memory.validation import (
     check_int,
+    check_json_object,
     check_optional_text,
     check_session_id,
     check_text,
@@ -76,29 +76,7 @@ def _check_tool_args(tool_args: Any) -> dict[str, Any] | None:
     """``tool_args`` as the JSON object PostgreSQL will store (so the reply equals the row)."""
     if tool_args is None:
         return None
-    if not isinstance(tool_args, dict):
-        raise InvalidTypeError(f"tool_args must be a dict, got {type(tool_args).__name__}")
-    try:
-        dumped = json.dumps(tool_args, ensure_ascii=False, allow_nan=False)
-    except TypeError as exc:
-        raise InvalidTypeError(f"tool_args must be JSON-serialisable: {exc}") from exc
-    except (ValueError, RecursionError) as exc:
-        raise InvalidInputError(f"tool_args cannot be stored as JSON: {exc}") from exc
-    check_text("tool_args", dumped, max_chars=MESSAGE_MAX_CHARS)
-    _check_encodable("tool_args", dumped)
-    loaded: dict[str, Any] = json.loads(dumped)
-    # jsonb refuses \u0000 anywhere, keys included.
-    pending: builtins.list[Any] = [loaded]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, builtins.list):
-            pending.extend(item)
-        elif isinstance(item, str) and "\x00" in item:
-            raise InvalidInputError("tool_args contains a NUL byte, which jsonb cannot hold")
-    return loaded
+    return check_json_object("tool_args", tool_args, max_chars=MESSAGE_MAX_CHARS)
 
 
 class SessionStore:

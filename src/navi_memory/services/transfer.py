@@ -12,20 +12,32 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any, Final, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.constants import (
+    EMBEDDING_DIM,
     EXPORT_FORMAT,
     EXPORT_FORMAT_VERSION,
+    FACT_CATEGORY_MAX_CHARS,
+    FACT_KEY_MAX_CHARS,
     INJECTED_LEDGER_KEY,
+    INT32_MAX,
+    KV_KEY_MAX_CHARS,
+    KV_SCOPE_MAX_CHARS,
+    MESSAGE_MAX_CHARS,
     SESSION_ID_MAX_CHARS,
+    SESSION_TITLE_MAX_CHARS,
+    TOOL_NAME_MAX_CHARS,
 )
-from navi_memory.errors import InvalidInputError, NotFoundError
+from navi_memory.errors import EmbeddingError, InvalidInputError, InvalidTypeError, NotFoundError
+from navi_memory.llm.vectors import storable_vector
 from navi_memory.repositories.transfer import TransferRepository, floats
 from navi_memory.schemas import (
+    ChunkDraft,
     ExportChunk,
     ExportExtraction,
     ExportFact,
@@ -37,17 +49,34 @@ from navi_memory.schemas import (
     ExportSummary,
     ImportResult,
 )
+from navi_memory.services.chunks import checked_draft
+from navi_memory.services.facts import SOURCES
+from navi_memory.validation import (
+    check_aware_datetime,
+    check_int,
+    check_json_object,
+    check_optional_session_id,
+    check_optional_text,
+    check_session_id,
+    check_text,
+)
 
-__all__ = ["TransferService", "parse_records"]
+__all__ = ["TransferService", "export_header", "parse_records"]
 
 _RECORD: TypeAdapter[ExportRecord] = TypeAdapter(ExportRecord)
 
 R = TypeVar("R")
 
 
-def parse_records(records: Iterable[ExportRecord | Mapping[str, Any]]) -> list[ExportRecord]:
-    """Records as models; a malformed one is an InvalidInputError naming its position (1-based,
-    the line of a JSON Lines file) and what is wrong with it."""
+def parse_records(records: object) -> list[ExportRecord]:
+    """Records as models, each checked as the live API checks the same values; a bad one is an
+    InvalidInputError (InvalidTypeError for a wrong type) naming its position (1-based, the
+    line of a JSON Lines file), its kind and the field."""
+    if isinstance(records, str | bytes | bytearray | Mapping) or not isinstance(records, Iterable):
+        raise InvalidTypeError(
+            "records must be a list of export records (ExportRecord objects or their dicts), "
+            f"got {type(records).__name__}"
+        )
     parsed: list[ExportRecord] = []
     for number, record in enumerate(records, 1):
         if isinstance(record, Mapping):
@@ -59,8 +88,112 @@ def parse_records(records: Iterable[ExportRecord | Mapping[str, Any]]) -> list[E
                 raise InvalidInputError(
                     f"record {number} is not a navi-memory export record: {where}: {first['msg']}"
                 ) from exc
+        elif not isinstance(record, _RECORD_TYPES):
+            raise InvalidTypeError(
+                f"record {number} must be an export record or its dict, got {type(record).__name__}"
+            )
+        try:
+            _check_record(record)
+        except InvalidInputError as exc:
+            raise type(exc)(f"record {number} ({_name(record)}): {exc}") from exc
         parsed.append(record)
     return parsed
+
+
+_RECORD_TYPES: Final = (
+    ExportHeader,
+    ExportFact,
+    ExportSummary,
+    ExportSession,
+    ExportMessage,
+    ExportExtraction,
+    ExportChunk,
+    ExportKv,
+)
+
+
+def _name(record: ExportRecord) -> str:
+    ref = getattr(record, "ref", None) or getattr(record, "id", None)
+    return record.type if ref is None else f"{record.type} {ref}"
+
+
+def _check_record(record: ExportRecord) -> None:
+    """The values of one record, by the rules the live API applies to them (a model built
+    with ``model_construct`` skipped pydantic, so the types are checked here too)."""
+    for name in type(record).model_fields:
+        value = getattr(record, name)
+        if value is not None and (isinstance(value, datetime) or name.endswith("_at")):
+            check_aware_datetime(name, value)
+    match record:
+        case ExportHeader():
+            check_optional_text("name", record.name)
+        case ExportFact():
+            check_text("ref", record.ref, max_chars=SESSION_ID_MAX_CHARS)
+            check_text("category", record.category, max_chars=FACT_CATEGORY_MAX_CHARS)
+            check_text("key", record.key, max_chars=FACT_KEY_MAX_CHARS)
+            check_text("value", record.value)
+            check_optional_text("source_context", record.source_context)
+            if record.source is not None and record.source not in SOURCES:
+                raise InvalidInputError(
+                    f"source must be one of {', '.join(SOURCES)}; got {record.source!r}"
+                )
+            if record.confidence is not None:
+                check_int("confidence", record.confidence, minimum=0, maximum=100)
+            _check_embedding(record.embedding)
+        case ExportSummary():
+            check_text("content", record.content, allow_empty=True)
+        case ExportChunk():
+            check_text("ref", record.ref, max_chars=SESSION_ID_MAX_CHARS)
+            check_session_id(record.session_id)
+            draft = {name: getattr(record, name) for name in ChunkDraft.model_fields}
+            checked_draft(ChunkDraft.model_construct(**draft))
+            _check_embedding(record.embedding)
+        case ExportSession():
+            check_session_id(record.id)
+            check_optional_text("title", record.title, max_chars=SESSION_TITLE_MAX_CHARS)
+            check_json_object(
+                "session_metadata", record.session_metadata, max_chars=MESSAGE_MAX_CHARS
+            )
+            ledger = record.session_metadata.get(INJECTED_LEDGER_KEY)
+            if ledger is not None and (
+                not isinstance(ledger, list) or not all(isinstance(ref, str) for ref in ledger)
+            ):
+                raise InvalidInputError(
+                    f"session_metadata's recall ledger ({INJECTED_LEDGER_KEY}) must be a list "
+                    "of chunk refs such as 'c1'"
+                )
+        case ExportMessage():
+            check_session_id(record.session_id)
+            check_int("seq", record.seq, minimum=0, maximum=INT32_MAX)
+            check_text("content", record.content, max_chars=MESSAGE_MAX_CHARS, allow_empty=True)
+            check_optional_text(
+                "tool_name", record.tool_name, max_chars=TOOL_NAME_MAX_CHARS, allow_empty=False
+            )
+            if record.tool_args is not None:
+                check_json_object("tool_args", record.tool_args, max_chars=MESSAGE_MAX_CHARS)
+        case ExportExtraction():
+            check_session_id(record.session_id)
+        case ExportKv():
+            check_text("scope", record.scope, max_chars=KV_SCOPE_MAX_CHARS)
+            check_text("key", record.key, max_chars=KV_KEY_MAX_CHARS)
+            check_text("value", record.value, allow_empty=True)
+            check_optional_session_id(record.session_id)
+
+
+def _check_embedding(embedding: list[float] | None) -> None:
+    """A vector as the embedder's are checked before they are stored (llm/vectors.py)."""
+    if embedding is None:
+        return
+    if not isinstance(embedding, list) or len(embedding) != EMBEDDING_DIM:
+        size = len(embedding) if isinstance(embedding, list) else type(embedding).__name__
+        raise InvalidInputError(
+            f"embedding must be {EMBEDDING_DIM} numbers, got {size}; leave it out (null) and "
+            "backfill will embed the row again"
+        )
+    try:
+        storable_vector(embedding, subject="the export")
+    except EmbeddingError as exc:
+        raise InvalidInputError(f"embedding: {exc}") from exc
 
 
 def _of(records: Sequence[ExportRecord], kind: type[R]) -> list[R]:
@@ -85,6 +218,21 @@ def _no_nul(records: Sequence[ExportRecord]) -> None:
             pending.extend(item)
         elif isinstance(item, str) and "\x00" in item:
             raise InvalidInputError("the export holds a NUL character, which PostgreSQL refuses")
+
+
+def export_header(records: Sequence[ExportRecord]) -> ExportHeader:
+    """The header of parsed records, checked: first, alone, and of the format this reads."""
+    if not records or not isinstance(records[0], ExportHeader):
+        raise InvalidInputError("an export starts with its header record (type 'header')")
+    header = records[0]
+    if header.format != EXPORT_FORMAT or header.version != EXPORT_FORMAT_VERSION:
+        raise InvalidInputError(
+            f"this is {header.format!r} version {header.version}; this navi-memory reads "
+            f"{EXPORT_FORMAT!r} version {EXPORT_FORMAT_VERSION}"
+        )
+    if _of(records[1:], ExportHeader):
+        raise InvalidInputError("an export has exactly one header record")
+    return header
 
 
 class TransferService:
@@ -158,17 +306,19 @@ class TransferService:
         session: AsyncSession,
         records: Sequence[ExportRecord],
         *,
-        user_id: uuid.UUID | None,
+        user_id: uuid.UUID,
         replace: bool,
         session_prefix: str | None,
     ) -> ImportResult:
-        """Write ``records`` as the memory of ``user_id`` (None: the exported user's id).
+        """Write ``records`` as the memory of ``user_id`` (the caller resolved it, the header's
+        user by default, and checked that the request may write into it).
 
         Refuses (InvalidInputError, nothing written) a malformed export, a user who holds
         memory already unless ``replace`` (which deletes it first), and session ids another
         user holds (``session_prefix`` renames every session id of the import)."""
-        header = self._header(records)
-        target = user_id or header.user_id
+        header = export_header(records)
+        _no_nul(records)
+        target = user_id
         plan = _Plan(records[1:], session_prefix)
         repo = TransferRepository(session=session)
 
@@ -272,21 +422,6 @@ class TransferService:
             replaced=replaced,
         )
 
-    @staticmethod
-    def _header(records: Sequence[ExportRecord]) -> ExportHeader:
-        if not records or not isinstance(records[0], ExportHeader):
-            raise InvalidInputError("an export starts with its header record (type 'header')")
-        header = records[0]
-        if header.format != EXPORT_FORMAT or header.version != EXPORT_FORMAT_VERSION:
-            raise InvalidInputError(
-                f"this is {header.format!r} version {header.version}; this navi-memory reads "
-                f"{EXPORT_FORMAT!r} version {EXPORT_FORMAT_VERSION}"
-            )
-        if _of(records[1:], ExportHeader):
-            raise InvalidInputError("an export has exactly one header record")
-        _no_nul(records)
-        return header
-
 
 class _Plan:
     """The records of one import, checked for consistency before anything is written."""
@@ -327,6 +462,12 @@ class _Plan:
                     "export"
                 )
         _unique("the message", ((m.session_id, m.seq) for m in self.messages))
+        for kv in self.kv:
+            # kv.set takes only a session of the user's.
+            if kv.session_id is not None and kv.session_id not in sessions:
+                raise InvalidInputError(
+                    f"a kv entry belongs to session {kv.session_id!r}, which is not in the export"
+                )
         _unique("the extraction state of session", (e.session_id for e in self.extractions))
         _unique("the kv entry", ((k.scope, k.session_id, k.key) for k in self.kv))
         chunk_refs = {c.ref for c in self.chunks}
@@ -337,8 +478,10 @@ class _Plan:
                         f"session {sess.id!r} recalls chunk {ref!r}, which is not in the export"
                     )
         self.session_ids = {s.id for s in self.sessions} | {e.session_id for e in self.extractions}
+        # Chunks may name sessions that are no sessions row, but never another user's.
+        self.session_ids |= {c.session_id for c in self.chunks}
         self.session_ids = {self.sid(sid) for sid in self.session_ids}
-        for sid in self.session_ids | {self.sid(c.session_id) for c in self.chunks}:
+        for sid in self.session_ids:
             if not sid.strip() or len(sid) > SESSION_ID_MAX_CHARS:
                 raise InvalidInputError(
                     f"session id {sid[:40]!r} is blank or longer than {SESSION_ID_MAX_CHARS}"
