@@ -295,6 +295,97 @@ async def test_other_spellings_of_a_key_are_merged(memory: Memory, model: Extrac
     assert {f.key for f in hidden if f.merged_into is not None} == {"time_zone"}
 
 
+async def extracted_with_summary(
+    memory: Memory, model: ExtractionModel, uid: uuid.UUID, *facts: tuple[str, str, str, str]
+) -> None:
+    """A first session giving ``facts``, extracted, and the summary the model wrote of them."""
+    model.facts = facts_json(*facts)
+    model.summary = "Summary of: " + ", ".join(value for _, _, value, _ in facts)
+    await conversation(memory, uid, "about me")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+
+
+async def test_a_forgotten_fact_leaves_the_summary_at_once_and_the_next_one_omits_it(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The summary rides in every prompt: forgetting a fact (the memory tool, delete_fact)
+    drops it at once, and the next extraction writes it again from the facts left, even when
+    that session only confirms a fact."""
+    uid = await new_user(memory)
+    await extracted_with_summary(
+        memory,
+        model,
+        uid,
+        ("preferences", "editor", "neovim", "user_explicit"),
+        ("personal", "home_address", "12 Elm St", "user_explicit"),
+    )
+    assert "Elm" in (await memory.store.get_summary(uid) or "")
+    assert await memory.store.delete_fact("home_address", user_id=uid) == 1
+    assert await memory.store.get_summary(uid) is None
+
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    model.summary = "Uses neovim."
+    await conversation(memory, uid, "still on neovim")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+    assert await memory.store.get_summary(uid) == "Uses neovim."
+    assert "home_address" not in model.summary_inputs[-1]
+
+
+async def test_a_fact_gone_by_expiry_or_the_applications_sql_makes_the_summary_out_of_date(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Any change of the set of current facts makes the summary out of date, not only a newer
+    fact: one expiring, or deleted by the application's own SQL; the next extraction rewrites
+    it, even from a session that gives no fact."""
+    uid = await new_user(memory)
+    await extracted_with_summary(
+        memory,
+        model,
+        uid,
+        ("preferences", "editor", "neovim", "user_explicit"),
+        ("plans", "trip", "Rome in May", "user_explicit"),
+        ("personal", "home_address", "12 Elm St", "user_explicit"),
+    )
+    await execute(
+        memory,
+        "UPDATE memory_facts SET expires_at = now() - interval '1 second' WHERE key = 'trip'",
+    )
+    await execute(memory, "DELETE FROM memory_facts WHERE key = 'home_address'")
+    model.facts = "[]"
+    model.summary = "Uses neovim."
+    await conversation(memory, uid, "what is 17 * 23?")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+    assert await memory.store.get_summary(uid) == "Uses neovim."
+    assert "trip" not in model.summary_inputs[-1]
+    assert "home_address" not in model.summary_inputs[-1]
+
+    # Nothing changed since: no model call.
+    await conversation(memory, uid, "and 18 * 23?")
+    again = await memory.extractor.process_stale_sessions(uid)
+    assert (again.sessions_extracted, again.summaries_written) == (1, 0)
+    assert model.summary_calls == 2
+
+
+async def test_a_summary_of_facts_all_gone_is_cleared(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """When no current fact is left, a summary written from facts is removed, not kept."""
+    uid = await new_user(memory)
+    await extracted_with_summary(
+        memory, model, uid, ("plans", "trip", "Rome in May", "user_explicit")
+    )
+    await execute(memory, "UPDATE memory_facts SET expires_at = now() - interval '1 second'")
+    model.facts = "[]"
+    await conversation(memory, uid, "hello")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+    assert await memory.store.get_summary(uid) is None
+    assert model.summary_calls == 1
+
+
 @pytest.mark.parametrize(
     ("reply", "written", "skipped"),
     [

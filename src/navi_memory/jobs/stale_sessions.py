@@ -32,7 +32,7 @@ from navi_memory.errors import (
 )
 from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.schemas import ExtractionReport
-from navi_memory.services.extraction import ExtractionService, SessionTranscript
+from navi_memory.services.extraction import ExtractionService, NewSummary, SessionTranscript
 from navi_memory.services.extraction_parser import ParsedFacts
 from navi_memory.unit_of_work import engine_of, single_statement, unit_of_work
 
@@ -199,7 +199,7 @@ class StaleSessionSweep:
             facts_skipped=parsed.skipped,
         )
         try:
-            summary = await self._new_summary(transcript) if parsed.facts else None
+            summary = await self._new_summary(transcript)
         except (ChatModelError, ExtractionError) as exc:
             logger.warning(
                 "extractor.session_failed: %s: summary: %s (facts kept, left unmarked)",
@@ -227,14 +227,17 @@ class StaleSessionSweep:
             ),
         )
 
-    async def _new_summary(self, transcript: SessionTranscript) -> str | None:
-        """The user's summary rewritten from all their facts when it is out of date; None
-        leaves it as it is."""
+    async def _new_summary(self, transcript: SessionTranscript) -> NewSummary | None:
+        """The user's summary rewritten from all their current facts when it is out of date
+        (whether or not this session gave facts: a fact forgotten or expired since is a change
+        too), or removed when no fact is left; None leaves it as it is."""
         async with unit_of_work(self._sessionmaker) as session:
-            facts, outdated = await self._service.summary_input(session, transcript.user_id)
-        if not facts or not outdated:
+            plan = await self._service.summary_input(session, transcript.user_id)
+        if not plan.outdated:
             return None
-        return await self._service.ask_summary(facts)
+        if not plan.facts:
+            return NewSummary(content=None, facts_digest=plan.digest)
+        return NewSummary(await self._service.ask_summary(plan.facts), plan.digest)
 
 
 class StaleSessionTrigger(Protocol):

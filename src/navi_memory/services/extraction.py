@@ -7,6 +7,8 @@ The rules, on the session or connection each call is given. The model calls (``a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from array import array
 from collections.abc import Sequence
@@ -36,7 +38,14 @@ from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.services.sessions import to_message
 from navi_memory.text.transcript import render_transcript
 
-__all__ = ["ExtractionService", "FactsWritten", "SessionTranscript"]
+__all__ = [
+    "ExtractionService",
+    "FactsWritten",
+    "NewSummary",
+    "SessionTranscript",
+    "SummaryInput",
+    "facts_digest",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +75,37 @@ class FactsWritten:
     """Facts inserted, updated, revived or verified (same value again)."""
     merged: int
     """Facts whose key merged other spellings of it (``dedupe``)."""
+
+
+def facts_digest(facts: Sequence[Fact]) -> str:
+    """What a summary was written from, in a few bytes: a digest of each fact's id and of what
+    the summary prompt shows of it (category, key, value, confidence), in id order. Any change
+    to the set of current facts — one added, changed, deleted, expired, hidden or made visible
+    again — changes it; a fact only confirmed again (``last_verified_at``) does not."""
+    digest = hashlib.sha256()
+    for fact in sorted(facts, key=lambda f: f.id):
+        item = [fact.id, fact.category, fact.key, fact.value, fact.confidence]
+        digest.update(json.dumps(item, ensure_ascii=True).encode() + b"\n")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryInput:
+    """The user's current facts for the summary, their digest, and whether the stored summary
+    is out of date (it was not written from exactly these facts)."""
+
+    facts: list[Fact]
+    digest: str
+    outdated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewSummary:
+    """A summary to store, with the digest of the facts it was written from; ``content`` None
+    removes the summary (no current fact is left to tell)."""
+
+    content: str | None
+    facts_digest: str
 
 
 def _already_covered(mark: datetime | None, transcript: SessionTranscript) -> bool:
@@ -197,14 +237,10 @@ class ExtractionService:
                 written += 1
         return FactsWritten(written=written, merged=merged)
 
-    async def summary_input(
-        self, session: AsyncSession, user_id: uuid.UUID
-    ) -> tuple[list[Fact], bool]:
-        """The user's current facts for the summary (the most recently verified first, at most
-        SUMMARY_MAX_FACTS), and whether their summary is out of date: missing, or older than
-        the latest change of a fact. Facts only confirmed again change nothing, so they cost no
-        model call; a summary that failed last time is still out of date on the retry."""
-        facts = await self.facts.list_facts(
+    async def _current_facts(self, session: AsyncSession, user_id: uuid.UUID) -> list[Fact]:
+        """What a summary is written from: the user's visible facts, the most recently
+        verified first, at most SUMMARY_MAX_FACTS."""
+        return await self.facts.list_facts(
             session,
             user_id,
             search=None,
@@ -214,23 +250,43 @@ class ExtractionService:
             limit=SUMMARY_MAX_FACTS,
             offset=0,
         )
-        written = await self.facts.summary_updated_at(session, user_id)
-        changed = max((f.updated_at for f in facts if f.updated_at is not None), default=None)
-        outdated = written is None or (changed is not None and changed > written)
-        return facts, outdated
+
+    async def summary_input(self, session: AsyncSession, user_id: uuid.UUID) -> SummaryInput:
+        """The user's current facts for the summary, and whether their summary is out of
+        date: missing while there are facts, or written from another set of facts than the
+        current one (``facts_digest``: a fact added, changed, forgotten, expired or hidden
+        since). Facts only confirmed again change nothing, so they cost no model call; a
+        summary that failed last time is still out of date on the retry. A summary of unknown
+        origin (``set_summary``, an import) is out of date when there are facts, and is never
+        removed for want of them."""
+        facts = await self._current_facts(session, user_id)
+        digest = facts_digest(facts)
+        stored = await self.facts.summary_digest(session, user_id)
+        known = None if stored is None else stored[0]
+        outdated = bool(facts) if known is None else known != digest
+        return SummaryInput(facts=facts, digest=digest, outdated=outdated)
 
     async def finish(
-        self, session: AsyncSession, transcript: SessionTranscript, summary: str | None
+        self, session: AsyncSession, transcript: SessionTranscript, summary: NewSummary | None
     ) -> bool:
-        """Store the new summary (if any) and mark the session extracted at the activity the
-        transcript covers, together. Under the extraction-state lock the mark is checked again:
-        False, writing nothing, when another extraction covered this activity meanwhile."""
+        """Store the new summary (if any; content None removes it) and mark the session
+        extracted at the activity the transcript covers, together. Under the extraction-state
+        lock the mark is checked again: False, writing nothing, when another extraction covered
+        this activity meanwhile."""
         repo = SessionRepository(session=session)
         mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
         if _already_covered(mark, transcript):
             return False
         if summary is not None:
-            await self.facts.set_summary(session, transcript.user_id, summary)
+            if summary.content is None:
+                await self.facts.clear_summary(session, transcript.user_id)
+            else:
+                await self.facts.set_summary(
+                    session,
+                    transcript.user_id,
+                    summary.content,
+                    facts_digest=summary.facts_digest,
+                )
         await repo.mark_extracted(
             transcript.session_id, transcript.user_id, at=transcript.last_active
         )
