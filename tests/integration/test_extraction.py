@@ -282,6 +282,21 @@ async def test_unchanged_facts_do_not_rewrite_the_summary(
     assert model.summary_calls == 1
 
 
+async def test_an_extracted_fact_records_the_session_it_came_from(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The extractor runs with no current session, but it knows the fact's session: it is
+    stored as the fact's provenance, and unified search shows it."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("technical", "server_port", "8099", "user_explicit"))
+    sid = await conversation(memory, uid, "the server port is 8099")
+    assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1
+    assert await scalar(memory, "SELECT session_id FROM memory_facts") == sid
+    with request_context(user_id=uid):
+        hits = await memory.search.search("server port", scope="facts")
+    assert [hit.session_id for hit in hits] == [sid]
+
+
 async def test_other_spellings_of_a_key_are_merged(memory: Memory, model: ExtractionModel) -> None:
     """Facts are written with dedupe: `tz` merges the stored `time_zone` (reported as merged)."""
     uid = await new_user(memory)

@@ -228,6 +228,7 @@ class ExtractionService:
                     expires_days=None,
                     source_context=draft.source_context,
                     embedding=vector,
+                    session_id=transcript.session_id,
                 ),
                 dedupe=True,
             )
