@@ -15,15 +15,19 @@ from navi_memory.services.extraction_prompts import EXTRACTION_PROMPT, FACT_SUMM
 FactsReply = str | Callable[[str], str]
 """The extraction reply, or a function of the transcript giving it."""
 
+SummaryReply = str | Callable[[str], str]
+"""The summary reply, or a function of the summary prompt's facts giving it."""
+
 
 class ExtractionModel:
     """The ``chat_handler`` of a FakeOllama: extraction replies ``facts``, summaries ``summary``.
 
-    ``hold()`` makes the next extraction calls wait (in the server's thread) until
-    ``release()``; ``entered`` is set when one is waiting. Calls are counted per kind.
+    ``hold()`` makes the next extraction calls (``hold("summary")``: summary calls) wait (in
+    the server's thread) until ``release()``; ``entered`` is set when one is waiting. Calls are
+    counted per kind.
     """
 
-    def __init__(self, facts: FactsReply = "[]", summary: str = "A summary.") -> None:
+    def __init__(self, facts: FactsReply = "[]", summary: SummaryReply = "A summary.") -> None:
         self.facts = facts
         self.summary = summary
         self.extraction_calls = 0
@@ -32,11 +36,19 @@ class ExtractionModel:
         self.summary_inputs: list[str] = []
         self.entered = threading.Event()
         self._gate: threading.Event | None = None
+        self._held = "facts"
         self._lock = threading.Lock()
 
-    def hold(self) -> None:
+    def hold(self, kind: str = "facts") -> None:
         self.entered.clear()
+        self._held = kind
         self._gate = threading.Event()
+
+    def _wait_if_held(self, kind: str) -> None:
+        gate = self._gate
+        if gate is not None and self._held == kind:
+            self.entered.set()
+            gate.wait(timeout=30)
 
     def release(self) -> None:
         if self._gate is not None:
@@ -50,14 +62,12 @@ class ExtractionModel:
             with self._lock:
                 self.extraction_calls += 1
                 self.transcripts.append(user)
-            gate = self._gate
-            if gate is not None:
-                self.entered.set()
-                gate.wait(timeout=30)
+            self._wait_if_held("facts")
             return self.facts(user) if callable(self.facts) else self.facts
         if system == FACT_SUMMARY_PROMPT:
             with self._lock:
                 self.summary_calls += 1
                 self.summary_inputs.append(user)
-            return self.summary
+            self._wait_if_held("summary")
+            return self.summary(user) if callable(self.summary) else self.summary
         raise AssertionError(f"unexpected prompt: {system[:80]!r}")

@@ -550,6 +550,29 @@ async def test_session_deleted_during_the_model_call_gets_no_facts(
     assert await scalar(memory, "SELECT count(*) FROM session_memory_state") == 0
 
 
+async def test_session_deleted_during_the_summary_call_is_not_marked(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A session deleted while the model writes the summary is skipped, not marked: no
+    extraction state is left behind for an id that no longer exists (or a later session that
+    reuses it)."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    sid = await conversation(memory, uid, "I use neovim")
+    model.hold("summary")
+    sweep = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
+    try:
+        assert await asyncio.to_thread(model.entered.wait, 10)
+        assert await memory.sessions.delete(sid, user_id=uid)
+    finally:
+        model.release()
+    report = await sweep
+    assert (report.sessions_extracted, report.sessions_skipped, report.failures) == (0, 1, 0)
+    assert report.facts_written == 1  # written before the delete: the user's, not the session's
+    assert await scalar(memory, "SELECT count(*) FROM session_memory_state") == 0
+    assert await memory.store.get_extracted_at(sid, uid) is None
+
+
 # --- on demand ----------------------------------------------------------------------------------
 
 

@@ -72,14 +72,16 @@ class SessionExtraction:
     report: ExtractionReport
 
 
-def _skipped(session_id: str, why: str) -> SessionExtraction:
+def _skipped(session_id: str, why: str, done: ExtractionReport | None = None) -> SessionExtraction:
+    """A skipped session; ``done``: the counts of what was written before it was skipped."""
     logger.info(
         "extractor.session_skipped: %s: %s",
         session_id,
         why,
         extra={"event": "extractor.session_skipped", "session_id": session_id},
     )
-    return SessionExtraction("skipped", ExtractionReport(sessions_seen=1, sessions_skipped=1))
+    report = ExtractionReport(sessions_seen=1) if done is None else done
+    return SessionExtraction("skipped", report.model_copy(update={"sessions_skipped": 1}))
 
 
 class StaleSessionSweep:
@@ -208,8 +210,13 @@ class StaleSessionSweep:
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
             return SessionExtraction("failed", report.model_copy(update={"failures": 1}))
-        async with unit_of_work(self._sessionmaker) as session:
-            finished = await service.finish(session, transcript, summary)
+        try:
+            async with unit_of_work(self._sessionmaker) as session:
+                finished = await service.finish(session, transcript, summary)
+        except NotFoundError:
+            # Its facts were written before the delete (they are the user's, as if extracted
+            # first); no mark is left for an id that is gone.
+            return _skipped(session_id, "deleted meanwhile", report)
         if not finished:
             return _skipped(session_id, "another extractor covered this activity")
         logger.info(

@@ -108,6 +108,14 @@ class NewSummary:
     facts_digest: str
 
 
+async def _lock_session(repo: SessionRepository, transcript: SessionTranscript) -> None:
+    """Share-lock the transcript's session row until the transaction ends, so a delete waits
+    for this write and then removes the extraction state it wrote; NotFoundError when the
+    session is gone (or no longer the transcript's user's)."""
+    if await repo.owner(transcript.session_id, lock=True) != transcript.user_id:
+        raise NotFoundError(f"session {transcript.session_id!r} was deleted meanwhile")
+
+
 def _already_covered(mark: datetime | None, transcript: SessionTranscript) -> bool:
     return mark is not None and mark >= transcript.last_active
 
@@ -206,8 +214,7 @@ class ExtractionService:
         when another extraction has covered this activity meanwhile. NotFoundError when the
         session was deleted meanwhile (its facts are not wanted then)."""
         repo = SessionRepository(session=session)
-        if await repo.activity(transcript.session_id, transcript.user_id) is None:
-            raise NotFoundError(f"session {transcript.session_id!r} was deleted meanwhile")
+        await _lock_session(repo, transcript)
         mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
         if _already_covered(mark, transcript):
             return None
@@ -273,8 +280,10 @@ class ExtractionService:
         """Store the new summary (if any; content None removes it) and mark the session
         extracted at the activity the transcript covers, together. Under the extraction-state
         lock the mark is checked again: False, writing nothing, when another extraction covered
-        this activity meanwhile."""
+        this activity meanwhile. NotFoundError, writing nothing, when the session was deleted
+        meanwhile (the model's summary call is long enough for a delete to land in it)."""
         repo = SessionRepository(session=session)
+        await _lock_session(repo, transcript)
         mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
         if _already_covered(mark, transcript):
             return False
