@@ -36,23 +36,31 @@ class ExtractionModel:
         self.summary_inputs: list[str] = []
         self.entered = threading.Event()
         self._gate: threading.Event | None = None
+        self._holding: threading.Event | None = None
         self._held = "facts"
+        self._once = False
         self._lock = threading.Lock()
 
-    def hold(self, kind: str = "facts") -> None:
+    def hold(self, kind: str = "facts", *, once: bool = False) -> None:
+        """Hold the calls of ``kind`` (``once``: only the next one) until ``release()``."""
         self.entered.clear()
         self._held = kind
-        self._gate = threading.Event()
-
-    def _wait_if_held(self, kind: str) -> None:
-        gate = self._gate
-        if gate is not None and self._held == kind:
-            self.entered.set()
-            gate.wait(timeout=30)
+        self._once = once
+        self._gate = self._holding = threading.Event()
 
     def release(self) -> None:
-        if self._gate is not None:
-            self._gate.set()
+        if self._holding is not None:
+            self._holding.set()
+
+    def _wait_if_held(self, kind: str) -> None:
+        with self._lock:
+            gate = self._gate
+            if gate is None or self._held != kind:
+                return
+            if self._once:
+                self._gate = None
+        self.entered.set()
+        gate.wait(timeout=30)
 
     def __call__(self, body: dict[str, Any]) -> str:
         messages = body["messages"]

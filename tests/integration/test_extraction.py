@@ -573,6 +573,42 @@ async def test_session_deleted_during_the_summary_call_is_not_marked(
     assert await memory.store.get_extracted_at(sid, uid) is None
 
 
+def summary_of_keys(prompt: str) -> str:
+    """A summary naming the keys of the facts it was written from."""
+    return "Summary of: " + ", ".join(sorted(re.findall(r"\] (\w+):", prompt)))
+
+
+async def test_two_extractions_of_one_user_at_once_leave_a_summary_of_every_fact(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Extraction A reads the facts for its summary, B writes a new fact and its summary of
+    both while A's model still writes: A's summary, of facts no longer current, must not
+    replace B's (it used to, and nothing rewrote it until another fact changed)."""
+    uid = await new_user(memory)
+    model.facts = echo_facts
+    model.summary = summary_of_keys
+    first = await conversation(memory, uid, "fact editor neovim")
+    second = await conversation(memory, uid, "fact shell zsh")
+    model.hold("summary", once=True)
+    slow = asyncio.create_task(memory.extractor.extract_session(first, user_id=uid))
+    try:
+        assert await asyncio.to_thread(model.entered.wait, 10)
+        fast = await memory.extractor.extract_session(second, user_id=uid)
+        assert fast.summaries_written == 1
+        assert await memory.store.get_summary(uid) == "Summary of: editor, shell"
+    finally:
+        model.release()
+    late = await slow
+    assert (late.sessions_extracted, late.summaries_written) == (1, 0)
+    assert await memory.store.get_summary(uid) == "Summary of: editor, shell"
+    assert await memory.store.get_extracted_at(first, uid) is not None
+
+    # And it stays: a session only confirming a fact finds the summary current.
+    third = await conversation(memory, uid, "fact editor neovim")
+    assert (await memory.extractor.extract_session(third, user_id=uid)).summaries_written == 0
+    assert model.summary_calls == 2
+
+
 # --- on demand ----------------------------------------------------------------------------------
 
 

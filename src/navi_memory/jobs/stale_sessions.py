@@ -217,8 +217,15 @@ class StaleSessionSweep:
             # Its facts were written before the delete (they are the user's, as if extracted
             # first); no mark is left for an id that is gone.
             return _skipped(session_id, "deleted meanwhile", report)
-        if not finished:
+        if finished is None:
             return _skipped(session_id, "another extractor covered this activity")
+        if summary is not None and not finished.summary_written:
+            logger.info(
+                "extractor.summary_superseded: %s: the facts changed during the summary call; "
+                "the summary of the current facts is another extraction's to write",
+                session_id,
+                extra={"event": "extractor.summary_superseded", "session_id": session_id},
+            )
         logger.info(
             "extractor.session_extracted: %s: %d fact(s) written, %d merged, %d skipped",
             session_id,
@@ -230,7 +237,7 @@ class StaleSessionSweep:
         return SessionExtraction(
             "extracted",
             report.model_copy(
-                update={"sessions_extracted": 1, "summaries_written": int(summary is not None)}
+                update={"sessions_extracted": 1, "summaries_written": int(finished.summary_written)}
             ),
         )
 

@@ -41,6 +41,7 @@ from navi_memory.text.transcript import render_transcript
 __all__ = [
     "ExtractionService",
     "FactsWritten",
+    "Finished",
     "NewSummary",
     "SessionTranscript",
     "SummaryInput",
@@ -75,6 +76,13 @@ class FactsWritten:
     """Facts inserted, updated, revived or verified (same value again)."""
     merged: int
     """Facts whose key merged other spellings of it (``dedupe``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The session is marked; ``summary_written``: its summary was stored (or removed)."""
+
+    summary_written: bool
 
 
 def facts_digest(facts: Sequence[Fact]) -> str:
@@ -276,28 +284,38 @@ class ExtractionService:
 
     async def finish(
         self, session: AsyncSession, transcript: SessionTranscript, summary: NewSummary | None
-    ) -> bool:
+    ) -> Finished | None:
         """Store the new summary (if any; content None removes it) and mark the session
         extracted at the activity the transcript covers, together. Under the extraction-state
-        lock the mark is checked again: False, writing nothing, when another extraction covered
+        lock the mark is checked again: None, writing nothing, when another extraction covered
         this activity meanwhile. NotFoundError, writing nothing, when the session was deleted
-        meanwhile (the model's summary call is long enough for a delete to land in it)."""
+        meanwhile (the model's summary call is long enough for a delete to land in it).
+
+        The summary is written only if it is of the current facts, checked under the user's
+        summary lock: another extraction of the user (or a forget) that changed the facts
+        while this one's model wrote has written, or will write, the summary of the facts as
+        they are now; this one's, of the facts as they were, must not replace it."""
         repo = SessionRepository(session=session)
         await _lock_session(repo, transcript)
         mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
         if _already_covered(mark, transcript):
-            return False
+            return None
+        written = False
         if summary is not None:
-            if summary.content is None:
-                await self.facts.clear_summary(session, transcript.user_id)
-            else:
-                await self.facts.set_summary(
-                    session,
-                    transcript.user_id,
-                    summary.content,
-                    facts_digest=summary.facts_digest,
-                )
+            await self.facts.lock_summary(session, transcript.user_id)
+            current = facts_digest(await self._current_facts(session, transcript.user_id))
+            if current == summary.facts_digest:
+                written = True
+                if summary.content is None:
+                    await self.facts.clear_summary(session, transcript.user_id)
+                else:
+                    await self.facts.set_summary(
+                        session,
+                        transcript.user_id,
+                        summary.content,
+                        facts_digest=summary.facts_digest,
+                    )
         await repo.mark_extracted(
             transcript.session_id, transcript.user_id, at=transcript.last_active
         )
-        return True
+        return Finished(summary_written=written)
