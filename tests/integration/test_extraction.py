@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -938,6 +938,57 @@ async def test_background_trigger_extracts_only_the_creating_users_sessions(
     assert await memory.store.get_extracted_at(alice_s, alice) is not None
     assert await memory.store.get_extracted_at(bob_s, bob) is None
     assert await visible_facts(memory, bob) == {}
+
+
+async def test_a_session_id_another_user_marked_cannot_be_created(memory: Memory) -> None:
+    """Sam's application keeps its sessions outside ``sessions`` and marks one; Kim may not
+    create a session with that id (session ids are unique across users), so Kim never reads
+    Sam's mark nor has a session counted as extracted by it."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    future = datetime.now(UTC) + timedelta(days=365)
+    with request_context(user_id=sam):
+        await memory.store.mark_session_extracted("shared-id", at=future)
+    with request_context(user_id=kim):
+        with pytest.raises(InvalidInputError, match="already taken"):
+            await memory.sessions.create("shared-id")
+        assert await memory.store.get_extracted_at("shared-id") is None
+    assert await memory.store.get_extracted_at("shared-id", sam) == future
+    # The owner itself may still create it (its application moving into ``sessions``).
+    assert (await memory.sessions.create("shared-id", user_id=sam)).user_id == sam
+
+
+async def test_another_users_extraction_state_for_a_session_is_never_read_or_overwritten(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A state row of Sam's for an id that Kim's session also has (left by the old code, or by
+    a mark racing a create): Kim never reads it, and Kim's extraction never writes over it."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    model.facts = echo_facts
+    sid = await conversation(memory, kim, "fact editor neovim")
+    future = datetime.now(UTC) + timedelta(days=365)
+    await execute(
+        memory,
+        "INSERT INTO session_memory_state (session_id, user_id, extracted_at) "
+        "VALUES (:sid, :sam, :at)",
+        sid=sid,
+        sam=sam,
+        at=future,
+    )
+    assert await memory.store.get_extracted_at(sid, kim) is None
+    assert await memory.store.get_extracted_at(sid, sam) is None  # the session is Kim's
+    with pytest.raises(NotFoundError):
+        await memory.store.mark_session_extracted(sid, kim)
+    await memory.extractor.process_stale_sessions(kim)
+    await memory.extractor.extract_session(sid, user_id=kim)
+    state = await scalar(
+        memory,
+        "SELECT user_id::text || ' ' || extracted_at::text FROM session_memory_state "
+        "WHERE session_id = :sid",
+        sid=sid,
+    )
+    owner, _, at = str(state).partition(" ")
+    assert owner == str(sam)
+    assert datetime.fromisoformat(at) == future
 
 
 # --- the command --------------------------------------------------------------------------------

@@ -188,8 +188,8 @@ class StaleSessionSweep:
         try:
             async with unit_of_work(self._sessionmaker) as session:
                 written = await service.write_facts(session, transcript, parsed.facts, vectors)
-        except NotFoundError:
-            return _skipped(session_id, "deleted meanwhile")
+        except NotFoundError as exc:
+            return _skipped(session_id, str(exc))  # deleted meanwhile, or not theirs to mark
         if written is None:
             return _skipped(session_id, "another extractor covered this activity")
         if written.written and self._fact_indexer is not None:
@@ -213,10 +213,10 @@ class StaleSessionSweep:
         try:
             async with unit_of_work(self._sessionmaker) as session:
                 finished = await service.finish(session, transcript, summary)
-        except NotFoundError:
+        except NotFoundError as exc:
             # Its facts were written before the delete (they are the user's, as if extracted
             # first); no mark is left for an id that is gone.
-            return _skipped(session_id, "deleted meanwhile", report)
+            return _skipped(session_id, str(exc), report)
         if finished is None:
             return _skipped(session_id, "another extractor covered this activity")
         if summary is not None and not finished.summary_written:

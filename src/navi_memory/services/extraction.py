@@ -116,12 +116,22 @@ class NewSummary:
     facts_digest: str
 
 
-async def _lock_session(repo: SessionRepository, transcript: SessionTranscript) -> None:
-    """Share-lock the transcript's session row until the transaction ends, so a delete waits
-    for this write and then removes the extraction state it wrote; NotFoundError when the
-    session is gone (or no longer the transcript's user's)."""
+async def _lock_state(repo: SessionRepository, transcript: SessionTranscript) -> datetime | None:
+    """Share-lock the transcript's session row until the transaction ends (a delete waits for
+    this write, then removes the extraction state it wrote), then lock its extraction state
+    row and return the user's mark. NotFoundError when the session is gone (or no longer the
+    transcript's user's), or when its state row is another user's: that row is never read nor
+    written for this user. A legacy row (of no user) counts as unmarked; the mark takes it."""
     if await repo.owner(transcript.session_id, lock=True) != transcript.user_id:
         raise NotFoundError(f"session {transcript.session_id!r} was deleted meanwhile")
+    owner, mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
+    if owner is None:
+        return None
+    if owner != transcript.user_id:
+        raise NotFoundError(
+            f"session {transcript.session_id!r}: its extraction state is another user's"
+        )
+    return mark
 
 
 def _already_covered(mark: datetime | None, transcript: SessionTranscript) -> bool:
@@ -222,8 +232,7 @@ class ExtractionService:
         when another extraction has covered this activity meanwhile. NotFoundError when the
         session was deleted meanwhile (its facts are not wanted then)."""
         repo = SessionRepository(session=session)
-        await _lock_session(repo, transcript)
-        mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
+        mark = await _lock_state(repo, transcript)
         if _already_covered(mark, transcript):
             return None
         written = merged = 0
@@ -296,8 +305,7 @@ class ExtractionService:
         while this one's model wrote has written, or will write, the summary of the facts as
         they are now; this one's, of the facts as they were, must not replace it."""
         repo = SessionRepository(session=session)
-        await _lock_session(repo, transcript)
-        mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
+        mark = await _lock_state(repo, transcript)
         if _already_covered(mark, transcript):
             return None
         written = False
@@ -315,7 +323,11 @@ class ExtractionService:
                         summary.content,
                         facts_digest=summary.facts_digest,
                     )
-        await repo.mark_extracted(
-            transcript.session_id, transcript.user_id, at=transcript.last_active
-        )
+        if (
+            await repo.mark_extracted(
+                transcript.session_id, transcript.user_id, at=transcript.last_active
+            )
+            is None
+        ):  # pragma: no cover - the row is locked, and was checked to be the user's
+            raise NotFoundError(f"session {transcript.session_id!r} was deleted meanwhile")
         return Finished(summary_written=written)

@@ -403,15 +403,21 @@ class FactService:
         """Record the session as processed ``at`` (None: now); NotFoundError when it is
         someone else's."""
         repo = SessionRepository(session=session)
+        await repo.lock_session_id(session_id)  # a create of the id waits, then sees the row
         if await repo.extraction_owner(session_id) not in (None, user_id):
             raise NotFoundError(f"no session {session_id!r} for this user")
-        return await repo.mark_extracted(session_id, user_id, at=at)
+        marked = await repo.mark_extracted(session_id, user_id, at=at)
+        if marked is None:  # the state row is another user's (their session has this id)
+            raise NotFoundError(f"no session {session_id!r} for this user")
+        return marked
 
     async def extracted_at(
         self, session: AsyncSession, scope: uuid.UUID | None, session_id: str
     ) -> datetime | None:
-        """When the session was processed; None if never — or if it is not ``scope``'s."""
+        """When the session was processed; None if never — or if it is not ``scope``'s. Only
+        a mark ``scope`` wrote counts: never another user's (nor a legacy one) for an id that
+        is now ``scope``'s session."""
         repo = SessionRepository(session=session)
         if scope is not None and await repo.extraction_owner(session_id) != scope:
             return None
-        return await repo.extracted_at(session_id)
+        return await repo.extracted_at(session_id, scope)
