@@ -15,15 +15,19 @@ from navi_memory.services.extraction_prompts import EXTRACTION_PROMPT, FACT_SUMM
 FactsReply = str | Callable[[str], str]
 """The extraction reply, or a function of the transcript giving it."""
 
+SummaryReply = str | Callable[[str], str]
+"""The summary reply, or a function of the summary prompt's facts giving it."""
+
 
 class ExtractionModel:
     """The ``chat_handler`` of a FakeOllama: extraction replies ``facts``, summaries ``summary``.
 
-    ``hold()`` makes the next extraction calls wait (in the server's thread) until
-    ``release()``; ``entered`` is set when one is waiting. Calls are counted per kind.
+    ``hold()`` makes the next extraction calls (``hold("summary")``: summary calls) wait (in
+    the server's thread) until ``release()``; ``entered`` is set when one is waiting. Calls are
+    counted per kind.
     """
 
-    def __init__(self, facts: FactsReply = "[]", summary: str = "A summary.") -> None:
+    def __init__(self, facts: FactsReply = "[]", summary: SummaryReply = "A summary.") -> None:
         self.facts = facts
         self.summary = summary
         self.extraction_calls = 0
@@ -32,15 +36,31 @@ class ExtractionModel:
         self.summary_inputs: list[str] = []
         self.entered = threading.Event()
         self._gate: threading.Event | None = None
+        self._holding: threading.Event | None = None
+        self._held = "facts"
+        self._once = False
         self._lock = threading.Lock()
 
-    def hold(self) -> None:
+    def hold(self, kind: str = "facts", *, once: bool = False) -> None:
+        """Hold the calls of ``kind`` (``once``: only the next one) until ``release()``."""
         self.entered.clear()
-        self._gate = threading.Event()
+        self._held = kind
+        self._once = once
+        self._gate = self._holding = threading.Event()
 
     def release(self) -> None:
-        if self._gate is not None:
-            self._gate.set()
+        if self._holding is not None:
+            self._holding.set()
+
+    def _wait_if_held(self, kind: str) -> None:
+        with self._lock:
+            gate = self._gate
+            if gate is None or self._held != kind:
+                return
+            if self._once:
+                self._gate = None
+        self.entered.set()
+        gate.wait(timeout=30)
 
     def __call__(self, body: dict[str, Any]) -> str:
         messages = body["messages"]
@@ -50,14 +70,12 @@ class ExtractionModel:
             with self._lock:
                 self.extraction_calls += 1
                 self.transcripts.append(user)
-            gate = self._gate
-            if gate is not None:
-                self.entered.set()
-                gate.wait(timeout=30)
+            self._wait_if_held("facts")
             return self.facts(user) if callable(self.facts) else self.facts
         if system == FACT_SUMMARY_PROMPT:
             with self._lock:
                 self.summary_calls += 1
                 self.summary_inputs.append(user)
-            return self.summary
+            self._wait_if_held("summary")
+            return self.summary(user) if callable(self.summary) else self.summary
         raise AssertionError(f"unexpected prompt: {system[:80]!r}")

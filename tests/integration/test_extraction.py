@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -282,6 +282,21 @@ async def test_unchanged_facts_do_not_rewrite_the_summary(
     assert model.summary_calls == 1
 
 
+async def test_an_extracted_fact_records_the_session_it_came_from(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The extractor runs with no current session, but it knows the fact's session: it is
+    stored as the fact's provenance, and unified search shows it."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("technical", "server_port", "8099", "user_explicit"))
+    sid = await conversation(memory, uid, "the server port is 8099")
+    assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1
+    assert await scalar(memory, "SELECT session_id FROM memory_facts") == sid
+    with request_context(user_id=uid):
+        hits = await memory.search.search("server port", scope="facts")
+    assert [hit.session_id for hit in hits] == [sid]
+
+
 async def test_other_spellings_of_a_key_are_merged(memory: Memory, model: ExtractionModel) -> None:
     """Facts are written with dedupe: `tz` merges the stored `time_zone` (reported as merged)."""
     uid = await new_user(memory)
@@ -293,6 +308,97 @@ async def test_other_spellings_of_a_key_are_merged(memory: Memory, model: Extrac
     assert await visible_facts(memory, uid) == {("location", "tz"): "Europe/Lisbon"}
     hidden = await memory.store.get_all_facts(uid, include_merged=True)
     assert {f.key for f in hidden if f.merged_into is not None} == {"time_zone"}
+
+
+async def extracted_with_summary(
+    memory: Memory, model: ExtractionModel, uid: uuid.UUID, *facts: tuple[str, str, str, str]
+) -> None:
+    """A first session giving ``facts``, extracted, and the summary the model wrote of them."""
+    model.facts = facts_json(*facts)
+    model.summary = "Summary of: " + ", ".join(value for _, _, value, _ in facts)
+    await conversation(memory, uid, "about me")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+
+
+async def test_a_forgotten_fact_leaves_the_summary_at_once_and_the_next_one_omits_it(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The summary rides in every prompt: forgetting a fact (the memory tool, delete_fact)
+    drops it at once, and the next extraction writes it again from the facts left, even when
+    that session only confirms a fact."""
+    uid = await new_user(memory)
+    await extracted_with_summary(
+        memory,
+        model,
+        uid,
+        ("preferences", "editor", "neovim", "user_explicit"),
+        ("personal", "home_address", "12 Elm St", "user_explicit"),
+    )
+    assert "Elm" in (await memory.store.get_summary(uid) or "")
+    assert await memory.store.delete_fact("home_address", user_id=uid) == 1
+    assert await memory.store.get_summary(uid) is None
+
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    model.summary = "Uses neovim."
+    await conversation(memory, uid, "still on neovim")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+    assert await memory.store.get_summary(uid) == "Uses neovim."
+    assert "home_address" not in model.summary_inputs[-1]
+
+
+async def test_a_fact_gone_by_expiry_or_the_applications_sql_makes_the_summary_out_of_date(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Any change of the set of current facts makes the summary out of date, not only a newer
+    fact: one expiring, or deleted by the application's own SQL; the next extraction rewrites
+    it, even from a session that gives no fact."""
+    uid = await new_user(memory)
+    await extracted_with_summary(
+        memory,
+        model,
+        uid,
+        ("preferences", "editor", "neovim", "user_explicit"),
+        ("plans", "trip", "Rome in May", "user_explicit"),
+        ("personal", "home_address", "12 Elm St", "user_explicit"),
+    )
+    await execute(
+        memory,
+        "UPDATE memory_facts SET expires_at = now() - interval '1 second' WHERE key = 'trip'",
+    )
+    await execute(memory, "DELETE FROM memory_facts WHERE key = 'home_address'")
+    model.facts = "[]"
+    model.summary = "Uses neovim."
+    await conversation(memory, uid, "what is 17 * 23?")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+    assert await memory.store.get_summary(uid) == "Uses neovim."
+    assert "trip" not in model.summary_inputs[-1]
+    assert "home_address" not in model.summary_inputs[-1]
+
+    # Nothing changed since: no model call.
+    await conversation(memory, uid, "and 18 * 23?")
+    again = await memory.extractor.process_stale_sessions(uid)
+    assert (again.sessions_extracted, again.summaries_written) == (1, 0)
+    assert model.summary_calls == 2
+
+
+async def test_a_summary_of_facts_all_gone_is_cleared(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """When no current fact is left, a summary written from facts is removed, not kept."""
+    uid = await new_user(memory)
+    await extracted_with_summary(
+        memory, model, uid, ("plans", "trip", "Rome in May", "user_explicit")
+    )
+    await execute(memory, "UPDATE memory_facts SET expires_at = now() - interval '1 second'")
+    model.facts = "[]"
+    await conversation(memory, uid, "hello")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+    assert await memory.store.get_summary(uid) is None
+    assert model.summary_calls == 1
 
 
 @pytest.mark.parametrize(
@@ -442,6 +548,65 @@ async def test_session_deleted_during_the_model_call_gets_no_facts(
     assert (report.sessions_seen, report.sessions_skipped, report.failures) == (1, 1, 0)
     assert await memory.store.get_all_facts(uid) == []
     assert await scalar(memory, "SELECT count(*) FROM session_memory_state") == 0
+
+
+async def test_session_deleted_during_the_summary_call_is_not_marked(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A session deleted while the model writes the summary is skipped, not marked: no
+    extraction state is left behind for an id that no longer exists (or a later session that
+    reuses it)."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    sid = await conversation(memory, uid, "I use neovim")
+    model.hold("summary")
+    sweep = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
+    try:
+        assert await asyncio.to_thread(model.entered.wait, 10)
+        assert await memory.sessions.delete(sid, user_id=uid)
+    finally:
+        model.release()
+    report = await sweep
+    assert (report.sessions_extracted, report.sessions_skipped, report.failures) == (0, 1, 0)
+    assert report.facts_written == 1  # written before the delete: the user's, not the session's
+    assert await scalar(memory, "SELECT count(*) FROM session_memory_state") == 0
+    assert await memory.store.get_extracted_at(sid, uid) is None
+
+
+def summary_of_keys(prompt: str) -> str:
+    """A summary naming the keys of the facts it was written from."""
+    return "Summary of: " + ", ".join(sorted(re.findall(r"\] (\w+):", prompt)))
+
+
+async def test_two_extractions_of_one_user_at_once_leave_a_summary_of_every_fact(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Extraction A reads the facts for its summary, B writes a new fact and its summary of
+    both while A's model still writes: A's summary, of facts no longer current, must not
+    replace B's (it used to, and nothing rewrote it until another fact changed)."""
+    uid = await new_user(memory)
+    model.facts = echo_facts
+    model.summary = summary_of_keys
+    first = await conversation(memory, uid, "fact editor neovim")
+    second = await conversation(memory, uid, "fact shell zsh")
+    model.hold("summary", once=True)
+    slow = asyncio.create_task(memory.extractor.extract_session(first, user_id=uid))
+    try:
+        assert await asyncio.to_thread(model.entered.wait, 10)
+        fast = await memory.extractor.extract_session(second, user_id=uid)
+        assert fast.summaries_written == 1
+        assert await memory.store.get_summary(uid) == "Summary of: editor, shell"
+    finally:
+        model.release()
+    late = await slow
+    assert (late.sessions_extracted, late.summaries_written) == (1, 0)
+    assert await memory.store.get_summary(uid) == "Summary of: editor, shell"
+    assert await memory.store.get_extracted_at(first, uid) is not None
+
+    # And it stays: a session only confirming a fact finds the summary current.
+    third = await conversation(memory, uid, "fact editor neovim")
+    assert (await memory.extractor.extract_session(third, user_id=uid)).summaries_written == 0
+    assert model.summary_calls == 2
 
 
 # --- on demand ----------------------------------------------------------------------------------
@@ -773,6 +938,57 @@ async def test_background_trigger_extracts_only_the_creating_users_sessions(
     assert await memory.store.get_extracted_at(alice_s, alice) is not None
     assert await memory.store.get_extracted_at(bob_s, bob) is None
     assert await visible_facts(memory, bob) == {}
+
+
+async def test_a_session_id_another_user_marked_cannot_be_created(memory: Memory) -> None:
+    """Sam's application keeps its sessions outside ``sessions`` and marks one; Kim may not
+    create a session with that id (session ids are unique across users), so Kim never reads
+    Sam's mark nor has a session counted as extracted by it."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    future = datetime.now(UTC) + timedelta(days=365)
+    with request_context(user_id=sam):
+        await memory.store.mark_session_extracted("shared-id", at=future)
+    with request_context(user_id=kim):
+        with pytest.raises(InvalidInputError, match="already taken"):
+            await memory.sessions.create("shared-id")
+        assert await memory.store.get_extracted_at("shared-id") is None
+    assert await memory.store.get_extracted_at("shared-id", sam) == future
+    # The owner itself may still create it (its application moving into ``sessions``).
+    assert (await memory.sessions.create("shared-id", user_id=sam)).user_id == sam
+
+
+async def test_another_users_extraction_state_for_a_session_is_never_read_or_overwritten(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A state row of Sam's for an id that Kim's session also has (left by the old code, or by
+    a mark racing a create): Kim never reads it, and Kim's extraction never writes over it."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    model.facts = echo_facts
+    sid = await conversation(memory, kim, "fact editor neovim")
+    future = datetime.now(UTC) + timedelta(days=365)
+    await execute(
+        memory,
+        "INSERT INTO session_memory_state (session_id, user_id, extracted_at) "
+        "VALUES (:sid, :sam, :at)",
+        sid=sid,
+        sam=sam,
+        at=future,
+    )
+    assert await memory.store.get_extracted_at(sid, kim) is None
+    assert await memory.store.get_extracted_at(sid, sam) is None  # the session is Kim's
+    with pytest.raises(NotFoundError):
+        await memory.store.mark_session_extracted(sid, kim)
+    await memory.extractor.process_stale_sessions(kim)
+    await memory.extractor.extract_session(sid, user_id=kim)
+    state = await scalar(
+        memory,
+        "SELECT user_id::text || ' ' || extracted_at::text FROM session_memory_state "
+        "WHERE session_id = :sid",
+        sid=sid,
+    )
+    owner, _, at = str(state).partition(" ")
+    assert owner == str(sam)
+    assert datetime.fromisoformat(at) == future
 
 
 # --- the command --------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from navi_memory.errors import (
 )
 from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.schemas import ExtractionReport
-from navi_memory.services.extraction import ExtractionService, SessionTranscript
+from navi_memory.services.extraction import ExtractionService, NewSummary, SessionTranscript
 from navi_memory.services.extraction_parser import ParsedFacts
 from navi_memory.unit_of_work import engine_of, single_statement, unit_of_work
 
@@ -72,14 +72,16 @@ class SessionExtraction:
     report: ExtractionReport
 
 
-def _skipped(session_id: str, why: str) -> SessionExtraction:
+def _skipped(session_id: str, why: str, done: ExtractionReport | None = None) -> SessionExtraction:
+    """A skipped session; ``done``: the counts of what was written before it was skipped."""
     logger.info(
         "extractor.session_skipped: %s: %s",
         session_id,
         why,
         extra={"event": "extractor.session_skipped", "session_id": session_id},
     )
-    return SessionExtraction("skipped", ExtractionReport(sessions_seen=1, sessions_skipped=1))
+    report = ExtractionReport(sessions_seen=1) if done is None else done
+    return SessionExtraction("skipped", report.model_copy(update={"sessions_skipped": 1}))
 
 
 class StaleSessionSweep:
@@ -186,8 +188,8 @@ class StaleSessionSweep:
         try:
             async with unit_of_work(self._sessionmaker) as session:
                 written = await service.write_facts(session, transcript, parsed.facts, vectors)
-        except NotFoundError:
-            return _skipped(session_id, "deleted meanwhile")
+        except NotFoundError as exc:
+            return _skipped(session_id, str(exc))  # deleted meanwhile, or not theirs to mark
         if written is None:
             return _skipped(session_id, "another extractor covered this activity")
         if written.written and self._fact_indexer is not None:
@@ -199,7 +201,7 @@ class StaleSessionSweep:
             facts_skipped=parsed.skipped,
         )
         try:
-            summary = await self._new_summary(transcript) if parsed.facts else None
+            summary = await self._new_summary(transcript)
         except (ChatModelError, ExtractionError) as exc:
             logger.warning(
                 "extractor.session_failed: %s: summary: %s (facts kept, left unmarked)",
@@ -208,10 +210,22 @@ class StaleSessionSweep:
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
             return SessionExtraction("failed", report.model_copy(update={"failures": 1}))
-        async with unit_of_work(self._sessionmaker) as session:
-            finished = await service.finish(session, transcript, summary)
-        if not finished:
+        try:
+            async with unit_of_work(self._sessionmaker) as session:
+                finished = await service.finish(session, transcript, summary)
+        except NotFoundError as exc:
+            # Its facts were written before the delete (they are the user's, as if extracted
+            # first); no mark is left for an id that is gone.
+            return _skipped(session_id, str(exc), report)
+        if finished is None:
             return _skipped(session_id, "another extractor covered this activity")
+        if summary is not None and not finished.summary_written:
+            logger.info(
+                "extractor.summary_superseded: %s: the facts changed during the summary call; "
+                "the summary of the current facts is another extraction's to write",
+                session_id,
+                extra={"event": "extractor.summary_superseded", "session_id": session_id},
+            )
         logger.info(
             "extractor.session_extracted: %s: %d fact(s) written, %d merged, %d skipped",
             session_id,
@@ -223,18 +237,21 @@ class StaleSessionSweep:
         return SessionExtraction(
             "extracted",
             report.model_copy(
-                update={"sessions_extracted": 1, "summaries_written": int(summary is not None)}
+                update={"sessions_extracted": 1, "summaries_written": int(finished.summary_written)}
             ),
         )
 
-    async def _new_summary(self, transcript: SessionTranscript) -> str | None:
-        """The user's summary rewritten from all their facts when it is out of date; None
-        leaves it as it is."""
+    async def _new_summary(self, transcript: SessionTranscript) -> NewSummary | None:
+        """The user's summary rewritten from all their current facts when it is out of date
+        (whether or not this session gave facts: a fact forgotten or expired since is a change
+        too), or removed when no fact is left; None leaves it as it is."""
         async with unit_of_work(self._sessionmaker) as session:
-            facts, outdated = await self._service.summary_input(session, transcript.user_id)
-        if not facts or not outdated:
+            plan = await self._service.summary_input(session, transcript.user_id)
+        if not plan.outdated:
             return None
-        return await self._service.ask_summary(facts)
+        if not plan.facts:
+            return NewSummary(content=None, facts_digest=plan.digest)
+        return NewSummary(await self._service.ask_summary(plan.facts), plan.digest)
 
 
 class StaleSessionTrigger(Protocol):

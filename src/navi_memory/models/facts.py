@@ -135,6 +135,9 @@ class SummaryRow(Base):
     )
     content: Mapped[str] = mapped_column(Text, nullable=False)
     updated_at: Mapped[datetime] = updated_at_column()
+    # The digest of the facts the extractor wrote this summary from (revision 0015); NULL when
+    # it was written otherwise (set_summary, an import, before 0015).
+    facts_digest: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         Index(

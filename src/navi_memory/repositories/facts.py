@@ -142,7 +142,7 @@ _SET_EMBEDDING: Final = text(
 )
 """Backfill's write; the text compared is ``llm.embedding_text_for_fact`` in SQL."""
 
-_LOCK_CATEGORY: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))")
+_XACT_LOCK: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))")
 
 _INDEX_QUEUED: Final = text(
     f"""
@@ -447,9 +447,7 @@ class FactWriteRepository:
         Dedupe compares a new key with every key of the category, so a unique index alone cannot
         stop two spellings landing at once; a transaction-scoped advisory lock can.
         """
-        await self.session.execute(
-            _LOCK_CATEGORY, {"scope": category_lock_scope(user_id, category)}
-        )
+        await self.session.execute(_XACT_LOCK, {"scope": category_lock_scope(user_id, category)})
 
     async def upsert(self, write: UpsertStatement) -> UpsertDone:
         """One statement (``UPSERT``): lock the category, then insert, write the new value or
@@ -692,20 +690,44 @@ class FactRepository:
         )
         return await self.session.scalar(stmt)
 
-    async def summary_updated_at(self, user_id: uuid.UUID) -> datetime | None:
-        """When the user's summary was last written (None: they have none)."""
-        return await self.session.scalar(
-            select(SummaryRow.updated_at).where(SummaryRow.user_id == user_id)
-        )
+    async def summary_digest(self, user_id: uuid.UUID) -> tuple[str | None] | None:
+        """The user's summary's ``facts_digest`` as a 1-tuple (its value None: a summary of
+        unknown origin); None when they have no summary."""
+        row = (
+            await self.session.execute(
+                select(SummaryRow.facts_digest).where(SummaryRow.user_id == user_id)
+            )
+        ).first()
+        return None if row is None else (row[0],)
 
-    async def set_summary(self, user_id: uuid.UUID, content: str) -> None:
-        stmt = insert(SummaryRow).values(user_id=user_id, content=content)
+    async def set_summary(
+        self, user_id: uuid.UUID, content: str, facts_digest: str | None = None
+    ) -> None:
+        stmt = insert(SummaryRow).values(
+            user_id=user_id, content=content, facts_digest=facts_digest
+        )
         await self.session.execute(
             stmt.on_conflict_do_update(
                 index_elements=[SummaryRow.user_id],
-                set_={"content": stmt.excluded.content, "updated_at": func.now()},
+                set_={
+                    "content": stmt.excluded.content,
+                    "facts_digest": stmt.excluded.facts_digest,
+                    "updated_at": func.now(),
+                },
             )
         )
+
+    async def delete_summary(self, user_id: uuid.UUID) -> bool:
+        """Remove the user's summary; False when they had none."""
+        result = await self.session.execute(
+            delete(SummaryRow).where(SummaryRow.user_id == user_id).returning(SummaryRow.id)
+        )
+        return result.first() is not None
+
+    async def lock_summary(self, user_id: uuid.UUID) -> None:
+        """Serialise the writers of one user's summary until the transaction ends: the
+        extractor's check-then-write, and a forget that removes it."""
+        await self.session.execute(_XACT_LOCK, {"scope": f"memory_summary:{user_id}"})
 
 
 class FactSearchRepository:

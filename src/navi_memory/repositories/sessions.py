@@ -9,9 +9,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Float, Row, Select, cast, delete, func, or_, select, text, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Float,
+    Row,
+    Select,
+    and_,
+    cast,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import aliased
 
 from navi_memory.models import (
     ChunkRow,
@@ -52,6 +68,14 @@ class SessionRepository:
 
     async def user_exists(self, user_id: uuid.UUID) -> bool:
         return await self.session.scalar(select(User.id).where(User.id == user_id)) is not None
+
+    async def lock_session_id(self, session_id: str) -> None:
+        """Serialise the claims on one session id until the transaction ends: a create, and a
+        mark of a session kept outside ``sessions``, each check the other's rows first."""
+        await self.session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))"),
+            {"scope": f"sessions.id:{session_id}"},
+        )
 
     async def insert_session(
         self, session_id: str, user_id: uuid.UUID, title: str | None
@@ -287,25 +311,41 @@ class SessionRepository:
             )
         )
 
+    async def state_owner(self, session_id: str) -> tuple[uuid.UUID | None] | None:
+        """(user_id,) of the session's extraction state row (None inside: a legacy row); None
+        when it has none."""
+        row = (
+            await self.session.execute(
+                select(SessionMemoryStateRow.user_id).where(
+                    SessionMemoryStateRow.session_id == session_id
+                )
+            )
+        ).first()
+        return None if row is None else (row[0],)
+
     async def mark_extracted(
         self, session_id: str, user_id: uuid.UUID, at: datetime | None = None
-    ) -> datetime:
-        """Record the session as extracted ``at`` (None: the transaction's now())."""
+    ) -> datetime | None:
+        """Record the session as extracted ``at`` (None: the transaction's now()); None,
+        writing nothing, when its state row is another user's (a legacy row, of no user, is
+        taken over)."""
         when = func.now() if at is None else at
         stmt = insert(SessionMemoryStateRow).values(
             session_id=session_id, extracted_at=when, user_id=user_id
         )
+        state = SessionMemoryStateRow.__table__.c
         result = await self.session.execute(
             stmt.on_conflict_do_update(
                 index_elements=[SessionMemoryStateRow.session_id],
                 set_={"extracted_at": when, "user_id": user_id},
+                where=or_(state.user_id.is_(None), state.user_id == user_id),
             ).returning(SessionMemoryStateRow.extracted_at)
         )
-        extracted: datetime | None = result.scalar_one()
-        assert extracted is not None  # now() was just written
+        extracted: datetime | None = result.scalar_one_or_none()
         return extracted
 
     def _activity(self) -> Select[str, uuid.UUID, datetime, datetime | None, float]:
+        """Sessions with their mark: only a state row of the session's own user counts."""
         idle = func.extract("epoch", func.now() - SessionRow.last_active)
         return select(
             SessionRow.id,
@@ -313,7 +353,13 @@ class SessionRepository:
             SessionRow.last_active,
             SessionMemoryStateRow.extracted_at,
             idle.cast(Float),
-        ).outerjoin(SessionMemoryStateRow, SessionMemoryStateRow.session_id == SessionRow.id)
+        ).outerjoin(
+            SessionMemoryStateRow,
+            and_(
+                SessionMemoryStateRow.session_id == SessionRow.id,
+                SessionMemoryStateRow.user_id == SessionRow.user_id,
+            ),
+        )
 
     async def stale_sessions(
         self, owner: uuid.UUID | None, stale_minutes: int, limit: int | None
@@ -331,6 +377,7 @@ class SessionRepository:
                     SessionMemoryStateRow.extracted_at < SessionRow.last_active,
                 ),
             )
+            .where(~_foreign_state(SessionRow))
             .order_by(SessionRow.last_active, SessionRow.id)
             .limit(limit)
         )
@@ -346,26 +393,34 @@ class SessionRepository:
         row = (await self.session.execute(stmt)).first()
         return None if row is None else _activity_of(row)
 
-    async def lock_extraction_state(self, session_id: str, user_id: uuid.UUID) -> datetime | None:
+    async def lock_extraction_state(
+        self, session_id: str, user_id: uuid.UUID
+    ) -> tuple[uuid.UUID | None, datetime | None]:
         """Lock the session's extraction state row until the transaction ends (made, unmarked,
-        if missing) and return its mark. Only extraction takes it: appends never wait on it."""
+        if missing) and return (its user, its mark). Only extraction takes it: appends never
+        wait on it."""
         await self.session.execute(
             insert(SessionMemoryStateRow)
             .values(session_id=session_id, user_id=user_id, extracted_at=None)
             .on_conflict_do_nothing(index_elements=[SessionMemoryStateRow.session_id])
         )
-        return await self.session.scalar(
-            select(SessionMemoryStateRow.extracted_at)
-            .where(SessionMemoryStateRow.session_id == session_id)
-            .with_for_update()
-        )
-
-    async def extracted_at(self, session_id: str) -> datetime | None:
-        return await self.session.scalar(
-            select(SessionMemoryStateRow.extracted_at).where(
-                SessionMemoryStateRow.session_id == session_id
+        row = (
+            await self.session.execute(
+                select(SessionMemoryStateRow.user_id, SessionMemoryStateRow.extracted_at)
+                .where(SessionMemoryStateRow.session_id == session_id)
+                .with_for_update()
             )
+        ).one()
+        return row[0], row[1]
+
+    async def extracted_at(self, session_id: str, user_id: uuid.UUID | None) -> datetime | None:
+        """The session's mark, if its state row is ``user_id``'s (anyone's for None)."""
+        stmt = select(SessionMemoryStateRow.extracted_at).where(
+            SessionMemoryStateRow.session_id == session_id
         )
+        if user_id is not None:
+            stmt = stmt.where(SessionMemoryStateRow.user_id == user_id)
+        return await self.session.scalar(stmt)
 
     async def latest_summary_at(self, session_id: str) -> datetime | None:
         """When the session's last summary was written (None: never)."""
@@ -374,6 +429,22 @@ class SessionRepository:
                 MessageRow.session_id == session_id, MessageRow.kind == "summary"
             )
         )
+
+
+def _foreign_state(sessions: type[SessionRow]) -> ColumnElement[bool]:
+    """The session's id has an extraction state row of another user (a mark racing a create,
+    or left by code before the create check): the session is not extracted by a sweep, whose
+    mark it could never write, and the row stays that user's."""
+    other = aliased(SessionMemoryStateRow)  # the statement joins the user's own row already
+    return (
+        exists()
+        .where(
+            other.session_id == sessions.id,
+            other.user_id.is_not(None),
+            other.user_id != sessions.user_id,
+        )
+        .correlate(sessions)
+    )
 
 
 def _activity_of(row: Row[str, uuid.UUID, datetime, datetime | None, float]) -> SessionActivity:

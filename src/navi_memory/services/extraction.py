@@ -7,6 +7,8 @@ The rules, on the session or connection each call is given. The model calls (``a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from array import array
 from collections.abc import Sequence
@@ -36,7 +38,15 @@ from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.services.sessions import to_message
 from navi_memory.text.transcript import render_transcript
 
-__all__ = ["ExtractionService", "FactsWritten", "SessionTranscript"]
+__all__ = [
+    "ExtractionService",
+    "FactsWritten",
+    "Finished",
+    "NewSummary",
+    "SessionTranscript",
+    "SummaryInput",
+    "facts_digest",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +76,62 @@ class FactsWritten:
     """Facts inserted, updated, revived or verified (same value again)."""
     merged: int
     """Facts whose key merged other spellings of it (``dedupe``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The session is marked; ``summary_written``: its summary was stored (or removed)."""
+
+    summary_written: bool
+
+
+def facts_digest(facts: Sequence[Fact]) -> str:
+    """What a summary was written from, in a few bytes: a digest of each fact's id and of what
+    the summary prompt shows of it (category, key, value, confidence), in id order. Any change
+    to the set of current facts — one added, changed, deleted, expired, hidden or made visible
+    again — changes it; a fact only confirmed again (``last_verified_at``) does not."""
+    digest = hashlib.sha256()
+    for fact in sorted(facts, key=lambda f: f.id):
+        item = [fact.id, fact.category, fact.key, fact.value, fact.confidence]
+        digest.update(json.dumps(item, ensure_ascii=True).encode() + b"\n")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryInput:
+    """The user's current facts for the summary, their digest, and whether the stored summary
+    is out of date (it was not written from exactly these facts)."""
+
+    facts: list[Fact]
+    digest: str
+    outdated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewSummary:
+    """A summary to store, with the digest of the facts it was written from; ``content`` None
+    removes the summary (no current fact is left to tell)."""
+
+    content: str | None
+    facts_digest: str
+
+
+async def _lock_state(repo: SessionRepository, transcript: SessionTranscript) -> datetime | None:
+    """Share-lock the transcript's session row until the transaction ends (a delete waits for
+    this write, then removes the extraction state it wrote), then lock its extraction state
+    row and return the user's mark. NotFoundError when the session is gone (or no longer the
+    transcript's user's), or when its state row is another user's: that row is never read nor
+    written for this user. A legacy row (of no user) counts as unmarked; the mark takes it."""
+    if await repo.owner(transcript.session_id, lock=True) != transcript.user_id:
+        raise NotFoundError(f"session {transcript.session_id!r} was deleted meanwhile")
+    owner, mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
+    if owner is None:
+        return None
+    if owner != transcript.user_id:
+        raise NotFoundError(
+            f"session {transcript.session_id!r}: its extraction state is another user's"
+        )
+    return mark
 
 
 def _already_covered(mark: datetime | None, transcript: SessionTranscript) -> bool:
@@ -166,9 +232,7 @@ class ExtractionService:
         when another extraction has covered this activity meanwhile. NotFoundError when the
         session was deleted meanwhile (its facts are not wanted then)."""
         repo = SessionRepository(session=session)
-        if await repo.activity(transcript.session_id, transcript.user_id) is None:
-            raise NotFoundError(f"session {transcript.session_id!r} was deleted meanwhile")
-        mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
+        mark = await _lock_state(repo, transcript)
         if _already_covered(mark, transcript):
             return None
         written = merged = 0
@@ -188,6 +252,7 @@ class ExtractionService:
                     expires_days=None,
                     source_context=draft.source_context,
                     embedding=vector,
+                    session_id=transcript.session_id,
                 ),
                 dedupe=True,
             )
@@ -197,14 +262,10 @@ class ExtractionService:
                 written += 1
         return FactsWritten(written=written, merged=merged)
 
-    async def summary_input(
-        self, session: AsyncSession, user_id: uuid.UUID
-    ) -> tuple[list[Fact], bool]:
-        """The user's current facts for the summary (the most recently verified first, at most
-        SUMMARY_MAX_FACTS), and whether their summary is out of date: missing, or older than
-        the latest change of a fact. Facts only confirmed again change nothing, so they cost no
-        model call; a summary that failed last time is still out of date on the retry."""
-        facts = await self.facts.list_facts(
+    async def _current_facts(self, session: AsyncSession, user_id: uuid.UUID) -> list[Fact]:
+        """What a summary is written from: the user's visible facts, the most recently
+        verified first, at most SUMMARY_MAX_FACTS."""
+        return await self.facts.list_facts(
             session,
             user_id,
             search=None,
@@ -214,24 +275,59 @@ class ExtractionService:
             limit=SUMMARY_MAX_FACTS,
             offset=0,
         )
-        written = await self.facts.summary_updated_at(session, user_id)
-        changed = max((f.updated_at for f in facts if f.updated_at is not None), default=None)
-        outdated = written is None or (changed is not None and changed > written)
-        return facts, outdated
+
+    async def summary_input(self, session: AsyncSession, user_id: uuid.UUID) -> SummaryInput:
+        """The user's current facts for the summary, and whether their summary is out of
+        date: missing while there are facts, or written from another set of facts than the
+        current one (``facts_digest``: a fact added, changed, forgotten, expired or hidden
+        since). Facts only confirmed again change nothing, so they cost no model call; a
+        summary that failed last time is still out of date on the retry. A summary of unknown
+        origin (``set_summary``, an import) is out of date when there are facts, and is never
+        removed for want of them."""
+        facts = await self._current_facts(session, user_id)
+        digest = facts_digest(facts)
+        stored = await self.facts.summary_digest(session, user_id)
+        known = None if stored is None else stored[0]
+        outdated = bool(facts) if known is None else known != digest
+        return SummaryInput(facts=facts, digest=digest, outdated=outdated)
 
     async def finish(
-        self, session: AsyncSession, transcript: SessionTranscript, summary: str | None
-    ) -> bool:
-        """Store the new summary (if any) and mark the session extracted at the activity the
-        transcript covers, together. Under the extraction-state lock the mark is checked again:
-        False, writing nothing, when another extraction covered this activity meanwhile."""
+        self, session: AsyncSession, transcript: SessionTranscript, summary: NewSummary | None
+    ) -> Finished | None:
+        """Store the new summary (if any; content None removes it) and mark the session
+        extracted at the activity the transcript covers, together. Under the extraction-state
+        lock the mark is checked again: None, writing nothing, when another extraction covered
+        this activity meanwhile. NotFoundError, writing nothing, when the session was deleted
+        meanwhile (the model's summary call is long enough for a delete to land in it).
+
+        The summary is written only if it is of the current facts, checked under the user's
+        summary lock: another extraction of the user (or a forget) that changed the facts
+        while this one's model wrote has written, or will write, the summary of the facts as
+        they are now; this one's, of the facts as they were, must not replace it."""
         repo = SessionRepository(session=session)
-        mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
+        mark = await _lock_state(repo, transcript)
         if _already_covered(mark, transcript):
-            return False
+            return None
+        written = False
         if summary is not None:
-            await self.facts.set_summary(session, transcript.user_id, summary)
-        await repo.mark_extracted(
-            transcript.session_id, transcript.user_id, at=transcript.last_active
-        )
-        return True
+            await self.facts.lock_summary(session, transcript.user_id)
+            current = facts_digest(await self._current_facts(session, transcript.user_id))
+            if current == summary.facts_digest:
+                written = True
+                if summary.content is None:
+                    await self.facts.clear_summary(session, transcript.user_id)
+                else:
+                    await self.facts.set_summary(
+                        session,
+                        transcript.user_id,
+                        summary.content,
+                        facts_digest=summary.facts_digest,
+                    )
+        if (
+            await repo.mark_extracted(
+                transcript.session_id, transcript.user_id, at=transcript.last_active
+            )
+            is None
+        ):  # pragma: no cover - the row is locked, and was checked to be the user's
+            raise NotFoundError(f"session {transcript.session_id!r} was deleted meanwhile")
+        return Finished(summary_written=written)

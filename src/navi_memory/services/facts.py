@@ -255,7 +255,15 @@ class FactService:
         for name in sorted(categories):
             await locks.lock_category(user_id, name)
         ids = await facts.ids_for_delete(user_id, key, categories)
-        return await facts.delete_with_hidden(ids)
+        removed = await facts.delete_with_hidden(ids)
+        if removed:
+            # The summary rides in every prompt and may tell the forgotten fact; prose cannot
+            # be edited, so it goes too, under the lock the extractor writes it under (so no
+            # summary read before this delete is written after it). The next extraction
+            # writes it again from the facts left.
+            await facts.lock_summary(user_id)
+            await facts.delete_summary(user_id)
+        return removed
 
     async def unmerge(self, session: AsyncSession, fact_id: int) -> Fact:
         """Make a hidden row visible again, if the caller may change it (``may_change``)."""
@@ -356,13 +364,31 @@ class FactService:
     async def get_summary(self, session: AsyncSession, scope: uuid.UUID | None) -> str | None:
         return await FactRepository(session=session).get_summary(scope)
 
-    async def summary_updated_at(
+    async def summary_digest(
         self, session: AsyncSession, user_id: uuid.UUID
-    ) -> datetime | None:
-        return await FactRepository(session=session).summary_updated_at(user_id)
+    ) -> tuple[str | None] | None:
+        """(``facts_digest``,) of the user's summary (None inside: of unknown origin); None
+        when they have no summary."""
+        return await FactRepository(session=session).summary_digest(user_id)
 
-    async def set_summary(self, session: AsyncSession, user_id: uuid.UUID, content: str) -> None:
-        await FactRepository(session=session).set_summary(user_id, content)
+    async def set_summary(
+        self,
+        session: AsyncSession,
+        user_id: uuid.UUID,
+        content: str,
+        *,
+        facts_digest: str | None = None,
+    ) -> None:
+        """Replace the user's summary; ``facts_digest`` names the facts it was written from
+        (None: unknown, as for a summary an application sets)."""
+        await FactRepository(session=session).set_summary(user_id, content, facts_digest)
+
+    async def clear_summary(self, session: AsyncSession, user_id: uuid.UUID) -> bool:
+        return await FactRepository(session=session).delete_summary(user_id)
+
+    async def lock_summary(self, session: AsyncSession, user_id: uuid.UUID) -> None:
+        """Serialise the writers of the user's summary until the transaction ends."""
+        await FactRepository(session=session).lock_summary(user_id)
 
     # --- extraction state -------------------------------------------------------------------
 
@@ -377,15 +403,21 @@ class FactService:
         """Record the session as processed ``at`` (None: now); NotFoundError when it is
         someone else's."""
         repo = SessionRepository(session=session)
+        await repo.lock_session_id(session_id)  # a create of the id waits, then sees the row
         if await repo.extraction_owner(session_id) not in (None, user_id):
             raise NotFoundError(f"no session {session_id!r} for this user")
-        return await repo.mark_extracted(session_id, user_id, at=at)
+        marked = await repo.mark_extracted(session_id, user_id, at=at)
+        if marked is None:  # the state row is another user's (their session has this id)
+            raise NotFoundError(f"no session {session_id!r} for this user")
+        return marked
 
     async def extracted_at(
         self, session: AsyncSession, scope: uuid.UUID | None, session_id: str
     ) -> datetime | None:
-        """When the session was processed; None if never — or if it is not ``scope``'s."""
+        """When the session was processed; None if never — or if it is not ``scope``'s. Only
+        a mark ``scope`` wrote counts: never another user's (nor a legacy one) for an id that
+        is now ``scope``'s session."""
         repo = SessionRepository(session=session)
         if scope is not None and await repo.extraction_owner(session_id) != scope:
             return None
-        return await repo.extracted_at(session_id)
+        return await repo.extracted_at(session_id, scope)

@@ -31,7 +31,14 @@ class SessionService:
         repo = SessionRepository(session=session)
         if not await repo.user_exists(user_id):
             raise NotFoundError(f"no user {user_id}: create it with memory.users.ensure() first")
-        row = await repo.insert_session(session_id, user_id, title)
+        # Session ids are unique across users: an id another user holds extraction state for
+        # (a session their application keeps outside ``sessions``) is taken too, or this
+        # session would be read and swept by their mark. The id lock orders this check and a
+        # concurrent mark (which takes it as well).
+        await repo.lock_session_id(session_id)
+        state = await repo.state_owner(session_id)
+        taken = state is not None and state[0] is not None and state[0] != user_id
+        row = None if taken else await repo.insert_session(session_id, user_id, title)
         if row is None:
             raise InvalidInputError(
                 f"session id {session_id!r} is already taken; choose another, or pass None to "
