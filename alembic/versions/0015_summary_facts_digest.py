@@ -11,7 +11,7 @@ finds current facts rewrites it.
 
 Revision ID: 0015
 Revises: 0014
-Create Date: 2026-12-07
+Create Date: 2026-12-06
 """
 
 from collections.abc import Sequence
