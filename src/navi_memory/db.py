@@ -50,6 +50,7 @@ from navi_memory.errors import (
 __all__ = [
     "DRIVER_ERRORS",
     "SCHEMA_HEAD",
+    "SCHEMA_REVISIONS",
     "TRGM_INDEXES",
     "URL_OPTIONS",
     "Capabilities",
@@ -61,6 +62,7 @@ __all__ = [
     "create_sessionmaker",
     "ensure_trgm_indexes",
     "is_connection_lost",
+    "newer_schema_error",
     "parallel_settings",
     "probe",
     "redact_text",
@@ -74,8 +76,26 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_HEAD = "0014"
-"""The Alembic head this code expects (a test keeps it equal to alembic/versions' head)."""
+SCHEMA_REVISIONS: Final = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+    "0010",
+    "0011",
+    "0012",
+    "0013",
+    "0014",
+)
+"""The Alembic revisions this code ships, oldest first (a test keeps them equal to
+alembic/versions'): a database at any other revision was migrated by a newer release."""
+SCHEMA_HEAD: Final = SCHEMA_REVISIONS[-1]
+"""The Alembic head this code expects."""
 
 TRGM_INDEXES = {f"ix_memory_facts_{column}_trgm": column for column in ("category", "key", "value")}
 """pg_trgm GIN indexes on memory_facts, made where pg_trgm is installed (as in revision 0003)."""
@@ -630,6 +650,8 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
             f"{minimum} (iterative index scans); upgrade the pgvector package on the server, then "
             "run ALTER EXTENSION vector UPDATE"
         )
+    if caps.revision is not None and caps.revision not in SCHEMA_REVISIONS:
+        raise newer_schema_error(caps.revision, url)
     if caps.revision != SCHEMA_HEAD:
         found = caps.revision or "no schema"
         raise SchemaError(
@@ -646,6 +668,16 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
             f"DATABASE {database} SET hnsw.iterative_scan = relaxed_order; ALTER DATABASE "
             f"{database} SET hnsw.ef_search = <HNSW_EF_SEARCH, 100 by default>"
         )
+
+
+def newer_schema_error(revision: str, url: str | URL) -> SchemaError:
+    """A database a newer release migrated (a rollback, a rolling deploy): migrate cannot take
+    it back, only a navi-memory that knows its revision can use it."""
+    return SchemaError(
+        f"the database at {redact_url(url)} was migrated by a newer navi-memory (revision "
+        f"{revision}); this one knows revisions up to {SCHEMA_HEAD}: upgrade navi-memory to "
+        "the release that migrated it (`navi-memory migrate` cannot take a schema back)"
+    )
 
 
 async def ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:

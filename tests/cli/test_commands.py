@@ -9,6 +9,7 @@ import uuid
 from typing import Any, get_args
 
 import psycopg
+from sqlalchemy import make_url
 
 from navi_memory import Memory, request_context
 from navi_memory.cli.facts import SortColumn
@@ -101,6 +102,22 @@ def test_database_url_options_work_or_are_refused_in_one_line_without_secrets(
         doctor = navi("doctor", "--no-models", env={"DATABASE_URL": url})
         assert doctor.returncode == 1 and named in doctor.stdout
         assert "secret" not in doctor.stdout + doctor.stderr
+
+
+def test_a_database_a_newer_release_migrated_says_upgrade_navi_memory_everywhere(
+    navi: Navi, db_url: str, pg_server: dbtools.EmbeddedServer
+) -> None:
+    """A rollback meets a newer schema: a command, migrate and doctor all name the cause."""
+    with pg_server.admin(str(make_url(db_url).database)) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    env = {"DATABASE_URL": db_url}
+    for args in (["stats"], ["migrate"]):
+        done = navi(*args, env=env)
+        assert done.returncode == 2, done.stdout + done.stderr
+        line = one_line(done.stderr)
+        assert "newer navi-memory (revision 9999)" in line and "upgrade navi-memory" in line
+    doctor = navi("doctor", "--no-models", env=env)
+    assert doctor.returncode == 1 and "upgrade navi-memory" in doctor.stdout
 
 
 async def test_facts_and_summary_commands_over_two_users(

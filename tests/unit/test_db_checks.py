@@ -148,3 +148,16 @@ def test_a_key_value_dsn_is_refused_without_echoing_its_password() -> None:
     with pytest.raises(ConfigError, match=r"postgresql://user:password@host") as caught:
         to_async_url("host=h port=5432 password=kvsecret")
     assert "kvsecret" not in str(caught.value)
+
+
+def test_a_schema_newer_than_the_code_says_to_upgrade_navi_memory_not_to_migrate() -> None:
+    newer = r"newer navi-memory \(revision 9999\).*upgrade navi-memory"
+    with pytest.raises(SchemaError, match=newer) as caught:
+        check_capabilities(caps(revision="9999"), URL)
+    assert "run `navi-memory migrate`" not in str(caught.value)
+
+
+@pytest.mark.parametrize("revision", [None, "0010"])
+def test_a_schema_behind_the_code_says_to_migrate(revision: str | None) -> None:
+    with pytest.raises(SchemaError, match="run `navi-memory migrate`"):
+        check_capabilities(caps(revision=revision), URL)

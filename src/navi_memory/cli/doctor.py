@@ -19,6 +19,7 @@ from navi_memory.config import Settings, load_settings
 from navi_memory.constants import EMBEDDING_DIM, MIN_PGVECTOR, MIN_POSTGRES_MAJOR
 from navi_memory.db import (
     SCHEMA_HEAD,
+    SCHEMA_REVISIONS,
     Capabilities,
     create_engine,
     create_sessionmaker,
@@ -33,7 +34,6 @@ from navi_memory.jobs.queue_indexer import QueueIndexer
 from navi_memory.llm import OllamaChatModel, embedder_from_settings
 from navi_memory.llm._ollama import redact_host
 from navi_memory.llm.local import local_model_of
-from navi_memory.migrations import revisions
 
 __all__ = ["Check", "diagnose", "doctor", "register"]
 
@@ -227,7 +227,7 @@ def _schema_check(caps: Capabilities) -> Check:
         return Check("schema", "ok", f"revision {SCHEMA_HEAD} (head)")
     if caps.revision is None:
         return Check("schema", "finding", "no navi-memory schema", "navi-memory migrate")
-    if caps.revision not in revisions():
+    if caps.revision not in SCHEMA_REVISIONS:
         return Check(
             "schema",
             "finding",
