@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import async_engine_from_config
 
 from navi_memory.config import Settings
-from navi_memory.db import resolve_database_url
+from navi_memory.db import connect_options, redact_url, resolve_database_url
 from navi_memory.models import Base
 
 config = context.config
@@ -42,7 +42,7 @@ def require_vector(connection: Connection) -> None:
             "SELECT 1 FROM pg_extension WHERE extname = 'vector'"
         ).first():
             return
-        where = connection.engine.url.render_as_string(hide_password=True)
+        where = redact_url(connection.engine.url)
         version = connection.exec_driver_sql("SHOW server_version").scalar_one()
         major = str(version).split(".")[0]
         if not connection.exec_driver_sql(
@@ -78,8 +78,12 @@ def do_run_migrations(connection: Connection) -> None:
 
 
 async def run_async_migrations(url: str) -> None:
+    driver_url, connect_args = connect_options(url)  # libpq options as asyncpg's arguments
     engine = async_engine_from_config(
-        {"sqlalchemy.url": url}, prefix="sqlalchemy.", poolclass=pool.NullPool
+        {"sqlalchemy.url": driver_url},
+        prefix="sqlalchemy.",
+        poolclass=pool.NullPool,
+        connect_args=connect_args,
     )
     try:
         async with engine.connect() as connection:

@@ -25,7 +25,7 @@ from navi_memory.constants import (
 from navi_memory.errors import ConfigError
 from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS, DEFAULT_MESSAGE_MAX_CHARS
 
-__all__ = ["Settings", "default_data_dir", "load_settings"]
+__all__ = ["SECRET_BEARING", "Settings", "default_data_dir", "load_settings"]
 
 
 def default_data_dir() -> Path:
@@ -200,9 +200,23 @@ class Settings(BaseSettings):
         return self.ollama_api_key
 
 
+SECRET_BEARING = frozenset(
+    {
+        "database_url",
+        "ollama_api_key",
+        "embedding_ollama_api_key",
+        "ollama_host",
+        "embedding_ollama_host",
+    }
+)
+"""Settings that may hold a password or a key (a host URL may carry user:password@): a bad
+one is named without its value."""
+
+
 def load_settings(**overrides: Any) -> Settings:
     """``Settings(**overrides)``, with a malformed value reported as one ConfigError line that
-    names the environment variable (``DB_POOL_SIZE=abc``), not as pydantic's report."""
+    names the environment variable and its value (``DB_POOL_SIZE='abc'``; a SECRET_BEARING
+    one without its value), not as pydantic's report."""
     try:
         return Settings(**overrides)
     except ValidationError as exc:
@@ -211,6 +225,7 @@ def load_settings(**overrides: Any) -> Settings:
             if not error["loc"]:  # a rule over several settings: its message names them
                 problems.append(str(error["msg"]).removeprefix("Value error, "))
                 continue
-            name = ".".join(str(part) for part in error["loc"]).upper()
-            problems.append(f"{name}={error.get('input')!r}: {error['msg']}")
+            field = ".".join(str(part) for part in error["loc"])
+            value = "" if field in SECRET_BEARING else f"={error.get('input')!r}"
+            problems.append(f"{field.upper()}{value}: {error['msg']}")
         raise ConfigError("bad setting " + "; ".join(problems)) from exc

@@ -12,8 +12,9 @@ import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import unquote
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import unquote, urlencode
 
 import asyncpg
 from pgvector import Vector
@@ -49,17 +50,22 @@ from navi_memory.errors import (
 __all__ = [
     "DRIVER_ERRORS",
     "SCHEMA_HEAD",
+    "SCHEMA_REVISIONS",
     "TRGM_INDEXES",
+    "URL_OPTIONS",
     "Capabilities",
     "check_capabilities",
     "commit_settings",
+    "connect_options",
     "connection_error",
     "create_engine",
     "create_sessionmaker",
     "ensure_trgm_indexes",
     "is_connection_lost",
+    "newer_schema_error",
     "parallel_settings",
     "probe",
+    "redact_text",
     "redact_url",
     "resolve_database_url",
     "to_async_url",
@@ -70,8 +76,27 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_HEAD = "0015"
-"""The Alembic head this code expects (a test keeps it equal to alembic/versions' head)."""
+SCHEMA_REVISIONS: Final = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+    "0010",
+    "0011",
+    "0012",
+    "0013",
+    "0014",
+    "0015",
+)
+"""The Alembic revisions this code ships, oldest first (a test keeps them equal to
+alembic/versions'): a database at any other revision was migrated by a newer release."""
+SCHEMA_HEAD: Final = SCHEMA_REVISIONS[-1]
+"""The Alembic head this code expects."""
 
 TRGM_INDEXES = {f"ix_memory_facts_{column}_trgm": column for column in ("category", "key", "value")}
 """pg_trgm GIN indexes on memory_facts, made where pg_trgm is installed (as in revision 0003)."""
@@ -182,30 +207,168 @@ def _describe(exc: BaseException) -> str:
     return f"{detail.__class__.__name__}: {_first_line(detail)}"
 
 
+_SSL_MODES: Final = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_SSL_FILES: Final = ("sslrootcert", "sslcert", "sslkey", "sslcrl")
+_SSL_OPTIONS: Final = (
+    "sslmode",
+    *_SSL_FILES,
+    "sslpassword",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+    "sslnegotiation",
+)
+"""libpq's TLS options, which asyncpg reads from a DSN only: they travel as connect(dsn=...)."""
+_TARGET_SESSION_ATTRS: Final = (
+    "any",
+    "primary",
+    "standby",
+    "prefer-standby",
+    "read-write",
+    "read-only",
+)
+_DRIVER_KEYWORDS: Final = ("target_session_attrs", "passfile", "krbsrvname", "gsslib")
+"""libpq options asyncpg.connect takes under the same name."""
+_SERVER_SETTINGS: Final = ("application_name", "options")
+"""libpq options that are startup parameters: they go into asyncpg's server_settings."""
+_SQLALCHEMY_READS: Final = ("host", "port", "user", "password", "database")
+"""Query keys SQLAlchemy's asyncpg dialect turns into connect() arguments itself."""
+URL_OPTIONS: Final = tuple(
+    sorted(
+        {
+            *_SSL_OPTIONS,
+            "ssl",
+            "connect_timeout",
+            "dbname",
+            *_DRIVER_KEYWORDS,
+            *_SERVER_SETTINGS,
+            *_SQLALCHEMY_READS,
+        }
+    )
+)
+"""Every query option DATABASE_URL may carry (docs/config.md lists them)."""
+_SECRET_OPTIONS: Final = ("password", "sslpassword")
+
+
 def to_async_url(url: str) -> str:
-    """Any PostgreSQL URL as a SQLAlchemy asyncpg URL."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigError(f"DATABASE_URL is not a database URL: {redact_text(url)}") from exc
+    """Any PostgreSQL URL as a SQLAlchemy asyncpg URL; its options are checked here (see
+    connect_options), so a bad one is a ConfigError before anything connects."""
+    parsed = _parse_url(url)
     if parsed.get_backend_name() not in {"postgresql", "postgres"}:
         raise ConfigError(
             f"DATABASE_URL must be a PostgreSQL URL (postgresql://...), got {redact_url(parsed)}"
         )
+    if parsed.host is not None and "@" in parsed.host:
+        raise ConfigError(
+            f"DATABASE_URL has an '@' in its user name or password ({redact_url(parsed)}): "
+            "percent-encode it as %40 (and ':' as %3A, '/' as %2F)"
+        )
+    connect_options(parsed)
     return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
 
 
-def redact_url(url: str | URL) -> str:
-    """The URL with its password hidden, for messages and logs."""
+def _parse_url(url: str | URL) -> URL:
     try:
-        # Unquoted, so a socket directory reads as the path a person would type.
-        return unquote(make_url(url).render_as_string(hide_password=True))
-    except ArgumentError:
+        return make_url(url)
+    except ValueError as exc:  # make_url's int(port)
+        raise ConfigError(
+            f"DATABASE_URL's port is not a number: {redact_text(str(url))}: write "
+            "postgresql://user:password@host:5432/database"
+        ) from exc
+    except ArgumentError as exc:
+        raise ConfigError(
+            f"DATABASE_URL is not a database URL: {redact_text(str(url))}: write it as "
+            "postgresql://user:password@host:port/database (key=value connection strings are "
+            "not supported)"
+        ) from exc
+
+
+def connect_options(url: str | URL) -> tuple[URL, dict[str, Any]]:
+    """DATABASE_URL split into the URL SQLAlchemy gets and asyncpg.connect()'s arguments for its
+    libpq query options, which the dialect would pass to connect() under libpq's names (a
+    TypeError). Raises ConfigError naming an option asyncpg cannot take, or a bad value.
+
+    sslmode (or SQLAlchemy's ``ssl``) and the TLS files go in a ``dsn`` that carries nothing
+    else: asyncpg reads them from a DSN only, and lets the other arguments win over it."""
+    parsed = _parse_url(url)
+    query = {
+        key: value if isinstance(value, str) else value[-1] for key, value in parsed.query.items()
+    }
+    unknown = sorted(set(query) - set(URL_OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"DATABASE_URL option {unknown[0]!r} is not supported by navi-memory's driver "
+            f"(asyncpg): remove it from the URL. Supported: {', '.join(URL_OPTIONS)} "
+            "(docs/config.md)"
+        )
+    args: dict[str, Any] = {}
+    ssl: dict[str, str] = {key: query.pop(key) for key in _SSL_OPTIONS if key in query}
+    if "ssl" in query:
+        if "sslmode" in ssl:
+            raise ConfigError("DATABASE_URL has both sslmode and ssl: keep one of them")
+        ssl["sslmode"] = query.pop("ssl")
+    if ssl.get("sslmode", "disable") not in _SSL_MODES:
+        raise ConfigError(
+            f"DATABASE_URL's sslmode={ssl['sslmode']!r} is not one of {', '.join(_SSL_MODES)}"
+        )
+    for key in _SSL_FILES:
+        if key in ssl and not Path(ssl[key]).expanduser().is_file():
+            raise ConfigError(
+                f"DATABASE_URL's {key}={ssl[key]} names no file: give the path of the "
+                "PEM file (asyncpg does not read sslrootcert=system)"
+            )
+    if ssl:
+        args["dsn"] = "postgresql://?" + urlencode(ssl)
+    if "connect_timeout" in query:
+        timeout = query.pop("connect_timeout")
+        try:
+            seconds = float(timeout)
+        except ValueError:
+            seconds = 0.0
+        if not 0 < seconds < float("inf"):
+            raise ConfigError(
+                f"DATABASE_URL's connect_timeout={timeout!r} is not a positive number of "
+                "seconds (leave it out to use DB_CONNECT_TIMEOUT_SECONDS)"
+            )
+        args["timeout"] = seconds
+    server_settings = {key: query.pop(key) for key in _SERVER_SETTINGS if key in query}
+    if server_settings:
+        args["server_settings"] = server_settings
+    if query.get("target_session_attrs", "any") not in _TARGET_SESSION_ATTRS:
+        raise ConfigError(
+            f"DATABASE_URL's target_session_attrs={query['target_session_attrs']!r} is not one "
+            f"of {', '.join(_TARGET_SESSION_ATTRS)}"
+        )
+    args.update({key: query.pop(key) for key in _DRIVER_KEYWORDS if key in query})
+    if "dbname" in query:
+        parsed = parsed.set(database=query.pop("dbname"))
+    kept = {key: value for key, value in parsed.query.items() if key in query}
+    return parsed.set(query=kept), args
+
+
+def redact_url(url: str | URL) -> str:
+    """The URL with its passwords hidden (the user:password@ one, an un-encoded '@' in it, and
+    ``password`` / ``sslpassword`` options), for messages and logs."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
         return redact_text(str(url))
+    if parsed.host is not None and "@" in parsed.host:
+        # An un-encoded '@' in the password: the parser split it at the first one.
+        parsed = parsed.set(password="***", host=parsed.host.rpartition("@")[2])  # noqa: S106
+    secrets = {key: "***" for key in _SECRET_OPTIONS if key in parsed.query}
+    if secrets:
+        parsed = parsed.update_query_dict(secrets)
+    # Unquoted, so a socket directory reads as the path a person would type.
+    return unquote(parsed.render_as_string(hide_password=True))
+
+
+_URL_PASSWORD = re.compile(r"(//[^:/@\s]*:)\S*@")
+_OPTION_PASSWORD = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", re.I)
 
 
 def redact_text(value: str) -> str:
-    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", value)
+    """``value`` (a URL or a key=value DSN that did not parse) with every password masked."""
+    return _OPTION_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", value))
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -234,18 +397,25 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
     facts scanned exactly through their btree, the sketches) run on a second engine,
     ``cached_plans=True``, where PostgreSQL's default (``auto``) reuses a generic plan: the fact
     search then took 1.6-2.0 ms at p50 against 2.9-3.7 with custom plans, the same rows.
+
+    The URL's libpq options become connect() arguments (connect_options); its
+    ``connect_timeout`` and ``application_name`` win over DB_CONNECT_TIMEOUT_SECONDS and
+    ``navi-memory``.
     """
+    driver_url, url_args = connect_options(url)
     engine = create_async_engine(
-        url,
+        driver_url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_recycle=settings.db_pool_recycle_seconds,
         connect_args={
-            "timeout": settings.db_connect_timeout_seconds,
+            **url_args,
+            "timeout": url_args.get("timeout", settings.db_connect_timeout_seconds),
             "server_settings": {
-                "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
                 "application_name": "navi-memory",
+                **url_args.get("server_settings", {}),
+                "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
                 # What every vector query wants, from the connection's start: no SET LOCAL
                 # round trips (nor a transaction) per search. See vector_search_settings.
                 **vector_search_settings(settings),
@@ -481,6 +651,8 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
             f"{minimum} (iterative index scans); upgrade the pgvector package on the server, then "
             "run ALTER EXTENSION vector UPDATE"
         )
+    if caps.revision is not None and caps.revision not in SCHEMA_REVISIONS:
+        raise newer_schema_error(caps.revision, url)
     if caps.revision != SCHEMA_HEAD:
         found = caps.revision or "no schema"
         raise SchemaError(
@@ -497,6 +669,16 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
             f"DATABASE {database} SET hnsw.iterative_scan = relaxed_order; ALTER DATABASE "
             f"{database} SET hnsw.ef_search = <HNSW_EF_SEARCH, 100 by default>"
         )
+
+
+def newer_schema_error(revision: str, url: str | URL) -> SchemaError:
+    """A database a newer release migrated (a rollback, a rolling deploy): migrate cannot take
+    it back, only a navi-memory that knows its revision can use it."""
+    return SchemaError(
+        f"the database at {redact_url(url)} was migrated by a newer navi-memory (revision "
+        f"{revision}); this one knows revisions up to {SCHEMA_HEAD}: upgrade navi-memory to "
+        "the release that migrated it (`navi-memory migrate` cannot take a schema back)"
+    )
 
 
 async def ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import io
+import re
 from collections.abc import Callable
 from contextlib import redirect_stdout
 from importlib import resources
@@ -22,7 +23,13 @@ from alembic.util import CommandError
 from sqlalchemy.exc import DBAPIError
 
 from navi_memory.config import Settings
-from navi_memory.db import connection_error, redact_url, resolve_database_url
+from navi_memory.db import (
+    SCHEMA_REVISIONS,
+    connection_error,
+    newer_schema_error,
+    redact_url,
+    resolve_database_url,
+)
 from navi_memory.errors import ConfigError, SchemaError, StorageError
 
 __all__ = ["alembic_config", "head_revision", "revisions", "script_location", "upgrade"]
@@ -80,7 +87,18 @@ def upgrade(
     elif url is None:
         url = "postgresql+asyncpg://offline/navi_memory"
     cfg = alembic_config(url)
-    return _run(lambda: command.upgrade(cfg, revision, sql=sql), url)
+    try:
+        return _run(lambda: command.upgrade(cfg, revision, sql=sql), url)
+    except SchemaError as exc:
+        # Alembic's "Can't locate revision" for the database's own revision, not for --to:
+        # a newer release migrated it, and upgrading navi-memory is the fix.
+        missing = _UNKNOWN_REVISION.search(str(exc))
+        if missing and missing[1] != revision and missing[1] not in SCHEMA_REVISIONS:
+            raise newer_schema_error(missing[1], url) from exc
+        raise
+
+
+_UNKNOWN_REVISION: Final = re.compile(r"Can't locate revision identified by '([^']+)'")
 
 
 def _run(action: Callable[[], None], url: str) -> str:

@@ -9,6 +9,7 @@ import uuid
 from typing import Any, get_args
 
 import psycopg
+from sqlalchemy import make_url
 
 from navi_memory import Memory, request_context
 from navi_memory.cli.facts import SortColumn
@@ -72,6 +73,51 @@ def test_a_missing_database_is_named_as_missing(
         assert done.returncode == 2, done.stderr
         line = one_line(done.stderr)
         assert "'no_such_db_here' does not exist" in line and "cannot reach" not in line
+
+
+def test_database_url_options_work_or_are_refused_in_one_line_without_secrets(
+    navi: Navi, db_url: str
+) -> None:
+    """libpq options in DATABASE_URL reach the connection for a command, migrate and doctor; an
+    option asyncpg cannot take, a bad port or a key=value DSN is one line (exit 2); a password
+    in any form is never printed."""
+    good = db_url + "&sslmode=disable&application_name=cli-test&password=topsecret"
+    for args in (["stats"], ["migrate"], ["doctor", "--no-models"]):
+        done = navi(*args, env={"DATABASE_URL": good})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "topsecret" not in done.stdout + done.stderr
+    assert "password=***" in navi("doctor", "--no-models", env={"DATABASE_URL": good}).stdout
+
+    for url, named in (
+        (db_url + "&keepalives=1&password=topsecret", "keepalives"),
+        ("postgresql://u:topsecret@127.0.0.1:abc/db", "port"),
+        ("host=h port=5432 password=topsecret", "postgresql://user:password@host"),
+        ("postgresql://u:top@secret@127.0.0.1/db", "%40"),
+    ):
+        for args in (["stats"], ["migrate"]):
+            done = navi(*args, env={"DATABASE_URL": url})
+            assert done.returncode == 2, (url, done.stdout, done.stderr)
+            line = one_line(done.stderr)
+            assert named in line and "secret" not in line and "Traceback" not in line
+        doctor = navi("doctor", "--no-models", env={"DATABASE_URL": url})
+        assert doctor.returncode == 1 and named in doctor.stdout
+        assert "secret" not in doctor.stdout + doctor.stderr
+
+
+def test_a_database_a_newer_release_migrated_says_upgrade_navi_memory_everywhere(
+    navi: Navi, db_url: str, pg_server: dbtools.EmbeddedServer
+) -> None:
+    """A rollback meets a newer schema: a command, migrate and doctor all name the cause."""
+    with pg_server.admin(str(make_url(db_url).database)) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    env = {"DATABASE_URL": db_url}
+    for args in (["stats"], ["migrate"]):
+        done = navi(*args, env=env)
+        assert done.returncode == 2, done.stdout + done.stderr
+        line = one_line(done.stderr)
+        assert "newer navi-memory (revision 9999)" in line and "upgrade navi-memory" in line
+    doctor = navi("doctor", "--no-models", env=env)
+    assert doctor.returncode == 1 and "upgrade navi-memory" in doctor.stdout
 
 
 async def test_facts_and_summary_commands_over_two_users(

@@ -84,6 +84,26 @@ def test_an_import_with_a_record_the_api_refuses_is_one_clean_line(
     assert all(u["user_id"] != uid for u in stats["per_user"])
 
 
+def test_file_mistakes_of_export_and_import_are_one_line_exit_2(navi: Navi, tmp_path: Path) -> None:
+    """An --output into a missing folder or onto a folder is refused before any work (the
+    database here cannot be reached, and is not what is reported); a file that is not UTF-8
+    is refused by name. None of them is reported as a bug."""
+    unreachable = {"DATABASE_URL": f"postgresql://u@/db?host={tmp_path}/no-server"}
+    user = str(uuid.uuid4())
+    for output, reason in ((tmp_path / "missing" / "u.jsonl", "no folder"), (tmp_path, "folder")):
+        done = navi("export", "--user", user, "--output", str(output), env=unreachable)
+        assert done.returncode == 2, done.stdout + done.stderr
+        line = done.stderr.strip()
+        assert len(line.splitlines()) == 1 and reason in line and str(output) in line
+        assert "unexpected" not in line and "PostgreSQL" not in line
+    binary = tmp_path / "bin.jsonl"
+    binary.write_bytes(b"\x00\xff\xfe{}\n")
+    done = navi("import", str(binary), env=unreachable)
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = done.stderr.strip()
+    assert len(line.splitlines()) == 1 and "not UTF-8" in line and "unexpected" not in line
+
+
 def test_text_only_mode_as_doctor_and_backfill_report_it(
     navi: Navi, db_url: str, fake_ollama: FakeOllama
 ) -> None:

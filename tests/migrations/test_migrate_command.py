@@ -8,11 +8,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import make_url
 
 from navi_memory import SchemaError, Settings
 from navi_memory.cli import main
-from navi_memory.db import SCHEMA_HEAD
-from navi_memory.migrations import head_revision, script_location, upgrade
+from navi_memory.db import SCHEMA_HEAD, SCHEMA_REVISIONS
+from navi_memory.migrations import head_revision, revisions, script_location, upgrade
 from tests import dbtools
 
 
@@ -30,6 +31,7 @@ def test_the_package_finds_its_revisions_and_their_head_is_the_code_s() -> None:
     """script_location() points at a folder with env.py, and its head is SCHEMA_HEAD."""
     assert (script_location() / "env.py").is_file()
     assert head_revision() == SCHEMA_HEAD
+    assert revisions() == list(SCHEMA_REVISIONS)
 
 
 def test_migrate_command_brings_an_empty_database_to_head(
@@ -80,6 +82,19 @@ def test_an_unknown_revision_is_a_schema_error(
     """Alembic's refusal comes back as SchemaError, not as Alembic's own exception."""
     with pytest.raises(SchemaError, match="nope"):
         upgrade(_settings(pg_server.url(scratch_db)), revision="nope")
+
+
+def test_migrate_on_a_database_a_newer_release_migrated_says_to_upgrade_navi_memory(
+    db_url: str, pg_server: dbtools.EmbeddedServer
+) -> None:
+    """A rollback or a rolling deploy: migrate cannot go back, and says why instead of Alembic's
+    "Can't locate revision"."""
+    with pg_server.admin(str(make_url(db_url).database)) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    newer = r"newer navi-memory \(revision 9999\).*upgrade navi-memory"
+    with pytest.raises(SchemaError, match=newer) as caught:
+        upgrade(_settings(db_url))
+    assert "Can't locate" not in str(caught.value)
 
 
 @pytest.fixture

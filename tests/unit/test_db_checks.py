@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from navi_memory import SchemaError
-from navi_memory.db import SCHEMA_HEAD, Capabilities, check_capabilities, redact_url, to_async_url
+from navi_memory.db import (
+    SCHEMA_HEAD,
+    Capabilities,
+    check_capabilities,
+    connect_options,
+    redact_text,
+    redact_url,
+    to_async_url,
+)
 from navi_memory.errors import ConfigError
 
 URL = "postgresql+asyncpg://navi:secret@db.example:5432/navi"
@@ -58,3 +66,98 @@ def test_connections_without_iterative_hnsw_scans_are_refused_with_the_fix(
     with pytest.raises(ConfigError, match=fix) as caught:
         check_capabilities(caps(hnsw_iterative_scan=found), URL)
     assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("option", "fix"),
+    [
+        ("keepalives=1", "keepalives"),
+        ("sslcompression=1", "sslcompression"),
+        ("gssencmode=disable", "gssencmode"),
+        ("prepared_statement_cache_size=0", "prepared_statement_cache_size"),
+        ("sslmode=sometimes", "sslmode.*disable, allow, prefer, require, verify-ca, verify-full"),
+        ("connect_timeout=soon", "connect_timeout.*seconds"),
+        ("connect_timeout=0", "connect_timeout.*seconds"),
+        ("target_session_attrs=whichever", "target_session_attrs.*read-write"),
+        ("sslmode=verify-full&sslrootcert=/nonexistent/ca.pem", "sslrootcert.*/nonexistent/ca"),
+    ],
+)
+def test_a_url_option_the_driver_cannot_take_is_a_config_error_naming_it(
+    option: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError, match=fix) as caught:
+        to_async_url(f"postgresql://navi:secret@db.example/navi?{option}")
+    assert "secret" not in str(caught.value)
+
+
+def test_libpq_options_become_the_drivers_connect_arguments() -> None:
+    url, args = connect_options(
+        "postgresql+asyncpg://navi@db.example/navi?sslmode=verify-ca&connect_timeout=4"
+        "&application_name=worker-1&options=-c%20work_mem%3D8MB&target_session_attrs=read-write"
+        "&passfile=/etc/pgpass&krbsrvname=pg&gsslib=gssapi&dbname=other"
+    )
+    assert url.query == {}
+    assert url.database == "other"
+    assert args == {
+        "dsn": "postgresql://?sslmode=verify-ca",
+        "timeout": 4.0,
+        "server_settings": {"application_name": "worker-1", "options": "-c work_mem=8MB"},
+        "target_session_attrs": "read-write",
+        "passfile": "/etc/pgpass",
+        "krbsrvname": "pg",
+        "gsslib": "gssapi",
+    }
+    # SQLAlchemy's spelling for asyncpg, and what SQLAlchemy itself reads, stay as they were.
+    url, args = connect_options("postgresql+asyncpg://u@/navi?host=/run/pg&ssl=require")
+    assert dict(url.query) == {"host": "/run/pg"}
+    assert args == {"dsn": "postgresql://?sslmode=require"}
+
+
+def test_a_non_numeric_port_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="port") as caught:
+        to_async_url("postgresql://u:pwsecret@127.0.0.1:abc/db")
+    assert "pwsecret" not in str(caught.value)
+
+
+def test_an_unescaped_at_sign_in_the_password_is_refused_without_showing_it() -> None:
+    with pytest.raises(ConfigError, match="%40") as caught:
+        to_async_url("postgresql://u:sec@ret@h/db")
+    assert "sec@" not in str(caught.value) and "ret@" not in str(caught.value)
+    assert redact_url("postgresql://u:sec@ret@h/db") == "postgresql://u:***@h/db"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@h/db?password=qsecret",
+        "postgresql://u@h/db?host=/run/pg&password=qsecret&sslmode=disable",
+        "postgresql://u@h/db?sslmode=verify-full&sslpassword=qsecret",
+        "postgresql://u:qsecret@h/db",
+        "postgresql://u:q%40secret@h/db",
+        "postgresql://u:qsecret@127.0.0.1:abc/db",
+        "host=h port=5432 password=qsecret",
+        "host=h password='q secret' dbname=db",
+    ],
+)
+def test_no_form_of_password_survives_redaction(url: str) -> None:
+    assert "secret" not in redact_url(url)
+    assert "secret" not in redact_text(url)
+
+
+def test_a_key_value_dsn_is_refused_without_echoing_its_password() -> None:
+    with pytest.raises(ConfigError, match=r"postgresql://user:password@host") as caught:
+        to_async_url("host=h port=5432 password=kvsecret")
+    assert "kvsecret" not in str(caught.value)
+
+
+def test_a_schema_newer_than_the_code_says_to_upgrade_navi_memory_not_to_migrate() -> None:
+    newer = r"newer navi-memory \(revision 9999\).*upgrade navi-memory"
+    with pytest.raises(SchemaError, match=newer) as caught:
+        check_capabilities(caps(revision="9999"), URL)
+    assert "run `navi-memory migrate`" not in str(caught.value)
+
+
+@pytest.mark.parametrize("revision", [None, "0010"])
+def test_a_schema_behind_the_code_says_to_migrate(revision: str | None) -> None:
+    with pytest.raises(SchemaError, match="run `navi-memory migrate`"):
+        check_capabilities(caps(revision=revision), URL)

@@ -36,3 +36,14 @@ def test_a_synchronous_commit_value_the_server_does_not_take_is_refused(
         load_settings(_env_file=None)
     monkeypatch.setenv("DB_SYNCHRONOUS_COMMIT", "off")
     assert load_settings(_env_file=None).db_synchronous_commit == "off"
+
+
+@pytest.mark.parametrize(
+    "name", ["database_url", "ollama_api_key", "embedding_ollama_api_key", "ollama_host"]
+)
+def test_a_malformed_secret_bearing_setting_is_named_without_its_value(name: str) -> None:
+    """The value of a setting that may hold a password or a key is never echoed."""
+    with pytest.raises(ConfigError) as caught:
+        load_settings(_env_file=None, **{name: 987654321})
+    message = str(caught.value)
+    assert name.upper() in message and "987654321" not in message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -161,6 +162,8 @@ def export(
     """Write everything a user owns as JSON Lines: facts (hidden ones too), summary, sessions
     with their messages and extraction state, chunks with breadcrumbs, sketches (kv)."""
     settings = load_settings()
+    if output is not None:
+        check_output(output)  # before the export is built, not after
 
     async def work() -> list[ExportRecord]:
         async with admin_memory(settings) as memory:
@@ -172,15 +175,44 @@ def export(
         sys.stdout.writelines(lines)
         sys.stdout.flush()
     else:
-        with output.open("w", encoding="utf-8") as file:
-            file.writelines(lines)
+        try:
+            with output.open("w", encoding="utf-8") as file:
+                file.writelines(lines)
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot write the export to {output}: {exc.strerror or exc}"
+            ) from exc
         out.print(f"export: {len(records)} record(s) of user {user} in {output}", markup=False)
+
+
+def check_output(output: Path) -> None:
+    """Refuse an --output that cannot be written (an InvalidInputError naming it)."""
+    folder = output.parent
+    if output.is_dir():
+        reason = "it is a folder: name a file in it"
+    elif not folder.is_dir():
+        reason = f"there is no folder {folder}: create it first"
+    elif not os.access(folder, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        reason = "permission denied"
+    else:
+        return
+    raise InvalidInputError(f"cannot write the export to {output}: {reason}")
 
 
 def read_export(file: IO[str]) -> Iterator[dict[str, Any]]:
     """The records of a JSON Lines export; a line that is not a JSON object is an
     InvalidInputError naming it."""
-    for number, line in enumerate(file, 1):
+    lines = enumerate(file, 1)
+    while True:
+        try:
+            number, line = next(lines)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(
+                f"the export is not UTF-8 JSON Lines (a byte {exc.object[exc.start : exc.end]!r} "
+                "that is not UTF-8): give the file navi-memory export wrote"
+            ) from exc
         if not line.strip():
             continue
         try:
@@ -224,7 +256,10 @@ def import_(
         if not path.is_file():
             raise InvalidInputError(f"no export file {source}")
         with path.open(encoding="utf-8") as file:
-            records = list(read_export(file))
+            try:
+                records = list(read_export(file))
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"{source}: {exc}") from exc
 
     async def work() -> ImportResult:
         async with admin_memory(settings) as memory:

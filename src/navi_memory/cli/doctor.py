@@ -19,6 +19,7 @@ from navi_memory.config import Settings, load_settings
 from navi_memory.constants import EMBEDDING_DIM, MIN_PGVECTOR, MIN_POSTGRES_MAJOR
 from navi_memory.db import (
     SCHEMA_HEAD,
+    SCHEMA_REVISIONS,
     Capabilities,
     create_engine,
     create_sessionmaker,
@@ -33,7 +34,6 @@ from navi_memory.jobs.queue_indexer import QueueIndexer
 from navi_memory.llm import OllamaChatModel, embedder_from_settings
 from navi_memory.llm._ollama import redact_host
 from navi_memory.llm.local import local_model_of
-from navi_memory.migrations import revisions
 
 __all__ = ["Check", "diagnose", "doctor", "register"]
 
@@ -227,7 +227,7 @@ def _schema_check(caps: Capabilities) -> Check:
         return Check("schema", "ok", f"revision {SCHEMA_HEAD} (head)")
     if caps.revision is None:
         return Check("schema", "finding", "no navi-memory schema", "navi-memory migrate")
-    if caps.revision not in revisions():
+    if caps.revision not in SCHEMA_REVISIONS:
         return Check(
             "schema",
             "finding",
@@ -320,9 +320,27 @@ async def _embedding_check(settings: Settings) -> Check:
         "embedding model",
         f"{model} at {host}",
         call,
-        f"run Ollama at {host} and `ollama pull {model}` there, or set EMBEDDING_OLLAMA_HOST "
-        f"/ EMBEDDING_MODEL (a {EMBEDDING_DIM}-dimensional model)",
+        _ollama_fix(
+            host,
+            "OLLAMA_HOST" if not settings.embedding_ollama_host else "EMBEDDING_OLLAMA_HOST",
+            model,
+            "EMBEDDING_MODEL",
+            f"or set EMBEDDING_OLLAMA_HOST / EMBEDDING_MODEL (a {EMBEDDING_DIM}-dimensional model)",
+        ),
     )
+
+
+def _ollama_fix(host: str, host_var: str, model: str, model_var: str, otherwise: str) -> str:
+    """Run Ollama at the host and pull the model there; an empty setting is named instead of
+    being printed as nothing."""
+    wanted = []
+    if not host:
+        wanted.append(f"{host_var} is empty: set it to your Ollama's address")
+    if not model:
+        wanted.append(f"{model_var} is empty: set it to a model your Ollama has pulled")
+    if wanted:
+        return "; ".join(wanted)
+    return f"run Ollama at {host} and `ollama pull {model}` there, {otherwise}"
 
 
 async def _chat_check(settings: Settings) -> Check:
@@ -341,6 +359,7 @@ async def _chat_check(settings: Settings) -> Check:
         "chat model",
         f"{model} at {host}",
         call,
-        f"run Ollama at {host} and `ollama pull {model}` there, or set OLLAMA_HOST / "
-        "MEMORY_LLM_MODEL",
+        _ollama_fix(
+            host, "OLLAMA_HOST", model, "MEMORY_LLM_MODEL", "or set OLLAMA_HOST / MEMORY_LLM_MODEL"
+        ),
     )

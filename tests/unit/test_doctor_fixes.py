@@ -1,0 +1,35 @@
+"""doctor's model checks word their fix sensibly when a setting is empty."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from navi_memory.cli.doctor import _chat_check, _embedding_check
+from navi_memory.config import Settings
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"ollama_host": ""}, "OLLAMA_HOST is empty"),
+        ({"embedding_model": ""}, "EMBEDDING_MODEL is empty"),
+        ({"memory_llm_model": ""}, "MEMORY_LLM_MODEL is empty"),
+    ],
+)
+async def test_an_empty_host_or_model_is_named_in_the_fix_not_left_blank(
+    overrides: dict[str, Any], named: str
+) -> None:
+    settings = Settings(
+        _env_file=None,
+        embedding_ollama_host="",
+        embedding_timeout_seconds=0.5,
+        memory_llm_timeout_seconds=0.5,
+        **overrides,
+    )
+    checks = [await _embedding_check(settings), await _chat_check(settings)]
+    fixes = [check.fix or "" for check in checks if check.status == "finding"]
+    assert any(named in fix for fix in fixes), fixes
+    for fix in fixes:
+        assert "at  " not in fix and "pull `" not in fix and "``" not in fix
