@@ -232,6 +232,9 @@ _SERVER_SETTINGS: Final = ("application_name", "options")
 """libpq options that are startup parameters: they go into asyncpg's server_settings."""
 _SQLALCHEMY_READS: Final = ("host", "port", "user", "password", "database")
 """Query keys SQLAlchemy's asyncpg dialect turns into connect() arguments itself."""
+_DIALECT_OPTIONS: Final = ("prepared_statement_cache_size",)
+"""Query keys SQLAlchemy's asyncpg dialect takes for itself (left in the URL): a cache of 0 is
+what a pooler that cannot keep prepared statements (PgBouncer in transaction mode) needs."""
 URL_OPTIONS: Final = tuple(
     sorted(
         {
@@ -242,6 +245,7 @@ URL_OPTIONS: Final = tuple(
             *_DRIVER_KEYWORDS,
             *_SERVER_SETTINGS,
             *_SQLALCHEMY_READS,
+            *_DIALECT_OPTIONS,
         }
     )
 )
@@ -339,6 +343,12 @@ def connect_options(url: str | URL) -> tuple[URL, dict[str, Any]]:
             f"of {', '.join(_TARGET_SESSION_ATTRS)}"
         )
     args.update({key: query.pop(key) for key in _DRIVER_KEYWORDS if key in query})
+    cache = query.get("prepared_statement_cache_size")
+    if cache is not None and not (cache.isascii() and cache.isdigit()):
+        raise ConfigError(
+            f"DATABASE_URL's prepared_statement_cache_size={cache!r} is not a whole number "
+            "(0: no prepared statements, as PgBouncer in transaction mode needs)"
+        )
     if "dbname" in query:
         parsed = parsed.set(database=query.pop("dbname"))
     kept = {key: value for key, value in parsed.query.items() if key in query}

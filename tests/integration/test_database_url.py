@@ -15,6 +15,7 @@ from sqlalchemy import text
 from navi_memory import ConfigError, NaviMemoryError, StorageError, open_memory
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
+from tests.integration.factories import new_user
 
 SSL_REQUEST = 80877103
 
@@ -79,6 +80,25 @@ async def test_libpq_options_a_server_without_ssl_accepts_connect(
 ) -> None:
     async with open_memory(make_settings(with_options(db_url, options), fake_ollama)) as memory:
         assert memory.capabilities.vector
+
+
+async def test_a_statement_cache_of_0_reaches_sqlalchemys_dialect(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """prepared_statement_cache_size=0 (PgBouncer in transaction mode) reaches SQLAlchemy's
+    asyncpg dialect, and the package works with it."""
+    url = with_options(db_url, "prepared_statement_cache_size=0")
+    async with open_memory(make_settings(url, fake_ollama)) as memory:
+        uid = await new_user(memory)
+        await memory.store.upsert_fact("notes", "pooler", "pgbouncer", user_id=uid)
+        assert [f.value for f in await memory.store.search_facts("pgbouncer", user_id=uid)] == [
+            "pgbouncer"
+        ]
+        async with memory.engine.connect() as conn:
+            adapted = (await conn.get_raw_connection()).dbapi_connection
+            # SQLAlchemy's adapter keeps no statement cache at 0 (its default is an LRU of 100).
+            assert adapted is not None
+            assert getattr(adapted, "_prepared_statement_cache", "missing") is None
 
 
 async def test_target_session_attrs_reaches_the_driver(

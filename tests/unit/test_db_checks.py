@@ -74,7 +74,7 @@ def test_connections_without_iterative_hnsw_scans_are_refused_with_the_fix(
         ("keepalives=1", "keepalives"),
         ("sslcompression=1", "sslcompression"),
         ("gssencmode=disable", "gssencmode"),
-        ("prepared_statement_cache_size=0", "prepared_statement_cache_size"),
+        ("prepared_statement_cache_size=lots", "prepared_statement_cache_size.*whole number"),
         ("sslmode=sometimes", "sslmode.*disable, allow, prefer, require, verify-ca, verify-full"),
         ("connect_timeout=soon", "connect_timeout.*seconds"),
         ("connect_timeout=0", "connect_timeout.*seconds"),
@@ -88,6 +88,14 @@ def test_a_url_option_the_driver_cannot_take_is_a_config_error_naming_it(
     with pytest.raises(ConfigError, match=fix) as caught:
         to_async_url(f"postgresql://navi:secret@db.example/navi?{option}")
     assert "secret" not in str(caught.value)
+
+
+def test_the_dialects_statement_cache_size_stays_in_the_url_for_sqlalchemy() -> None:
+    """SQLAlchemy's asyncpg dialect reads prepared_statement_cache_size from the URL (0 behind
+    PgBouncer in transaction mode): it is kept there, not refused nor passed to connect()."""
+    url, args = connect_options("postgresql://navi@db.example/navi?prepared_statement_cache_size=0")
+    assert dict(url.query) == {"prepared_statement_cache_size": "0"}
+    assert args == {}
 
 
 def test_libpq_options_become_the_drivers_connect_arguments() -> None:
