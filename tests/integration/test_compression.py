@@ -219,6 +219,66 @@ async def test_keys_items_and_deterministic_breadcrumbs_ride_on_every_chunk(
     assert "thanks" not in joined and "We moved the app" not in joined
 
 
+async def test_breadcrumbs_come_only_from_the_text_the_chunks_keep(memory: Memory) -> None:
+    """A message longer than CHUNK_MESSAGE_MAX_CHARS loses its middle in the chunk; the
+    breadcrumbs are found in what the chunk keeps, not in the cut middle or the cut's note."""
+    store, _ = make_store(
+        memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]), chunk_message_max_chars=300
+    )
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    middle = " /srv/cut/middle.conf " + "filler " * 20
+    await store.append(
+        "s1",
+        "tool",
+        "/srv/head/start.conf " + "x " * 200 + middle + "y " * 200 + " /srv/tail/end.conf",
+        tool_name="cat",
+        user_id=uid,
+    )
+
+    result = await store.compress("s1", keep_last=0, user_id=uid)
+
+    assert "/srv/head/start.conf" in result.breadcrumbs
+    assert "/srv/tail/end.conf" in result.breadcrumbs
+    assert "/srv/cut/middle.conf" not in result.breadcrumbs
+    (content, _), *_ = await chunk_rows(memory, "s1")
+    assert "characters elided" in content
+    assert not any(crumb.isdigit() for crumb in result.breadcrumbs)
+
+
+async def test_compressing_huge_tool_results_leaves_the_event_loop_running(
+    memory: Memory,
+) -> None:
+    """Five tool results of 1,000,000 characters (a tool may return a whole file): the
+    compression's text work neither scans the cut text nor holds the event loop."""
+    store, _ = make_store(memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]))
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    line = "2026-11-06 12:00:01 INFO /var/log/app.py:120 request took 12 ms user_id=42 ok\n"
+    big = (line * (1_000_000 // len(line) + 1))[:1_000_000]
+    for i in range(5):
+        await store.append("s1", "tool_call", tool_name="cat", tool_args={"f": i}, user_id=uid)
+        await store.append("s1", "tool", big, tool_name="cat", user_id=uid)
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = loop.time()
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+            gaps.append(loop.time() - last)
+            last = loop.time()
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(ticker())
+    result = await store.compress("s1", keep_last=0, user_id=uid)
+    done.set()
+    await task
+
+    assert result.demoted == 10 and result.chunks_written >= 5
+    assert max(gaps) < 1.0
+
+
 async def test_compressing_twice_indexes_every_demoted_message_exactly_once(
     memory: Memory,
 ) -> None:

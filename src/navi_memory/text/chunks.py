@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_MESSAGE_MAX_CHARS",
     "build_chunks",
     "elide_middle",
+    "elided_parts",
     "render_message",
 ]
 
@@ -41,8 +42,18 @@ def elide_middle(text: str, max_chars: int) -> str:
     The head and the tail survive because that is where a message states what it is about and
     what came of it. The result is never longer than ``max_chars``.
     """
+    head, cut, tail = elided_parts(text, max_chars)
+    return head + _elision_marker(cut) + tail if cut else head
+
+
+def elided_parts(text: str, max_chars: int) -> tuple[str, int, str]:
+    """What ``elide_middle`` keeps of ``text``: (head, characters cut, tail).
+
+    Nothing cut: (text, 0, ""). A cap too small to say anything about the cut keeps the first
+    ``max_chars`` characters: (head, characters cut, "") with no note.
+    """
     if len(text) <= max_chars:
-        return text
+        return text, 0, ""
     # The marker's length depends on the count it reports: find the digit count that agrees
     # with itself. Sizing for len(text) always fits, so it is the fallback.
     budget = max_chars - len(_elision_marker(len(text)))
@@ -53,10 +64,10 @@ def elide_middle(text: str, max_chars: int) -> str:
             break
     if budget < 2:
         # Too small a cap to say anything about the cut: keep what fits.
-        return text[:max_chars]
+        return text[:max_chars], 0, ""
     head = (budget + 1) // 2
     tail = budget - head
-    return text[:head] + _elision_marker(len(text) - head - tail) + text[len(text) - tail :]
+    return text[:head], len(text) - head - tail, text[len(text) - tail :]
 
 
 def _clean(text: str) -> str:

@@ -15,6 +15,7 @@ from navi_memory.text.chunks import (
     DEFAULT_MESSAGE_MAX_CHARS,
     build_chunks,
     elide_middle,
+    elided_parts,
     render_message,
 )
 
@@ -179,6 +180,16 @@ def test_elision_never_exceeds_the_cap(cap: int) -> None:
     capped = elide_middle(text, cap)
     assert len(capped) <= cap
     assert capped == text if cap >= len(text) else len(capped) >= cap - 1
+
+
+@pytest.mark.parametrize("cap", [1, 5, 31, 50, 200, 999, 1000, 2000])
+def test_elided_parts_are_what_elide_middle_keeps(cap: int) -> None:
+    text = "".join(chr(ord("a") + i % 26) for i in range(1000))
+    head, cut, tail = elided_parts(text, cap)
+    capped = elide_middle(text, cap)
+    assert capped.startswith(head) and capped.endswith(tail)
+    assert len(head) + cut + len(tail) == len(text) if cut else capped == head
+    assert not cut or f"{cut} characters elided" in capped
 
 
 def test_text_within_the_cap_is_untouched() -> None:
