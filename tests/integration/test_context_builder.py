@@ -354,6 +354,27 @@ async def test_ledger_keeps_the_last_hundred_and_an_old_excerpt_comes_back(
     assert [hit.chunk_id for hit in again.recalled] == [deploy.chunk_id]
 
 
+async def test_delivered_excerpts_do_not_crowd_out_the_ones_not_yet_delivered(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """26 excerpts qualify for one question, more than one search returns (SEARCH_K_MAX):
+    asked again and again, recall delivers every one of them before it finds nothing."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    notes = [("user", padded(f"deploy script note {i}: zz{i}")) for i in range(26)]
+    sid = await conversation(memory, fake_ollama, uid, [*notes, ("user", "ok")], keep_last=1)
+    delivered: list[int] = []
+    outcomes = []
+    for _ in range(14):
+        prompt = await memory.context.build_prompt(
+            sid, "the deploy script note", system_prompt=HOST, user_id=uid
+        )
+        outcomes.append(prompt.recall)
+        delivered.extend(hit.chunk_id or 0 for hit in prompt.recalled)
+    assert outcomes == ["injected"] * 13 + ["nothing_found"]
+    assert len(delivered) == len(set(delivered)) == 26
+
+
 async def test_concurrent_builds_deliver_every_excerpt_once(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:
