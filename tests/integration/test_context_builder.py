@@ -140,6 +140,35 @@ async def test_messages_come_in_the_documented_order(
     assert dicts[7] == {"role": "tool", "content": "40% used", "tool_name": "df"}
 
 
+async def test_text_on_a_tool_call_reaches_the_prompt_chunks_and_summary(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """What the assistant said alongside a tool call is stored with the call: it is the call
+    turn's text in the prompt, and after compression the summarizer and the chunk see it."""
+    uid = await new_user(memory)
+    sessions = memory.sessions
+    await sessions.create("s1", user_id=uid)
+    await sessions.append("s1", "user", "what port?", user_id=uid)
+    said = "Let me look at ZEBRA_PORT_9931 first"
+    await sessions.append("s1", "tool_call", said, tool_name="kv", tool_args={"a": 1}, user_id=uid)
+    await sessions.append("s1", "tool_call", tool_name="kv", tool_args={"b": 2}, user_id=uid)
+    await sessions.append("s1", "tool", "9931", tool_name="kv", user_id=uid)
+
+    turns = await memory.context.build("s1", "hi", system_prompt="", user_id=uid)
+
+    assert [(t.role, t.content, len(t.tool_calls)) for t in turns] == [
+        ("user", "what port?", 0),
+        ("assistant", said, 2),
+        ("tool", "9931", 0),
+        ("user", "hi", 0),
+    ]
+    fake_ollama.chat_replies.append("Port looked up.\nKEYS: NONE")
+    await sessions.compress("s1", keep_last=0, user_id=uid)
+    assert said in json.dumps(fake_ollama.chat_requests[-1], ensure_ascii=False)
+    chunks = await memory.store.search_chunks("ZEBRA_PORT_9931", user_id=uid, session_id="s1")
+    assert any(said in chunk.content for chunk in chunks)
+
+
 async def test_build_returns_the_prompts_messages(memory: Memory) -> None:
     """build() is build_prompt().messages: the host message and the incoming one at least."""
     uid = await new_user(memory)

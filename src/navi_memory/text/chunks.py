@@ -81,7 +81,8 @@ def render_message(message: Message) -> str | None:
 
     System messages, compression summaries and markers are skipped, and so are user and
     assistant messages with nothing in them. Tool calls render as the assistant's request,
-    with their arguments as compact JSON (keys sorted, so the same call always hashes alike).
+    with their arguments as compact JSON (keys sorted, so the same call always hashes alike),
+    after the text the assistant said alongside the call, if any.
     """
     if message.role == "system" or message.kind in _SKIPPED_KINDS:
         return None
@@ -97,7 +98,12 @@ def render_message(message: Message) -> str | None:
                 default=str,
             )
         )
-        return _clean(f"Assistant: [Tool call] {message.tool_name or 'unknown'}({args})")
+        call = f"[Tool call] {message.tool_name or 'unknown'}({args})"
+        # The assistant may say something alongside the call (as in the extractor's
+        # transcript): that is conversation, kept verbatim before the call.
+        if message.content.strip():
+            return _clean(f"Assistant: {message.content}\n{call}")
+        return _clean(f"Assistant: {call}")
     if message.role == "tool":
         # An empty tool result is still a result: the call happened and returned nothing.
         name = message.tool_name or "unknown"

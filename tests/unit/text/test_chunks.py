@@ -49,6 +49,21 @@ def test_tool_call_renders_as_assistant_request_with_compact_json_args() -> None
     assert render_message(call) == 'Assistant: [Tool call] read_file({"n":2,"path":"/a b"})'
 
 
+def test_tool_call_keeps_what_the_assistant_said_alongside_it() -> None:
+    """Text stored on a tool_call is conversation (as in the extractor's transcript): the
+    chunk holds it verbatim, before the call."""
+    call = message(
+        1,
+        "Let me look at ZEBRA_PORT_9931 first",
+        role="tool_call",
+        tool_name="kv",
+        tool_args={"a": 1},
+    )
+    assert render_message(call) == (
+        'Assistant: Let me look at ZEBRA_PORT_9931 first\n[Tool call] kv({"a":1})'
+    )
+
+
 def test_tool_call_without_args_renders_empty_parentheses() -> None:
     call = message(1, "", role="tool_call", tool_name="now")
     assert render_message(call) == "Assistant: [Tool call] now()"
