@@ -149,6 +149,31 @@ async def test_keep_last_defaults_to_the_setting(memory: Memory) -> None:
     assert len(await store.context("s1", user_id=uid)) == 4
 
 
+async def test_the_keep_boundary_never_parts_a_tool_result_from_its_call(
+    memory: Memory,
+) -> None:
+    """keep_last=2 would keep a tool result and demote its call: the call stays with it, so the
+    prompt never shows a result the model did not ask for."""
+    store, _ = make_store(memory, chat_model=ScriptedChatModel(["Asked for the port.\nKEYS: NONE"]))
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    await store.append("s1", "user", "what port?", user_id=uid)
+    await store.append("s1", "tool_call", tool_name="kv", tool_args={"k": "port"}, user_id=uid)
+    await store.append("s1", "tool", "9931", tool_name="kv", user_id=uid)
+    await store.append("s1", "assistant", "It is 9931.", user_id=uid)
+
+    result = await store.compress("s1", keep_last=2, user_id=uid)
+
+    assert result.demoted == 1
+    context = await store.context("s1", user_id=uid)
+    assert [m.role for m in context] == ["system", "tool_call", "tool", "assistant"]
+    turns = await memory.context.build("s1", "thanks", system_prompt="", user_id=uid)
+    assert [(t.role, bool(t.tool_calls)) for t in turns[1:3]] == [
+        ("assistant", True),
+        ("tool", False),
+    ]
+
+
 async def test_keep_last_zero_leaves_only_the_summary(memory: Memory) -> None:
     store, _ = make_store(memory, chat_model=ScriptedChatModel(["All of it.\nKEYS: NONE"]))
     uid = await new_user(memory)

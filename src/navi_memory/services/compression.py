@@ -100,13 +100,42 @@ class CompressionPlan:
 def plan_compression(context: Sequence[Message], keep_last: int) -> CompressionPlan | None:
     """Keep the last ``keep_last`` context messages of kind 'message'; everything else in the
     context (older messages, the previous summary, markers) is demoted. None when no message
-    would leave: a summary is never rewritten for nothing."""
+    would leave: a summary is never rewritten for nothing.
+
+    The boundary never parts a tool result from its call (a prompt with a result the model did
+    not ask for is refused by OpenAI-style APIs): a kept ``tool`` row keeps the ``tool_call``
+    rows of its turn, or, when that would keep every message, the results leave with them.
+    """
     ordered = sorted(context, key=lambda m: m.seq)
     conversation = [m for m in ordered if m.kind == "message"]
     if len(conversation) <= keep_last:
         return None
-    kept = {m.id for m in conversation[len(conversation) - keep_last :]}
+    start = _keep_start(conversation, len(conversation) - keep_last)
+    if start == 0:
+        return None
+    kept = {m.id for m in conversation[start:]}
     return CompressionPlan(demoted=tuple(m for m in ordered if m.id not in kept))
+
+
+def _keep_start(conversation: Sequence[Message], start: int) -> int:
+    """``start`` (the first kept message) moved off the middle of a tool-call turn: back to the
+    turn's first call, else (nothing would leave) forward past its results."""
+    back = start
+    while 0 < back < len(conversation) and conversation[back].role == "tool":
+        if conversation[back - 1].role not in ("tool", "tool_call"):
+            break  # a result stored with no call before it: nothing to keep it with
+        back -= 1
+    while 0 < back < len(conversation) and conversation[back].role == "tool_call":
+        if conversation[back - 1].role != "tool_call":
+            break
+        back -= 1
+    if back > 0:
+        return back
+    forward = start
+    for role in ("tool_call", "tool"):
+        while forward < len(conversation) and conversation[forward].role == role:
+            forward += 1
+    return forward
 
 
 @dataclass(frozen=True, slots=True)
