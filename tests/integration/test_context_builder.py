@@ -307,6 +307,40 @@ async def test_recall_injects_a_matching_excerpt_and_records_it(
     assert await ledger(memory, sid) == [hit.chunk_id]
 
 
+@pytest.mark.parametrize("stored", ["[1, 2]", '"text"', "null", "42"])
+async def test_session_metadata_that_is_not_an_object_is_read_as_empty(
+    small_chunks: Memory, fake_ollama: FakeOllama, stored: str
+) -> None:
+    """A host wrote something other than a JSON object into session_metadata: the session
+    reads with empty metadata, recall works, and the ledger it writes is an object again."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    await execute(
+        memory,
+        "UPDATE sessions SET session_metadata = CAST(:stored AS jsonb) WHERE id = :sid",
+        stored=stored,
+        sid=sid,
+    )
+    info = await memory.sessions.get(sid, user_id=uid)
+    assert info is not None and info.session_metadata == {}
+    assert [s.session_metadata for s in await memory.sessions.list(user_id=uid)] == [{}]
+
+    prompt = await memory.context.build_prompt(
+        sid, "where is the deploy script?", system_prompt=HOST, user_id=uid
+    )
+
+    assert prompt.recall == "injected"
+    [hit] = prompt.recalled
+    assert await ledger(memory, sid) == [hit.chunk_id]
+    again = await memory.context.build_prompt(
+        sid, "where is the deploy script?", system_prompt=HOST, user_id=uid
+    )
+    assert again.recall == "nothing_found"
+
+
 async def test_recall_never_injects_a_superseded_excerpt(
     small_chunks: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -9,7 +9,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Float, Row, Select, cast, delete, func, or_, select, text, update
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Row,
+    Select,
+    case,
+    cast,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -88,14 +102,19 @@ class SessionRepository:
 
     async def set_metadata_value(self, session_id: str, key: str, value: Any) -> None:
         """Set one key of the session's ``session_metadata`` (a JSON value), leaving the other
-        keys as they are. Callers that read the key first hold ``lock_owned``."""
+        keys as they are; metadata that is not a JSON object (a host's own write) is read as
+        empty and replaced by ``{key: value}``. Callers that read the key first hold
+        ``lock_owned``."""
+        current = SessionRow.session_metadata
+        metadata = case(
+            (func.jsonb_typeof(current) == "object", current),
+            else_=cast(literal("{}"), JSONB),
+        )
         await self.session.execute(
             update(SessionRow)
             .where(SessionRow.id == session_id)
             .values(
-                session_metadata=SessionRow.session_metadata.op("||")(
-                    func.jsonb_build_object(key, cast(value, JSONB))
-                )
+                session_metadata=metadata.op("||")(func.jsonb_build_object(key, cast(value, JSONB)))
             )
         )
 

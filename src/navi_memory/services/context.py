@@ -27,7 +27,7 @@ from navi_memory.text.recall import (
     LEDGER_KEY,
     RecallCandidate,
     extend_ledger,
-    ledger_ids,
+    metadata_ledger,
     select_recall,
 )
 
@@ -98,7 +98,7 @@ class ContextService:
             facts=[to_fact(fact) for fact in shown],
             facts_total=await facts.count(user_id, include_merged=False),
             messages=[to_message(message) for message in messages],
-            ledger=ledger_ids(row.session_metadata.get(LEDGER_KEY)),
+            ledger=metadata_ledger(row.session_metadata),
         )
 
     async def deliver(
@@ -119,7 +119,7 @@ class ContextService:
         row = await sessions.lock_owned(session_id, user_id)
         if row is None:
             return []
-        ledger = ledger_ids(row.session_metadata.get(LEDGER_KEY))
+        ledger = metadata_ledger(row.session_metadata)
         chosen = select_recall(candidates, ledger=ledger, min_similarity=min_similarity, k=k)
         if chosen:
             delivered = [hit.chunk_id for hit in chosen if hit.chunk_id is not None]
