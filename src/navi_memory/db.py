@@ -70,7 +70,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_HEAD = "0014"
+SCHEMA_HEAD = "0015"
 """The Alembic head this code expects (a test keeps it equal to alembic/versions' head)."""
 
 TRGM_INDEXES = {f"ix_memory_facts_{column}_trgm": column for column in ("category", "key", "value")}

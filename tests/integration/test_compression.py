@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory import (
@@ -21,6 +22,7 @@ from navi_memory import (
     StorageError,
 )
 from navi_memory.llm.chat import ChatMessages, OllamaChatModel, message_dicts
+from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.schemas import ChunkDraft, Message
 from navi_memory.services.chunks import ChunkService
 from navi_memory.services.compression import SUMMARY_PROMPT
@@ -574,6 +576,57 @@ async def test_messages_demoted_without_chunks_are_indexed_by_the_repair_exactly
     assert await store.index_dropped_history() == 0
     counts = token_counts(await chunk_rows(memory, "s1"))
     assert counts == {f"m{i:03d}": 1 for i in range(1, 13)}
+
+
+async def test_a_compression_repeating_an_earlier_ones_text_still_indexes_its_messages(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Two compressions of the same words ("yes" / "ok") make chunks of equal text: each is
+    stored, so every demoted message is in a chunk and the repair has nothing to redo."""
+    store, _ = make_store(memory, chat_model=None)
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    written = []
+    for _ in range(2):
+        await store.append("s1", "user", "yes", user_id=uid)
+        await store.append("s1", "assistant", "ok", user_id=uid)
+        written.append((await store.compress("s1", keep_last=0, user_id=uid)).chunks_written)
+
+    assert written == [1, 1]
+    ranges = await chunk_ranges(memory, "s1")
+    assert ranges == [(1, 2), (4, 5)]
+    fake_ollama.clear()
+    assert await store.index_dropped_history() == 0
+    assert fake_ollama.requests_to("/api/embed") == []
+
+
+async def test_a_demoted_message_no_chunk_can_hold_is_not_dropped_history(memory: Memory) -> None:
+    """A blank message is rendered into no chunk: at the edge of a compression it lies in no
+    chunk's range, and the repair must not list its session again and again."""
+    store, _ = make_store(memory, chat_model=None)
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    await store.append("s1", "assistant", " \u3000\n", user_id=uid)
+    await store.append("s1", "user", "hello there", user_id=uid)
+    await store.append("s1", "assistant", "", user_id=uid)
+    await store.compress("s1", keep_last=0, user_id=uid)
+    assert await chunk_ranges(memory, "s1") == [(2, 2)]
+
+    async with memory.sessionmaker() as session:
+        listed = await SessionRepository(session=session).sessions_with_dropped_history(0)
+    assert listed == []
+
+
+async def chunk_ranges(memory: Memory, session_id: str) -> list[tuple[int, int]]:
+    async with memory.engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT start_seq, end_seq FROM memory_chunks WHERE session_id = :s "
+                "ORDER BY start_seq"
+            ),
+            {"s": session_id},
+        )
+        return [(start, end) for start, end in rows]
 
 
 async def test_a_settling_time_leaves_recently_compressed_sessions_alone(memory: Memory) -> None:

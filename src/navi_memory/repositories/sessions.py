@@ -37,6 +37,7 @@ from navi_memory.models import (
     SessionRow,
     User,
 )
+from navi_memory.text.chunks import WHITESPACE
 
 __all__ = [
     "ExtractionClaimRepository",
@@ -205,7 +206,12 @@ class SessionRepository:
         chunk covers (start_seq..end_seq), except sessions whose last summary is younger than
         ``settle_seconds`` (database clock); a session with no summary at all is visited. Every
         user's: for backfill. Linear: one pass over summaries, chunks and demoted messages.
-        Ranges are int8: an int4 range ending at int4's largest seq would overflow."""
+        Ranges are int8: an int4 range ending at int4's largest seq would overflow.
+
+        Only messages a chunk can hold count: system messages and blank user and assistant
+        messages (``render_message`` renders neither, whitespace as ``str.strip`` sees it) are
+        in no chunk when they lie at the edge of a demoted run, and would list their session
+        on every run."""
         rows = await self.session.execute(
             text(
                 """
@@ -217,6 +223,7 @@ class SessionRepository:
                 dropped AS (
                     SELECT m.session_id, m.seq FROM session_messages m
                     WHERE NOT m.is_context AND m.kind = 'message' AND m.role <> 'system'
+                      AND (m.role IN ('tool', 'tool_call') OR btrim(m.content, :blank) <> '')
                       AND NOT EXISTS (SELECT 1 FROM unsettled u WHERE u.session_id = m.session_id)
                 ),
                 covered AS (
@@ -234,7 +241,7 @@ class SessionRepository:
                 ORDER BY d.session_id
                 """
             ),
-            {"settle": settle_seconds},
+            {"settle": settle_seconds, "blank": WHITESPACE},
         )
         return [(row[0], row[1]) for row in rows]
 

@@ -452,7 +452,7 @@ class _Plan:
             ((f.category, f.key) for f in self.facts if f.merged_into is None),
         )
         _unique("the chunk ref", (c.ref for c in self.chunks))
-        _unique("the chunk", ((c.session_id, c.content_hash) for c in self.chunks))
+        _unique("the chunk", ((c.session_id, c.start_seq, c.content_hash) for c in self.chunks))
         _unique("the session", (s.id for s in self.sessions))
         sessions = {s.id for s in self.sessions}
         for message in self.messages:

@@ -16,6 +16,7 @@ from navi_memory.schemas import ChunkDraft, Message
 __all__ = [
     "DEFAULT_CHUNK_MAX_CHARS",
     "DEFAULT_MESSAGE_MAX_CHARS",
+    "WHITESPACE",
     "build_chunks",
     "elide_middle",
     "elided_parts",
@@ -27,6 +28,13 @@ DEFAULT_CHUNK_MAX_CHARS: Final = 4000
 
 DEFAULT_MESSAGE_MAX_CHARS: Final = 12000
 """CHUNK_MESSAGE_MAX_CHARS: one rendered message is capped here, its middle elided."""
+
+WHITESPACE: Final = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+"""Every character ``str.strip()`` removes: a user or assistant message of nothing else is
+blank and never rendered. SQL that must agree with ``render_message`` trims exactly these."""
 
 _JOIN: Final = "\n\n"
 _SKIPPED_KINDS: Final = frozenset({"summary", "marker"})

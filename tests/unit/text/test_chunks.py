@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ from navi_memory.schemas import Message
 from navi_memory.text.chunks import (
     DEFAULT_CHUNK_MAX_CHARS,
     DEFAULT_MESSAGE_MAX_CHARS,
+    WHITESPACE,
     build_chunks,
     elide_middle,
     elided_parts,
@@ -241,3 +243,10 @@ def test_lone_surrogates_are_replaced_so_content_is_valid_utf8() -> None:
 def test_non_positive_sizes_are_refused(max_chars: int, message_max_chars: int) -> None:
     with pytest.raises(InvalidInputError):
         build_chunks([message(1)], max_chars=max_chars, message_max_chars=message_max_chars)
+
+
+def test_whitespace_is_every_character_strip_removes() -> None:
+    """The repair's SQL trims WHITESPACE to tell the messages render_message leaves out."""
+    expected = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+    assert expected == WHITESPACE
+    assert render_message(message(1, WHITESPACE, role="assistant")) is None
