@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "Chunk",
@@ -163,6 +163,12 @@ class SessionInfo(_Model):
     session_metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+
+    @field_validator("session_metadata", mode="before")
+    @classmethod
+    def _an_object_or_empty(cls, value: object) -> object:
+        # The column takes any JSON a host writes; what is not an object is read as empty.
+        return value if isinstance(value, dict) else {}
 
 
 class CompressionResult(_Model):

@@ -475,3 +475,14 @@ async def test_stats_count_chunk_vectors_awaiting_the_graph(
         await manual.store.index_pending_chunks()
         with admin():
             assert (await manual.admin.stats()).queues["awaiting_graph"] == 0
+
+
+async def test_session_metadata_that_is_not_an_object_exports_as_empty(memory: Memory) -> None:
+    """A host wrote a JSON array into session_metadata: the export reads it as empty."""
+    uid = await new_user(memory)
+    await memory.sessions.create("s1", user_id=uid)
+    await execute(memory, "UPDATE sessions SET session_metadata = '[1, 2]'::jsonb")
+    with admin():
+        records = await memory.admin.export_user(uid)
+    [session] = [r for r in records if isinstance(r, ExportSession)]
+    assert session.session_metadata == {}

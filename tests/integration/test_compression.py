@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory import (
@@ -21,6 +22,7 @@ from navi_memory import (
     StorageError,
 )
 from navi_memory.llm.chat import ChatMessages, OllamaChatModel, message_dicts
+from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.schemas import ChunkDraft, Message
 from navi_memory.services.chunks import ChunkService
 from navi_memory.services.compression import SUMMARY_PROMPT
@@ -149,6 +151,31 @@ async def test_keep_last_defaults_to_the_setting(memory: Memory) -> None:
     assert len(await store.context("s1", user_id=uid)) == 4
 
 
+async def test_the_keep_boundary_never_parts_a_tool_result_from_its_call(
+    memory: Memory,
+) -> None:
+    """keep_last=2 would keep a tool result and demote its call: the call stays with it, so the
+    prompt never shows a result the model did not ask for."""
+    store, _ = make_store(memory, chat_model=ScriptedChatModel(["Asked for the port.\nKEYS: NONE"]))
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    await store.append("s1", "user", "what port?", user_id=uid)
+    await store.append("s1", "tool_call", tool_name="kv", tool_args={"k": "port"}, user_id=uid)
+    await store.append("s1", "tool", "9931", tool_name="kv", user_id=uid)
+    await store.append("s1", "assistant", "It is 9931.", user_id=uid)
+
+    result = await store.compress("s1", keep_last=2, user_id=uid)
+
+    assert result.demoted == 1
+    context = await store.context("s1", user_id=uid)
+    assert [m.role for m in context] == ["system", "tool_call", "tool", "assistant"]
+    turns = await memory.context.build("s1", "thanks", system_prompt="", user_id=uid)
+    assert [(t.role, bool(t.tool_calls)) for t in turns[1:3]] == [
+        ("assistant", True),
+        ("tool", False),
+    ]
+
+
 async def test_keep_last_zero_leaves_only_the_summary(memory: Memory) -> None:
     store, _ = make_store(memory, chat_model=ScriptedChatModel(["All of it.\nKEYS: NONE"]))
     uid = await new_user(memory)
@@ -217,6 +244,66 @@ async def test_keys_items_and_deterministic_breadcrumbs_ride_on_every_chunk(
     joined = "\n".join(content for content, _ in chunks)
     assert "Assistant: [Tool call] shell(" in joined and "Tool result (shell): reloaded" in joined
     assert "thanks" not in joined and "We moved the app" not in joined
+
+
+async def test_breadcrumbs_come_only_from_the_text_the_chunks_keep(memory: Memory) -> None:
+    """A message longer than CHUNK_MESSAGE_MAX_CHARS loses its middle in the chunk; the
+    breadcrumbs are found in what the chunk keeps, not in the cut middle or the cut's note."""
+    store, _ = make_store(
+        memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]), chunk_message_max_chars=300
+    )
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    middle = " /srv/cut/middle.conf " + "filler " * 20
+    await store.append(
+        "s1",
+        "tool",
+        "/srv/head/start.conf " + "x " * 200 + middle + "y " * 200 + " /srv/tail/end.conf",
+        tool_name="cat",
+        user_id=uid,
+    )
+
+    result = await store.compress("s1", keep_last=0, user_id=uid)
+
+    assert "/srv/head/start.conf" in result.breadcrumbs
+    assert "/srv/tail/end.conf" in result.breadcrumbs
+    assert "/srv/cut/middle.conf" not in result.breadcrumbs
+    (content, _), *_ = await chunk_rows(memory, "s1")
+    assert "characters elided" in content
+    assert not any(crumb.isdigit() for crumb in result.breadcrumbs)
+
+
+async def test_compressing_huge_tool_results_leaves_the_event_loop_running(
+    memory: Memory,
+) -> None:
+    """Five tool results of 1,000,000 characters (a tool may return a whole file): the
+    compression's text work neither scans the cut text nor holds the event loop."""
+    store, _ = make_store(memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]))
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    line = "2026-11-06 12:00:01 INFO /var/log/app.py:120 request took 12 ms user_id=42 ok\n"
+    big = (line * (1_000_000 // len(line) + 1))[:1_000_000]
+    for i in range(5):
+        await store.append("s1", "tool_call", tool_name="cat", tool_args={"f": i}, user_id=uid)
+        await store.append("s1", "tool", big, tool_name="cat", user_id=uid)
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = loop.time()
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+            gaps.append(loop.time() - last)
+            last = loop.time()
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(ticker())
+    result = await store.compress("s1", keep_last=0, user_id=uid)
+    done.set()
+    await task
+
+    assert result.demoted == 10 and result.chunks_written >= 5
+    assert max(gaps) < 1.0
 
 
 async def test_compressing_twice_indexes_every_demoted_message_exactly_once(
@@ -489,6 +576,57 @@ async def test_messages_demoted_without_chunks_are_indexed_by_the_repair_exactly
     assert await store.index_dropped_history() == 0
     counts = token_counts(await chunk_rows(memory, "s1"))
     assert counts == {f"m{i:03d}": 1 for i in range(1, 13)}
+
+
+async def test_a_compression_repeating_an_earlier_ones_text_still_indexes_its_messages(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Two compressions of the same words ("yes" / "ok") make chunks of equal text: each is
+    stored, so every demoted message is in a chunk and the repair has nothing to redo."""
+    store, _ = make_store(memory, chat_model=None)
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    written = []
+    for _ in range(2):
+        await store.append("s1", "user", "yes", user_id=uid)
+        await store.append("s1", "assistant", "ok", user_id=uid)
+        written.append((await store.compress("s1", keep_last=0, user_id=uid)).chunks_written)
+
+    assert written == [1, 1]
+    ranges = await chunk_ranges(memory, "s1")
+    assert ranges == [(1, 2), (4, 5)]
+    fake_ollama.clear()
+    assert await store.index_dropped_history() == 0
+    assert fake_ollama.requests_to("/api/embed") == []
+
+
+async def test_a_demoted_message_no_chunk_can_hold_is_not_dropped_history(memory: Memory) -> None:
+    """A blank message is rendered into no chunk: at the edge of a compression it lies in no
+    chunk's range, and the repair must not list its session again and again."""
+    store, _ = make_store(memory, chat_model=None)
+    uid = await new_user(memory)
+    await store.create("s1", user_id=uid)
+    await store.append("s1", "assistant", " \u3000\n", user_id=uid)
+    await store.append("s1", "user", "hello there", user_id=uid)
+    await store.append("s1", "assistant", "", user_id=uid)
+    await store.compress("s1", keep_last=0, user_id=uid)
+    assert await chunk_ranges(memory, "s1") == [(2, 2)]
+
+    async with memory.sessionmaker() as session:
+        listed = await SessionRepository(session=session).sessions_with_dropped_history(0)
+    assert listed == []
+
+
+async def chunk_ranges(memory: Memory, session_id: str) -> list[tuple[int, int]]:
+    async with memory.engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT start_seq, end_seq FROM memory_chunks WHERE session_id = :s "
+                "ORDER BY start_seq"
+            ),
+            {"s": session_id},
+        )
+        return [(start, end) for start, end in rows]
 
 
 async def test_a_settling_time_leaves_recently_compressed_sessions_alone(memory: Memory) -> None:

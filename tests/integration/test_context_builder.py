@@ -140,6 +140,35 @@ async def test_messages_come_in_the_documented_order(
     assert dicts[7] == {"role": "tool", "content": "40% used", "tool_name": "df"}
 
 
+async def test_text_on_a_tool_call_reaches_the_prompt_chunks_and_summary(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """What the assistant said alongside a tool call is stored with the call: it is the call
+    turn's text in the prompt, and after compression the summarizer and the chunk see it."""
+    uid = await new_user(memory)
+    sessions = memory.sessions
+    await sessions.create("s1", user_id=uid)
+    await sessions.append("s1", "user", "what port?", user_id=uid)
+    said = "Let me look at ZEBRA_PORT_9931 first"
+    await sessions.append("s1", "tool_call", said, tool_name="kv", tool_args={"a": 1}, user_id=uid)
+    await sessions.append("s1", "tool_call", tool_name="kv", tool_args={"b": 2}, user_id=uid)
+    await sessions.append("s1", "tool", "9931", tool_name="kv", user_id=uid)
+
+    turns = await memory.context.build("s1", "hi", system_prompt="", user_id=uid)
+
+    assert [(t.role, t.content, len(t.tool_calls)) for t in turns] == [
+        ("user", "what port?", 0),
+        ("assistant", said, 2),
+        ("tool", "9931", 0),
+        ("user", "hi", 0),
+    ]
+    fake_ollama.chat_replies.append("Port looked up.\nKEYS: NONE")
+    await sessions.compress("s1", keep_last=0, user_id=uid)
+    assert said in json.dumps(fake_ollama.chat_requests[-1], ensure_ascii=False)
+    chunks = await memory.store.search_chunks("ZEBRA_PORT_9931", user_id=uid, session_id="s1")
+    assert any(said in chunk.content for chunk in chunks)
+
+
 async def test_build_returns_the_prompts_messages(memory: Memory) -> None:
     """build() is build_prompt().messages: the host message and the incoming one at least."""
     uid = await new_user(memory)
@@ -278,6 +307,40 @@ async def test_recall_injects_a_matching_excerpt_and_records_it(
     assert await ledger(memory, sid) == [hit.chunk_id]
 
 
+@pytest.mark.parametrize("stored", ["[1, 2]", '"text"', "null", "42"])
+async def test_session_metadata_that_is_not_an_object_is_read_as_empty(
+    small_chunks: Memory, fake_ollama: FakeOllama, stored: str
+) -> None:
+    """A host wrote something other than a JSON object into session_metadata: the session
+    reads with empty metadata, recall works, and the ledger it writes is an object again."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    await execute(
+        memory,
+        "UPDATE sessions SET session_metadata = CAST(:stored AS jsonb) WHERE id = :sid",
+        stored=stored,
+        sid=sid,
+    )
+    info = await memory.sessions.get(sid, user_id=uid)
+    assert info is not None and info.session_metadata == {}
+    assert [s.session_metadata for s in await memory.sessions.list(user_id=uid)] == [{}]
+
+    prompt = await memory.context.build_prompt(
+        sid, "where is the deploy script?", system_prompt=HOST, user_id=uid
+    )
+
+    assert prompt.recall == "injected"
+    [hit] = prompt.recalled
+    assert await ledger(memory, sid) == [hit.chunk_id]
+    again = await memory.context.build_prompt(
+        sid, "where is the deploy script?", system_prompt=HOST, user_id=uid
+    )
+    assert again.recall == "nothing_found"
+
+
 async def test_recall_never_injects_a_superseded_excerpt(
     small_chunks: Memory, fake_ollama: FakeOllama
 ) -> None:
@@ -352,6 +415,27 @@ async def test_ledger_keeps_the_last_hundred_and_an_old_excerpt_comes_back(
     assert after[-1] == port_hit.chunk_id and deploy.chunk_id not in after
     again = await memory.context.build_prompt(sid, "deploy script", system_prompt=HOST, user_id=uid)
     assert [hit.chunk_id for hit in again.recalled] == [deploy.chunk_id]
+
+
+async def test_delivered_excerpts_do_not_crowd_out_the_ones_not_yet_delivered(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """26 excerpts qualify for one question, more than one search returns (SEARCH_K_MAX):
+    asked again and again, recall delivers every one of them before it finds nothing."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    notes = [("user", padded(f"deploy script note {i}: zz{i}")) for i in range(26)]
+    sid = await conversation(memory, fake_ollama, uid, [*notes, ("user", "ok")], keep_last=1)
+    delivered: list[int] = []
+    outcomes = []
+    for _ in range(14):
+        prompt = await memory.context.build_prompt(
+            sid, "the deploy script note", system_prompt=HOST, user_id=uid
+        )
+        outcomes.append(prompt.recall)
+        delivered.extend(hit.chunk_id or 0 for hit in prompt.recalled)
+    assert outcomes == ["injected"] * 13 + ["nothing_found"]
+    assert len(delivered) == len(set(delivered)) == 26
 
 
 async def test_concurrent_builds_deliver_every_excerpt_once(

@@ -820,3 +820,43 @@ def test_0014_stops_with_what_to_do_when_btree_gin_cannot_be_created(
         names = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
         assert "ix_memory_chunk_terms_tsv" in names
         assert not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'btree_gin'").fetchone()
+
+
+def test_0016_lets_equal_text_be_a_chunk_at_another_start_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0016 keys chunks by (user, session, start_seq, text) and keeps the rows there are: the
+    same text at another start is a chunk of its own, at the same start still a conflict. A
+    downgrade keeps the oldest of equal texts in a session (its index rows go with the rest)
+    and restores the old key."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0015")
+    uid = uuid.uuid4()
+    insert = (
+        "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
+        " end_seq, started_at, ended_at) VALUES (%s, 's1', %s, md5(%s), %s, %s, now(), now())"
+        " ON CONFLICT DO NOTHING RETURNING id"
+    )
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        conn.execute(insert, (uid, "User: yes", "User: yes", 1, 2))
+        conn.execute(insert, (uid, "User: other", "User: other", 3, 3))
+        assert conn.execute(insert, (uid, "User: yes", "User: yes", 4, 5)).fetchone() is None
+
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
+        again = conn.execute(insert, (uid, "User: yes", "User: yes", 4, 5)).fetchone()
+        assert again is not None
+        conn.execute(
+            "INSERT INTO memory_chunk_text_queue (chunk_id, user_id) VALUES (%s, %s)",
+            (again[0], uid),
+        )
+        assert conn.execute(insert, (uid, "User: yes", "User: yes", 4, 5)).fetchone() is None
+
+    dbtools.downgrade(url, "0015")
+    with connect(pg_server, scratch_db) as conn:
+        rows = conn.execute("SELECT content, start_seq FROM memory_chunks ORDER BY id").fetchall()
+        assert rows == [("User: yes", 1), ("User: other", 3)]
+        assert conn.execute("SELECT count(*) FROM memory_chunk_text_queue").fetchone() == (0,)
+        assert conn.execute(insert, (uid, "User: yes", "User: yes", 7, 7)).fetchone() is None

@@ -193,10 +193,12 @@ class ContextBuilder:
         self, user_id: uuid.UUID, session_id: str, snapshot: ContextSnapshot, incoming: str
     ) -> list[MemoryHit]:
         """The raw excerpts of this session that qualify for recall, best first: unified search
-        with scope raw (its freshness marks included), asked for its most hits so excerpts
-        already in the ledger do not crowd out the next ones."""
+        with scope raw (its freshness marks included), asked for its most hits plus one for
+        every id in the ledger, so excerpts delivered before (left out by ``deliver``) never
+        crowd out the next ones: with the ledger's ids taken out, SEARCH_K_MAX hits remain
+        whenever that many match."""
         query = recall_query(snapshot.messages, incoming)
-        plan = plan_search(query, "raw", SEARCH_K_MAX)
+        plan = plan_search(query, "raw", SEARCH_K_MAX + len(snapshot.ledger))
         if not plan.terms:
             # Without terms search lists the most recent excerpts: "recent" never qualifies.
             return []

@@ -298,7 +298,7 @@ class SessionStore:
             return nothing_demoted()
 
         summary = await self._compression.summarize(plan)
-        chunks, breadcrumbs = self._compression.raw_chunks(plan, summary.keys)
+        chunks, breadcrumbs = await self._compression.raw_chunks(plan, summary.keys)
         if not self._settings.memory_search_enabled:
             chunks = []
         vectors = await self._compression.embed_chunks(chunks) if chunks else None

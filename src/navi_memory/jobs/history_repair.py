@@ -89,7 +89,7 @@ class HistoryRepair:
                 )
             try:
                 for run in _consecutive(messages):
-                    chunks, _ = self._compression.raw_chunks(
+                    chunks, _ = await self._compression.raw_chunks(
                         CompressionPlan(demoted=tuple(run)), []
                     )
                     if not chunks:

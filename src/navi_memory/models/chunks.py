@@ -59,7 +59,9 @@ class ChunkRow(Base):
     created_at: Mapped[datetime] = created_at_column()
 
     __table_args__ = (
-        UniqueConstraint("user_id", "session_id", "content_hash"),
+        # Where a chunk starts is part of its identity (revision 0016): the same text demoted
+        # again later in the session is a chunk of its own, so its messages are in one.
+        UniqueConstraint("user_id", "session_id", "start_seq", "content_hash"),
         Index(
             "ix_memory_chunks_user_id_session_id_ended_at",
             "user_id",

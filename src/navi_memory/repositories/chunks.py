@@ -79,7 +79,7 @@ _INSERT = text(
              AS r(content, content_hash, start_seq, end_seq, started_at, ended_at, crumbs,
                   embedding)
         WHERE (SELECT ok FROM allowed)
-        ON CONFLICT (user_id, session_id, content_hash) DO NOTHING
+        ON CONFLICT (user_id, session_id, start_seq, content_hash) DO NOTHING
         RETURNING id, embedding IS NOT NULL AS has_vector
     ),
     queued AS (

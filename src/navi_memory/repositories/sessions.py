@@ -16,10 +16,12 @@ from sqlalchemy import (
     Row,
     Select,
     and_,
+    case,
     cast,
     delete,
     exists,
     func,
+    literal,
     or_,
     select,
     text,
@@ -39,6 +41,7 @@ from navi_memory.models import (
     SessionRow,
     User,
 )
+from navi_memory.text.chunks import WHITESPACE
 
 __all__ = [
     "ExtractionClaimRepository",
@@ -112,14 +115,19 @@ class SessionRepository:
 
     async def set_metadata_value(self, session_id: str, key: str, value: Any) -> None:
         """Set one key of the session's ``session_metadata`` (a JSON value), leaving the other
-        keys as they are. Callers that read the key first hold ``lock_owned``."""
+        keys as they are; metadata that is not a JSON object (a host's own write) is read as
+        empty and replaced by ``{key: value}``. Callers that read the key first hold
+        ``lock_owned``."""
+        current = SessionRow.session_metadata
+        metadata = case(
+            (func.jsonb_typeof(current) == "object", current),
+            else_=cast(literal("{}"), JSONB),
+        )
         await self.session.execute(
             update(SessionRow)
             .where(SessionRow.id == session_id)
             .values(
-                session_metadata=SessionRow.session_metadata.op("||")(
-                    func.jsonb_build_object(key, cast(value, JSONB))
-                )
+                session_metadata=metadata.op("||")(func.jsonb_build_object(key, cast(value, JSONB)))
             )
         )
 
@@ -210,7 +218,12 @@ class SessionRepository:
         chunk covers (start_seq..end_seq), except sessions whose last summary is younger than
         ``settle_seconds`` (database clock); a session with no summary at all is visited. Every
         user's: for backfill. Linear: one pass over summaries, chunks and demoted messages.
-        Ranges are int8: an int4 range ending at int4's largest seq would overflow."""
+        Ranges are int8: an int4 range ending at int4's largest seq would overflow.
+
+        Only messages a chunk can hold count: system messages and blank user and assistant
+        messages (``render_message`` renders neither, whitespace as ``str.strip`` sees it) are
+        in no chunk when they lie at the edge of a demoted run, and would list their session
+        on every run."""
         rows = await self.session.execute(
             text(
                 """
@@ -222,6 +235,7 @@ class SessionRepository:
                 dropped AS (
                     SELECT m.session_id, m.seq FROM session_messages m
                     WHERE NOT m.is_context AND m.kind = 'message' AND m.role <> 'system'
+                      AND (m.role IN ('tool', 'tool_call') OR btrim(m.content, :blank) <> '')
                       AND NOT EXISTS (SELECT 1 FROM unsettled u WHERE u.session_id = m.session_id)
                 ),
                 covered AS (
@@ -239,7 +253,7 @@ class SessionRepository:
                 ORDER BY d.session_id
                 """
             ),
-            {"settle": settle_seconds},
+            {"settle": settle_seconds, "blank": WHITESPACE},
         )
         return [(row[0], row[1]) for row in rows]
 

@@ -10,6 +10,7 @@ unit of work ``CompressionService.apply`` re-checks and writes under the session
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import uuid
@@ -31,6 +32,7 @@ from navi_memory.services.sessions import to_message
 from navi_memory.text import (
     build_chunks,
     elide_middle,
+    elided_parts,
     extract_breadcrumbs,
     merge_breadcrumbs,
     render_message,
@@ -98,13 +100,42 @@ class CompressionPlan:
 def plan_compression(context: Sequence[Message], keep_last: int) -> CompressionPlan | None:
     """Keep the last ``keep_last`` context messages of kind 'message'; everything else in the
     context (older messages, the previous summary, markers) is demoted. None when no message
-    would leave: a summary is never rewritten for nothing."""
+    would leave: a summary is never rewritten for nothing.
+
+    The boundary never parts a tool result from its call (a prompt with a result the model did
+    not ask for is refused by OpenAI-style APIs): a kept ``tool`` row keeps the ``tool_call``
+    rows of its turn, or, when that would keep every message, the results leave with them.
+    """
     ordered = sorted(context, key=lambda m: m.seq)
     conversation = [m for m in ordered if m.kind == "message"]
     if len(conversation) <= keep_last:
         return None
-    kept = {m.id for m in conversation[len(conversation) - keep_last :]}
+    start = _keep_start(conversation, len(conversation) - keep_last)
+    if start == 0:
+        return None
+    kept = {m.id for m in conversation[start:]}
     return CompressionPlan(demoted=tuple(m for m in ordered if m.id not in kept))
+
+
+def _keep_start(conversation: Sequence[Message], start: int) -> int:
+    """``start`` (the first kept message) moved off the middle of a tool-call turn: back to the
+    turn's first call, else (nothing would leave) forward past its results."""
+    back = start
+    while 0 < back < len(conversation) and conversation[back].role == "tool":
+        if conversation[back - 1].role not in ("tool", "tool_call"):
+            break  # a result stored with no call before it: nothing to keep it with
+        back -= 1
+    while 0 < back < len(conversation) and conversation[back].role == "tool_call":
+        if conversation[back - 1].role != "tool_call":
+            break
+        back -= 1
+    if back > 0:
+        return back
+    forward = start
+    for role in ("tool_call", "tool"):
+        while forward < len(conversation) and conversation[forward].role == role:
+            forward += 1
+    return forward
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +215,19 @@ def raw_chunks(
     plan: CompressionPlan, keys: Sequence[str], *, max_chars: int, message_max_chars: int
 ) -> tuple[list[ChunkDraft], list[str]]:
     """The demoted messages as chunks, every one carrying the merged breadcrumbs: the KEYS:
-    items first, then what ``extract_breadcrumbs`` finds in the messages themselves."""
-    rendered = (render_message(m) for m in plan.demoted)
-    found = extract_breadcrumbs("\n\n".join(r for r in rendered if r is not None))
+    items first, then what ``extract_breadcrumbs`` finds in the messages themselves.
+
+    The breadcrumbs are looked for only in what the chunks keep of each message (its head and
+    tail, ``message_max_chars`` at most): a breadcrumb must lead to a chunk that holds it, and a
+    tool may return a whole file (1,000,000 characters, about a second of scanning each).
+    """
+    kept: list[str] = []
+    for message in plan.demoted:
+        rendered = render_message(message)
+        if rendered is not None:
+            head, _, tail = elided_parts(rendered, message_max_chars)
+            kept.extend((head, tail) if tail else (head,))
+    found = extract_breadcrumbs("\n\n".join(kept))
     breadcrumbs = merge_breadcrumbs(keys, found)
     chunks = build_chunks(plan.demoted, max_chars=max_chars, message_max_chars=message_max_chars)
     return [c.model_copy(update={"breadcrumbs": breadcrumbs}) for c in chunks], breadcrumbs
@@ -217,11 +258,13 @@ class CompressionService:
             self.chat_model, plan, message_max_chars=self.settings.chunk_message_max_chars
         )
 
-    def raw_chunks(
+    async def raw_chunks(
         self, plan: CompressionPlan, keys: Sequence[str]
     ) -> tuple[list[ChunkDraft], list[str]]:
-        """``raw_chunks`` at the configured chunk sizes."""
-        return raw_chunks(
+        """``raw_chunks`` at the configured chunk sizes, in a worker thread: rendering, hashing
+        and scanning many long messages takes long enough to stall every other task."""
+        return await asyncio.to_thread(
+            raw_chunks,
             plan,
             keys,
             max_chars=self.settings.chunk_max_chars,

@@ -27,7 +27,7 @@ from navi_memory.text.recall import (
     LEDGER_KEY,
     RecallCandidate,
     extend_ledger,
-    ledger_ids,
+    metadata_ledger,
     select_recall,
 )
 
@@ -98,7 +98,7 @@ class ContextService:
             facts=[to_fact(fact) for fact in shown],
             facts_total=await facts.count(user_id, include_merged=False),
             messages=[to_message(message) for message in messages],
-            ledger=ledger_ids(row.session_metadata.get(LEDGER_KEY)),
+            ledger=metadata_ledger(row.session_metadata),
         )
 
     async def deliver(
@@ -119,7 +119,7 @@ class ContextService:
         row = await sessions.lock_owned(session_id, user_id)
         if row is None:
             return []
-        ledger = ledger_ids(row.session_metadata.get(LEDGER_KEY))
+        ledger = metadata_ledger(row.session_metadata)
         chosen = select_recall(candidates, ledger=ledger, min_similarity=min_similarity, k=k)
         if chosen:
             delivered = [hit.chunk_id for hit in chosen if hit.chunk_id is not None]
@@ -134,8 +134,9 @@ def context_turns(messages: Iterable[Message]) -> list[ChatTurn]:
     A compression summary and system messages are system turns; ``tool_call`` rows become the
     tool calls of an assistant turn — of the assistant text right before them, as the model
     sent them in one reply, else of an assistant turn of their own (consecutive calls share
-    one) — and ``tool`` rows are tool turns. Compression markers are bookkeeping, not
-    conversation, and are left out.
+    one) — and ``tool`` rows are tool turns. Text stored on a ``tool_call`` row (what the
+    assistant said alongside the call) is that turn's text, after any text it already has.
+    Compression markers are bookkeeping, not conversation, and are left out.
     """
     turns: list[ChatTurn] = []
     for message in messages:
@@ -143,11 +144,13 @@ def context_turns(messages: Iterable[Message]) -> list[ChatTurn]:
             continue
         if message.role == "tool_call":
             call = ToolCall(message.tool_name or "", dict(message.tool_args or {}))
+            said = message.content if message.content.strip() else ""
             last = turns[-1] if turns else None
             if last is not None and last.role == "assistant":
-                turns[-1] = ChatTurn("assistant", last.content, (*last.tool_calls, call))
+                text = "\n\n".join(part for part in (last.content, said) if part)
+                turns[-1] = ChatTurn("assistant", text, (*last.tool_calls, call))
             else:
-                turns.append(ChatTurn("assistant", "", (call,)))
+                turns.append(ChatTurn("assistant", said, (call,)))
         elif message.role == "tool":
             turns.append(ChatTurn("tool", message.content, tool_name=message.tool_name))
         elif message.kind == "summary":

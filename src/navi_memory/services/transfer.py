@@ -452,7 +452,7 @@ class _Plan:
             ((f.category, f.key) for f in self.facts if f.merged_into is None),
         )
         _unique("the chunk ref", (c.ref for c in self.chunks))
-        _unique("the chunk", ((c.session_id, c.content_hash) for c in self.chunks))
+        _unique("the chunk", ((c.session_id, c.start_seq, c.content_hash) for c in self.chunks))
         _unique("the session", (s.id for s in self.sessions))
         sessions = {s.id for s in self.sessions}
         for message in self.messages:
@@ -527,9 +527,11 @@ def _ledger(metadata: Mapping[str, Any]) -> list[Any]:
     return list(ledger) if isinstance(ledger, list) else []
 
 
-def _ledger_out(metadata: Mapping[str, Any], refs: Mapping[int, str]) -> dict[str, Any]:
+def _ledger_out(metadata: object, refs: Mapping[int, str]) -> dict[str, Any]:
     """The session metadata with the recall ledger's chunk ids as refs (ids of chunks that are
-    gone are dropped: they name nothing)."""
+    gone are dropped: they name nothing). Metadata that is not a JSON object is read as empty."""
+    if not isinstance(metadata, dict):
+        return {}
     if INJECTED_LEDGER_KEY not in metadata:
         return dict(metadata)
     ids = _ledger(metadata)

@@ -17,6 +17,7 @@ from navi_memory.text.chunks import (
     DEFAULT_MESSAGE_MAX_CHARS,
     build_chunks,
     elide_middle,
+    elided_parts,
     render_message,
 )
 from navi_memory.text.keys import normalize_key, same_key
@@ -28,6 +29,7 @@ __all__ = [
     "DEFAULT_MESSAGE_MAX_CHARS",
     "build_chunks",
     "elide_middle",
+    "elided_parts",
     "extract_breadcrumbs",
     "merge_breadcrumbs",
     "normalize_key",

@@ -363,24 +363,25 @@ def _unwrap(item: str) -> str:
 
 
 def split_keys_line(summary: str) -> tuple[str, list[str]]:
-    """Remove the summary's last ``KEYS:`` line and return (the rest, its keys).
+    """Remove the summary's ``KEYS:`` line and return (the rest, its keys).
 
+    The KEYS line is the one the summary ends with (spec), so only the last non-blank line
+    can be it: a line like it anywhere else ("Keys: rotate them monthly") is summary text.
     The line may be indented or in markdown bold (``**KEYS:**``). Keys are the comma-separated
     items, trimmed, empties dropped, deduped ignoring case, capped at SUMMARY_MAX_KEYS;
     ``KEYS: NONE`` means no keys. Without a KEYS line the summary comes back stripped with [].
     """
     lines = summary.splitlines(keepends=True)
-    for index in range(len(lines) - 1, -1, -1):
-        match = _KEYS_LINE.match(lines[index].rstrip("\r\n"))
-        if match is None:
-            continue
-        rest = "".join(lines[:index] + lines[index + 1 :]).strip()
-        body = match.group(1).strip()
-        for bold in ("**", "__"):
-            body = body.removesuffix(bold)
-        body = body.strip().removesuffix(".")
-        items = [_unwrap(item) for item in body.split(",")]
-        if len(items) == 1 and items[0].casefold() == "none":
-            return rest, []
-        return rest, _dedupe(items, SUMMARY_MAX_KEYS)
-    return summary.strip(), []
+    last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
+    match = None if last is None else _KEYS_LINE.match(lines[last].rstrip("\r\n"))
+    if last is None or match is None:
+        return summary.strip(), []
+    rest = "".join(lines[:last]).strip()
+    body = match.group(1).strip()
+    for bold in ("**", "__"):
+        body = body.removesuffix(bold)
+    body = body.strip().removesuffix(".")
+    items = [_unwrap(item) for item in body.split(",")]
+    if len(items) == 1 and items[0].casefold() == "none":
+        return rest, []
+    return rest, _dedupe(items, SUMMARY_MAX_KEYS)

@@ -16,8 +16,10 @@ from navi_memory.schemas import ChunkDraft, Message
 __all__ = [
     "DEFAULT_CHUNK_MAX_CHARS",
     "DEFAULT_MESSAGE_MAX_CHARS",
+    "WHITESPACE",
     "build_chunks",
     "elide_middle",
+    "elided_parts",
     "render_message",
 ]
 
@@ -26,6 +28,13 @@ DEFAULT_CHUNK_MAX_CHARS: Final = 4000
 
 DEFAULT_MESSAGE_MAX_CHARS: Final = 12000
 """CHUNK_MESSAGE_MAX_CHARS: one rendered message is capped here, its middle elided."""
+
+WHITESPACE: Final = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+"""Every character ``str.strip()`` removes: a user or assistant message of nothing else is
+blank and never rendered. SQL that must agree with ``render_message`` trims exactly these."""
 
 _JOIN: Final = "\n\n"
 _SKIPPED_KINDS: Final = frozenset({"summary", "marker"})
@@ -41,8 +50,18 @@ def elide_middle(text: str, max_chars: int) -> str:
     The head and the tail survive because that is where a message states what it is about and
     what came of it. The result is never longer than ``max_chars``.
     """
+    head, cut, tail = elided_parts(text, max_chars)
+    return head + _elision_marker(cut) + tail if cut else head
+
+
+def elided_parts(text: str, max_chars: int) -> tuple[str, int, str]:
+    """What ``elide_middle`` keeps of ``text``: (head, characters cut, tail).
+
+    Nothing cut: (text, 0, ""). A cap too small to say anything about the cut keeps the first
+    ``max_chars`` characters: (head, characters cut, "") with no note.
+    """
     if len(text) <= max_chars:
-        return text
+        return text, 0, ""
     # The marker's length depends on the count it reports: find the digit count that agrees
     # with itself. Sizing for len(text) always fits, so it is the fallback.
     budget = max_chars - len(_elision_marker(len(text)))
@@ -53,10 +72,10 @@ def elide_middle(text: str, max_chars: int) -> str:
             break
     if budget < 2:
         # Too small a cap to say anything about the cut: keep what fits.
-        return text[:max_chars]
+        return text[:max_chars], 0, ""
     head = (budget + 1) // 2
     tail = budget - head
-    return text[:head] + _elision_marker(len(text) - head - tail) + text[len(text) - tail :]
+    return text[:head], len(text) - head - tail, text[len(text) - tail :]
 
 
 def _clean(text: str) -> str:
@@ -70,7 +89,8 @@ def render_message(message: Message) -> str | None:
 
     System messages, compression summaries and markers are skipped, and so are user and
     assistant messages with nothing in them. Tool calls render as the assistant's request,
-    with their arguments as compact JSON (keys sorted, so the same call always hashes alike).
+    with their arguments as compact JSON (keys sorted, so the same call always hashes alike),
+    after the text the assistant said alongside the call, if any.
     """
     if message.role == "system" or message.kind in _SKIPPED_KINDS:
         return None
@@ -86,7 +106,12 @@ def render_message(message: Message) -> str | None:
                 default=str,
             )
         )
-        return _clean(f"Assistant: [Tool call] {message.tool_name or 'unknown'}({args})")
+        call = f"[Tool call] {message.tool_name or 'unknown'}({args})"
+        # The assistant may say something alongside the call (as in the extractor's
+        # transcript): that is conversation, kept verbatim before the call.
+        if message.content.strip():
+            return _clean(f"Assistant: {message.content}\n{call}")
+        return _clean(f"Assistant: {call}")
     if message.role == "tool":
         # An empty tool result is still a result: the call happened and returned nothing.
         name = message.tool_name or "unknown"

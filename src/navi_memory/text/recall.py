@@ -24,6 +24,7 @@ __all__ = [
     "RecallCandidate",
     "extend_ledger",
     "ledger_ids",
+    "metadata_ledger",
     "qualifies",
     "recall_message_text",
     "recall_query",
@@ -169,6 +170,13 @@ def select_recall(
 
 
 # --- the ledger -------------------------------------------------------------------------------
+
+
+def metadata_ledger(metadata: object) -> list[int]:
+    """The ledger in a session's ``session_metadata``. Metadata that is not a JSON object (a
+    host may write anything into the column) is read as empty, as is a ledger that is not a
+    list of integers."""
+    return ledger_ids(metadata.get(LEDGER_KEY)) if isinstance(metadata, dict) else []
 
 
 def ledger_ids(value: object) -> list[int]:

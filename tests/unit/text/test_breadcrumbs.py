@@ -332,8 +332,15 @@ def test_last_keys_line_wins() -> None:
     assert rest == "KEYS: old\nSummary."
 
 
-def test_keys_line_in_the_middle_is_removed_and_the_rest_kept() -> None:
-    assert split_keys_line("Top.\nKEYS: a\nBottom.") == ("Top.\nBottom.", ["a"])
+def test_only_the_last_non_blank_line_can_be_the_keys_line() -> None:
+    """The summary ends with its KEYS line (spec): a line like it elsewhere is summary text."""
+    assert split_keys_line("Top.\nKEYS: a\nBottom.") == ("Top.\nKEYS: a\nBottom.", [])
+    assert split_keys_line("Top.\nKEYS: a\n\n  \n") == ("Top.", ["a"])
+
+
+def test_a_prose_keys_line_stays_in_a_summary_that_has_no_keys_line() -> None:
+    reply = "The user manages credentials.\nKeys: rotated every 30 days, via Vault.\nThat is all."
+    assert split_keys_line(reply) == (reply, [])
 
 
 def test_keys_are_trimmed_deduped_and_empties_dropped() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,8 +14,10 @@ from navi_memory.schemas import Message
 from navi_memory.text.chunks import (
     DEFAULT_CHUNK_MAX_CHARS,
     DEFAULT_MESSAGE_MAX_CHARS,
+    WHITESPACE,
     build_chunks,
     elide_middle,
+    elided_parts,
     render_message,
 )
 
@@ -46,6 +49,21 @@ def test_tool_call_renders_as_assistant_request_with_compact_json_args() -> None
         1, "", role="tool_call", tool_name="read_file", tool_args={"path": "/a b", "n": 2}
     )
     assert render_message(call) == 'Assistant: [Tool call] read_file({"n":2,"path":"/a b"})'
+
+
+def test_tool_call_keeps_what_the_assistant_said_alongside_it() -> None:
+    """Text stored on a tool_call is conversation (as in the extractor's transcript): the
+    chunk holds it verbatim, before the call."""
+    call = message(
+        1,
+        "Let me look at ZEBRA_PORT_9931 first",
+        role="tool_call",
+        tool_name="kv",
+        tool_args={"a": 1},
+    )
+    assert render_message(call) == (
+        'Assistant: Let me look at ZEBRA_PORT_9931 first\n[Tool call] kv({"a":1})'
+    )
 
 
 def test_tool_call_without_args_renders_empty_parentheses() -> None:
@@ -181,6 +199,16 @@ def test_elision_never_exceeds_the_cap(cap: int) -> None:
     assert capped == text if cap >= len(text) else len(capped) >= cap - 1
 
 
+@pytest.mark.parametrize("cap", [1, 5, 31, 50, 200, 999, 1000, 2000])
+def test_elided_parts_are_what_elide_middle_keeps(cap: int) -> None:
+    text = "".join(chr(ord("a") + i % 26) for i in range(1000))
+    head, cut, tail = elided_parts(text, cap)
+    capped = elide_middle(text, cap)
+    assert capped.startswith(head) and capped.endswith(tail)
+    assert len(head) + cut + len(tail) == len(text) if cut else capped == head
+    assert not cut or f"{cut} characters elided" in capped
+
+
 def test_text_within_the_cap_is_untouched() -> None:
     assert elide_middle("short", 5) == "short"
 
@@ -215,3 +243,10 @@ def test_lone_surrogates_are_replaced_so_content_is_valid_utf8() -> None:
 def test_non_positive_sizes_are_refused(max_chars: int, message_max_chars: int) -> None:
     with pytest.raises(InvalidInputError):
         build_chunks([message(1)], max_chars=max_chars, message_max_chars=message_max_chars)
+
+
+def test_whitespace_is_every_character_strip_removes() -> None:
+    """The repair's SQL trims WHITESPACE to tell the messages render_message leaves out."""
+    expected = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+    assert expected == WHITESPACE
+    assert render_message(message(1, WHITESPACE, role="assistant")) is None
