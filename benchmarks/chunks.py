@@ -886,8 +886,8 @@ class ChunksBench:
         )
 
     async def _recall(self, results: Sequence[Searched]) -> Row:
-        """The vector hits against an exact per-user scan (index scans off: the per-user btree
-        or a sequential scan), the same 0.45 threshold and limit."""
+        """The fused hits the vector list found, against an exact per-user scan (index scans
+        off: the per-user btree or a sequential scan), the same 0.45 threshold and limit."""
         found = expected = 0
         async with self.memory.engine.connect() as conn:
             transaction = await conn.begin()
@@ -908,10 +908,12 @@ class ChunksBench:
             finally:
                 await transaction.rollback()
         return Row(
-            "  recall of the vector hits vs exact",
+            "  exact nearest chunks among the fused hits",
             f"{found / max(1, expected):.3f}",
             "",
-            f"{found:,} of the {expected:,} chunks an exact per-user scan returns under 0.45",
+            f"{found:,} of the {expected:,} chunks an exact per-user scan returns under 0.45, "
+            "found by the vector list among the call's fused hits: with score fusion text hits "
+            "take some of the places, so this is not the index's recall (the recall@10 rows are)",
         )
 
     # --- the graph's crossover ---------------------------------------------------------------
