@@ -291,12 +291,24 @@ class FactService:
     async def purge_expired(
         self, session: AsyncSession, user_id: uuid.UUID | None, *, dry_run: bool
     ) -> tuple[int, int]:
-        """Delete the facts past their expiry (every user's for None) with the rows hidden
-        behind them; returns (expired, hidden with them). ``dry_run`` only counts."""
+        """Delete the facts past their expiry (every user's for None); returns (expired, live
+        rows hidden behind them). ``dry_run`` only counts.
+
+        A row hidden behind an expired fact that has not expired itself is never deleted with
+        it (the merge must stay undoable): the most recently updated such row takes the key
+        back, the others are hidden behind it — or, where a visible row holds that key
+        already, all of them are hidden behind that row (docs/memory.md, "Expiry and
+        merges"). Under the categories' locks, so no upsert or delete sees it half done."""
         facts = FactRepository(session=session)
+        if dry_run:
+            return await facts.expired(user_id)
+        locks = FactWriteRepository(session=session)
+        for owner, category in await facts.categories_to_rescue(user_id):
+            await locks.lock_category(owner, category)
         counts = await facts.expired(user_id)
-        if not dry_run:
-            await facts.delete_expired(user_id)
+        heirs = await facts.rescue_behind_expired(user_id)
+        await facts.delete_expired(user_id)
+        await facts.settle_heirs(heirs)
         return counts
 
     # --- reads ------------------------------------------------------------------------------
