@@ -15,6 +15,7 @@ from navi_memory import (
     NotFoundError,
     request_context,
 )
+from navi_memory.repositories.facts import category_lock_scope
 from tests.integration.factories import new_user
 
 MERGE = [
@@ -146,6 +147,64 @@ async def test_unmerge_fact_undoes_a_merge(memory: Memory) -> None:
     assert await visible_keys(memory, uid) == ["language", "preferred_language"]
     with request_context(user_id=uid), pytest.raises(InvalidInputError, match="not merged"):
         await memory.store.unmerge_fact(old.id)
+
+
+async def test_unmerge_racing_a_delete_of_its_survivor_is_not_found(memory: Memory) -> None:
+    """A delete holding the category's lock removes the survivor and the rows behind it while
+    unmerge_fact waits for that lock: the unmerge answers NotFoundError (it reads the row
+    after the lock), not a StorageError about an instance it could not refresh."""
+    uid = await new_user(memory)
+    old = await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    survivor = await memory.store.upsert_fact(
+        "p", "preferred_language", "German", user_id=uid, dedupe=True
+    )
+
+    async def unmerge() -> object:
+        with request_context(user_id=uid):
+            return await memory.store.unmerge_fact(old.id)
+
+    async with memory.engine.connect() as conn:
+        await conn.begin()
+        await conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"),
+            {"s": category_lock_scope(uid, "p")},
+        )
+        task = asyncio.create_task(unmerge())
+        await asyncio.sleep(0.5)  # the unmerge is waiting for the lock
+        assert not task.done()
+        await conn.execute(
+            text("DELETE FROM memory_facts WHERE merged_into = :s OR id = :s"),
+            {"s": survivor.id},
+        )
+        await conn.commit()
+    with pytest.raises(NotFoundError, match=f"fact {old.id} does not exist"):
+        await task
+
+
+async def test_unmerge_fact_reads_the_row_after_the_lock(memory: Memory) -> None:
+    """A row unmerged by SQL while unmerge_fact waits for the lock is refused as not merged."""
+    uid = await new_user(memory)
+    old = await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    await memory.store.upsert_fact("p", "preferred_language", "German", user_id=uid, dedupe=True)
+
+    async def unmerge() -> object:
+        with request_context(user_id=uid):
+            return await memory.store.unmerge_fact(old.id)
+
+    async with memory.engine.connect() as conn:
+        await conn.begin()
+        await conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"),
+            {"s": category_lock_scope(uid, "p")},
+        )
+        task = asyncio.create_task(unmerge())
+        await asyncio.sleep(0.5)
+        await conn.execute(
+            text("UPDATE memory_facts SET merged_into = NULL WHERE id = :i"), {"i": old.id}
+        )
+        await conn.commit()
+    with pytest.raises(InvalidInputError, match="not merged"):
+        await task
 
 
 async def test_unmerge_refuses_when_the_key_is_taken_again_and_hides_other_users_rows(

@@ -572,6 +572,13 @@ class FactRepository:
     async def get(self, fact_id: int) -> FactRow | None:
         return await self.session.get(FactRow, fact_id)
 
+    async def get_fresh(self, fact_id: int) -> FactRow | None:
+        """The row as the database holds it now (a new snapshot in READ COMMITTED), not the
+        session's copy: None when it was deleted meanwhile."""
+        return await self.session.scalar(
+            select(FactRow).where(FactRow.id == fact_id).execution_options(populate_existing=True)
+        )
+
     async def find_key(
         self, user_id: uuid.UUID | None, category: str, key: str, *, hidden: bool
     ) -> FactRow | None:
@@ -589,10 +596,15 @@ class FactRepository:
             .limit(1)
         )
 
-    async def unhide(self, fact_id: int) -> None:
-        await self.session.execute(
-            update(FactRow).where(FactRow.id == fact_id).values(merged_into=None)
+    async def unhide(self, fact_id: int) -> bool:
+        """Make the row visible; False when it is not there (deleted meanwhile)."""
+        result = await self.session.execute(
+            update(FactRow)
+            .where(FactRow.id == fact_id)
+            .values(merged_into=None)
+            .returning(FactRow.id)
         )
+        return result.first() is not None
 
     # --- delete -----------------------------------------------------------------------------
 

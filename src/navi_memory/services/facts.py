@@ -268,11 +268,16 @@ class FactService:
     async def unmerge(self, session: AsyncSession, fact_id: int) -> Fact:
         """Make a hidden row visible again, if the caller may change it (``may_change``)."""
         facts = FactRepository(session=session)
-        row = await facts.get(fact_id)
-        if row is None or not may_change(row.user_id):
+        found = await facts.get(fact_id)
+        if found is None or not may_change(found.user_id):
             raise NotFoundError(f"fact {fact_id} does not exist")
-        if row.user_id is not None:
-            await FactWriteRepository(session=session).lock_category(row.user_id, row.category)
+        if found.user_id is not None:
+            # Owner and category never change; everything else is read again once the lock
+            # is held (a delete or an upsert holding it may have changed or removed the row).
+            await FactWriteRepository(session=session).lock_category(found.user_id, found.category)
+        row = await facts.get_fresh(fact_id)
+        if row is None:
+            raise NotFoundError(f"fact {fact_id} does not exist")
         if row.merged_into is None:
             raise InvalidInputError(f"fact {row.id} is not merged into another fact")
         clash = await facts.find_key(row.user_id, row.category, row.key, hidden=False)
@@ -281,11 +286,10 @@ class FactService:
                 f"cannot unmerge fact {row.id}: fact {clash.id} already uses the key "
                 f"{row.category}/{row.key}; delete or rename that one first"
             )
-        await facts.unhide(row.id)
-        refreshed = await facts.get(row.id)
-        if refreshed is None:  # pragma: no cover - deleted under our lock
+        unhidden = await facts.unhide(row.id)
+        refreshed = await facts.get_fresh(row.id) if unhidden else None
+        if refreshed is None:  # deleted by a writer that does not take the lock (SQL)
             raise NotFoundError(f"fact {row.id} does not exist")
-        await session.refresh(refreshed)
         return to_fact(refreshed)
 
     async def purge_expired(
