@@ -114,13 +114,15 @@ UPSERT: Final = _returning(
     "action",
     *FACT_FIELDS,
 )
-"""upsert_fact in one round trip: ``navi_fact_upsert``, created by revision 0007 (its text is
-there). Under the (user, category) lock it finds the target — the visible row holding the key,
-else the row a hidden spelling of exactly this key stands behind — and, when deduping, the other
-visible spellings (same ``key_norm``); then inserts, writes the new value, or verifies (filling
-a missing vector); then hides the other spellings, and the rows behind them, behind the written
-row. It writes nothing when a visible spelling of the category has no current ``key_norm``: it
-returns those instead, for the caller to fill. A function, not a statement here, because a
+"""upsert_fact in one round trip: ``navi_fact_upsert``, created by revision 0007 and replaced by
+0017 (its text is there). Under the (user, category) lock it finds the target — the visible row
+holding the key, else the row a hidden spelling of exactly this key stands behind — and, when
+deduping, the other visible spellings (same ``key_norm``; never a row the user separated, nor
+any when the target is one); then inserts, writes the new value (the vector only on a target
+holding the key itself), or verifies (filling a missing vector, likewise); then hides the
+other spellings, and the rows behind them, behind the written row. It writes nothing when a
+visible spelling of the category has no current ``key_norm``: it returns those instead, for
+the caller to fill. A function, not a statement here, because a
 VOLATILE function's second statement sees what committed before its lock was granted, and its
 body keeps one cached plan (``SET plan_cache_mode``) on connections that force custom plans."""
 
@@ -597,11 +599,12 @@ class FactRepository:
         )
 
     async def unhide(self, fact_id: int) -> bool:
-        """Make the row visible; False when it is not there (deleted meanwhile)."""
+        """Make the row visible, recording that the user separated it (a dedupe never merges
+        it again); False when it is not there (deleted meanwhile)."""
         result = await self.session.execute(
             update(FactRow)
             .where(FactRow.id == fact_id)
-            .values(merged_into=None)
+            .values(merged_into=None, unmerged_at=func.now())
             .returning(FactRow.id)
         )
         return result.first() is not None
@@ -764,14 +767,17 @@ class FactRepository:
 
     async def set_embedding(
         self, fact_id: int, embedded_text: str, embedding: Sequence[float]
-    ) -> None:
-        # Only where still missing, and only if the fact still reads as what was embedded: an
-        # upsert meanwhile may have stored a fresher vector, or a new value without one. The
-        # vector goes in binary; the trigger queues it for the index.
-        await self.session.execute(
+    ) -> bool:
+        """Whether the vector was stored.
+
+        Only where still missing, and only if the fact still reads as what was embedded: an
+        upsert meanwhile may have stored a fresher vector, or a new value without one. The
+        vector goes in binary; the trigger queues it for the index."""
+        result = await self.session.execute(
             _SET_EMBEDDING,
             {"id": fact_id, "embedded": embedded_text, "vec": vector_binary(embedding)},
         )
+        return bool(getattr(result, "rowcount", 0))
 
     # --- summary ----------------------------------------------------------------------------
 

@@ -6,18 +6,22 @@ already holds in the same category is merged — the new spelling's row holds th
 rows are hidden behind it (``merged_into``), never deleted. docs/memory.md has the whole rule.
 
 An upsert, as one statement applies it (``FactWriteRepository.upsert``: the SQL function
-``navi_fact_upsert`` of revision 0007), under the (user, category) lock:
+``navi_fact_upsert`` of revision 0007, replaced by 0017), under the (user, category) lock:
 
 1. The target is the visible row holding exactly the key; else, when a hidden row holds it,
    the row that one was merged into (only unmerge_fact separates them again); else none.
 2. With ``dedupe``, the other spellings are the category's other visible rows (expired ones
    included) whose key has the same canonical form: ``normalize_key``, stored with the row as
    ``key_norm`` (``<rules>:<form>``; a form missing or made by other rules is made again here,
-   before anything is compared — ``key_norm()``).
+   before anything is compared — ``key_norm()``). A row the user separated (``unmerged_at``,
+   set by unmerge; revision 0017) is never one of them, and when it is the target there are
+   none.
 3. No target: a row is inserted. Target with the same value: only ``last_verified_at`` moves
    (and an expired fact gets the new expiry; a fact without a vector gets this one). Target
    with a new value: value, vector, source, confidence, context, expiry, ``updated_at``,
-   ``last_verified_at`` and ``session_id`` change.
+   ``last_verified_at`` and ``session_id`` change. The given vector embeds the key written, so
+   it is stored only on a target holding that key; a target reached through a hidden spelling
+   gets none (the caller embeds its own key, or backfill does).
 4. The other spellings, and the rows hidden behind them, are hidden behind the written row.
 
 Outcome: ``merged`` when other spellings were hidden, else ``inserted``, ``revived`` (the target
@@ -231,6 +235,13 @@ class FactService:
             f"the fact {write.category}/{write.key} kept changing while it was written "
             "(its category's keys renormalised, or the row deleted, each time); call again"
         )
+
+    async def give_vector(
+        self, session: AsyncSession, fact_id: int, embedded_text: str, vector: Sequence[float]
+    ) -> bool:
+        """Store ``vector`` (of ``embedded_text``) on a fact that has none, if the fact still
+        reads as that text; whether it was stored."""
+        return await FactRepository(session=session).set_embedding(fact_id, embedded_text, vector)
 
     async def upsert(
         self, conn: AsyncSession | AsyncConnection, write: FactWrite, *, dedupe: bool
