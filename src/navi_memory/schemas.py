@@ -469,5 +469,6 @@ class PurgeResult(_Model):
     expired: int
     """Facts past their expiry."""
     hidden: int
-    """Rows hidden behind those facts, deleted with them."""
+    """Rows hidden behind those facts that have not expired themselves: kept and brought back
+    (the newest takes the key, the others are hidden behind it), never deleted with them."""
     dry_run: bool

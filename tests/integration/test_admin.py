@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from navi_memory import (
     PERMISSION_READ_ALL,
@@ -399,11 +400,12 @@ async def test_stats_report_what_each_indexer_still_has_to_move(
         assert stats.tables["memory_chunk_terms"] == 2
 
 
-async def test_purge_expired_deletes_expired_facts_with_the_rows_behind_them(
+async def test_purge_expired_deletes_expired_facts_and_brings_back_the_rows_behind_them(
     memory: Memory,
 ) -> None:
-    """Expired facts go with their hidden rows; a dry run only counts; a user scope keeps
-    other users' expired facts."""
+    """Expired facts go; the rows hidden behind them that have not expired are made visible
+    again, never deleted with them (a merge can always be undone); a dry run only counts; a
+    user scope keeps other users' expired facts."""
     sam, kim = await new_user(memory), await new_user(memory)
     for uid in (sam, kim):
         with request_context(user_id=uid):
@@ -421,11 +423,105 @@ async def test_purge_expired_deletes_expired_facts_with_the_rows_behind_them(
         assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 6
         only_sam = await memory.admin.purge_expired(sam)
         assert (only_sam.expired, only_sam.hidden) == (1, 1)
-        keys = await memory.store.get_all_facts(user_id=sam, include_merged=True)
-        assert [f.key for f in keys] == ["editor"]
+        facts = await memory.store.get_all_facts(user_id=sam, include_merged=True)
+        assert sorted((f.key, f.value, f.merged_into) for f in facts) == [
+            ("editor", "vim", None),
+            ("language", "English", None),
+        ]
         rest = await memory.admin.purge_expired()
     assert (rest.expired, rest.hidden) == (1, 1)
-    assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 2
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts") == 4
+    with request_context(user_id=kim):
+        assert [h.key for h in await memory.store.search_facts("English")] == ["language"]
+
+
+async def insert_fact(
+    memory: Memory,
+    uid: uuid.UUID,
+    key: str,
+    *,
+    age_hours: int,
+    expired: bool = False,
+    behind: int | None = None,
+) -> int:
+    """A row written by hand, ``age_hours`` old (its updated_at), expired or never expiring,
+    hidden ``behind`` another row or visible."""
+    async with memory.engine.begin() as conn:
+        inserted = await conn.execute(
+            text(
+                "INSERT INTO memory_facts "
+                "(user_id, category, key, value, updated_at, expires_at, merged_into) "
+                "VALUES (:u, 'p', :k, :k || ' value', now() - make_interval(hours => :age), "
+                "CASE WHEN :expired THEN now() - interval '1 minute' END, :behind) RETURNING id"
+            ),
+            {"u": uid, "k": key, "age": age_hours, "expired": expired, "behind": behind},
+        )
+        return int(inserted.scalar_one())
+
+
+async def test_purge_gives_an_expired_facts_key_to_its_newest_live_hidden_row(
+    memory: Memory,
+) -> None:
+    """Behind an expired fact: the most recently updated row that has not expired becomes
+    visible, the other live ones are hidden behind it, the expired ones go with the fact."""
+    uid = await new_user(memory)
+    survivor = await insert_fact(memory, uid, "preferred_language", age_hours=1, expired=True)
+    older = await insert_fact(memory, uid, "language", age_hours=30, behind=survivor)
+    newer = await insert_fact(memory, uid, "lang", age_hours=20, behind=survivor)
+    await insert_fact(memory, uid, "pref_lang", age_hours=10, expired=True, behind=survivor)
+    with admin():
+        purged = await memory.admin.purge_expired(uid)
+    assert (purged.expired, purged.hidden) == (2, 2)
+    with request_context(user_id=uid):
+        rows = {f.id: f.merged_into for f in await memory.store.get_all_facts(include_merged=True)}
+        assert rows == {newer: None, older: newer}
+        # The key written again now goes to the row that holds it (or the one it is behind).
+        assert (await memory.store.upsert_fact("p", "language", "Dutch")).id == newer
+
+
+async def test_purge_brings_back_a_hidden_row_with_the_expired_facts_own_key(
+    memory: Memory,
+) -> None:
+    """A hidden duplicate of the very key (legacy adoption makes such rows) takes it over."""
+    uid = await new_user(memory)
+    survivor = await insert_fact(memory, uid, "language", age_hours=1, expired=True)
+    duplicate = await insert_fact(memory, uid, "language", age_hours=5, behind=survivor)
+    with admin():
+        await memory.admin.purge_expired(uid)
+    with request_context(user_id=uid):
+        assert [(f.id, f.merged_into) for f in await memory.store.get_all_facts()] == [
+            (duplicate, None)
+        ]
+
+
+async def test_purge_hides_rows_behind_a_visible_row_already_holding_their_key(
+    memory: Memory,
+) -> None:
+    """Two expired facts whose live hidden rows share a key, and a visible row holding that key
+    already: the visible row keeps it and every rescued row is hidden behind it."""
+    uid = await new_user(memory)
+    holder = await insert_fact(memory, uid, "tz", age_hours=50)
+    first = await insert_fact(memory, uid, "timezone", age_hours=1, expired=True)
+    second = await insert_fact(memory, uid, "time_zone", age_hours=1, expired=True)
+    one = await insert_fact(memory, uid, "tz", age_hours=5, behind=first)
+    two = await insert_fact(memory, uid, "tz", age_hours=3, behind=second)
+    with admin():
+        await memory.admin.purge_expired(uid)
+    with request_context(user_id=uid):
+        rows = {f.id: f.merged_into for f in await memory.store.get_all_facts(include_merged=True)}
+    assert rows == {holder: None, one: holder, two: holder}
+    await execute(memory, "DELETE FROM memory_facts WHERE id = :i", i=holder)
+    # Without the holder, the newer of the two takes the key and the other goes behind it.
+    uid2 = await new_user(memory)
+    first = await insert_fact(memory, uid2, "timezone", age_hours=1, expired=True)
+    second = await insert_fact(memory, uid2, "time_zone", age_hours=1, expired=True)
+    one = await insert_fact(memory, uid2, "tz", age_hours=5, behind=first)
+    two = await insert_fact(memory, uid2, "tz", age_hours=3, behind=second)
+    with admin():
+        await memory.admin.purge_expired()
+    with request_context(user_id=uid2):
+        rows = {f.id: f.merged_into for f in await memory.store.get_all_facts(include_merged=True)}
+    assert rows == {two: None, one: two}
 
 
 async def test_get_fact_and_the_category_filter(memory: Memory) -> None:

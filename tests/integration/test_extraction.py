@@ -30,6 +30,7 @@ from navi_memory import (
     open_memory,
     request_context,
 )
+from navi_memory.llm import embedding_text_for_fact
 from navi_memory.services.extraction import ExtractionService
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
@@ -308,6 +309,42 @@ async def test_other_spellings_of_a_key_are_merged(memory: Memory, model: Extrac
     assert await visible_facts(memory, uid) == {("location", "tz"): "Europe/Lisbon"}
     hidden = await memory.store.get_all_facts(uid, include_merged=True)
     assert {f.key for f in hidden if f.merged_into is not None} == {"time_zone"}
+
+
+async def test_an_extraction_keeps_a_separated_spelling_apart_and_embeds_the_survivors_key(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The extractor writes with dedupe: a spelling the user separated (unmerge_fact) stays
+    visible when the extractor confirms the other spelling, and a value the extractor writes
+    under a spelling still hidden gets the vector of the row it lands on."""
+    uid = await new_user(memory)
+    store = memory.store
+    old = await store.upsert_fact("location", "time_zone", "Europe/Berlin", user_id=uid)
+    await store.upsert_fact("location", "tz", "Europe/Lisbon", user_id=uid, dedupe=True)
+    await store.upsert_fact("p", "language", "English", user_id=uid)
+    lang = await store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid, dedupe=True)
+    with request_context(user_id=uid):
+        await store.unmerge_fact(old.id)
+    model.facts = facts_json(
+        ("location", "tz", "Europe/Lisbon", "user_explicit"),
+        ("p", "language", "French", "user_explicit"),
+    )
+    await conversation(memory, uid, "tz Europe/Lisbon, and I speak French now")
+    assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1
+    assert await visible_facts(memory, uid) == {
+        ("location", "time_zone"): "Europe/Berlin",
+        ("location", "tz"): "Europe/Lisbon",
+        ("p", "preferred_language"): "French",
+    }
+    stored = await scalar(
+        memory, "SELECT embedding::text FROM memory_facts WHERE id = :i", i=lang.id
+    )
+    want = await store._embedding.document(
+        embedding_text_for_fact("p", "preferred_language", "French")
+    )
+    assert stored is not None and want is not None
+    got = [float(x) for x in str(stored).strip("[]").split(",")]
+    assert max(abs(x - y) for x, y in zip(got, want, strict=True)) < 1e-5
 
 
 async def extracted_with_summary(

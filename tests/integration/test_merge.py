@@ -15,7 +15,9 @@ from navi_memory import (
     NotFoundError,
     request_context,
 )
-from tests.integration.factories import new_user
+from navi_memory.llm import embedding_text_for_fact
+from navi_memory.repositories.facts import category_lock_scope
+from tests.integration.factories import execute, new_user, scalar
 
 MERGE = [
     ("language", "preferred_language"),
@@ -148,6 +150,64 @@ async def test_unmerge_fact_undoes_a_merge(memory: Memory) -> None:
         await memory.store.unmerge_fact(old.id)
 
 
+async def test_unmerge_racing_a_delete_of_its_survivor_is_not_found(memory: Memory) -> None:
+    """A delete holding the category's lock removes the survivor and the rows behind it while
+    unmerge_fact waits for that lock: the unmerge answers NotFoundError (it reads the row
+    after the lock), not a StorageError about an instance it could not refresh."""
+    uid = await new_user(memory)
+    old = await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    survivor = await memory.store.upsert_fact(
+        "p", "preferred_language", "German", user_id=uid, dedupe=True
+    )
+
+    async def unmerge() -> object:
+        with request_context(user_id=uid):
+            return await memory.store.unmerge_fact(old.id)
+
+    async with memory.engine.connect() as conn:
+        await conn.begin()
+        await conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"),
+            {"s": category_lock_scope(uid, "p")},
+        )
+        task = asyncio.create_task(unmerge())
+        await asyncio.sleep(0.5)  # the unmerge is waiting for the lock
+        assert not task.done()
+        await conn.execute(
+            text("DELETE FROM memory_facts WHERE merged_into = :s OR id = :s"),
+            {"s": survivor.id},
+        )
+        await conn.commit()
+    with pytest.raises(NotFoundError, match=f"fact {old.id} does not exist"):
+        await task
+
+
+async def test_unmerge_fact_reads_the_row_after_the_lock(memory: Memory) -> None:
+    """A row unmerged by SQL while unmerge_fact waits for the lock is refused as not merged."""
+    uid = await new_user(memory)
+    old = await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    await memory.store.upsert_fact("p", "preferred_language", "German", user_id=uid, dedupe=True)
+
+    async def unmerge() -> object:
+        with request_context(user_id=uid):
+            return await memory.store.unmerge_fact(old.id)
+
+    async with memory.engine.connect() as conn:
+        await conn.begin()
+        await conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"),
+            {"s": category_lock_scope(uid, "p")},
+        )
+        task = asyncio.create_task(unmerge())
+        await asyncio.sleep(0.5)
+        await conn.execute(
+            text("UPDATE memory_facts SET merged_into = NULL WHERE id = :i"), {"i": old.id}
+        )
+        await conn.commit()
+    with pytest.raises(InvalidInputError, match="not merged"):
+        await task
+
+
 async def test_unmerge_refuses_when_the_key_is_taken_again_and_hides_other_users_rows(
     memory: Memory,
 ) -> None:
@@ -211,3 +271,88 @@ async def test_twenty_concurrent_spellings_with_dedupe_leave_one_visible_row(
     assert len(visible) == 1
     assert {f.merged_into for f in facts if f.merged_into is not None} <= {visible[0].id}
     assert len(facts) == len({f.key for f in facts})  # one row per spelling, no duplicates
+
+
+async def test_an_unmerge_survives_the_next_dedupe_write_of_either_spelling(
+    memory: Memory,
+) -> None:
+    """unmerge_fact records that the user separated the row (``unmerged_at``); later dedupe
+    writes — the extractor's, of the survivor's key or of the separated row's own key — leave
+    the two apart."""
+    uid = await new_user(memory)
+    store = memory.store
+    old = await store.upsert_fact("p", "language", "English", user_id=uid)
+    await store.upsert_fact("p", "preferred_language", "German", user_id=uid, dedupe=True)
+    with request_context(user_id=uid):
+        await store.unmerge_fact(old.id)
+    assert await scalar(
+        memory, "SELECT unmerged_at IS NOT NULL FROM memory_facts WHERE id = :i", i=old.id
+    )
+    await store.upsert_fact("p", "preferred_language", "German", user_id=uid, dedupe=True)
+    assert await visible_keys(memory, uid) == ["language", "preferred_language"]
+    await store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid, dedupe=True)
+    assert await visible_keys(memory, uid) == ["language", "preferred_language"]
+    again = await store.upsert_fact("p", "language", "Spanish", user_id=uid, dedupe=True)
+    assert (again.id, again.key) == (old.id, "language")
+    assert await visible_keys(memory, uid) == ["language", "preferred_language"]
+
+
+async def test_a_new_spelling_merges_the_others_but_not_the_row_the_user_separated(
+    memory: Memory,
+) -> None:
+    uid = await new_user(memory)
+    store = memory.store
+    old = await store.upsert_fact("p", "language", "English", user_id=uid)
+    survivor = await store.upsert_fact(
+        "p", "preferred_language", "German", user_id=uid, dedupe=True
+    )
+    with request_context(user_id=uid):
+        await store.unmerge_fact(old.id)
+    newest = await store.upsert_fact("p", "Preferred-Language", "French", user_id=uid, dedupe=True)
+    rows = {
+        f.id: f.merged_into for f in await store.get_all_facts(user_id=uid, include_merged=True)
+    }
+    assert rows == {old.id: None, survivor.id: newest.id, newest.id: None}
+
+
+async def stored_vector(memory: Memory, fact_id: int) -> list[float] | None:
+    got = await scalar(memory, "SELECT embedding::text FROM memory_facts WHERE id = :i", i=fact_id)
+    return None if got is None else [float(x) for x in str(got).strip("[]").split(",")]
+
+
+async def expected_vector(memory: Memory, category: str, key: str, value: str) -> list[float]:
+    vector = await memory.store._embedding.document(embedding_text_for_fact(category, key, value))
+    assert vector is not None
+    return list(vector)
+
+
+def close(got: list[float] | None, want: list[float]) -> bool:
+    return got is not None and max(abs(x - y) for x, y in zip(got, want, strict=True)) < 1e-5
+
+
+@pytest.mark.parametrize("dedupe", [False, True])
+async def test_a_write_through_a_hidden_spelling_stores_the_vector_of_the_survivors_key(
+    memory: Memory, dedupe: bool
+) -> None:
+    """The text embedded for a fact is its own ``category / key: value``: a value written
+    under a hidden spelling is stored on the survivor, so its vector embeds the survivor's
+    key, not the spelling the caller used."""
+    uid = await new_user(memory)
+    store = memory.store
+    await store.upsert_fact("p", "language", "English", user_id=uid)
+    survivor = await store.upsert_fact(
+        "p", "preferred_language", "German", user_id=uid, dedupe=True
+    )
+    written = await store.upsert_fact("p", "language", "French", user_id=uid, dedupe=dedupe)
+    assert (written.id, written.key, written.has_embedding) == (
+        survivor.id,
+        "preferred_language",
+        True,
+    )
+    want = await expected_vector(memory, "p", "preferred_language", "French")
+    assert close(await stored_vector(memory, survivor.id), want)
+    # The same value, on a survivor that has no vector yet: it gets its own key's vector too.
+    await execute(memory, "UPDATE memory_facts SET embedding = NULL WHERE id = :i", i=survivor.id)
+    again = await store.upsert_fact("p", "language", "French", user_id=uid, dedupe=dedupe)
+    assert again.has_embedding
+    assert close(await stored_vector(memory, survivor.id), want)

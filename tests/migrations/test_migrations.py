@@ -860,3 +860,46 @@ def test_0016_lets_equal_text_be_a_chunk_at_another_start_and_back(
         assert rows == [("User: yes", 1), ("User: other", 3)]
         assert conn.execute("SELECT count(*) FROM memory_chunk_text_queue").fetchone() == (0,)
         assert conn.execute(insert, (uid, "User: yes", "User: yes", 7, 7)).fetchone() is None
+
+
+def test_0017_keeps_separated_spellings_apart_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0017 adds memory_facts.unmerged_at (NULL for the rows there are) and replaces
+    navi_fact_upsert: a dedupe write leaves a row with unmerged_at set visible. Its downgrade
+    drops the column and restores the 0007 function, which merges the row again."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0016")
+    uid = uuid.uuid4()
+    upsert = (
+        "SELECT action, id FROM navi_fact_upsert(%s, 'p', 'preferred_language', 'r:language',"
+        " 'r', 'German', NULL, 'conversation', 70, NULL, NULL, NULL, true)"
+    )
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, key_norm, value) "
+            "VALUES (%s, 'p', 'language', 'r:language', 'English')",
+            (uid,),
+        )
+    dbtools.upgrade(url)
+
+    def visible(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute(
+            "SELECT key FROM memory_facts WHERE merged_into IS NULL ORDER BY key"
+        ).fetchall()
+
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT unmerged_at FROM memory_facts").fetchall() == [(None,)]
+        conn.execute("UPDATE memory_facts SET unmerged_at = now() WHERE key = 'language'")
+        assert conn.execute(upsert, (uid,)).fetchone()[0] == "insert"  # type: ignore[index]
+        assert visible(conn) == [("language",), ("preferred_language",)]
+    dbtools.downgrade(url, "0016")
+    with connect(pg_server, scratch_db) as conn:
+        columns = conn.execute(
+            "SELECT 1 FROM information_schema.columns "
+            "WHERE table_name = 'memory_facts' AND column_name = 'unmerged_at'"
+        ).fetchall()
+        assert columns == []
+        assert conn.execute(upsert, (uid,)).fetchone()[0] == "verify"  # type: ignore[index]
+        assert visible(conn) == [("preferred_language",)]  # the 0007 rule merges it again

@@ -125,8 +125,8 @@ def purge_expired(
         bool, typer.Option("--dry-run", help="Count what would go, delete nothing.")
     ] = False,
 ) -> None:
-    """Delete the facts past their expiry (invisible already) with the rows hidden behind
-    them: every user's, or one user's."""
+    """Delete the facts past their expiry (invisible already), bringing back the rows hidden
+    behind them that have not expired: every user's, or one user's."""
     settings = load_settings()
 
     async def work() -> PurgeResult:
@@ -136,8 +136,8 @@ def purge_expired(
     result = run(work)
     verb = "would purge" if result.dry_run else "purged"
     out.print(
-        f"purge-expired: {verb} {result.expired} expired fact(s) and {result.hidden} hidden "
-        "row(s) behind them",
+        f"purge-expired: {verb} {result.expired} expired fact(s); {result.hidden} hidden "
+        "row(s) behind them kept (brought back)",
         markup=False,
     )
 

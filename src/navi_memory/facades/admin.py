@@ -86,9 +86,10 @@ class Admin:
     async def purge_expired(
         self, user_id: uuid.UUID | str | None = None, *, dry_run: bool = False
     ) -> PurgeResult:
-        """Delete the facts past their expiry — every user's, or ``user_id``'s — with the rows
-        hidden behind them. Expired facts are invisible already; this frees their rows (and
-        forgoes reviving one by saving the same value again). Acting for a user, None means
+        """Delete the facts past their expiry — every user's, or ``user_id``'s. The rows hidden
+        behind them that have not expired are kept and brought back (docs/memory.md, "Expiry
+        and merges"). Expired facts are invisible already; this frees their rows (and forgoes
+        reviving one by saving the same value again). Acting for a user, None means
         that user, and another user's id is refused."""
         _require_admin("purge_expired")
         uid = _write_target(user_id)

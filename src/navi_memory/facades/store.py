@@ -196,10 +196,29 @@ class MemoryStore:
         # only verifies), so a connection lost mid-way is safe to call again.
         async with single_statement(self._engine) as conn:
             done = await self._facts.write(conn, write, dedupe=dedupe)
+        fact = done.fact
+        if fact.key != key and not fact.has_embedding and embedding is not None:
+            # Written through a hidden spelling: the value went to the row it was merged into,
+            # whose vector must embed that row's own key; the statement stored none.
+            fact = await self._embed_own_key(fact)
         if done.vector_queued:
             self._fact_indexer.kick()
-        logger.debug("memory.fact_%s", done.outcome, extra={"fact_id": done.fact.id})
-        return done.fact
+        logger.debug("memory.fact_%s", done.outcome, extra={"fact_id": fact.id})
+        return fact
+
+    async def _embed_own_key(self, fact: Fact) -> Fact:
+        """Give ``fact`` the vector of its own text (guarded like backfill's: only if it still
+        has none and still reads so); unchanged when no vector can be had (backfill's job)."""
+        embedded = embedding_text_for_fact(fact.category, fact.key, fact.value)
+        vector = await self._embedding.document(embedded)
+        if vector is None:
+            return fact
+        async with unit_of_work(self._sessionmaker) as session:
+            stored = await self._facts.give_vector(session, fact.id, embedded, vector)
+        if not stored:
+            return fact
+        self._fact_indexer.kick()
+        return fact.model_copy(update={"has_embedding": True})
 
     async def search_facts(
         self, query: str, user_id: uuid.UUID | str | None = None, limit: int = 15

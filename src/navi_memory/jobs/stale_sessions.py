@@ -192,7 +192,11 @@ class StaleSessionSweep:
             return _skipped(session_id, str(exc))  # deleted meanwhile, or not theirs to mark
         if written is None:
             return _skipped(session_id, "another extractor covered this activity")
-        if written.written and self._fact_indexer is not None:
+        own = await service.own_key_vectors(written.unembedded)
+        if own:
+            async with unit_of_work(self._sessionmaker) as session:
+                await service.store_vectors(session, own)
+        if (written.written or own) and self._fact_indexer is not None:
             self._fact_indexer.kick()  # their vectors were queued for the HNSW index
         report = ExtractionReport(
             sessions_seen=1,

@@ -47,6 +47,9 @@ class FactRow(Base):
     merged_into: Mapped[int | None] = mapped_column(
         BigInteger, ForeignKey("memory_facts.id", ondelete="CASCADE")
     )
+    # When the user separated this row from the fact it had been merged into (unmerge_fact);
+    # a dedupe never merges such a row again (revision 0017). NULL: never separated.
+    unmerged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = updated_at_column()
     # The session the fact was last written from (provenance in unified search); no foreign

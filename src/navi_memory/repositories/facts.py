@@ -114,13 +114,15 @@ UPSERT: Final = _returning(
     "action",
     *FACT_FIELDS,
 )
-"""upsert_fact in one round trip: ``navi_fact_upsert``, created by revision 0007 (its text is
-there). Under the (user, category) lock it finds the target — the visible row holding the key,
-else the row a hidden spelling of exactly this key stands behind — and, when deduping, the other
-visible spellings (same ``key_norm``); then inserts, writes the new value, or verifies (filling
-a missing vector); then hides the other spellings, and the rows behind them, behind the written
-row. It writes nothing when a visible spelling of the category has no current ``key_norm``: it
-returns those instead, for the caller to fill. A function, not a statement here, because a
+"""upsert_fact in one round trip: ``navi_fact_upsert``, created by revision 0007 and replaced by
+0017 (its text is there). Under the (user, category) lock it finds the target — the visible row
+holding the key, else the row a hidden spelling of exactly this key stands behind — and, when
+deduping, the other visible spellings (same ``key_norm``; never a row the user separated, nor
+any when the target is one); then inserts, writes the new value (the vector only on a target
+holding the key itself), or verifies (filling a missing vector, likewise); then hides the
+other spellings, and the rows behind them, behind the written row. It writes nothing when a
+visible spelling of the category has no current ``key_norm``: it returns those instead, for
+the caller to fill. A function, not a statement here, because a
 VOLATILE function's second statement sees what committed before its lock was granted, and its
 body keeps one cached plan (``SET plan_cache_mode``) on connections that force custom plans."""
 
@@ -408,6 +410,63 @@ class UpsertDone:
     """The written row: the Fact columns and ``has_embedding``."""
 
 
+_BEHIND_EXPIRED = """
+    FROM memory_facts s JOIN memory_facts h ON h.merged_into = s.id
+    WHERE s.expires_at <= now() AND (h.expires_at IS NULL OR h.expires_at > now())
+      AND (CAST(:user_id AS uuid) IS NULL OR s.user_id = CAST(:user_id AS uuid))
+"""
+"""Live rows (h) hidden behind an expired fact (s): a purge must not lose them."""
+
+_RESCUE_CATEGORIES = text(
+    f"SELECT DISTINCT s.user_id, s.category {_BEHIND_EXPIRED} AND s.user_id IS NOT NULL"
+)
+
+_RESCUE = text(
+    f"""
+    WITH kept AS MATERIALIZED (
+        SELECT h.id, h.merged_into AS survivor, h.updated_at {_BEHIND_EXPIRED}
+    ),
+    heir AS (
+        SELECT DISTINCT ON (survivor) survivor, id FROM kept
+        ORDER BY survivor, updated_at DESC, id DESC
+    )
+    UPDATE memory_facts f SET merged_into = heir.id
+    FROM kept k JOIN heir ON heir.survivor = k.survivor
+    WHERE f.id = k.id
+    RETURNING heir.id AS heir
+    """
+)
+
+_SETTLE_HEIRS = text(
+    """
+    WITH heirs AS MATERIALIZED (
+        SELECT f.id, f.user_id, f.category, f.key, f.updated_at FROM memory_facts f
+        WHERE f.id = ANY (CAST(:heirs AS bigint[])) AND f.merged_into = f.id
+    ),
+    newest AS (
+        SELECT DISTINCT ON (user_id, category, key) id, user_id, category, key FROM heirs
+        ORDER BY user_id, category, key, updated_at DESC, id DESC
+    ),
+    target AS (
+        SELECT h.id AS heir,
+               coalesce((SELECT v.id FROM memory_facts v
+                         WHERE v.user_id IS NOT DISTINCT FROM h.user_id
+                           AND v.category = h.category AND v.key = h.key
+                           AND v.merged_into IS NULL),
+                        n.id) AS winner
+        FROM heirs h
+        JOIN newest n ON n.user_id IS NOT DISTINCT FROM h.user_id
+                     AND n.category = h.category AND n.key = h.key
+    )
+    UPDATE memory_facts f SET merged_into = NULLIF(t.winner, f.id)
+    FROM target t
+    WHERE f.merged_into = t.heir
+    """
+)
+"""An heir (pointing at itself) and the rows behind it: behind the visible row holding the
+heir's key, else behind the newest heir of that key, which becomes visible (NULLIF)."""
+
+
 def category_lock_scope(user_id: uuid.UUID | None, category: str) -> str:
     """The advisory lock key of one (user, category), hashed by PostgreSQL (navi_fact_upsert
     builds the same text)."""
@@ -515,6 +574,13 @@ class FactRepository:
     async def get(self, fact_id: int) -> FactRow | None:
         return await self.session.get(FactRow, fact_id)
 
+    async def get_fresh(self, fact_id: int) -> FactRow | None:
+        """The row as the database holds it now (a new snapshot in READ COMMITTED), not the
+        session's copy: None when it was deleted meanwhile."""
+        return await self.session.scalar(
+            select(FactRow).where(FactRow.id == fact_id).execution_options(populate_existing=True)
+        )
+
     async def find_key(
         self, user_id: uuid.UUID | None, category: str, key: str, *, hidden: bool
     ) -> FactRow | None:
@@ -532,10 +598,16 @@ class FactRepository:
             .limit(1)
         )
 
-    async def unhide(self, fact_id: int) -> None:
-        await self.session.execute(
-            update(FactRow).where(FactRow.id == fact_id).values(merged_into=None)
+    async def unhide(self, fact_id: int) -> bool:
+        """Make the row visible, recording that the user separated it (a dedupe never merges
+        it again); False when it is not there (deleted meanwhile)."""
+        result = await self.session.execute(
+            update(FactRow)
+            .where(FactRow.id == fact_id)
+            .values(merged_into=None, unmerged_at=func.now())
+            .returning(FactRow.id)
         )
+        return result.first() is not None
 
     # --- delete -----------------------------------------------------------------------------
 
@@ -571,8 +643,8 @@ class FactRepository:
         return len(result.all())
 
     async def expired(self, user_id: uuid.UUID | None) -> tuple[int, int]:
-        """How many facts are past their expiry, and how many other rows are hidden behind them
-        (they go with them: merged_into cascades). ``user_id`` None: every user's."""
+        """How many facts are past their expiry, and how many rows hidden behind them have not
+        expired themselves (a purge brings those back). ``user_id`` None: every user's."""
         gone = select(FactRow.id).where(FactRow.expires_at <= func.now())
         if user_id is not None:
             gone = gone.where(FactRow.user_id == user_id)
@@ -587,8 +659,31 @@ class FactRepository:
         )
         return expired, behind
 
+    async def categories_to_rescue(self, user_id: uuid.UUID | None) -> list[tuple[uuid.UUID, str]]:
+        """The (user, category) pairs holding an expired fact with a live row hidden behind it
+        (legacy rows without a user have no lock, and are left out)."""
+        rows = await self.session.execute(_RESCUE_CATEGORIES, {"user_id": user_id})
+        pairs = [(row.user_id, row.category) for row in rows]
+        return sorted(pairs, key=lambda pair: (str(pair[0]), pair[1]))
+
+    async def rescue_behind_expired(self, user_id: uuid.UUID | None) -> list[int]:
+        """The live rows hidden behind expired facts (``user_id`` None: every user's) leave
+        them: behind each expired fact, the most recently updated one becomes its heir,
+        pointing at itself for now, and the others point at the heir. Returns the heirs;
+        ``settle_heirs`` ends the self-pointers once the expired facts are deleted."""
+        rows = await self.session.execute(_RESCUE, {"user_id": user_id})
+        return sorted({int(row.heir) for row in rows})
+
+    async def settle_heirs(self, heirs: Sequence[int]) -> None:
+        """Each heir of ``rescue_behind_expired`` takes its key back — unless a visible row
+        holds that key already, or a newer heir takes the same key: then it and the rows
+        behind it are hidden behind that row."""
+        if heirs:
+            await self.session.execute(_SETTLE_HEIRS, {"heirs": list(heirs)})
+
     async def delete_expired(self, user_id: uuid.UUID | None) -> None:
-        """Delete the facts past their expiry (the rows hidden behind them go by the cascade)."""
+        """Delete the facts past their expiry. Rows hidden behind them that are still pointing
+        at them (expired ones: ``rescue_behind_expired`` moved the others) go by the cascade."""
         stmt = delete(FactRow).where(FactRow.expires_at <= func.now())
         if user_id is not None:
             stmt = stmt.where(FactRow.user_id == user_id)
@@ -672,14 +767,17 @@ class FactRepository:
 
     async def set_embedding(
         self, fact_id: int, embedded_text: str, embedding: Sequence[float]
-    ) -> None:
-        # Only where still missing, and only if the fact still reads as what was embedded: an
-        # upsert meanwhile may have stored a fresher vector, or a new value without one. The
-        # vector goes in binary; the trigger queues it for the index.
-        await self.session.execute(
+    ) -> bool:
+        """Whether the vector was stored.
+
+        Only where still missing, and only if the fact still reads as what was embedded: an
+        upsert meanwhile may have stored a fresher vector, or a new value without one. The
+        vector goes in binary; the trigger queues it for the index."""
+        result = await self.session.execute(
             _SET_EMBEDDING,
             {"id": fact_id, "embedded": embedded_text, "vec": vector_binary(embedding)},
         )
+        return bool(getattr(result, "rowcount", 0))
 
     # --- summary ----------------------------------------------------------------------------
 

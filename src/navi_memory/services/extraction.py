@@ -76,6 +76,10 @@ class FactsWritten:
     """Facts inserted, updated, revived or verified (same value again)."""
     merged: int
     """Facts whose key merged other spellings of it (``dedupe``)."""
+    unembedded: tuple[Fact, ...] = ()
+    """Facts written through a hidden spelling: the value went to the row it was merged into,
+    which the statement left without a vector (the one computed embeds the spelling's key,
+    not the row's); ``own_key_vectors`` and ``store_vectors`` give them theirs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +243,9 @@ class ExtractionService:
         # Upserts lock (user, category); one order for every extractor keeps two extractions
         # of one user's sessions, in two processes, from deadlocking on each other.
         ordered = sorted(zip(drafts, vectors, strict=True), key=lambda pair: pair[0].category)
+        unembedded: list[Fact] = []
         for draft, vector in ordered:
-            _, outcome = await self.facts.upsert(
+            fact, outcome = await self.facts.upsert(
                 session,
                 FactWrite(
                     user_id=transcript.user_id,
@@ -256,11 +261,36 @@ class ExtractionService:
                 ),
                 dedupe=True,
             )
+            if fact.key != draft.key and not fact.has_embedding and vector is not None:
+                unembedded.append(fact)
             if outcome == "merged":
                 merged += 1
             else:
                 written += 1
-        return FactsWritten(written=written, merged=merged)
+        return FactsWritten(written=written, merged=merged, unembedded=tuple(unembedded))
+
+    async def own_key_vectors(
+        self, facts: Sequence[Fact]
+    ) -> list[tuple[int, str, Sequence[float]]]:
+        """(id, text, vector) of each fact's own text; empty when the model fails (backfill
+        fills them then). Called outside any transaction: it waits on the embedding model."""
+        if not facts:
+            return []
+        texts = [embedding_text_for_fact(f.category, f.key, f.value) for f in facts]
+        vectors = await self.embedding.documents(texts)
+        if vectors is None:
+            return []
+        return [(f.id, t, v) for f, t, v in zip(facts, texts, vectors, strict=True)]
+
+    async def store_vectors(
+        self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
+    ) -> int:
+        """Store each vector on its fact if it still has none and still reads as the text
+        embedded; how many were stored."""
+        stored = 0
+        for fact_id, embedded, vector in vectors:
+            stored += await self.facts.give_vector(session, fact_id, embedded, vector)
+        return stored
 
     async def _current_facts(self, session: AsyncSession, user_id: uuid.UUID) -> list[Fact]:
         """What a summary is written from: the user's visible facts, the most recently

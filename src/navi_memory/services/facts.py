@@ -6,18 +6,22 @@ already holds in the same category is merged — the new spelling's row holds th
 rows are hidden behind it (``merged_into``), never deleted. docs/memory.md has the whole rule.
 
 An upsert, as one statement applies it (``FactWriteRepository.upsert``: the SQL function
-``navi_fact_upsert`` of revision 0007), under the (user, category) lock:
+``navi_fact_upsert`` of revision 0007, replaced by 0017), under the (user, category) lock:
 
 1. The target is the visible row holding exactly the key; else, when a hidden row holds it,
    the row that one was merged into (only unmerge_fact separates them again); else none.
 2. With ``dedupe``, the other spellings are the category's other visible rows (expired ones
    included) whose key has the same canonical form: ``normalize_key``, stored with the row as
    ``key_norm`` (``<rules>:<form>``; a form missing or made by other rules is made again here,
-   before anything is compared — ``key_norm()``).
+   before anything is compared — ``key_norm()``). A row the user separated (``unmerged_at``,
+   set by unmerge; revision 0017) is never one of them, and when it is the target there are
+   none.
 3. No target: a row is inserted. Target with the same value: only ``last_verified_at`` moves
    (and an expired fact gets the new expiry; a fact without a vector gets this one). Target
    with a new value: value, vector, source, confidence, context, expiry, ``updated_at``,
-   ``last_verified_at`` and ``session_id`` change.
+   ``last_verified_at`` and ``session_id`` change. The given vector embeds the key written, so
+   it is stored only on a target holding that key; a target reached through a hidden spelling
+   gets none (the caller embeds its own key, or backfill does).
 4. The other spellings, and the rows hidden behind them, are hidden behind the written row.
 
 Outcome: ``merged`` when other spellings were hidden, else ``inserted``, ``revived`` (the target
@@ -232,6 +236,13 @@ class FactService:
             "(its category's keys renormalised, or the row deleted, each time); call again"
         )
 
+    async def give_vector(
+        self, session: AsyncSession, fact_id: int, embedded_text: str, vector: Sequence[float]
+    ) -> bool:
+        """Store ``vector`` (of ``embedded_text``) on a fact that has none, if the fact still
+        reads as that text; whether it was stored."""
+        return await FactRepository(session=session).set_embedding(fact_id, embedded_text, vector)
+
     async def upsert(
         self, conn: AsyncSession | AsyncConnection, write: FactWrite, *, dedupe: bool
     ) -> tuple[Fact, UpsertOutcome]:
@@ -268,11 +279,16 @@ class FactService:
     async def unmerge(self, session: AsyncSession, fact_id: int) -> Fact:
         """Make a hidden row visible again, if the caller may change it (``may_change``)."""
         facts = FactRepository(session=session)
-        row = await facts.get(fact_id)
-        if row is None or not may_change(row.user_id):
+        found = await facts.get(fact_id)
+        if found is None or not may_change(found.user_id):
             raise NotFoundError(f"fact {fact_id} does not exist")
-        if row.user_id is not None:
-            await FactWriteRepository(session=session).lock_category(row.user_id, row.category)
+        if found.user_id is not None:
+            # Owner and category never change; everything else is read again once the lock
+            # is held (a delete or an upsert holding it may have changed or removed the row).
+            await FactWriteRepository(session=session).lock_category(found.user_id, found.category)
+        row = await facts.get_fresh(fact_id)
+        if row is None:
+            raise NotFoundError(f"fact {fact_id} does not exist")
         if row.merged_into is None:
             raise InvalidInputError(f"fact {row.id} is not merged into another fact")
         clash = await facts.find_key(row.user_id, row.category, row.key, hidden=False)
@@ -281,22 +297,33 @@ class FactService:
                 f"cannot unmerge fact {row.id}: fact {clash.id} already uses the key "
                 f"{row.category}/{row.key}; delete or rename that one first"
             )
-        await facts.unhide(row.id)
-        refreshed = await facts.get(row.id)
-        if refreshed is None:  # pragma: no cover - deleted under our lock
+        unhidden = await facts.unhide(row.id)
+        refreshed = await facts.get_fresh(row.id) if unhidden else None
+        if refreshed is None:  # deleted by a writer that does not take the lock (SQL)
             raise NotFoundError(f"fact {row.id} does not exist")
-        await session.refresh(refreshed)
         return to_fact(refreshed)
 
     async def purge_expired(
         self, session: AsyncSession, user_id: uuid.UUID | None, *, dry_run: bool
     ) -> tuple[int, int]:
-        """Delete the facts past their expiry (every user's for None) with the rows hidden
-        behind them; returns (expired, hidden with them). ``dry_run`` only counts."""
+        """Delete the facts past their expiry (every user's for None); returns (expired, live
+        rows hidden behind them). ``dry_run`` only counts.
+
+        A row hidden behind an expired fact that has not expired itself is never deleted with
+        it (the merge must stay undoable): the most recently updated such row takes the key
+        back, the others are hidden behind it — or, where a visible row holds that key
+        already, all of them are hidden behind that row (docs/memory.md, "Expiry and
+        merges"). Under the categories' locks, so no upsert or delete sees it half done."""
         facts = FactRepository(session=session)
+        if dry_run:
+            return await facts.expired(user_id)
+        locks = FactWriteRepository(session=session)
+        for owner, category in await facts.categories_to_rescue(user_id):
+            await locks.lock_category(owner, category)
         counts = await facts.expired(user_id)
-        if not dry_run:
-            await facts.delete_expired(user_id)
+        heirs = await facts.rescue_behind_expired(user_id)
+        await facts.delete_expired(user_id)
+        await facts.settle_heirs(heirs)
         return counts
 
     # --- reads ------------------------------------------------------------------------------
