@@ -36,7 +36,9 @@ from navi_memory.facades.search import UnifiedMemorySearch
 from navi_memory.facades.sessions import SessionStore
 from navi_memory.facades.store import MemoryStore
 from navi_memory.facades.users import Users
+from navi_memory.jobs.backfill import Backfill
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.embedding_model import EmbeddingModelRecord, Reembed
 from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.jobs.stale_sessions import BackgroundExtraction, StaleSessionSweep
 from navi_memory.llm import (
@@ -44,6 +46,7 @@ from navi_memory.llm import (
     Embedder,
     OllamaChatModel,
     embedder_from_settings,
+    embedding_model_name,
     guard_chat_model,
     guard_embedder,
 )
@@ -83,7 +86,8 @@ class Memory:
     tools: MemoryTools
     """The agent's memory tools: ``specs()`` for the model, ``call(name, arguments, context)``."""
     admin: Admin
-    """Operators' calls (stats, purge_expired, export_user, import_user); need read_all."""
+    """Operators' calls (stats, purge_expired, export_user, import_user, reembed); need
+    read_all."""
 
 
 def _check_arguments(settings: object, embedder: object, chat_model: object) -> None:
@@ -152,7 +156,14 @@ async def open_memory(
         # One embedding service, one chunk service and one indexer, shared: compression writes
         # its chunks through the same service as add_chunks, their vectors share one queue
         # drain, and a failing model is reported once for all of them.
-        embedding = EmbeddingService(guarded)
+        # The model the stored vectors were made by: recorded by the first vector write,
+        # and a change of model with vectors stored reported once here (not refused).
+        record: EmbeddingModelRecord | None = None
+        if guarded is not None:
+            model = settings.embedding_model if embedder is None else embedding_model_name(guarded)
+            record = EmbeddingModelRecord(sessionmaker, model=model)
+            await record.warn_if_changed()
+        embedding = EmbeddingService(guarded, recorder=record)
         chunks = ChunkService.from_settings(settings, embedding=embedding)
         indexer = ChunkIndexer.from_settings(sessionmaker, settings)
         fact_indexer = FactIndexer(
@@ -171,6 +182,13 @@ async def open_memory(
             fact_indexer=fact_indexer,
         )
         background = BackgroundExtraction(sweep)
+        backfill = Backfill(
+            sessionmaker,
+            embedder=guarded,
+            indexer=indexer,
+            fact_indexer=fact_indexer,
+            recorder=record,
+        )
         store = MemoryStore(
             sessionmaker=sessionmaker,
             settings=settings,
@@ -179,6 +197,7 @@ async def open_memory(
             chunks=chunks,
             indexer=indexer,
             fact_indexer=fact_indexer,
+            backfill=backfill,
             cached_plans=cached_plans,
         )
         kv = KvStore(sessionmaker=sessionmaker)
@@ -218,7 +237,13 @@ async def open_memory(
                 cached_plans=cached_plans,
             ),
             tools=memory_tools(store=store, search=search, kv=kv),
-            admin=Admin(sessionmaker=sessionmaker, indexer=indexer, fact_indexer=fact_indexer),
+            admin=Admin(
+                sessionmaker=sessionmaker,
+                indexer=indexer,
+                fact_indexer=fact_indexer,
+                reembed=Reembed(record=record, backfill=backfill),
+                backfill_pause_seconds=settings.backfill_pause_seconds,
+            ),
         )
         try:
             yield memory

@@ -260,3 +260,32 @@ def test_server_commands_start_report_and_stop_the_embedded_server(navi: Navi) -
 def test_the_cli_sort_choices_are_the_library_s() -> None:
     """facts list --sort offers exactly the columns get_all_facts accepts."""
     assert set(get_args(SortColumn)) == set(FACT_SORT_COLUMNS)
+
+
+async def test_reembed_after_a_model_change_clears_doctor_s_finding(
+    navi: Navi, memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """After EMBEDDING_MODEL changes, doctor finds the stored vectors made by the old model and
+    names `navi-memory reembed`; reembed embeds every row again (exit 0) and doctor is content.
+    In text-only mode reembed is refused as a configuration error (exit 2) and says why."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("work", "editor", "neovim", user_id=uid)
+    await memory.store.upsert_fact("work", "shell", "fish", user_id=uid)
+    env = {
+        "DATABASE_URL": memory.settings.database_url or "",
+        "OLLAMA_HOST": fake_ollama.url,
+        "EMBEDDING_MODEL": "other-embed:768",
+    }
+    before = json.loads(navi("doctor", "--json", "--no-models", env=env).stdout)
+    check = next(c for c in before["checks"] if c["name"] == "stored vectors")
+    assert check["status"] == "finding" and check["fix"] == "navi-memory reembed"
+
+    refused = navi("reembed", env={**env, "EMBEDDING_MODEL": "none"})
+    assert refused.returncode == 2
+    assert "text-only mode" in refused.stderr and not refused.stdout.strip()
+
+    done = navi("reembed", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "reembed: 2 row(s) embedded with other-embed:768" in done.stdout
+    after = navi("doctor", "--json", "--no-models", env=env)
+    assert after.returncode == 0, after.stdout

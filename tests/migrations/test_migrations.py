@@ -903,3 +903,21 @@ def test_0017_keeps_separated_spellings_apart_and_back(
         assert columns == []
         assert conn.execute(upsert, (uid,)).fetchone()[0] == "verify"  # type: ignore[index]
         assert visible(conn) == [("preferred_language",)]  # the 0007 rule merges it again
+
+
+def test_0018_adds_an_empty_embedding_model_table_of_one_row_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0018 creates memory_embedding_model empty (which model made the vectors there are is
+    not known), holding at most one row; its downgrade drops it."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0017")
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT * FROM memory_embedding_model").fetchall() == []
+        conn.execute("INSERT INTO memory_embedding_model (model) VALUES ('nomic-embed-text')")
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("INSERT INTO memory_embedding_model (id, model) VALUES (2, 'other')")
+    dbtools.downgrade(url, "0017")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT to_regclass('memory_embedding_model')").fetchone() == (None,)

@@ -29,6 +29,7 @@ from navi_memory.db import (
 )
 from navi_memory.errors import NaviMemoryError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.embedding_model import EmbeddingModelRecord
 from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.jobs.queue_indexer import QueueIndexer
 from navi_memory.llm import OllamaChatModel, embedder_from_settings
@@ -144,6 +145,8 @@ async def _database_checks(settings: Settings) -> list[Check]:
         if caps.vector and caps.revision == SCHEMA_HEAD:
             checks.append(await _queue_check(settings, engine))
             checks.append(await _fact_queue_check(settings, engine))
+            if not settings.text_only:
+                checks.append(await _embedding_model_check(settings, engine))
         return checks
     finally:
         await engine.dispose()
@@ -256,6 +259,24 @@ async def _fact_queue_check(settings: Settings, engine: AsyncEngine) -> Check:
         create_sessionmaker(engine), batch_size=settings.fact_index_batch_size, background=False
     )
     return await _backlog_check(settings, indexer, "fact queue", "fact vector(s)", "the index")
+
+
+async def _embedding_model_check(settings: Settings, engine: AsyncEngine) -> Check:
+    """A finding when the stored vectors were made by another model than EMBEDDING_MODEL."""
+    record = EmbeddingModelRecord(create_sessionmaker(engine), model=settings.embedding_model)
+    try:
+        recorded = await record.changed_from()
+    except NaviMemoryError as exc:
+        return Check("stored vectors", "finding", str(exc), _reach_fix(settings))
+    if recorded is not None:
+        return Check(
+            "stored vectors",
+            "finding",
+            f"made by {recorded!r}, but EMBEDDING_MODEL is {settings.embedding_model!r}: "
+            "vectors of two models are not comparable, vector search misses",
+            "navi-memory reembed",
+        )
+    return Check("stored vectors", "ok", f"none made by another model than {record.model!r}")
 
 
 async def _backlog_check(

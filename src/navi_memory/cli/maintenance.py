@@ -1,4 +1,5 @@
-"""``migrate`` and ``backfill``: the schema, and the vectors rows were written without."""
+"""``migrate``, ``backfill`` and ``reembed``: the schema, the vectors rows were written
+without, and every vector made again after a change of embedding model."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from navi_memory.cli.output import EXIT_INTERRUPTED, TableProgress, admin_memory
 from navi_memory.config import load_settings
 from navi_memory.migrations import head_revision, upgrade
 
-__all__ = ["backfill", "migrate", "register"]
+__all__ = ["backfill", "migrate", "reembed", "register"]
 
 
 def register(app: typer.Typer) -> None:
     app.command("migrate")(migrate)
     app.command("backfill")(backfill)
+    app.command("reembed")(reembed)
 
 
 def migrate(
@@ -77,5 +79,41 @@ def backfill() -> None:
     out.print(
         f"backfill: {recovered} chunk(s) of dropped history recovered, {made}, {indexed} chunk(s) "
         f"and {facts_indexed} fact vector(s) indexed",
+        markup=False,
+    )
+
+
+def reembed() -> None:
+    """Embed every fact and chunk again with the configured EMBEDDING_MODEL, after a change.
+
+    Clears every stored vector and the vector indexes in one transaction, records the
+    configured model, then runs the backfill's work (same batches and pause). Meanwhile
+    search finds the rows by text. Interrupted, `navi-memory backfill` finishes it.
+    Refused in text-only mode (EMBEDDING_MODEL=none).
+    """
+    settings = load_settings()
+    bars = TableProgress()
+
+    async def work() -> tuple[int, int, int]:
+        async with admin_memory(settings) as memory:
+            if memory.embedder is None:
+                await memory.admin.reembed()  # refused, saying why: no progress bars drawn
+            with bars.shown():
+                embedded = await memory.admin.reembed(settings.backfill_batch_size, progress=bars)
+            indexed = await memory.store.index_pending_chunks()
+            facts_indexed = await memory.store.index_pending_facts()
+        return embedded, indexed, facts_indexed
+
+    try:
+        embedded, indexed, facts_indexed = run(work)
+    except KeyboardInterrupt:
+        err.print(
+            "navi-memory: interrupted; the vectors were cleared and finished batches are saved: "
+            "run navi-memory backfill to finish"
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    out.print(
+        f"reembed: {embedded} row(s) embedded with {settings.embedding_model}, {indexed} "
+        f"chunk(s) and {facts_indexed} fact vector(s) indexed",
         markup=False,
     )

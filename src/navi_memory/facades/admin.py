@@ -1,5 +1,5 @@
 """memory.admin: an operator's calls, for the CLI and for a host's admin endpoint: stats,
-purging expired facts, and one user's memory exported and imported.
+purging expired facts, one user's memory exported and imported, and every vector made again.
 
 Every call needs ``navi.memory.read_all`` (DESIGN: tenancy), and on top of it the rules of
 any read or write: ``user_id=None`` means the current user when there is one (every user only
@@ -16,9 +16,17 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from navi_memory.constants import PERMISSION_READ_ALL, STATS_USERS_DEFAULT
-from navi_memory.errors import PermissionDeniedError
+from navi_memory.constants import (
+    BACKFILL_BATCH_SIZE,
+    BACKFILL_PAUSE_MAX_SECONDS,
+    BATCH_SIZE_MAX,
+    PERMISSION_READ_ALL,
+    STATS_USERS_DEFAULT,
+)
+from navi_memory.errors import ConfigError, InvalidTypeError, PermissionDeniedError
+from navi_memory.jobs.backfill import ProgressCallback
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.embedding_model import Reembed
 from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.request_context import (
     as_user_id,
@@ -32,7 +40,7 @@ from navi_memory.services.facts import FactService
 from navi_memory.services.stats import StatsService
 from navi_memory.services.transfer import TransferService, export_header, parse_records
 from navi_memory.unit_of_work import engine_of, unit_of_work
-from navi_memory.validation import check_bool, check_int, check_optional_text
+from navi_memory.validation import check_bool, check_int, check_number, check_optional_text
 
 __all__ = ["Admin"]
 
@@ -57,8 +65,13 @@ class Admin:
         sessionmaker: async_sessionmaker[AsyncSession],
         indexer: ChunkIndexer,
         fact_indexer: FactIndexer | None = None,
+        reembed: Reembed | None = None,
+        backfill_pause_seconds: float = 0.0,
     ) -> None:
+        """``reembed`` None: this Admin cannot re-embed (open_memory always passes one)."""
         self._sessionmaker = sessionmaker
+        self._reembed = reembed
+        self._pause_seconds = backfill_pause_seconds
         # An export reads many tables: one snapshot, so a concurrent write cannot tear it.
         self._snapshot = async_sessionmaker(
             engine_of(sessionmaker).execution_options(isolation_level="REPEATABLE READ"),
@@ -145,3 +158,39 @@ class Admin:
         if result.rows.get("fact") and self._fact_indexer is not None:
             self._fact_indexer.kick()  # memory_facts' trigger queued their vectors
         return result
+
+    async def reembed(
+        self,
+        batch_size: int = BACKFILL_BATCH_SIZE,
+        *,
+        pause_seconds: float | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> int:
+        """Embed every fact and chunk again with the configured model, after a model change:
+        clears every stored vector and the vector indexes' copies and queues in one
+        transaction, records the configured model as the one that made the vectors, then runs
+        the backfill (``store.backfill_embeddings``; same batches, pause and progress). Returns
+        how many rows got a vector. Meanwhile the rows without one are found by text search;
+        interrupted, ``backfill_embeddings`` finishes the work. Every user's rows: acting for
+        nobody, with ``navi.memory.read_all``. Refused in text-only mode (ConfigError)."""
+        _require_admin("reembed")
+        if current_user_id() is not None:
+            raise PermissionDeniedError(
+                "reembed re-embeds every user's memory: call it acting for nobody (outside "
+                "request_context(user_id=...)), with navi.memory.read_all"
+            )
+        batch_size = check_int("batch_size", batch_size, minimum=1, maximum=BATCH_SIZE_MAX)
+        if pause_seconds is None:
+            pause_seconds = self._pause_seconds
+        pause_seconds = check_number(
+            "pause_seconds", pause_seconds, minimum=0, maximum=BACKFILL_PAUSE_MAX_SECONDS
+        )
+        if progress is not None and not callable(progress):
+            raise InvalidTypeError(
+                f"progress must be a function of BackfillProgress, got {type(progress).__name__}"
+            )
+        if self._reembed is None:
+            raise ConfigError("this Admin was built without a re-embedding job: use open_memory()")
+        return await self._reembed.run(
+            batch_size=batch_size, pause_seconds=pause_seconds, progress=progress
+        )

@@ -21,6 +21,7 @@ from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FactRepository, FactVectorRepository
+from navi_memory.services.embedding import VectorRecorder
 from navi_memory.unit_of_work import unit_of_work
 
 __all__ = [
@@ -75,11 +76,14 @@ class Backfill:
         embedder: Embedder | None,
         indexer: ChunkIndexer,
         fact_indexer: FactIndexer | None = None,
+        recorder: VectorRecorder | None = None,
     ) -> None:
+        """``recorder`` learns of the first vectors stored (the embedding model of record)."""
         self._sessionmaker = sessionmaker
         self._embedder = embedder
         self._indexer = indexer
         self._fact_indexer = fact_indexer
+        self._recorder = recorder
 
     async def run(
         self,
@@ -105,6 +109,7 @@ class Backfill:
             batch_size=batch_size,
             pause_seconds=pause_seconds,
             progress=progress,
+            recorder=self._recorder,
         )
         async with unit_of_work(self._sessionmaker) as session:
             requeued = await ChunkRepository(session=session).requeue_unindexed()
@@ -139,8 +144,10 @@ async def run_backfill(
     batch_size: int,
     pause_seconds: float,
     progress: ProgressCallback | None = None,
+    recorder: VectorRecorder | None = None,
 ) -> dict[str, int]:
     """Embed and store every missing vector of ``sources``; returns rows filled per table.
+    ``recorder`` is told before each batch's vectors are stored.
 
     An EmbeddingError propagates (the rows of the failed batch keep NULL; a rerun resumes).
     """
@@ -160,6 +167,8 @@ async def run_backfill(
                 await asyncio.sleep(pause_seconds)
             first_batch = False
             vectors = await embedder.embed_documents([text for _, text in batch])
+            if recorder is not None:
+                await recorder.vectors_made()
             async with unit_of_work(sessionmaker) as session:
                 await source.store(
                     session,

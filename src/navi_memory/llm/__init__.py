@@ -22,6 +22,7 @@ from navi_memory.llm.embedder import (
     Embedder,
     OllamaEmbedder,
     embedder_from_settings,
+    embedding_model_name,
     embedding_text_for_fact,
 )
 from navi_memory.llm.guard import (
@@ -49,6 +50,7 @@ __all__ = [
     "ToolChatModel",
     "ToolSpec",
     "embedder_from_settings",
+    "embedding_model_name",
     "embedding_text_for_fact",
     "guard_chat_model",
     "guard_embedder",

@@ -25,7 +25,13 @@ if TYPE_CHECKING:
 
     from navi_memory.config import Settings
 
-__all__ = ["Embedder", "OllamaEmbedder", "embedder_from_settings", "embedding_text_for_fact"]
+__all__ = [
+    "Embedder",
+    "OllamaEmbedder",
+    "embedder_from_settings",
+    "embedding_model_name",
+    "embedding_text_for_fact",
+]
 
 
 @runtime_checkable
@@ -62,6 +68,19 @@ def embedding_text_for_fact(category: str, key: str, value: str) -> str:
     re-embedding every stored fact.
     """
     return f"{category} / {key}: {value}"
+
+
+def embedding_model_name(embedder: object) -> str:
+    """The name an embedder gives its model (its ``model`` attribute, inside any guard), else
+    its class name: what the stored vectors are recorded as made by (memory_embedding_model).
+    An embedder built from the settings is named by EMBEDDING_MODEL instead (open_memory)."""
+    inner = getattr(embedder, "inner", None)
+    if inner is not None and inner is not embedder:
+        return embedding_model_name(inner)
+    model = getattr(embedder, "model", None)
+    if isinstance(model, str) and model.strip():
+        return model.strip()
+    return type(embedder).__name__
 
 
 class OllamaEmbedder(ClientOwner):

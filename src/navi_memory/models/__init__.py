@@ -10,6 +10,7 @@ from navi_memory.models.chunks import (
     ChunkVectorQueueRow,
     ChunkVectorRow,
 )
+from navi_memory.models.embedding_model import EmbeddingModelRow
 from navi_memory.models.facts import (
     FactRow,
     FactVectorQueueRow,
@@ -31,6 +32,7 @@ __all__ = [
     "ChunkTextStatsRow",
     "ChunkVectorQueueRow",
     "ChunkVectorRow",
+    "EmbeddingModelRow",
     "FactRow",
     "FactVectorQueueRow",
     "FactVectorRow",

@@ -4,6 +4,9 @@ EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS with a count. Without a model (text-only 
 call answers "no vector" at once, silently.
 
 Never call these inside a transaction: the model may take its time.
+
+Documents' vectors are about to be stored: the first ones of a process are announced to the
+``recorder`` (open_memory's: the embedding model of record, jobs/embedding_model.py).
 """
 
 from __future__ import annotations
@@ -12,14 +15,21 @@ import logging
 import time
 from array import array
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from navi_memory.constants import EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS
 from navi_memory.errors import EmbeddingError
 from navi_memory.llm import Embedder, GuardedEmbedder, storable_vector, storable_vectors
 
-__all__ = ["EmbeddingService", "storable_vector", "storable_vectors"]
+__all__ = ["EmbeddingService", "VectorRecorder", "storable_vector", "storable_vectors"]
 
 logger = logging.getLogger(__name__)
+
+
+class VectorRecorder(Protocol):
+    async def vectors_made(self) -> None:
+        """Called before document vectors are stored; cheap after its first call."""
+        ...
 
 
 class EmbeddingService:
@@ -35,8 +45,10 @@ class EmbeddingService:
         *,
         log_interval_seconds: float = EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        recorder: VectorRecorder | None = None,
     ) -> None:
         self.embedder = embedder
+        self._recorder = recorder
         self._interval = log_interval_seconds
         self._clock = clock
         self._reported_at: float | None = None
@@ -66,6 +78,8 @@ class EmbeddingService:
             self._failed(exc)
             return None
         self._succeeded()
+        if self._recorder is not None and vectors:
+            await self._recorder.vectors_made()
         return vectors
 
     async def query(self, text: str) -> array[float] | None:

@@ -33,6 +33,7 @@ import navi_memory.testing
                 "ToolChatModel",
                 "ToolSpec",
                 "embedder_from_settings",
+                "embedding_model_name",
                 "embedding_text_for_fact",
                 "guard_chat_model",
                 "guard_embedder",

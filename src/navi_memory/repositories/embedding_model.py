@@ -1,0 +1,79 @@
+"""SQL of the embedding model of record (memory_embedding_model), and clearing every stored
+vector with the vector indexes' copies and queues, for a re-embedding."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sqlalchemy import exists, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from navi_memory.models import ChunkRow, EmbeddingModelRow, FactRow
+
+__all__ = ["EmbeddingModelRepository"]
+
+# The chunk and fact vector indexes hold copies of the vectors, and their queues (revision 0013)
+# vectors made ahead: both go with the vectors of record.
+_TRUNCATE_VECTOR_INDEXES: Final = text(
+    "TRUNCATE memory_chunk_vectors, memory_chunk_vector_queue, "
+    "memory_fact_vectors, memory_fact_vector_queue"
+)
+
+
+class EmbeddingModelRepository:
+    def __init__(self, *, session: AsyncSession) -> None:
+        self.session = session
+
+    async def recorded(self) -> str | None:
+        """The model of record; None when none was recorded yet."""
+        return await self.session.scalar(select(EmbeddingModelRow.model))
+
+    async def record_if_none(self, model: str) -> str:
+        """Record ``model`` unless a model is recorded already; returns the model of record."""
+        await self.session.execute(
+            insert(EmbeddingModelRow).values(model=model).on_conflict_do_nothing()
+        )
+        recorded = await self.recorded()
+        assert recorded is not None  # inserted above, or there already
+        return recorded
+
+    async def replace(self, model: str) -> None:
+        """Make ``model`` the model of record, whatever was recorded."""
+        statement = insert(EmbeddingModelRow).values(model=model)
+        await self.session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[EmbeddingModelRow.id],
+                set_={"model": statement.excluded.model, "recorded_at": text("now()")},
+            )
+        )
+
+    async def vectors_exist(self) -> bool:
+        """Whether any fact or chunk holds a vector."""
+        found = await self.session.scalar(
+            select(
+                or_(
+                    exists().where(FactRow.embedding.is_not(None)),
+                    exists().where(ChunkRow.embedding.is_not(None)),
+                )
+            )
+        )
+        return bool(found)
+
+    async def clear_vectors(self) -> None:
+        """Every fact's and chunk's vector set to NULL, and the vector indexes and their queues
+        emptied (the text index is left alone: text search keeps finding the rows)."""
+        await self.session.execute(
+            update(FactRow)
+            .where(FactRow.embedding.is_not(None))
+            .values(embedding=None)
+            .execution_options(synchronize_session=False)
+        )
+        await self.session.execute(
+            update(ChunkRow)
+            .where(ChunkRow.embedding.is_not(None))
+            .values(embedding=None)
+            .execution_options(synchronize_session=False)
+        )
+        # After the UPDATEs: memory_facts' trigger may have queued the facts it saw change.
+        await self.session.execute(_TRUNCATE_VECTOR_INDEXES)

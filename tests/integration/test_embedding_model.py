@@ -1,0 +1,173 @@
+"""The embedding model of record: recorded by the first vector write, a change reported (log
+and doctor), and reembed making every vector again with the configured model."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from navi_memory import (
+    PERMISSION_READ_ALL,
+    ConfigError,
+    EmbeddingError,
+    Memory,
+    PermissionDeniedError,
+    Settings,
+    open_memory,
+    request_context,
+)
+from navi_memory.cli.doctor import diagnose
+from navi_memory.jobs.backfill import BackfillProgress
+from navi_memory.testing import FakeOllama
+from tests.conftest import make_settings
+from tests.integration.factories import execute, new_user, scalar
+from tests.integration.test_chunks import draft
+
+OTHER_MODEL = "mxbai-embed-other:768"
+RECORDED = "SELECT model FROM memory_embedding_model"
+
+
+def _other(settings: Settings, fake: FakeOllama) -> Settings:
+    """The same database, EMBEDDING_MODEL another 768-dimensional model."""
+    assert settings.database_url is not None
+    return make_settings(settings.database_url, fake, embedding_model=OTHER_MODEL)
+
+
+async def _stored_memory(memory: Memory) -> None:
+    """Three facts and two chunks of one user, with vectors."""
+    uid = await new_user(memory)
+    for key, value in (("editor", "neovim"), ("shell", "fish"), ("vpn", "WireGuard 51820")):
+        await memory.store.upsert_fact("tools", key, value, user_id=uid)
+    chunks = [draft("User: the server port is 8443"), draft("User: deploy on fridays", seq=3)]
+    await memory.store.add_chunks(chunks, user_id=uid, session_id="s1")
+
+
+async def test_the_model_is_recorded_by_the_first_vector_write(memory: Memory) -> None:
+    assert await scalar(memory, RECORDED) is None  # empty after the upgrade and at open
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("tools", "editor", "neovim", user_id=uid)
+    assert await scalar(memory, RECORDED) == memory.settings.embedding_model
+
+
+async def test_backfill_records_the_model_of_the_vectors_it_makes(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    fake_ollama.mode = "fail"
+    await memory.store.upsert_fact("tools", "editor", "neovim", user_id=uid)
+    assert await scalar(memory, RECORDED) is None  # no vector was made
+    fake_ollama.mode = "ok"
+    assert await memory.store.backfill_embeddings() == 1
+    assert await scalar(memory, RECORDED) == memory.settings.embedding_model
+
+
+async def test_another_model_with_vectors_stored_is_logged_once_and_a_doctor_finding(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _stored_memory(memory)
+    other = _other(settings, fake_ollama)
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        async with open_memory(other) as changed:
+            uid = await new_user(changed)
+            # Not refused: writes and searches go on.
+            await changed.store.upsert_fact("tools", "browser", "firefox", user_id=uid)
+            assert await changed.store.search_facts("firefox", user_id=uid)
+    events = [r for r in caplog.records if "memory.embedding_model_changed" in r.getMessage()]
+    assert len(events) == 1
+    assert settings.embedding_model in events[0].getMessage()
+    assert OTHER_MODEL in events[0].getMessage()
+    assert await scalar(memory, RECORDED) == settings.embedding_model  # not overwritten
+
+    checks = {c.name: c for c in await diagnose(other, check_models=False)}
+    assert checks["stored vectors"].status == "finding"
+    assert checks["stored vectors"].fix == "navi-memory reembed"
+    same = {c.name: c for c in await diagnose(settings, check_models=False)}
+    assert same["stored vectors"].status == "ok"
+
+
+async def test_another_model_without_vectors_stored_is_no_change(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama, caplog: pytest.LogCaptureFixture
+) -> None:
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("tools", "editor", "neovim", user_id=uid)
+    await execute(memory, "UPDATE memory_facts SET embedding = NULL")
+    other = _other(settings, fake_ollama)
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        async with open_memory(other):
+            pass
+    assert "memory.embedding_model_changed" not in caplog.text
+
+
+async def test_reembed_embeds_every_fact_and_chunk_with_the_configured_model(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _stored_memory(memory)
+    await memory.store.index_pending_chunks()
+    await memory.store.index_pending_facts()
+    other = _other(settings, fake_ollama)
+    async with open_memory(other) as changed:
+        fake_ollama.clear()
+        seen: list[BackfillProgress] = []
+        with request_context(permissions=[PERMISSION_READ_ALL]):
+            assert await changed.admin.reembed(batch_size=2, progress=seen.append) == 5
+        assert {(p.table, p.done, p.total) for p in seen if p.done == p.total} == {
+            ("memory_facts", 3, 3),
+            ("memory_chunks", 2, 2),
+        }
+        embedded = fake_ollama.requests_to("/api/embed")
+        assert embedded and {r.json["model"] for r in embedded} == {OTHER_MODEL}
+        assert await scalar(changed, RECORDED) == OTHER_MODEL
+        for table in ("memory_facts", "memory_chunks"):
+            missing = f"SELECT count(*) FROM {table} WHERE embedding IS NULL"
+            assert await scalar(changed, missing) == 0
+        await changed.store.index_pending_chunks()
+        await changed.store.index_pending_facts()
+        assert await scalar(changed, "SELECT count(*) FROM memory_chunk_vectors") == 2
+        assert await scalar(changed, "SELECT count(*) FROM memory_fact_vectors") == 3
+        assert await changed.store.pending_chunk_count() == 0
+        assert await changed.store.pending_fact_count() == 0
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        async with open_memory(other):
+            pass
+    assert "memory.embedding_model_changed" not in caplog.text
+    checks = {c.name: c for c in await diagnose(other, check_models=False)}
+    assert checks["stored vectors"].status == "ok"
+
+
+async def test_rows_are_found_by_text_while_their_vectors_are_cleared(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    await _stored_memory(memory)
+    fake_ollama.mode = "fail"  # reembed clears, then the model is down: the rows stay findable
+    with request_context(permissions=[PERMISSION_READ_ALL]), pytest.raises(EmbeddingError):
+        await memory.admin.reembed()
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 3
+    uid = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
+    hits = await memory.store.search_facts("WireGuard", user_id=uid)  # type: ignore[arg-type]
+    assert [h.via for h in hits] == ["text"]
+
+
+async def test_reembed_in_text_only_mode_is_refused_and_clears_nothing(
+    memory: Memory, settings: Settings
+) -> None:
+    await _stored_memory(memory)
+    async with open_memory(settings, embedder=False) as text_only:
+        with (
+            request_context(permissions=[PERMISSION_READ_ALL]),
+            pytest.raises(ConfigError, match="text-only mode"),
+        ):
+            await text_only.admin.reembed()
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0
+
+
+async def test_reembed_needs_read_all_and_acting_for_nobody(memory: Memory) -> None:
+    uid = await new_user(memory)
+    with pytest.raises(PermissionDeniedError, match="read_all"):
+        await memory.admin.reembed()
+    with (
+        request_context(user_id=uid, permissions=[PERMISSION_READ_ALL]),
+        pytest.raises(PermissionDeniedError, match="acting for nobody"),
+    ):
+        await memory.admin.reembed()
