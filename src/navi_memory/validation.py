@@ -22,6 +22,7 @@ __all__ = [
     "check_sequence",
     "check_session_id",
     "check_text",
+    "holds_nul",
 ]
 
 
@@ -133,8 +134,15 @@ def check_json_object(name: str, value: Any, *, max_chars: int) -> dict[str, Any
         raise InvalidInputError(f"{name} cannot be stored as JSON: {exc}") from exc
     check_text(name, dumped, max_chars=max_chars)  # a lone surrogate, anywhere, is refused here
     loaded: dict[str, Any] = json.loads(dumped)
-    # jsonb refuses \u0000 anywhere, keys included.
-    pending: list[Any] = [loaded]
+    if holds_nul(loaded):  # jsonb refuses \u0000 anywhere, keys included
+        raise InvalidInputError(f"{name} contains a NUL byte, which jsonb cannot hold")
+    return loaded
+
+
+def holds_nul(value: Any) -> bool:
+    """Whether a str anywhere in ``value`` (dicts' keys and values, lists, nested) holds a NUL,
+    which PostgreSQL's text and jsonb refuse."""
+    pending: list[Any] = [value]
     while pending:
         item = pending.pop()
         if isinstance(item, dict):
@@ -143,5 +151,5 @@ def check_json_object(name: str, value: Any, *, max_chars: int) -> dict[str, Any
         elif isinstance(item, list):
             pending.extend(item)
         elif isinstance(item, str) and "\x00" in item:
-            raise InvalidInputError(f"{name} contains a NUL byte, which jsonb cannot hold")
-    return loaded
+            return True
+    return False

@@ -59,6 +59,7 @@ from navi_memory.validation import (
     check_optional_text,
     check_session_id,
     check_text,
+    holds_nul,
 )
 
 __all__ = ["TransferService", "export_header", "parse_records"]
@@ -208,16 +209,8 @@ def _unique(what: str, keys: Iterable[object]) -> None:
 
 def _no_nul(records: Sequence[ExportRecord]) -> None:
     """PostgreSQL text cannot hold NUL: refuse the import before writing anything."""
-    pending: list[Any] = [record.model_dump() for record in records]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, str) and "\x00" in item:
-            raise InvalidInputError("the export holds a NUL character, which PostgreSQL refuses")
+    if holds_nul([record.model_dump() for record in records]):
+        raise InvalidInputError("the export holds a NUL character, which PostgreSQL refuses")
 
 
 def export_header(records: Sequence[ExportRecord]) -> ExportHeader:
