@@ -33,6 +33,7 @@ from benchmarks.chunks_data import (
 )
 from benchmarks.harness import (
     BenchContext,
+    CapturedStatement,
     Plan,
     Row,
     Sample,
@@ -53,6 +54,8 @@ from benchmarks.sections import (
     loader,
     p50_p95,
     quiet_embedding_failures,
+    raw_connection,
+    raw_fetch,
     relation_sizes,
     replay_explained,
     summarize_plan,
@@ -70,6 +73,8 @@ from navi_memory.text.terms import STOP_WORDS
 __all__ = ["SECTION", "ChunksSection", "LookupEmbedder"]
 
 DATABASE: Final = "bench_chunks"
+RAW_RATIO_TARGET: Final = 1.3
+"""#16: the package / raw asyncpg p50 of every search call, in the same run."""
 GLOBAL_QUERIES: Final = 12
 """Queries of the search across every user (read_all)."""
 GRAPH_EF_WIDE: Final = 400
@@ -260,6 +265,7 @@ class ChunksSection:
             bench = ChunksBench(
                 memory, clock, embedder, lookup, plans, load.ids, report, ctx, rng, sizes
             )
+            bench.settings = settings
             await bench.explain_plans()
             await bench.search()
             await bench.graph_crossover()
@@ -691,6 +697,8 @@ class ChunksBench:
         self.weights = [plan.size for plan in plans]
         self.lines: dict[int, list[tuple[int, tuple[list[Line], list[Line]]]]] = {}
         self.rounds = 0
+        self.settings: Settings | None = None
+        """The Memory's settings: what the raw connection of ``_beside_raw`` starts with."""
 
     def log(self, message: str) -> None:
         self.ctx.log(f"{self.tag}: {message}")
@@ -771,6 +779,10 @@ class ChunksBench:
                 self.report.rows += search_rows(
                     results, cold, f"search_chunks, {path}, users {name}", vector=not text_only
                 )
+                if name == "uniform":
+                    self.report.rows += await self._beside_raw(
+                        queries[warmup:], text_only=text_only
+                    )
                 if not text_only:
                     vector_p50[name] = percentile([s.without_embedding for _, s, _ in results], 50)
                     self.report.rows.append(await self._recall(results))
@@ -791,6 +803,72 @@ class ChunksBench:
                         met=p50 <= SEARCH_P50_TARGET,
                     )
                 )
+
+    async def _beside_raw(self, queries: Sequence[Query], *, text_only: bool) -> list[Row]:
+        """Each query through search_chunks and its captured statement on raw asyncpg, one
+        after the other, which first alternating (as the facts section's search_facts beside
+        raw): the package's time is the whole call, embedding excluded, the raw one the fetch
+        alone, on one plain asyncpg connection started like the engine's (force_custom_plan,
+        the HNSW options, the binary vector codec). #16's "package / raw asyncpg p50 ≤ 1.3×
+        for every search call", for search_chunks."""
+        assert self.settings is not None
+        path = "text path" if text_only else "vector path"
+        self.log(f"search_chunks beside raw asyncpg x {len(queries)}, {path}")
+        raw = await raw_connection(self.ctx, DATABASE, self.settings)
+        self.lookup.failing = text_only
+        try:
+            with quiet_embedding_failures():
+                captured: list[list[CapturedStatement]] = []
+                for query in queries:  # the statements each query sends, and a warm-up of both
+                    with self.clock.capture() as sent:
+                        await self.memory.store.search_chunks(query.text, user_id=query.user_id)
+                    captured.append(list(sent))
+                    for statement in sent:
+                        await raw_fetch(raw, statement)
+                package: list[float] = []
+                replayed: list[float] = []
+                for index, (query, sent) in enumerate(zip(queries, captured, strict=True)):
+                    raw_first = index % 2 == 1
+                    if raw_first:
+                        replayed.append(sum([await raw_fetch(raw, st) for st in sent]))
+                    _, sample = await timed(
+                        self.memory.store.search_chunks(query.text, user_id=query.user_id),
+                        self.embedder,
+                        self.clock,
+                    )
+                    package.append(sample.without_embedding)
+                    if not raw_first:
+                        replayed.append(sum([await raw_fetch(raw, st) for st in sent]))
+        finally:
+            self.lookup.failing = False
+            await raw.close()
+        statements = sum(len(sent) for sent in captured) / len(captured)
+        ratio = percentile(package, 50) / percentile(replayed, 50)
+        self.report.targets.append(
+            Target(
+                name=f"search_chunks ({path}, users uniform) package / raw asyncpg p50, same run",
+                goal=f"<= {RAW_RATIO_TARGET:.1f}x",
+                measured=(
+                    f"{fmt_ms(percentile(package, 50))} / {fmt_ms(percentile(replayed, 50))} ms "
+                    f"= {ratio:.2f}x"
+                ),
+                met=ratio <= RAW_RATIO_TARGET,
+            )
+        )
+        return [
+            p50_p95(
+                f"search_chunks beside raw, {path}: package",
+                package,
+                f"{len(package)} queries (users uniform), the whole call, embedding excluded",
+            ),
+            p50_p95(
+                "  the same statement on raw asyncpg",
+                replayed,
+                f"fetch only, {statements:.2f} statements a call; same server settings, binary "
+                "vector codec",
+            ),
+            Row("  package / raw p50", f"{ratio:.2f}", "x", "same run, order alternating"),
+        ]
 
     async def _unpruned(
         self, queries: Sequence[Query], pruned: Sequence[Searched], warmup: int, name: str
