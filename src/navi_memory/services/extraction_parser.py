@@ -335,6 +335,11 @@ def _text(value: Any) -> str | None:
     return None
 
 
+def _name(text: str) -> str:
+    """A category or key: cleaned, each run of whitespace (a newline, a tab) one space."""
+    return " ".join(_clean(text).split())
+
+
 def _source(value: Any) -> str:
     if not isinstance(value, str):
         return DEFAULT_SOURCE
@@ -351,9 +356,9 @@ def _draft(item: _Item) -> FactDraft | None:
         raw_category = item.category
     if raw_category is not None and not isinstance(raw_category, str):
         return None
-    category = _clean(raw_category or "").strip().lower() or DEFAULT_CATEGORY
+    category = _name(raw_category or "").lower() or DEFAULT_CATEGORY
     raw_key = fields.get("key")
-    key = _clean(raw_key).strip() if isinstance(raw_key, str) else ""
+    key = _name(raw_key) if isinstance(raw_key, str) else ""
     value = _text(fields.get("value"))
     if not key or value is None:
         return None
@@ -383,10 +388,11 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     of these inside code fences, with prose around them, as a JSON string, or written as a
     Python literal. JSON cut off part-way keeps its complete items. Per item: ``key`` and
     ``value`` are required (a number, a boolean or a list of them becomes text); ``category``
-    defaults to "general" and is lower-cased; an unknown ``source`` becomes "conversation";
-    extra fields are ignored. An item that is not an object, lacks a field, has a field of the
-    wrong type or beyond the store's limits is skipped and counted; so is every item past
-    ``max_facts``. Raises ``ExtractionError`` only when the reply holds no JSON at all.
+    defaults to "general" and is lower-cased; whitespace runs in a category or key become one
+    space; an unknown ``source`` becomes "conversation"; extra fields are ignored. An item that
+    is not an object, lacks a field, has a field of the wrong type or beyond the store's limits
+    is skipped and counted; so is every item past ``max_facts``. Raises ``ExtractionError``
+    only when the reply holds no JSON at all.
     """
     found = _locate(reply)
     if found is None:

@@ -523,3 +523,15 @@ def test_an_integer_too_long_for_python_stays_text_and_the_rest_is_parsed() -> N
             ("employee_id", digits),
             ("badge", "42"),
         ], text[:40]
+
+
+def test_line_breaks_and_tabs_inside_a_category_or_key_become_one_space() -> None:
+    """A category or key is a name: a newline or tab inside one (JSON escapes) would be stored
+    as it is and break the `- [category] key: value` lines of the summary prompt and the
+    CLI's tables. Runs of whitespace become one space."""
+    reply = json.dumps(
+        [{"category": "work\nprojects", "key": "main\t\tproject\r\nname", "value": "navi"}]
+    )
+    parsed = parse_extracted_facts(reply)
+    assert triples(parsed) == [("work projects", "main project name", "navi")]
+    assert parsed.skipped == 0
