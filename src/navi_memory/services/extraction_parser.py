@@ -7,6 +7,7 @@ is skipped and counted; only a reply with no JSON in it at all is a failure.
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import math
 import re
@@ -44,6 +45,7 @@ DEFAULT_SOURCE: Final = "conversation"
 # Where a JSON value may start: "[" before a value or "]", "{" before a key or "}". Brackets in
 # prose ("[as requested]", "{name}") do not qualify, so they are never mistaken for the reply.
 _START: Final = re.compile(r"\[(?=\s*[\[{\"\]\d\-tfn])|\{(?=\s*[\"}])")
+_ARRAY_START: Final = re.compile(r"\[(?=\s*[\[{\"\]\d\-tfn])")
 _FENCE: Final = re.compile(r"```[\w+-]*[^\S\n]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 _INT_DIGITS_MAX: Final = 4000
 """Longer integer literals stay text: Python refuses to convert more than 4,300 digits (a
@@ -60,6 +62,12 @@ _NEXT_ELEMENT: Final = re.compile(r",\s*\{")
 _MAX_BROKEN_STARTS: Final = 20
 """Broken JSON starts tried before giving up: each try reads on to the end of the reply, so
 an unbounded number would make a hostile reply quadratic."""
+_MAX_FENCES: Final = 20
+"""Code fences read before the reply as a whole."""
+_MAX_BROKEN_ITEMS: Final = 100
+"""Broken items of an array read past before giving up on the rest: each costs a pass over
+the reply up to it (the decoder's error works out its line number), so an unbounded number
+would make a long reply of broken items quadratic (10 s for 2 MB)."""
 
 # Wrapper names a model puts around the list; any other name of a list or object is a category.
 _WRAPPERS: Final = frozenset(
@@ -170,6 +178,8 @@ def _salvage_array(text: str, start: int) -> _Found:
             break
         except json.JSONDecodeError as exc:
             lost += 1
+            if lost >= _MAX_BROKEN_ITEMS:
+                break
             if not items and text[pos] != "{":
                 # Not an array of objects at all ("[to be done]" in prose): give it up, so
                 # the JSON after it is found whole.
@@ -187,10 +197,10 @@ def _salvage_array(text: str, start: int) -> _Found:
 def _salvage(text: str, start: int) -> _Found:
     if text[start] == "[":
         return _salvage_array(text, start)
-    # A broken object: the list inside it (``{"facts": [...``) is what can be saved.
-    inner = _START.search(text, start + 1)
-    while inner is not None and text[inner.start()] != "[":
-        inner = _START.search(text, inner.start() + 1)
+    # A broken object: the list inside it (``{"facts": [...``) is what can be saved. One
+    # search for it: stepping through every "{" on the way made each broken start as slow
+    # as a Python loop over the rest of the reply.
+    inner = _ARRAY_START.search(text, start + 1)
     if inner is None:
         return _Found([], truncated=True, lost=1)
     return _salvage_array(text, inner.start())
@@ -228,8 +238,9 @@ def _find_json(text: str) -> _Found | None:
 
 
 def _candidates(reply: str) -> Iterator[str]:
-    # Fenced blocks first: the prose around them may hold brackets of its own.
-    for match in _FENCE.finditer(reply):
+    # Fenced blocks first (the first few: a reply of thousands is junk, and each costs a
+    # search), the prose around them may hold brackets of its own.
+    for match in itertools.islice(_FENCE.finditer(reply), _MAX_FENCES):
         yield match.group(1).strip()
     yield reply
 
