@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import platformdirs
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -27,6 +27,10 @@ from navi_memory.errors import ConfigError
 from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS, DEFAULT_MESSAGE_MAX_CHARS
 
 __all__ = ["SECRET_BEARING", "Settings", "default_data_dir", "load_settings"]
+
+
+PG_INT_MAX: Final = 2**31 - 1
+"""The largest PostgreSQL integer: settings that reach SQL as one stay within it."""
 
 
 def default_data_dir() -> Path:
@@ -107,7 +111,7 @@ class Settings(BaseSettings):
     memory_recall_min_similarity: float = Field(default=0.55, ge=0, le=1)
     memory_prompt_max_facts: int = Field(default=50, ge=0, le=1000)
     memory_compress_keep_last: int = Field(default=20, ge=0)
-    memory_stale_minutes: int = Field(default=30, ge=0)
+    memory_stale_minutes: int = Field(default=30, ge=0, le=PG_INT_MAX)  # make_interval(mins)
     memory_extract_on_create: bool = Field(
         default=True,
         description=(

@@ -67,3 +67,16 @@ def test_printing_the_settings_shows_no_secret() -> None:
         assert "http://emb.example:11434" in shown and "db_pool_size=5" in shown
     assert settings.ollama_api_key == "OLLAMA-KEY"  # the values themselves are untouched
     assert "DB-PASS" in (settings.database_url or "")
+
+
+def test_a_stale_time_postgresql_cannot_take_is_refused_at_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MEMORY_STALE_MINUTES goes to make_interval() as a PostgreSQL integer: 2**31 loaded fine
+    and failed every extraction (and every background sweep of sessions.create) with a
+    StorageError about make_interval(..., bigint). It is a ConfigError naming it now."""
+    monkeypatch.setenv("MEMORY_STALE_MINUTES", str(2**31))
+    with pytest.raises(ConfigError, match="MEMORY_STALE_MINUTES='2147483648'"):
+        load_settings(_env_file=None)
+    monkeypatch.setenv("MEMORY_STALE_MINUTES", str(2**31 - 1))
+    assert load_settings(_env_file=None).memory_stale_minutes == 2**31 - 1
