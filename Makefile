@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-cli test-wheel soak lint migrate demo backfill extract bench bench-large bench-quality test-local doctor clean
+.PHONY: help install test test-cli test-wheel soak lint migrate demo backfill reembed extract bench bench-large bench-quality test-local doctor clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,6 +48,9 @@ doctor: $(STAMP) ## Say what the configured database offers and whether it is at
 
 backfill: $(STAMP) ## Embed every fact and chunk that has no vector yet
 	$(BIN)/navi-memory backfill
+
+reembed: $(STAMP) ## After a change of EMBEDDING_MODEL: clear every vector and embed everything again
+	$(BIN)/navi-memory reembed
 
 extract: $(STAMP) ## Turn every stale session into facts and rewrite the users' summaries
 	$(BIN)/navi-memory extract

@@ -6,8 +6,9 @@ Every name is documented in docs/config.md; nothing else in the package reads ``
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import platformdirs
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -26,6 +27,10 @@ from navi_memory.errors import ConfigError
 from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS, DEFAULT_MESSAGE_MAX_CHARS
 
 __all__ = ["SECRET_BEARING", "Settings", "default_data_dir", "load_settings"]
+
+
+PG_INT_MAX: Final = 2**31 - 1
+"""The largest PostgreSQL integer: settings that reach SQL as one stay within it."""
 
 
 def default_data_dir() -> Path:
@@ -106,7 +111,7 @@ class Settings(BaseSettings):
     memory_recall_min_similarity: float = Field(default=0.55, ge=0, le=1)
     memory_prompt_max_facts: int = Field(default=50, ge=0, le=1000)
     memory_compress_keep_last: int = Field(default=20, ge=0)
-    memory_stale_minutes: int = Field(default=30, ge=0)
+    memory_stale_minutes: int = Field(default=30, ge=0, le=PG_INT_MAX)  # make_interval(mins)
     memory_extract_on_create: bool = Field(
         default=True,
         description=(
@@ -182,6 +187,12 @@ class Settings(BaseSettings):
             )
         return self
 
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        # repr(), str() and f-strings of the settings end up in logs and tracebacks: the keys
+        # and the passwords of the URLs are shown as "***" (the values themselves are intact).
+        for name, value in super().__repr_args__():
+            yield name, _redacted(name, value) if name in SECRET_BEARING else value
+
     @property
     def text_only(self) -> bool:
         """EMBEDDING_MODEL=none: no embedding model; every search is a text search."""
@@ -210,7 +221,21 @@ SECRET_BEARING = frozenset(
     }
 )
 """Settings that may hold a password or a key (a host URL may carry user:password@): a bad
-one is named without its value."""
+one is named without its value, and a printed Settings shows none of their secrets."""
+
+
+def _redacted(name: str, value: Any) -> Any:
+    """A secret-bearing setting as it may be printed: an API key as "***"; a URL with its
+    passwords masked as everywhere else (``db.redact_url``: the user:password@ one, a
+    ``password`` / ``sslpassword`` option)."""
+    # Imported here: navi_memory.db imports this module.
+    from navi_memory.db import redact_text, redact_url
+
+    if not isinstance(value, str) or not value:
+        return value
+    if name.endswith("_api_key"):
+        return "***"
+    return redact_url(value) if name == "database_url" else redact_text(value)
 
 
 def load_settings(**overrides: Any) -> Settings:

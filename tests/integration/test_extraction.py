@@ -1129,3 +1129,52 @@ async def test_extractor_entry_points_refuse_bad_input_with_package_errors(
             await call()
         except NaviMemoryError:
             assert await _rows(memory) == before
+
+
+async def test_a_sweep_stops_once_the_chat_model_fails_sessions_in_a_row(
+    memory: Memory,
+    fake_ollama: FakeOllama,
+    model: ExtractionModel,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The chat model down or stalled: each session waits out the failure (with a stalled
+    model MEMORY_LLM_TIMEOUT_SECONDS, 120 s, each: hours for a backlog) and fails the same way.
+    After three sessions in a row fail on the model the sweep stops, saying why; the rest are
+    left for the next run, like the failed ones."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    sessions = [
+        await conversation(memory, uid, f"I use neovim {n}", idle_minutes=STALE + 10 - n)
+        for n in range(6)
+    ]
+    fake_ollama.mode = "fail"
+    before = len(fake_ollama.chat_requests)
+    caplog.set_level(logging.WARNING)
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert len(fake_ollama.chat_requests) - before == 3
+    assert (report.sessions_seen, report.failures, report.sessions_extracted) == (3, 3, 0)
+    stopped = [
+        r.getMessage() for r in caplog.records if "extractor.sweep_stopped" in r.getMessage()
+    ]
+    assert len(stopped) == 1 and "3 session(s) left for the next run" in stopped[0]
+    assert "answered HTTP 500" in stopped[0]  # the model's failure, named
+
+    fake_ollama.mode = "ok"
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.failures) == (6, 0)
+    for sid in sessions:
+        assert await memory.store.get_extracted_at(sid, uid) is not None
+
+
+async def test_a_model_failure_between_successes_does_not_stop_the_sweep(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Only failures in a row stop a sweep: one session the model fails on (its transcript,
+    say), between others it answers, is counted and the sweep goes on."""
+    uid = await new_user(memory)
+    replies = iter(["", "[]", "", "[]", "", "[]", "", "[]"])
+    model.facts = lambda _transcript: next(replies)
+    for n in range(8):
+        await conversation(memory, uid, f"hello {n}", idle_minutes=STALE + 10 - n)
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_seen, report.failures, report.sessions_extracted) == (8, 4, 4)

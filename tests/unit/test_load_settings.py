@@ -47,3 +47,36 @@ def test_a_malformed_secret_bearing_setting_is_named_without_its_value(name: str
         load_settings(_env_file=None, **{name: 987654321})
     message = str(caught.value)
     assert name.upper() in message and "987654321" not in message
+
+
+def test_printing_the_settings_shows_no_secret() -> None:
+    """repr() and str() of Settings (a log line, a debugger, an f-string) hide the API keys
+    and the passwords in DATABASE_URL and the host URLs; the rest stays readable."""
+    settings = load_settings(
+        _env_file=None,
+        database_url="postgresql+asyncpg://navi:DB-PASS@db.example:5432/navi",
+        ollama_api_key="OLLAMA-KEY",
+        ollama_host="https://bob:HOST-PASS@ollama.example",
+        embedding_ollama_host="http://emb.example:11434",
+        embedding_ollama_api_key="EMB-KEY",
+    )
+    for shown in (repr(settings), str(settings), f"{settings}"):
+        for secret in ("DB-PASS", "OLLAMA-KEY", "HOST-PASS", "EMB-KEY"):
+            assert secret not in shown, (secret, shown)
+        assert "db.example:5432/navi" in shown and "bob:***@ollama.example" in shown
+        assert "http://emb.example:11434" in shown and "db_pool_size=5" in shown
+    assert settings.ollama_api_key == "OLLAMA-KEY"  # the values themselves are untouched
+    assert "DB-PASS" in (settings.database_url or "")
+
+
+def test_a_stale_time_postgresql_cannot_take_is_refused_at_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MEMORY_STALE_MINUTES goes to make_interval() as a PostgreSQL integer: 2**31 loaded fine
+    and failed every extraction (and every background sweep of sessions.create) with a
+    StorageError about make_interval(..., bigint). It is a ConfigError naming it now."""
+    monkeypatch.setenv("MEMORY_STALE_MINUTES", str(2**31))
+    with pytest.raises(ConfigError, match="MEMORY_STALE_MINUTES='2147483648'"):
+        load_settings(_env_file=None)
+    monkeypatch.setenv("MEMORY_STALE_MINUTES", str(2**31 - 1))
+    assert load_settings(_env_file=None).memory_stale_minutes == 2**31 - 1

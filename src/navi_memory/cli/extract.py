@@ -36,7 +36,8 @@ def extract(
 
     Each session's facts are upserted with dedupe, the user's summary is rewritten from their
     facts, and the session is marked. A session whose model call fails stays unmarked and is
-    retried next run; any failure makes the exit code 1.
+    retried next run; any failure makes the exit code 1. Three sessions in a row failed by the
+    chat model stop the run (the rest wait for the next one).
     """
     settings = load_settings()
     progress = Progress(

@@ -29,6 +29,7 @@ from rich.progress import (
 
 from navi_memory.config import Settings
 from navi_memory.constants import PERMISSION_READ_ALL
+from navi_memory.db import redact_text
 from navi_memory.errors import (
     ConfigError,
     InvalidInputError,
@@ -131,14 +132,25 @@ async def admin_memory(settings: Settings) -> AsyncIterator[Memory]:
             yield memory
 
 
+class _RedactingFormatter(logging.Formatter):
+    """Every line with its URLs' passwords masked: other libraries log URLs as they are (httpx,
+    at --debug, each request's, with an OLLAMA_HOST's user:password@ in it)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 def configure_logging(debug: bool) -> None:
-    """The library's log events on stderr: warnings by default, everything with --debug."""
+    """The library's log events on stderr: warnings by default, everything with --debug; no
+    password of a URL in either."""
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="navi-memory: %(levelname)s %(message)s",
         stream=sys.stderr,
         force=True,
     )
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(_RedactingFormatter("navi-memory: %(levelname)s %(message)s"))
 
 
 class TableProgress:

@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
@@ -64,12 +64,19 @@ class ExtractionProgress:
 ExtractionProgressCallback = Callable[[ExtractionProgress], Awaitable[None] | None]
 
 
+MODEL_FAILURES_TO_STOP: Final = 3
+"""Sessions in a row the chat model fails (down, stalled, erroring) before a sweep stops: the
+next ones would wait out the same failure, MEMORY_LLM_TIMEOUT_SECONDS each when it stalls."""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionExtraction:
     """How the extraction of one session ended, and its counts."""
 
     outcome: SessionOutcome
     report: ExtractionReport
+    model_failure: str | None = None
+    """A ``failed`` session's ChatModelError: the chat model, not the session, failed."""
 
 
 def _skipped(session_id: str, why: str, done: ExtractionReport | None = None) -> SessionExtraction:
@@ -110,12 +117,15 @@ class StaleSessionSweep:
     ) -> ExtractionReport:
         """Extract every stale session of ``scope`` (every user's for None), at most ``limit``,
         longest idle first. A failing session is counted and left for the next run; the sweep
-        goes on. The caller has checked that ``scope`` may be acted for."""
+        goes on, unless the chat model failed ``MODEL_FAILURES_TO_STOP`` sessions in a row:
+        then it stops (``extractor.sweep_stopped``), leaving the rest for the next run. The
+        caller has checked that ``scope`` may be acted for."""
         async with unit_of_work(self._sessionmaker) as session:
             stale = await self._service.stale_sessions(
                 session, scope, stale_minutes=self._settings.memory_stale_minutes, limit=limit
             )
         report = ExtractionReport()
+        model_failures = 0
         for done, activity in enumerate(stale, start=1):
             result = await self.extract(activity.user_id, activity.session_id, stale_only=True)
             report += result.report
@@ -123,6 +133,17 @@ class StaleSessionSweep:
                 step = progress(ExtractionProgress(done, len(stale), activity.session_id))
                 if inspect.isawaitable(step):
                     await step
+            model_failures = model_failures + 1 if result.model_failure is not None else 0
+            if model_failures >= MODEL_FAILURES_TO_STOP and done < len(stale):
+                logger.warning(
+                    "extractor.sweep_stopped: the chat model failed %d sessions in a row (%s); "
+                    "%d session(s) left for the next run",
+                    model_failures,
+                    result.model_failure,
+                    len(stale) - done,
+                    extra={"event": "extractor.sweep_stopped"},
+                )
+                break
         return report
 
     async def extract(
@@ -146,7 +167,11 @@ class StaleSessionSweep:
                 exc,
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
-            return SessionExtraction("failed", ExtractionReport(sessions_seen=1, failures=1))
+            return SessionExtraction(
+                "failed",
+                ExtractionReport(sessions_seen=1, failures=1),
+                model_failure=str(exc) if isinstance(exc, ChatModelError) else None,
+            )
         except Exception:
             # A defect of ours meeting some reply or row: one session's failure, with its
             # traceback, never the sweep's (the sessions after it would go unextracted).
@@ -213,7 +238,11 @@ class StaleSessionSweep:
                 exc,
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
-            return SessionExtraction("failed", report.model_copy(update={"failures": 1}))
+            return SessionExtraction(
+                "failed",
+                report.model_copy(update={"failures": 1}),
+                model_failure=str(exc) if isinstance(exc, ChatModelError) else None,
+            )
         try:
             async with unit_of_work(self._sessionmaker) as session:
                 finished = await service.finish(session, transcript, summary)

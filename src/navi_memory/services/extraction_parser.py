@@ -7,6 +7,7 @@ is skipped and counted; only a reply with no JSON in it at all is a failure.
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import math
 import re
@@ -44,6 +45,7 @@ DEFAULT_SOURCE: Final = "conversation"
 # Where a JSON value may start: "[" before a value or "]", "{" before a key or "}". Brackets in
 # prose ("[as requested]", "{name}") do not qualify, so they are never mistaken for the reply.
 _START: Final = re.compile(r"\[(?=\s*[\[{\"\]\d\-tfn])|\{(?=\s*[\"}])")
+_ARRAY_START: Final = re.compile(r"\[(?=\s*[\[{\"\]\d\-tfn])")
 _FENCE: Final = re.compile(r"```[\w+-]*[^\S\n]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 _INT_DIGITS_MAX: Final = 4000
 """Longer integer literals stay text: Python refuses to convert more than 4,300 digits (a
@@ -60,6 +62,12 @@ _NEXT_ELEMENT: Final = re.compile(r",\s*\{")
 _MAX_BROKEN_STARTS: Final = 20
 """Broken JSON starts tried before giving up: each try reads on to the end of the reply, so
 an unbounded number would make a hostile reply quadratic."""
+_MAX_FENCES: Final = 20
+"""Code fences read before the reply as a whole."""
+_MAX_BROKEN_ITEMS: Final = 100
+"""Broken items of an array read past before giving up on the rest: each costs a pass over
+the reply up to it (the decoder's error works out its line number), so an unbounded number
+would make a long reply of broken items quadratic (10 s for 2 MB)."""
 
 # Wrapper names a model puts around the list; any other name of a list or object is a category.
 _WRAPPERS: Final = frozenset(
@@ -170,6 +178,8 @@ def _salvage_array(text: str, start: int) -> _Found:
             break
         except json.JSONDecodeError as exc:
             lost += 1
+            if lost >= _MAX_BROKEN_ITEMS:
+                break
             if not items and text[pos] != "{":
                 # Not an array of objects at all ("[to be done]" in prose): give it up, so
                 # the JSON after it is found whole.
@@ -187,10 +197,10 @@ def _salvage_array(text: str, start: int) -> _Found:
 def _salvage(text: str, start: int) -> _Found:
     if text[start] == "[":
         return _salvage_array(text, start)
-    # A broken object: the list inside it (``{"facts": [...``) is what can be saved.
-    inner = _START.search(text, start + 1)
-    while inner is not None and text[inner.start()] != "[":
-        inner = _START.search(text, inner.start() + 1)
+    # A broken object: the list inside it (``{"facts": [...``) is what can be saved. One
+    # search for it: stepping through every "{" on the way made each broken start as slow
+    # as a Python loop over the rest of the reply.
+    inner = _ARRAY_START.search(text, start + 1)
     if inner is None:
         return _Found([], truncated=True, lost=1)
     return _salvage_array(text, inner.start())
@@ -228,8 +238,9 @@ def _find_json(text: str) -> _Found | None:
 
 
 def _candidates(reply: str) -> Iterator[str]:
-    # Fenced blocks first: the prose around them may hold brackets of its own.
-    for match in _FENCE.finditer(reply):
+    # Fenced blocks first (the first few: a reply of thousands is junk, and each costs a
+    # search), the prose around them may hold brackets of its own.
+    for match in itertools.islice(_FENCE.finditer(reply), _MAX_FENCES):
         yield match.group(1).strip()
     yield reply
 
@@ -335,6 +346,11 @@ def _text(value: Any) -> str | None:
     return None
 
 
+def _name(text: str) -> str:
+    """A category or key: cleaned, each run of whitespace (a newline, a tab) one space."""
+    return " ".join(_clean(text).split())
+
+
 def _source(value: Any) -> str:
     if not isinstance(value, str):
         return DEFAULT_SOURCE
@@ -351,9 +367,9 @@ def _draft(item: _Item) -> FactDraft | None:
         raw_category = item.category
     if raw_category is not None and not isinstance(raw_category, str):
         return None
-    category = _clean(raw_category or "").strip().lower() or DEFAULT_CATEGORY
+    category = _name(raw_category or "").lower() or DEFAULT_CATEGORY
     raw_key = fields.get("key")
-    key = _clean(raw_key).strip() if isinstance(raw_key, str) else ""
+    key = _name(raw_key) if isinstance(raw_key, str) else ""
     value = _text(fields.get("value"))
     if not key or value is None:
         return None
@@ -383,10 +399,11 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     of these inside code fences, with prose around them, as a JSON string, or written as a
     Python literal. JSON cut off part-way keeps its complete items. Per item: ``key`` and
     ``value`` are required (a number, a boolean or a list of them becomes text); ``category``
-    defaults to "general" and is lower-cased; an unknown ``source`` becomes "conversation";
-    extra fields are ignored. An item that is not an object, lacks a field, has a field of the
-    wrong type or beyond the store's limits is skipped and counted; so is every item past
-    ``max_facts``. Raises ``ExtractionError`` only when the reply holds no JSON at all.
+    defaults to "general" and is lower-cased; whitespace runs in a category or key become one
+    space; an unknown ``source`` becomes "conversation"; extra fields are ignored. An item that
+    is not an object, lacks a field, has a field of the wrong type or beyond the store's limits
+    is skipped and counted; so is every item past ``max_facts``. Raises ``ExtractionError``
+    only when the reply holds no JSON at all.
     """
     found = _locate(reply)
     if found is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -523,3 +524,40 @@ def test_an_integer_too_long_for_python_stays_text_and_the_rest_is_parsed() -> N
             ("employee_id", digits),
             ("badge", "42"),
         ], text[:40]
+
+
+def test_line_breaks_and_tabs_inside_a_category_or_key_become_one_space() -> None:
+    """A category or key is a name: a newline or tab inside one (JSON escapes) would be stored
+    as it is and break the `- [category] key: value` lines of the summary prompt and the
+    CLI's tables. Runs of whitespace become one space."""
+    reply = json.dumps(
+        [{"category": "work\nprojects", "key": "main\t\tproject\r\nname", "value": "navi"}]
+    )
+    parsed = parse_extracted_facts(reply)
+    assert triples(parsed) == [("work projects", "main project name", "navi")]
+    assert parsed.skipped == 0
+
+
+HUGE = 2_000_000
+"""Characters of a runaway reply: a model stuck repeating itself until its context is full."""
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(
+            '{"facts": [' + '{"key": "k", "value": "v"}, {"key": ' * (HUGE // 40), id="broken-items"
+        ),
+        pytest.param('{"' * (HUGE // 2), id="object-starts"),
+        pytest.param('```\n[{"x\n```\n' * (HUGE // 14), id="fences"),
+    ],
+)
+def test_a_runaway_reply_is_read_in_a_moment(reply: str) -> None:
+    """The parse runs on the event loop's thread: a 2 MB reply of broken JSON took 5-10 s
+    (every broken item cost a pass over the reply up to it; every broken object start a
+    Python-level walk over the rest of it; every code fence a search of its own). Now it is
+    given up on after a bounded number of tries, and the complete items before that count."""
+    started = time.perf_counter()
+    parsed = parse_extracted_facts(reply)
+    assert time.perf_counter() - started < 1.0
+    assert len(parsed.facts) <= 1 and parsed.skipped >= 1

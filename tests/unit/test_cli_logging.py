@@ -1,0 +1,41 @@
+"""The CLI's log lines on stderr: `--debug` logs everything, and still no password."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from navi_memory.cli.output import configure_logging
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("restored_logging")
+def test_debug_logs_show_no_password_of_a_url(capsys: pytest.CaptureFixture[str]) -> None:
+    """With --debug, httpx logs every request's URL as it is: an OLLAMA_HOST of
+    https://user:password@host put the password on stderr. Log lines are redacted."""
+    configure_logging(True)
+    logging.getLogger("httpx").info(
+        'HTTP Request: %s %s "%s %d %s"',
+        "POST",
+        "https://bob:HOST-PASS@ollama.example/api/chat",
+        "HTTP/1.1",
+        200,
+        "OK",
+    )
+    logging.getLogger("navi_memory.db").debug(
+        "connecting to %s", "postgresql://navi:DB-PASS@db/x?sslpassword=KEY-PASS"
+    )
+    logged = capsys.readouterr().err
+    assert "HOST-PASS" not in logged and "DB-PASS" not in logged and "KEY-PASS" not in logged
+    assert "https://bob:***@ollama.example/api/chat" in logged
+    assert "postgresql://navi:***@db/x" in logged
