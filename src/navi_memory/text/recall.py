@@ -22,12 +22,14 @@ __all__ = [
     "RECALL_QUERY_MESSAGES",
     "RECALL_QUERY_MESSAGE_MAX_CHARS",
     "RecallCandidate",
+    "context_start",
     "extend_ledger",
     "ledger_ids",
     "metadata_ledger",
     "qualifies",
     "recall_message_text",
     "recall_query",
+    "repeats_context",
     "select_recall",
     "similarity",
 ]
@@ -142,6 +144,27 @@ def qualifies(
     if hit.via == "vector" and similarity(hit) >= min_similarity:
         return True
     return hit.terms_hit >= min_terms
+
+
+def context_start(context: Iterable[Message]) -> int | None:
+    """The seq of the first conversation message still in the context (None: none is).
+
+    Compression keeps a suffix of the conversation, so every message from this seq on is in
+    the prompt already."""
+    seqs = [m.seq for m in context if m.kind == "message"]
+    return min(seqs) if seqs else None
+
+
+def repeats_context(hit: RecallCandidate, first_in_context: int | None) -> bool:
+    """Whether the excerpt holds only messages the prompt already shows: it starts at or after
+    ``first_in_context`` (``context_start``). Compression never writes such a chunk, but a host
+    that indexes its messages as it goes (``add_chunks``) does. An excerpt that also holds
+    dropped messages is not a repeat."""
+    return (
+        first_in_context is not None
+        and hit.start_seq is not None
+        and hit.start_seq >= first_in_context
+    )
 
 
 def select_recall(
