@@ -29,7 +29,7 @@ from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.search import SearchRequest, UnifiedSearchService, plan_search
 from navi_memory.text.context import facts_block_text, memory_message_text
 from navi_memory.text.recall import (
-    context_start,
+    context_seqs,
     qualifies,
     recall_message_text,
     recall_query,
@@ -220,11 +220,11 @@ class ContextBuilder:
         )
         hits = await self._search.search(self._engines.run, request)
         minimum = self._settings.memory_recall_min_similarity
-        first_in_context = context_start(snapshot.messages)
+        in_context = context_seqs(snapshot.messages)
         return [
             hit
             for hit in hits
-            if qualifies(hit, min_similarity=minimum) and not repeats_context(hit, first_in_context)
+            if qualifies(hit, min_similarity=minimum) and not repeats_context(hit, in_context)
         ]
 
 
