@@ -5,6 +5,7 @@ and that no part of another user's memory reaches a prompt."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import uuid
@@ -25,6 +26,7 @@ from navi_memory import (
 )
 from navi_memory.constants import INJECTED_LEDGER_MAX
 from navi_memory.llm.chat import ChatTurn, message_dicts
+from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from navi_memory.text.chunks import build_chunks
 from navi_memory.text.recall import LEDGER_KEY, RECALL_HEADER
@@ -305,6 +307,49 @@ async def test_recall_injects_a_matching_excerpt_and_records_it(
     assert prompt.recall_message is not None
     assert f"   User: {DEPLOY}" in prompt.recall_message.content
     assert await ledger(memory, sid) == [hit.chunk_id]
+
+
+async def test_recall_never_injects_an_excerpt_of_messages_still_in_the_context(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """A host that indexes its messages as it goes (add_chunks) has chunks of messages that are
+    still in the context: recalling one would put the same words in the prompt twice. An
+    excerpt that also holds dropped messages is still recalled."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    kept = await memory.sessions.append(sid, "user", PORT, user_id=uid)
+    [dropped] = [m for m in await memory.sessions.history(sid, user_id=uid) if m.seq == 1]
+
+    def chunk(content: str, start: int, end: int) -> ChunkDraft:
+        return ChunkDraft(
+            content=content,
+            content_hash=hashlib.sha256(content.encode()).hexdigest(),
+            start_seq=start,
+            end_seq=end,
+            started_at=kept.created_at,
+            ended_at=kept.created_at,
+        )
+
+    await memory.store.add_chunks(
+        [
+            chunk(f"User: {PORT}", kept.seq, kept.seq),
+            chunk(f"User: {DEPLOY}\n\nUser: {PORT}", dropped.seq, kept.seq),
+        ],
+        user_id=uid,
+        session_id=sid,
+    )
+    prompt = await memory.context.build_prompt(
+        sid,
+        "which API server port is it, and where is the deploy script?",
+        system_prompt=HOST,
+        user_id=uid,
+    )
+    recalled = [(hit.start_seq, hit.end_seq) for hit in prompt.recalled]
+    assert (kept.seq, kept.seq) not in recalled
+    assert (dropped.seq, kept.seq) in recalled
 
 
 @pytest.mark.parametrize("stored", ["[1, 2]", '"text"', "null", "42"])

@@ -311,6 +311,27 @@ async def test_scratchpad_writes_reads_and_lists_the_session_notes(memory: Memor
     assert [(e.key, e.value) for e in stored] == [("plan", "1. port 8099"), ("todo", "")]
 
 
+async def test_scratchpad_deletes_a_section_of_this_session_only(memory: Memory) -> None:
+    """A section the model no longer needs can go: list and search stop showing it. Another
+    session's section of the same name stays, and a missing one is said to be missing."""
+    ctx = await user_and_session(memory)
+    other = f"s-{uuid.uuid4().hex[:8]}"
+    await memory.sessions.create(other, user_id=ctx.user_id)
+    elsewhere = ToolContext(user_id=ctx.user_id, session_id=other)
+    write = {"action": "write", "section": "plan", "text": "old plan"}
+    await memory.tools.call("scratchpad", write, ctx)
+    await memory.tools.call("scratchpad", write, elsewhere)
+    gone = await memory.tools.call("scratchpad", {"action": "delete", "section": " plan "}, ctx)
+    assert gone == "scratchpad: deleted section 'plan'"
+    assert await memory.tools.call("scratchpad", {"action": "list"}, ctx) == (
+        "scratchpad: this conversation has no notes yet."
+    )
+    again = await memory.tools.call("scratchpad", {"action": "delete", "section": "plan"}, ctx)
+    assert again.startswith("scratchpad: there is no section 'plan'")
+    kept = await memory.kv.list("scratchpad", session_id=other, user_id=ctx.user_id)
+    assert [(e.key, e.value) for e in kept] == [("plan", "old plan")]
+
+
 async def test_scratchpad_notes_belong_to_one_session(memory: Memory) -> None:
     """Another session of the same user sees none of this session's notes."""
     ctx = await user_and_session(memory)
@@ -338,7 +359,7 @@ async def test_scratchpad_without_a_session_is_refused_as_text(memory: Memory) -
 
 
 BAD_SCRATCHPAD_CALLS: list[tuple[str, Any, str]] = [
-    ("unknown action", {"action": "erase"}, "action must be one of write, read, list"),
+    ("unknown action", {"action": "erase"}, "action must be one of write, read, delete, list"),
     ("missing section", {"action": "write", "text": "t"}, "section is required"),
     ("missing text", {"action": "write", "section": "p"}, "text is required"),
     ("mistyped text", {"action": "write", "section": "p", "text": ["t"]}, "text must be text"),

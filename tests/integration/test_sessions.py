@@ -28,7 +28,7 @@ from navi_memory.schemas import ChunkDraft
 from navi_memory.services.chunks import ChunkService
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.testing import ScriptedChatModel
-from tests.integration.factories import new_user, scalar
+from tests.integration.factories import execute, new_user, scalar
 
 # --- helpers shared with test_compression.py ---------------------------------------------------
 
@@ -126,6 +126,37 @@ async def test_a_taken_id_is_refused_without_naming_its_owner(
     with pytest.raises(InvalidInputError, match="already taken"):
         await store.create("shared-name", user_id=alice)
     assert await scalar(memory, "SELECT count(*) FROM sessions") == 1
+
+
+@pytest.mark.parametrize("table", ["memory_chunks", "kv_store"])
+async def test_an_id_another_user_holds_chunks_or_sketches_under_is_taken(
+    memory: Memory, store: SessionStore, table: str
+) -> None:
+    """Sam keeps a session outside ``sessions`` (add_chunks needs no row) and has raw chunks
+    or sketches under its id; Kim may not create a session with that id, or Sam's later
+    add_chunks to it would be refused and Sam's sketches of it hidden behind Kim's row."""
+    sam, kim = await new_user(memory), await new_user(memory)
+    if table == "memory_chunks":
+        await execute(
+            memory,
+            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
+            " end_seq, started_at, ended_at) VALUES (:u, 'ext-1', 'User: hi', 'h', 1, 1,"
+            " now(), now())",
+            u=sam,
+        )
+    else:
+        await execute(
+            memory,
+            "INSERT INTO kv_store (user_id, scope, session_id, key, value)"
+            " VALUES (:u, 'scratchpad', 'ext-1', 'plan', 'step one')",
+            u=sam,
+        )
+    with pytest.raises(InvalidInputError, match="already taken") as refused:
+        await store.create("ext-1", user_id=kim)
+    assert str(sam) not in str(refused.value)
+    assert await scalar(memory, "SELECT count(*) FROM sessions") == 0
+    # Sam's own rows do not stand in Sam's way.
+    assert (await store.create("ext-1", user_id=sam)).user_id == sam
 
 
 async def test_create_for_a_user_that_does_not_exist_is_not_found(store: SessionStore) -> None:

@@ -28,7 +28,13 @@ from navi_memory.services.context import (
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.search import SearchRequest, UnifiedSearchService, plan_search
 from navi_memory.text.context import facts_block_text, memory_message_text
-from navi_memory.text.recall import qualifies, recall_message_text, recall_query
+from navi_memory.text.recall import (
+    context_seqs,
+    qualifies,
+    recall_message_text,
+    recall_query,
+    repeats_context,
+)
 from navi_memory.unit_of_work import LaneEngines, engine_of, unit_of_work
 from navi_memory.validation import check_session_id, check_text
 
@@ -192,7 +198,8 @@ class ContextBuilder:
     async def _candidates(
         self, user_id: uuid.UUID, session_id: str, snapshot: ContextSnapshot, incoming: str
     ) -> list[MemoryHit]:
-        """The raw excerpts of this session that qualify for recall, best first: unified search
+        """The raw excerpts of this session that qualify for recall and hold more than messages
+        the prompt shows already (``repeats_context``), best first: unified search
         with scope raw (its freshness marks included), asked for its most hits plus one for
         every id in the ledger, so excerpts delivered before (left out by ``deliver``) never
         crowd out the next ones: with the ledger's ids taken out, SEARCH_K_MAX hits remain
@@ -213,7 +220,12 @@ class ContextBuilder:
         )
         hits = await self._search.search(self._engines.run, request)
         minimum = self._settings.memory_recall_min_similarity
-        return [hit for hit in hits if qualifies(hit, min_similarity=minimum)]
+        in_context = context_seqs(snapshot.messages)
+        return [
+            hit
+            for hit in hits
+            if qualifies(hit, min_similarity=minimum) and not repeats_context(hit, in_context)
+        ]
 
 
 def _summary_at(snapshot: ContextSnapshot) -> datetime | None:

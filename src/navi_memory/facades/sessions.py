@@ -129,7 +129,9 @@ class SessionStore:
         """A new session of the user; ``session_id`` None generates one.
 
         Session ids are unique across users: a taken id is an InvalidInputError that does not
-        say whose it is. The user must exist (``memory.users.ensure``), else NotFoundError.
+        say whose it is. An id under which another user holds extraction state, raw chunks or
+        kv entries (a session their application keeps outside ``sessions``) is taken too.
+        The user must exist (``memory.users.ensure``), else NotFoundError.
 
         The user's stale sessions are then extracted in the background (the spec's "POST
         /sessions fires _process_stale_sessions()"): this call neither waits for that nor

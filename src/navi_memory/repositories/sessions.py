@@ -337,6 +337,18 @@ class SessionRepository:
         ).first()
         return None if row is None else (row[0],)
 
+    async def rows_of_others(self, session_id: str, user_id: uuid.UUID) -> bool:
+        """Whether a user other than ``user_id`` holds raw chunks or kv entries (sketches)
+        under ``session_id``: rows of a session kept outside ``sessions`` (neither table has a
+        foreign key to it). Driven by the users, so each probe is an index lookup on the
+        tables' (user_id, …session_id…) keys rather than a scan of every chunk."""
+        chunks = exists().where(ChunkRow.user_id == User.id, ChunkRow.session_id == session_id)
+        kv = exists().where(KvRow.user_id == User.id, KvRow.session_id == session_id)
+        found = await self.session.scalar(
+            select(exists().where(User.id != user_id, or_(chunks, kv)))
+        )
+        return bool(found)
+
     async def mark_extracted(
         self, session_id: str, user_id: uuid.UUID, at: datetime | None = None
     ) -> datetime | None:

@@ -105,16 +105,27 @@ def plan_compression(context: Sequence[Message], keep_last: int) -> CompressionP
     The boundary never parts a tool result from its call (a prompt with a result the model did
     not ask for is refused by OpenAI-style APIs): a kept ``tool`` row keeps the ``tool_call``
     rows of its turn, or, when that would keep every message, the results leave with them.
+    Calls still waiting for their results (the conversation ends with them) are always kept,
+    even with ``keep_last`` 0: their results arrive next, and must find them in the context.
     """
     ordered = sorted(context, key=lambda m: m.seq)
     conversation = [m for m in ordered if m.kind == "message"]
     if len(conversation) <= keep_last:
         return None
-    start = _keep_start(conversation, len(conversation) - keep_last)
+    start = min(_keep_start(conversation, len(conversation) - keep_last), _pending(conversation))
     if start == 0:
         return None
     kept = {m.id for m in conversation[start:]}
     return CompressionPlan(demoted=tuple(m for m in ordered if m.id not in kept))
+
+
+def _pending(conversation: Sequence[Message]) -> int:
+    """Where the trailing run of ``tool_call`` rows (calls with no result yet) starts;
+    ``len(conversation)`` when the conversation does not end with a call."""
+    start = len(conversation)
+    while start > 0 and conversation[start - 1].role == "tool_call":
+        start -= 1
+    return start
 
 
 def _keep_start(conversation: Sequence[Message], start: int) -> int:

@@ -31,13 +31,16 @@ class SessionService:
         repo = SessionRepository(session=session)
         if not await repo.user_exists(user_id):
             raise NotFoundError(f"no user {user_id}: create it with memory.users.ensure() first")
-        # Session ids are unique across users: an id another user holds extraction state for
-        # (a session their application keeps outside ``sessions``) is taken too, or this
-        # session would be read and swept by their mark. The id lock orders this check and a
-        # concurrent mark (which takes it as well).
+        # Session ids are unique across users: an id another user holds extraction state,
+        # raw chunks or sketches under (a session their application keeps outside
+        # ``sessions``) is taken too, or this session would be read and swept by their mark,
+        # and their own later writes under the id (add_chunks, kv.set) refused and their
+        # sketches hidden. The id lock orders this check and a concurrent mark (which takes
+        # it as well).
         await repo.lock_session_id(session_id)
         state = await repo.state_owner(session_id)
         taken = state is not None and state[0] is not None and state[0] != user_id
+        taken = taken or await repo.rows_of_others(session_id, user_id)
         row = None if taken else await repo.insert_session(session_id, user_id, title)
         if row is None:
             raise InvalidInputError(

@@ -7,6 +7,7 @@ decides about them is decided here, without a database.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Final, Literal, Protocol, TypeVar
@@ -22,12 +23,14 @@ __all__ = [
     "RECALL_QUERY_MESSAGES",
     "RECALL_QUERY_MESSAGE_MAX_CHARS",
     "RecallCandidate",
+    "context_seqs",
     "extend_ledger",
     "ledger_ids",
     "metadata_ledger",
     "qualifies",
     "recall_message_text",
     "recall_query",
+    "repeats_context",
     "select_recall",
     "similarity",
 ]
@@ -142,6 +145,24 @@ def qualifies(
     if hit.via == "vector" and similarity(hit) >= min_similarity:
         return True
     return hit.terms_hit >= min_terms
+
+
+def context_seqs(context: Iterable[Message]) -> list[int]:
+    """The seqs of the rows in the context (its summary included), ascending."""
+    return sorted({m.seq for m in context})
+
+
+def repeats_context(hit: RecallCandidate, in_context: Sequence[int]) -> bool:
+    """Whether the excerpt holds only messages the prompt already shows: every seq of its
+    range is a row of the context (``in_context``, from ``context_seqs``). Compression never
+    writes such a chunk, but a host that indexes its messages as it goes (``add_chunks``) does.
+    An excerpt whose range holds any row out of the context — a dropped message — is not a
+    repeat."""
+    start, end = hit.start_seq, hit.end_seq
+    if start is None or end is None or end < start:
+        return False
+    held = bisect.bisect_right(in_context, end) - bisect.bisect_left(in_context, start)
+    return held == end - start + 1
 
 
 def select_recall(

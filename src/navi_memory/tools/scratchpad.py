@@ -25,6 +25,7 @@ __all__ = [
     "SCRATCHPAD_ACTIONS",
     "SCRATCHPAD_DESCRIPTION",
     "SCRATCHPAD_PARAMETERS",
+    "DeleteSection",
     "ListSections",
     "ReadSection",
     "ScratchpadAction",
@@ -37,7 +38,7 @@ __all__ = [
 
 SCRATCHPAD: Final = "scratchpad"
 
-ScratchpadAction: TypeAlias = Literal["write", "read", "list"]
+ScratchpadAction: TypeAlias = Literal["write", "read", "delete", "list"]
 SCRATCHPAD_ACTIONS: Final[tuple[ScratchpadAction, ...]] = get_args(ScratchpadAction)
 
 SCRATCHPAD_DESCRIPTION: Final = (
@@ -45,6 +46,7 @@ SCRATCHPAD_DESCRIPTION: Final = (
     "state of a task. "
     'action="write" replaces one section\'s text (section, text). '
     'action="read" shows one section. '
+    'action="delete" removes a section that is no longer needed. '
     'action="list" names the sections with when each was last written. '
     "Notes belong to this session; they are not facts about the user (save those with the "
     "memory tool). memory_search finds them too."
@@ -56,11 +58,13 @@ SCRATCHPAD_PARAMETERS: Final[Mapping[str, Any]] = {
         "action": {
             "type": "string",
             "enum": list(SCRATCHPAD_ACTIONS),
-            "description": "write, read or list.",
+            "description": "write, read, delete or list.",
         },
         "section": {
             "type": "string",
-            "description": "write and read (required): the section's name, e.g. plan, findings.",
+            "description": (
+                "write, read and delete (required): the section's name, e.g. plan, findings."
+            ),
         },
         "text": {
             "type": "string",
@@ -83,11 +87,16 @@ class ReadSection:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteSection:
+    section: str
+
+
+@dataclass(frozen=True, slots=True)
 class ListSections:
     pass
 
 
-ScratchpadRequest: TypeAlias = WriteSection | ReadSection | ListSections
+ScratchpadRequest: TypeAlias = WriteSection | ReadSection | DeleteSection | ListSections
 
 
 def parse_scratchpad_arguments(arguments: Mapping[str, Any]) -> ScratchpadRequest:
@@ -101,6 +110,8 @@ def parse_scratchpad_arguments(arguments: Mapping[str, Any]) -> ScratchpadReques
     ).strip()
     if action == "read":
         return ReadSection(section=section)
+    if action == "delete":
+        return DeleteSection(section=section)
     text = optional_text(arguments, "text", allow_empty=True)
     if text is None:
         raise InvalidInputError("text is required: the section's whole new text")
@@ -131,6 +142,15 @@ class SketchStore(Protocol):
         session_id: str | None = None,
         user_id: uuid.UUID | str | None = None,
     ) -> str | None: ...
+
+    async def delete(
+        self,
+        scope: str,
+        key: str,
+        *,
+        session_id: str | None = None,
+        user_id: uuid.UUID | str | None = None,
+    ) -> bool: ...
 
     async def list(
         self,
@@ -167,6 +187,13 @@ def scratchpad_tool(kv: SketchStore) -> Tool:
                         'conversation\'s notes (action "list" names the sections).'
                     )
                 return f"scratchpad section {request.section!r}:\n{text}"
+            if isinstance(request, DeleteSection):
+                if await kv.delete(SKETCH_SCOPE, request.section, session_id=session_id):
+                    return f"scratchpad: deleted section {request.section!r}"
+                return (
+                    f"scratchpad: there is no section {request.section!r} in this "
+                    'conversation\'s notes (action "list" names the sections).'
+                )
             entries = await kv.list(SKETCH_SCOPE, session_id=session_id)
         if not entries:
             return "scratchpad: this conversation has no notes yet."

@@ -69,3 +69,14 @@ def test_when_keeping_the_call_would_demote_nothing_the_results_leave_with_it() 
     assert kept_roles(context("tool_call", "tool", "tool", "user"), 2) == ["user"]
     assert kept_roles(context("tool_call", "tool", "tool"), 1) == []
     assert kept_roles(context("tool_call", "tool_call", "tool", "tool", "user"), 4) == ["user"]
+
+
+def test_a_call_still_waiting_for_its_result_is_never_demoted() -> None:
+    """keep_last=0 while a tool runs: the call stays, or the result appended next would be in
+    the context with no call before it (a prompt OpenAI-style APIs refuse)."""
+    assert kept_roles(context("user", "assistant", "tool_call"), 0) == ["tool_call"]
+    assert kept_roles(context("user", "tool_call", "tool_call"), 0) == ["tool_call", "tool_call"]
+    # Answered calls leave as before.
+    assert kept_roles(context("user", "tool_call", "tool"), 0) == []
+    # Nothing else to demote: no compression at all.
+    assert kept_roles(context("tool_call"), 0) is None

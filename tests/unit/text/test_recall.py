@@ -15,11 +15,13 @@ from navi_memory.text.hits import format_hits
 from navi_memory.text.recall import (
     RECALL_HEADER,
     RECALL_QUERY_MESSAGE_MAX_CHARS,
+    context_seqs,
     extend_ledger,
     ledger_ids,
     qualifies,
     recall_message_text,
     recall_query,
+    repeats_context,
     select_recall,
 )
 
@@ -215,3 +217,27 @@ def test_recall_message_shows_times_in_utc() -> None:
 def test_no_recall_message_without_hits() -> None:
     """Nothing recalled: no message."""
     assert recall_message_text([]) is None
+
+
+# --- excerpts the prompt shows already --------------------------------------------------------
+
+
+def test_an_excerpt_wholly_in_the_context_repeats_it_and_one_holding_a_dropped_row_does_not() -> (
+    None
+):
+    """Context rows 4, 6, 7 and the summary at 8; seq 5 (an old summary) and 1–3 were dropped."""
+    context = [
+        message(8, "summary", role="system", kind="summary"),
+        message(4, "kept"),
+        message(6, "kept"),
+        message(7, "kept"),
+    ]
+    seqs = context_seqs(context)
+    assert seqs == [4, 6, 7, 8]
+    assert repeats_context(Hit(1, start_seq=6, end_seq=7), seqs)
+    assert repeats_context(Hit(1, start_seq=4, end_seq=4), seqs)
+    assert not repeats_context(Hit(1, start_seq=3, end_seq=4), seqs)
+    assert not repeats_context(Hit(1, start_seq=4, end_seq=6), seqs)
+    assert not repeats_context(Hit(1, start_seq=9, end_seq=9), seqs)
+    assert not repeats_context(Hit(1, start_seq=None, end_seq=None), seqs)
+    assert not repeats_context(Hit(1, start_seq=7, end_seq=6), seqs)

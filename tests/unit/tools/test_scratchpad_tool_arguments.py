@@ -9,6 +9,7 @@ import pytest
 from navi_memory.errors import InvalidInputError, InvalidTypeError
 from navi_memory.tools.scratchpad import (
     SCRATCHPAD_PARAMETERS,
+    DeleteSection,
     ListSections,
     ReadSection,
     WriteSection,
@@ -16,15 +17,21 @@ from navi_memory.tools.scratchpad import (
 )
 
 
-def test_parameters_name_the_three_actions_and_require_only_action() -> None:
-    """write, read and list; section and text are per action."""
-    assert SCRATCHPAD_PARAMETERS["properties"]["action"]["enum"] == ["write", "read", "list"]
+def test_parameters_name_the_four_actions_and_require_only_action() -> None:
+    """write, read, delete and list; section and text are per action."""
+    assert SCRATCHPAD_PARAMETERS["properties"]["action"]["enum"] == [
+        "write",
+        "read",
+        "delete",
+        "list",
+    ]
     assert SCRATCHPAD_PARAMETERS["required"] == ["action"]
     assert set(SCRATCHPAD_PARAMETERS["properties"]) == {"action", "section", "text"}
 
 
 def test_each_action_reads_its_arguments() -> None:
-    """write takes section and text (empty text clears), read a section, list nothing."""
+    """write takes section and text (empty text clears), read and delete a section, list
+    nothing."""
     assert parse_scratchpad_arguments(
         {"action": "write", "section": " plan ", "text": "1. port"}
     ) == WriteSection("plan", "1. port")
@@ -32,6 +39,9 @@ def test_each_action_reads_its_arguments() -> None:
         {"action": "write", "section": "plan", "text": ""}
     ) == WriteSection("plan", "")
     assert parse_scratchpad_arguments({"action": "read", "section": "plan"}) == ReadSection("plan")
+    assert parse_scratchpad_arguments({"action": "delete", "section": " plan"}) == (
+        DeleteSection("plan")
+    )
     assert parse_scratchpad_arguments({"action": "list"}) == ListSections()
 
 
@@ -39,8 +49,14 @@ def test_each_action_reads_its_arguments() -> None:
     ("arguments", "error", "says"),
     [
         ({}, InvalidInputError, "action is required"),
-        ({"action": "append"}, InvalidInputError, "action must be one of write, read, list"),
+        (
+            {"action": "append"},
+            InvalidInputError,
+            "action must be one of write, read, delete, list",
+        ),
         ({"action": "read"}, InvalidInputError, "section is required"),
+        ({"action": "delete"}, InvalidInputError, "section is required"),
+        ({"action": "delete", "section": ["plan"]}, InvalidTypeError, "section must be text"),
         ({"action": "write", "section": "plan"}, InvalidInputError, "text is required"),
         ({"action": "write", "section": "plan", "text": 5}, InvalidTypeError, "text must be text"),
         ({"action": "write", "section": "p\x00", "text": "t"}, InvalidInputError, "NUL byte"),
