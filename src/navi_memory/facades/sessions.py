@@ -141,7 +141,9 @@ class SessionStore:
         sid = str(uuid.uuid4()) if session_id is None else check_session_id(session_id)
         title = check_optional_text("title", title, max_chars=SESSION_TITLE_MAX_CHARS)
         async with unit_of_work(self._sessionmaker) as session:
-            created = await self._sessions.create(session, uid, sid, title)
+            created = await self._sessions.create(
+                session, uid, sid, title, generated=session_id is None
+            )
         if self._extraction is not None:
             try:
                 self._extraction.schedule(uid)

@@ -340,13 +340,14 @@ class SessionRepository:
     async def rows_of_others(self, session_id: str, user_id: uuid.UUID) -> bool:
         """Whether a user other than ``user_id`` holds raw chunks or kv entries (sketches)
         under ``session_id``: rows of a session kept outside ``sessions`` (neither table has a
-        foreign key to it). Driven by the users, so each probe is an index lookup on the
-        tables' (user_id, …session_id…) keys rather than a scan of every chunk."""
-        chunks = exists().where(ChunkRow.user_id == User.id, ChunkRow.session_id == session_id)
-        kv = exists().where(KvRow.user_id == User.id, KvRow.session_id == session_id)
-        found = await self.session.scalar(
-            select(exists().where(User.id != user_id, or_(chunks, kv)))
-        )
+        foreign key to it). Neither table is keyed by session first, so the chunks' probe reads
+        the (user_id, session_id, ended_at) index whole, in an index-only scan: ~1.2 ms at
+        200k chunks (~650 pages), growing with the table; driven by the users instead it was
+        ~31 ms at 100k users even with no chunk at all (measured, 2026-12-06). Only an id the
+        caller chose is probed (SessionService.create)."""
+        chunks = exists().where(ChunkRow.session_id == session_id, ChunkRow.user_id != user_id)
+        kv = exists().where(KvRow.session_id == session_id, KvRow.user_id != user_id)
+        found = await self.session.scalar(select(or_(chunks, kv)))
         return bool(found)
 
     async def mark_extracted(

@@ -26,8 +26,16 @@ class SessionService:
     """The session rules, on the session (transaction) each call is given."""
 
     async def create(
-        self, session: AsyncSession, user_id: uuid.UUID, session_id: str, title: str | None
+        self,
+        session: AsyncSession,
+        user_id: uuid.UUID,
+        session_id: str,
+        title: str | None,
+        *,
+        generated: bool = False,
     ) -> SessionInfo:
+        """``generated``: ``session_id`` is a fresh UUID the package made, which no other
+        user's rows can be under: the probe of their chunks and sketches is skipped."""
         repo = SessionRepository(session=session)
         if not await repo.user_exists(user_id):
             raise NotFoundError(f"no user {user_id}: create it with memory.users.ensure() first")
@@ -40,7 +48,8 @@ class SessionService:
         await repo.lock_session_id(session_id)
         state = await repo.state_owner(session_id)
         taken = state is not None and state[0] is not None and state[0] != user_id
-        taken = taken or await repo.rows_of_others(session_id, user_id)
+        if not taken and not generated:
+            taken = await repo.rows_of_others(session_id, user_id)
         row = None if taken else await repo.insert_session(session_id, user_id, title)
         if row is None:
             raise InvalidInputError(
