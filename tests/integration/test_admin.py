@@ -582,3 +582,56 @@ async def test_session_metadata_that_is_not_an_object_exports_as_empty(memory: M
         records = await memory.admin.export_user(uid)
     [session] = [r for r in records if isinstance(r, ExportSession)]
     assert session.session_metadata == {}
+
+
+async def test_an_unmerge_and_a_facts_session_survive_export_and_import(
+    memory: Memory, other_memory: Memory
+) -> None:
+    """A row the user separated (unmerge_fact) stays separated after export and import: a
+    dedupe in the new database never merges it again. The session a fact was written from
+    (its provenance) comes back too."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        old = await memory.store.upsert_fact("p", "language", "English", session_id="s-1")
+        await memory.store.upsert_fact("p", "preferred_language", "Dutch", dedupe=True)
+        await memory.store.unmerge_fact(old.id)
+    with admin():
+        records = await memory.admin.export_user(uid)
+        await other_memory.admin.import_user(records)
+        again = await other_memory.admin.export_user(uid)
+    assert dumped(again) == dumped(records)
+    separated = next(r for r in records if isinstance(r, ExportFact) and r.key == "language")
+    assert separated.unmerged_at is not None and separated.session_id == "s-1"
+    with request_context(user_id=uid):
+        written = await other_memory.store.upsert_fact(
+            "p", "preferred_language", "Dutch", dedupe=True
+        )
+        facts = await other_memory.store.get_all_facts(include_merged=True)
+    assert written.key == "preferred_language"
+    assert sorted((f.key, f.merged_into) for f in facts) == [
+        ("language", None),
+        ("preferred_language", None),
+    ]
+
+
+async def test_an_export_without_unmerged_at_or_session_id_still_imports(memory: Memory) -> None:
+    """Exports written before those fields were carried import as never separated, written
+    from no known session."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("p", "editor", "vim", session_id="s-1")
+    with admin():
+        records = dumped(await memory.admin.export_user(uid))
+        for record in records:
+            if record["type"] == "fact":
+                record.pop("unmerged_at", None)
+                record.pop("session_id", None)
+        copy = uuid.uuid4()
+        await memory.admin.import_user(records, user_id=copy)
+        facts = await memory.store.get_all_facts(user_id=copy)
+    assert [(f.key, f.value) for f in facts] == [("editor", "vim")]
+    assert await scalar(
+        memory,
+        "SELECT unmerged_at IS NULL AND session_id IS NULL FROM memory_facts WHERE user_id = :u",
+        u=copy,
+    )
