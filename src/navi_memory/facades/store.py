@@ -244,6 +244,13 @@ class MemoryStore:
     ) -> int:
         """Delete the user's fact(s) named ``key`` — directly or by a hidden spelling — with the
         hidden rows behind them. Returns how many visible facts were deleted."""
+        return len(await self.delete_facts(key, category, user_id))
+
+    async def delete_facts(
+        self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
+    ) -> list[Fact]:
+        """delete_fact, returning the visible facts deleted as they were (by category, key):
+        through a hidden spelling, a fact whose key is not ``key``."""
         uid = write_scope(user_id)
         key = check_text("key", key, max_chars=FACT_KEY_MAX_CHARS).strip()
         category = check_optional_text(

@@ -632,15 +632,16 @@ class FactRepository:
         rows = (await self.session.execute(named)).all()
         return sorted({row.merged_into or row.id for row in rows})
 
-    async def delete_with_hidden(self, ids: Sequence[int]) -> int:
-        """Delete the hidden rows pointing at ``ids`` first, then the rows. Returns len(ids)."""
+    async def delete_with_hidden(self, ids: Sequence[int]) -> list[RowMapping]:
+        """Delete the hidden rows pointing at ``ids`` first, then the rows. Returns the rows of
+        ``ids`` deleted (the Fact columns and ``has_embedding``), by category and key."""
         if not ids:
-            return 0
+            return []
         await self.session.execute(delete(FactRow).where(FactRow.merged_into.in_(ids)))
         result = await self.session.execute(
-            delete(FactRow).where(FactRow.id.in_(ids)).returning(FactRow.id)
+            delete(FactRow).where(FactRow.id.in_(ids)).returning(*fact_columns())
         )
-        return len(result.all())
+        return sorted(result.mappings(), key=lambda row: (row["category"], row["key"], row["id"]))
 
     async def expired(self, user_id: uuid.UUID | None) -> tuple[int, int]:
         """How many facts are past their expiry, and how many rows hidden behind them have not
