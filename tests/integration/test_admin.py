@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,6 +25,7 @@ from navi_memory.schemas import ExportChunk, ExportFact, ExportSession
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_session_row, new_user, scalar
+from tests.integration.test_review_fixes import holding_category_lock
 from tests.integration.test_search import draft
 from tests.seed import seed_user
 
@@ -635,3 +637,40 @@ async def test_an_export_without_unmerged_at_or_session_id_still_imports(memory:
         "SELECT unmerged_at IS NULL AND session_id IS NULL FROM memory_facts WHERE user_id = :u",
         u=copy,
     )
+
+
+async def test_purge_of_every_user_commits_user_by_user(busy_memory: Memory) -> None:
+    """An all-users purge takes the category locks of one user at a time and commits each
+    user's purge before the next: never every user's locks in one transaction (a huge purge
+    would exhaust the lock table). While it waits for one user's category, the users before
+    it are purged and committed already."""
+    memory = busy_memory
+    first = uuid.UUID("00000000-0000-4000-8000-000000000001")
+    last = uuid.UUID("ffffffff-ffff-4fff-bfff-ffffffffffff")
+    for uid in (first, last):
+        await memory.users.ensure(uid, None)
+        survivor = await insert_fact(memory, uid, "preferred_language", age_hours=1, expired=True)
+        await insert_fact(memory, uid, "language", age_hours=5, behind=survivor)
+    await execute(memory, "INSERT INTO memory_facts (category, key, value, expires_at) "
+                  "VALUES ('p', 'legacy', 'x', now() - interval '1 minute')")  # fmt: skip
+    async with holding_category_lock(memory, last, "p"):
+        with admin():
+            purging = asyncio.create_task(memory.admin.purge_expired())
+        for _ in range(200):  # until the purge waits for the last user's category
+            waiting = await scalar(
+                memory,
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.01)
+        assert waiting == 1
+        # The first user's purge is committed: seen from another connection.
+        assert await scalar(
+            memory,
+            "SELECT array_agg(key ORDER BY key) FROM memory_facts WHERE user_id = :u",
+            u=first,
+        ) == ["language"]
+    purged = await purging
+    assert (purged.expired, purged.hidden) == (3, 2)
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE expires_at <= now()") == 0

@@ -660,6 +660,17 @@ class FactRepository:
         )
         return expired, behind
 
+    async def owners_of_expired(self) -> list[uuid.UUID]:
+        """The users holding a fact past its expiry, by id (legacy rows without a user left
+        out)."""
+        rows = await self.session.scalars(
+            select(FactRow.user_id)
+            .where(FactRow.expires_at <= func.now(), FactRow.user_id.is_not(None))
+            .distinct()
+            .order_by(FactRow.user_id)
+        )
+        return [uid for uid in rows if uid is not None]
+
     async def categories_to_rescue(self, user_id: uuid.UUID | None) -> list[tuple[uuid.UUID, str]]:
         """The (user, category) pairs holding an expired fact with a live row hidden behind it
         (legacy rows without a user have no lock, and are left out)."""

@@ -328,6 +328,11 @@ class FactService:
         await facts.settle_heirs(heirs)
         return counts
 
+    async def owners_of_expired(self, session: AsyncSession) -> list[uuid.UUID]:
+        """The users holding an expired fact: an all-users purge goes through them one by
+        one, each in a transaction of its own."""
+        return await FactRepository(session=session).owners_of_expired()
+
     # --- reads ------------------------------------------------------------------------------
 
     async def get(self, session: AsyncSession, fact_id: int) -> Fact:
