@@ -604,6 +604,17 @@ async def test_an_unmerge_and_a_facts_session_survive_export_and_import(
     assert dumped(again) == dumped(records)
     separated = next(r for r in records if isinstance(r, ExportFact) and r.key == "language")
     assert separated.unmerged_at is not None and separated.session_id == "s-1"
+    with admin():  # a session prefix renames the provenance too
+        copy = uuid.uuid4()
+        await memory.admin.import_user(records, user_id=copy, session_prefix="copy-")
+    assert (
+        await scalar(
+            memory,
+            "SELECT session_id FROM memory_facts WHERE user_id = :u AND key = 'language'",
+            u=copy,
+        )
+        == "copy-s-1"
+    )
     with request_context(user_id=uid):
         written = await other_memory.store.upsert_fact(
             "p", "preferred_language", "Dutch", dedupe=True
