@@ -670,7 +670,8 @@ async def test_purge_of_every_user_commits_user_by_user(busy_memory: Memory) -> 
         for _ in range(200):  # until the purge waits for the last user's category
             waiting = await scalar(
                 memory,
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             )
             if waiting:
                 break

@@ -133,7 +133,7 @@ class Admin:
         ``with_vectors``; without them an import leaves them to backfill."""
         _require_admin("export_user")
         uid = as_user_id(user_id)
-        read_scope(uid)  # refuses another user's id when acting for one user
+        read_scope(uid)  # the read rule, as everywhere (read_all, required here, reads anyone)
         with_vectors = check_bool("with_vectors", with_vectors)
         async with unit_of_work(self._snapshot) as session:
             return await self._transfer.export(session, uid, with_vectors=with_vectors)
