@@ -353,7 +353,10 @@ class ExportHeader(_Record):
 
 class ExportFact(_Record):
     """A fact, hidden ones included. ``ref`` names it within the export (``f1``, ``f2``, in id
-    order); ``merged_into`` is the ref of the fact it is hidden behind, never a database id."""
+    order); ``merged_into`` is the ref of the fact it is hidden behind, never a database id.
+    ``unmerged_at``: when the user separated it from a merge (a dedupe never merges it again);
+    ``session_id``: the session it was last written from. Both absent from older exports
+    (read as None)."""
 
     type: Literal["fact"] = "fact"
     ref: str
@@ -366,8 +369,10 @@ class ExportFact(_Record):
     last_verified_at: datetime | None = None
     source_context: str | None = None
     merged_into: str | None = None
+    unmerged_at: datetime | None = None
     created_at: datetime
     updated_at: datetime
+    session_id: str | None = None
     embedding: list[float] | None = None
 
 

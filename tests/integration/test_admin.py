@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,6 +25,7 @@ from navi_memory.schemas import ExportChunk, ExportFact, ExportSession
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_session_row, new_user, scalar
+from tests.integration.test_review_fixes import holding_category_lock
 from tests.integration.test_search import draft
 from tests.seed import seed_user
 
@@ -582,3 +584,105 @@ async def test_session_metadata_that_is_not_an_object_exports_as_empty(memory: M
         records = await memory.admin.export_user(uid)
     [session] = [r for r in records if isinstance(r, ExportSession)]
     assert session.session_metadata == {}
+
+
+async def test_an_unmerge_and_a_facts_session_survive_export_and_import(
+    memory: Memory, other_memory: Memory
+) -> None:
+    """A row the user separated (unmerge_fact) stays separated after export and import: a
+    dedupe in the new database never merges it again. The session a fact was written from
+    (its provenance) comes back too."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        old = await memory.store.upsert_fact("p", "language", "English", session_id="s-1")
+        await memory.store.upsert_fact("p", "preferred_language", "Dutch", dedupe=True)
+        await memory.store.unmerge_fact(old.id)
+    with admin():
+        records = await memory.admin.export_user(uid)
+        await other_memory.admin.import_user(records)
+        again = await other_memory.admin.export_user(uid)
+    assert dumped(again) == dumped(records)
+    separated = next(r for r in records if isinstance(r, ExportFact) and r.key == "language")
+    assert separated.unmerged_at is not None and separated.session_id == "s-1"
+    with admin():  # a session prefix renames the provenance too
+        copy = uuid.uuid4()
+        await memory.admin.import_user(records, user_id=copy, session_prefix="copy-")
+    assert (
+        await scalar(
+            memory,
+            "SELECT session_id FROM memory_facts WHERE user_id = :u AND key = 'language'",
+            u=copy,
+        )
+        == "copy-s-1"
+    )
+    with request_context(user_id=uid):
+        written = await other_memory.store.upsert_fact(
+            "p", "preferred_language", "Dutch", dedupe=True
+        )
+        facts = await other_memory.store.get_all_facts(include_merged=True)
+    assert written.key == "preferred_language"
+    assert sorted((f.key, f.merged_into) for f in facts) == [
+        ("language", None),
+        ("preferred_language", None),
+    ]
+
+
+async def test_an_export_without_unmerged_at_or_session_id_still_imports(memory: Memory) -> None:
+    """Exports written before those fields were carried import as never separated, written
+    from no known session."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("p", "editor", "vim", session_id="s-1")
+    with admin():
+        records = dumped(await memory.admin.export_user(uid))
+        for record in records:
+            if record["type"] == "fact":
+                record.pop("unmerged_at", None)
+                record.pop("session_id", None)
+        copy = uuid.uuid4()
+        await memory.admin.import_user(records, user_id=copy)
+        facts = await memory.store.get_all_facts(user_id=copy)
+    assert [(f.key, f.value) for f in facts] == [("editor", "vim")]
+    assert await scalar(
+        memory,
+        "SELECT unmerged_at IS NULL AND session_id IS NULL FROM memory_facts WHERE user_id = :u",
+        u=copy,
+    )
+
+
+async def test_purge_of_every_user_commits_user_by_user(busy_memory: Memory) -> None:
+    """An all-users purge takes the category locks of one user at a time and commits each
+    user's purge before the next: never every user's locks in one transaction (a huge purge
+    would exhaust the lock table). While it waits for one user's category, the users before
+    it are purged and committed already."""
+    memory = busy_memory
+    first = uuid.UUID("00000000-0000-4000-8000-000000000001")
+    last = uuid.UUID("ffffffff-ffff-4fff-bfff-ffffffffffff")
+    for uid in (first, last):
+        await memory.users.ensure(uid, None)
+        survivor = await insert_fact(memory, uid, "preferred_language", age_hours=1, expired=True)
+        await insert_fact(memory, uid, "language", age_hours=5, behind=survivor)
+    await execute(memory, "INSERT INTO memory_facts (category, key, value, expires_at) "
+                  "VALUES ('p', 'legacy', 'x', now() - interval '1 minute')")  # fmt: skip
+    async with holding_category_lock(memory, last, "p"):
+        with admin():
+            purging = asyncio.create_task(memory.admin.purge_expired())
+        for _ in range(200):  # until the purge waits for the last user's category
+            waiting = await scalar(
+                memory,
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.01)
+        assert waiting == 1
+        # The first user's purge is committed: seen from another connection.
+        assert await scalar(
+            memory,
+            "SELECT array_agg(key ORDER BY key) FROM memory_facts WHERE user_id = :u",
+            u=first,
+        ) == ["language"]
+    purged = await purging
+    assert (purged.expired, purged.hidden) == (3, 2)
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE expires_at <= now()") == 0

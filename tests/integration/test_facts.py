@@ -151,7 +151,9 @@ async def test_expired_facts_disappear_from_every_read(memory: Memory) -> None:
         (("c", "k", "v"), {"confidence": 101}, InvalidInputError, "confidence must be <= 100"),
         (("c", "k", "v"), {"confidence": "high"}, InvalidTypeError, "confidence must be an int"),
         (("c", "k", "v"), {"expires_days": -1}, InvalidInputError, "expires_days"),
-        (("c", "k", "v"), {"expires_days": "soon"}, InvalidInputError, "expires_days"),
+        (("c", "k", "v"), {"expires_days": "soon"}, InvalidTypeError, "expires_days"),
+        (("c", "k", "v"), {"source": b"conversation"}, InvalidTypeError, "source must be a str"),
+        (("c", "k", "v"), {"source": None}, InvalidTypeError, "source must be a str"),
     ],
 )
 async def test_bad_input_is_refused_clearly_and_stores_nothing(
@@ -161,6 +163,23 @@ async def test_bad_input_is_refused_clearly_and_stores_nothing(
     with pytest.raises(error, match=match):
         await memory.store.upsert_fact(*args, user_id=uid, **kwargs)  # type: ignore[arg-type]
     assert await memory.store.fact_count(user_id=uid, include_merged=True) == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"sort_order": b"desc"}, InvalidTypeError, "sort_order must be a str"),
+        ({"sort_order": None}, InvalidTypeError, "sort_order must be a str"),
+        ({"sort_order": "up"}, InvalidInputError, "sort_order must be 'asc' or 'desc'"),
+    ],
+)
+async def test_a_listing_sort_order_of_the_wrong_type_is_a_type_error(
+    memory: Memory, kwargs: dict[str, object], error: type, match: str
+) -> None:
+    uid = await new_user(memory)
+    with pytest.raises(error, match=match) as raised:
+        await memory.store.get_all_facts(user_id=uid, **kwargs)  # type: ignore[arg-type]
+    assert (type(raised.value) is InvalidTypeError) == (error is InvalidTypeError)
 
 
 # --- search ---------------------------------------------------------------------------------

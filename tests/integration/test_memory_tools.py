@@ -185,7 +185,21 @@ async def test_forget_without_category_removes_the_key_everywhere(memory: Memory
     await memory.tools.call("memory", SAVE, ctx)
     await memory.tools.call("memory", SAVE | {"category": "work"}, ctx)
     answer = await memory.tools.call("memory", {"action": "forget", "key": "editor"}, ctx)
-    assert answer == "memory: forgot 2 facts: editor (in every category)"
+    assert answer == "memory: forgot 2 facts: [preferences] editor, [work] editor"
+    assert await facts_in_db(memory) == 0
+
+
+async def test_forget_of_a_hidden_spelling_names_the_fact_it_deleted(memory: Memory) -> None:
+    """Forgetting a spelling merged into another key deletes that other key's fact: the answer
+    names the fact that went, not only the key asked for."""
+    ctx = await user_and_session(memory)
+    await memory.tools.call("memory", SAVE | {"key": "language", "value": "English"}, ctx)
+    await memory.tools.call("memory", SAVE | {"key": "preferred_language", "value": "Dutch"}, ctx)
+    answer = await memory.tools.call("memory", {"action": "forget", "key": "language"}, ctx)
+    assert answer == (
+        "memory: forgot 1 fact: [preferences] preferred_language (the key 'language' is "
+        "another spelling of it)"
+    )
     assert await facts_in_db(memory) == 0
 
 

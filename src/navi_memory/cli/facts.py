@@ -197,15 +197,17 @@ def forget_fact(
     """
     settings = load_settings()
 
-    async def work() -> int:
+    async def work() -> list[Fact]:
         async with admin_memory(settings) as memory:
-            return await memory.store.delete_fact(key, category, user_id=user)
+            return await memory.store.delete_facts(key, category, user_id=user)
 
     deleted = run(work)
     if not deleted:
         where = f" in category {category!r}" if category else ""
         raise NotFoundError(f"user {user} has no fact {key!r}{where}")
-    out.print(f"forgot {deleted} fact(s) {key!r} of user {user}", markup=False)
+    # The facts that went by their own keys: another spelling names the fact it was merged into.
+    names = ", ".join(f"#{fact.id} [{fact.category}] {fact.key}" for fact in deleted)
+    out.print(f"forgot {len(deleted)} fact(s) of user {user}: {names}", markup=False)
 
 
 @facts_app.command("unmerge")

@@ -103,12 +103,25 @@ class Admin:
         behind them that have not expired are kept and brought back (docs/memory.md, "Expiry
         and merges"). Expired facts are invisible already; this frees their rows (and forgoes
         reviving one by saving the same value again). Acting for a user, None means
-        that user, and another user's id is refused."""
+        that user, and another user's id is refused.
+
+        Every user's purge goes user by user, each committed before the next (one user's
+        category locks at a time, never every user's in one transaction), then once over what
+        is left: the legacy rows without a user, and facts that expired meanwhile.
+        Interrupted, the users done stay purged; a rerun does the rest."""
         _require_admin("purge_expired")
         uid = _write_target(user_id)
         dry_run = check_bool("dry_run", dry_run)
         async with unit_of_work(self._sessionmaker) as session:
-            expired, hidden = await self._facts.purge_expired(session, uid, dry_run=dry_run)
+            if uid is not None or dry_run:
+                expired, hidden = await self._facts.purge_expired(session, uid, dry_run=dry_run)
+                return PurgeResult(expired=expired, hidden=hidden, dry_run=dry_run)
+            owners = await self._facts.owners_of_expired(session)
+        expired = hidden = 0
+        for owner in [*owners, None]:
+            async with unit_of_work(self._sessionmaker) as session:
+                counts = await self._facts.purge_expired(session, owner, dry_run=False)
+            expired, hidden = expired + counts[0], hidden + counts[1]
         return PurgeResult(expired=expired, hidden=hidden, dry_run=dry_run)
 
     async def export_user(
@@ -120,7 +133,7 @@ class Admin:
         ``with_vectors``; without them an import leaves them to backfill."""
         _require_admin("export_user")
         uid = as_user_id(user_id)
-        read_scope(uid)  # refuses another user's id when acting for one user
+        read_scope(uid)  # the read rule, as everywhere (read_all, required here, reads anyone)
         with_vectors = check_bool("with_vectors", with_vectors)
         async with unit_of_work(self._snapshot) as session:
             return await self._transfer.export(session, uid, with_vectors=with_vectors)

@@ -159,6 +159,10 @@ class MemoryStore:
         key = check_text("key", key, max_chars=FACT_KEY_MAX_CHARS).strip()
         value = check_text("value", value)
         source_context = check_optional_text("source_context", source_context)
+        if not isinstance(source, str):
+            raise InvalidTypeError(
+                f"source must be a str, one of {', '.join(SOURCES)}; got {type(source).__name__}"
+            )
         if source not in SOURCES:
             raise InvalidInputError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
         if confidence is None:
@@ -166,7 +170,7 @@ class MemoryStore:
         confidence = check_int("confidence", confidence, minimum=0, maximum=100)
         if expires_days is not None:
             if isinstance(expires_days, bool) or not isinstance(expires_days, int | float):
-                raise InvalidInputError(
+                raise InvalidTypeError(
                     f"expires_days must be a number of days, got {type(expires_days).__name__}"
                 )
             if not 0 < expires_days <= FACT_EXPIRES_MAX_DAYS:
@@ -244,6 +248,13 @@ class MemoryStore:
     ) -> int:
         """Delete the user's fact(s) named ``key`` — directly or by a hidden spelling — with the
         hidden rows behind them. Returns how many visible facts were deleted."""
+        return len(await self.delete_facts(key, category, user_id))
+
+    async def delete_facts(
+        self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
+    ) -> list[Fact]:
+        """delete_fact, returning the visible facts deleted as they were (by category, key):
+        through a hidden spelling, a fact whose key is not ``key``."""
         uid = write_scope(user_id)
         key = check_text("key", key, max_chars=FACT_KEY_MAX_CHARS).strip()
         category = check_optional_text(
@@ -276,7 +287,11 @@ class MemoryStore:
             raise InvalidInputError(
                 f"sort_by must be one of {', '.join(sorted(FACT_SORT_KEYS))}; got {sort_by!r}"
             )
-        if not isinstance(sort_order, str) or sort_order.lower() not in {"asc", "desc"}:
+        if not isinstance(sort_order, str):
+            raise InvalidTypeError(
+                f"sort_order must be a str, 'asc' or 'desc'; got {type(sort_order).__name__}"
+            )
+        if sort_order.lower() not in {"asc", "desc"}:
             raise InvalidInputError(f"sort_order must be 'asc' or 'desc'; got {sort_order!r}")
         if limit is not None:
             limit = check_int("limit", limit, minimum=0, maximum=BIGINT_MAX)

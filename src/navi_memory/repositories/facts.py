@@ -632,15 +632,16 @@ class FactRepository:
         rows = (await self.session.execute(named)).all()
         return sorted({row.merged_into or row.id for row in rows})
 
-    async def delete_with_hidden(self, ids: Sequence[int]) -> int:
-        """Delete the hidden rows pointing at ``ids`` first, then the rows. Returns len(ids)."""
+    async def delete_with_hidden(self, ids: Sequence[int]) -> list[RowMapping]:
+        """Delete the hidden rows pointing at ``ids`` first, then the rows. Returns the rows of
+        ``ids`` deleted (the Fact columns and ``has_embedding``), by category and key."""
         if not ids:
-            return 0
+            return []
         await self.session.execute(delete(FactRow).where(FactRow.merged_into.in_(ids)))
         result = await self.session.execute(
-            delete(FactRow).where(FactRow.id.in_(ids)).returning(FactRow.id)
+            delete(FactRow).where(FactRow.id.in_(ids)).returning(*fact_columns())
         )
-        return len(result.all())
+        return sorted(result.mappings(), key=lambda row: (row["category"], row["key"], row["id"]))
 
     async def expired(self, user_id: uuid.UUID | None) -> tuple[int, int]:
         """How many facts are past their expiry, and how many rows hidden behind them have not
@@ -658,6 +659,17 @@ class FactRepository:
             or 0
         )
         return expired, behind
+
+    async def owners_of_expired(self) -> list[uuid.UUID]:
+        """The users holding a fact past its expiry, by id (legacy rows without a user left
+        out)."""
+        rows = await self.session.scalars(
+            select(FactRow.user_id)
+            .where(FactRow.expires_at <= func.now(), FactRow.user_id.is_not(None))
+            .distinct()
+            .order_by(FactRow.user_id)
+        )
+        return [uid for uid in rows if uid is not None]
 
     async def categories_to_rescue(self, user_id: uuid.UUID | None) -> list[tuple[uuid.UUID, str]]:
         """The (user, category) pairs holding an expired fact with a live row hidden behind it

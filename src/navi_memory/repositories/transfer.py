@@ -54,8 +54,10 @@ _FACT_FIELDS = (
     "last_verified_at",
     "source_context",
     "merged_into",
+    "unmerged_at",
     "created_at",
     "updated_at",
+    "session_id",
 )
 _CHUNK_FIELDS = (
     "id",

@@ -252,7 +252,9 @@ class FactService:
 
     async def delete(
         self, session: AsyncSession, user_id: uuid.UUID, key: str, category: str | None
-    ) -> int:
+    ) -> list[Fact]:
+        """Delete the user's visible facts named ``key`` (directly or by a hidden spelling),
+        with the rows hidden behind them; returns the visible facts deleted, as they were."""
         facts = FactRepository(session=session)
         # The same per-category locks as upsert (taken in a fixed order, so two deletes cannot
         # deadlock): an upsert never updates a row this delete is removing, nor the other way.
@@ -266,7 +268,7 @@ class FactService:
         for name in sorted(categories):
             await locks.lock_category(user_id, name)
         ids = await facts.ids_for_delete(user_id, key, categories)
-        removed = await facts.delete_with_hidden(ids)
+        removed = [to_fact(row) for row in await facts.delete_with_hidden(ids)]
         if removed:
             # The summary rides in every prompt and may tell the forgotten fact; prose cannot
             # be edited, so it goes too, under the lock the extractor writes it under (so no
@@ -325,6 +327,11 @@ class FactService:
         await facts.delete_expired(user_id)
         await facts.settle_heirs(heirs)
         return counts
+
+    async def owners_of_expired(self, session: AsyncSession) -> list[uuid.UUID]:
+        """The users holding an expired fact: an all-users purge goes through them one by
+        one, each in a transaction of its own."""
+        return await FactRepository(session=session).owners_of_expired()
 
     # --- reads ------------------------------------------------------------------------------
 

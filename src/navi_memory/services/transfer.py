@@ -134,6 +134,7 @@ def _check_record(record: ExportRecord) -> None:
             check_text("key", record.key, max_chars=FACT_KEY_MAX_CHARS)
             check_text("value", record.value)
             check_optional_text("source_context", record.source_context)
+            check_optional_session_id(record.session_id)
             if record.source is not None and record.source not in SOURCES:
                 raise InvalidInputError(
                     f"source must be one of {', '.join(SOURCES)}; got {record.source!r}"
@@ -344,7 +345,7 @@ class TransferService:
         )
         for level in plan.fact_levels():
             await repo.insert_facts(
-                [_fact_row(fact, target, fact_ids, header.with_vectors) for fact in level]
+                [_fact_row(fact, target, fact_ids, header.with_vectors, plan) for fact in level]
             )
         if plan.summary is not None:
             await repo.insert_summary(target, plan.summary.content, plan.summary.updated_at)
@@ -474,7 +475,8 @@ class _Plan:
         # Chunks may name sessions that are no sessions row, but never another user's.
         self.session_ids |= {c.session_id for c in self.chunks}
         self.session_ids = {self.sid(sid) for sid in self.session_ids}
-        for sid in self.session_ids:
+        provenance = {self.sid(f.session_id) for f in self.facts if f.session_id is not None}
+        for sid in self.session_ids | provenance:
             if not sid.strip() or len(sid) > SESSION_ID_MAX_CHARS:
                 raise InvalidInputError(
                     f"session id {sid[:40]!r} is blank or longer than {SESSION_ID_MAX_CHARS}"
@@ -503,7 +505,11 @@ class _Plan:
 
 
 def _fact_row(
-    fact: ExportFact, user_id: uuid.UUID, ids: Mapping[str, int], with_vectors: bool
+    fact: ExportFact,
+    user_id: uuid.UUID,
+    ids: Mapping[str, int],
+    with_vectors: bool,
+    plan: _Plan,
 ) -> dict[str, Any]:
     row = fact.model_dump(exclude={"type", "ref", "merged_into", "embedding"})
     return {
@@ -512,6 +518,8 @@ def _fact_row(
         "user_id": user_id,
         "merged_into": None if fact.merged_into is None else ids[fact.merged_into],
         "embedding": fact.embedding if with_vectors else None,
+        # Provenance follows the sessions' new ids (a label, never a link: no foreign key).
+        "session_id": None if fact.session_id is None else plan.sid(fact.session_id),
     }
 
 

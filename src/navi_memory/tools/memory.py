@@ -231,9 +231,9 @@ class FactStore(Protocol):
         self, query: str, user_id: uuid.UUID | str | None = None, limit: int = 15
     ) -> list[FactHit]: ...
 
-    async def delete_fact(
+    async def delete_facts(
         self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
-    ) -> int: ...
+    ) -> list[Fact]: ...
 
     async def fact_categories(
         self, user_id: uuid.UUID | str | None = None
@@ -296,14 +296,22 @@ async def _search(store: FactStore, request: SearchFacts) -> str:
 
 
 async def _forget(store: FactStore, request: ForgetFact) -> str:
-    removed = await store.delete_fact(request.key, request.category)
-    where = f"[{request.category}] " if request.category is not None else ""
-    if removed == 0:
+    removed = await store.delete_facts(request.key, request.category)
+    if not removed:
         scope = f" in category {request.category!r}" if request.category is not None else ""
         return f"memory: nothing to forget, no stored fact has the key {request.key!r}{scope}."
-    noun = "fact" if removed == 1 else "facts"
-    every = "" if request.category is not None or removed == 1 else " (in every category)"
-    return f"memory: forgot {removed} {noun}: {where}{request.key}{every}"
+    # Name what went: a key merged into another (a hidden spelling) deletes that other fact.
+    noun = "fact" if len(removed) == 1 else "facts"
+    names = ", ".join(f"[{fact.category}] {fact.key}" for fact in removed)
+    spelling = ""
+    spelled = sum(fact.key != request.key for fact in removed)
+    if spelled:
+        if spelled == len(removed):
+            it = "it" if spelled == 1 else "them"
+        else:
+            it = "one of them" if spelled == 1 else f"{spelled} of them"
+        spelling = f" (the key {request.key!r} is another spelling of {it})"
+    return f"memory: forgot {len(removed)} {noun}: {names}{spelling}"
 
 
 async def _list(store: FactStore) -> str:
