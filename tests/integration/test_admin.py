@@ -686,3 +686,36 @@ async def test_purge_of_every_user_commits_user_by_user(busy_memory: Memory) -> 
     purged = await purging
     assert (purged.expired, purged.hidden) == (3, 2)
     assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE expires_at <= now()") == 0
+
+
+async def test_an_import_is_refused_a_session_id_another_user_keeps_chunks_or_sketches_under(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Session ids are unique across users (sessions.create's rule): an export whose session id
+    another user keeps raw chunks or sketches under, with no sessions row (a session their
+    application keeps elsewhere), needs a session prefix, and nothing is written."""
+    kim = uuid.uuid4()
+    await seed_user(memory, fake_ollama, kim, "ext-1")
+    with admin():
+        records = await memory.admin.export_user(kim)
+    await memory.users.delete(kim)
+
+    sam = await new_user(memory, "Sam")
+    await memory.store.add_chunks([draft("Sam's own text")], user_id=sam, session_id="ext-1")
+    with admin(), pytest.raises(InvalidInputError, match="'ext-1' belong"):
+        await memory.admin.import_user(records)
+    assert await memory.users.get(kim) is None
+
+    await execute(memory, "DELETE FROM memory_chunks WHERE user_id = :u", u=sam)
+    await execute(
+        memory,
+        "INSERT INTO kv_store (user_id, scope, session_id, key, value) "
+        "VALUES (:u, 'scratchpad', 'ext-1', 'plan', 'Sam''s note')",
+        u=sam,
+    )
+    with admin(), pytest.raises(InvalidInputError, match="'ext-1' belong"):
+        await memory.admin.import_user(records)
+    assert await memory.users.get(kim) is None
+    with admin():
+        await memory.admin.import_user(records, session_prefix="kim-")
+    assert [s.id for s in await memory.sessions.list(user_id=kim)] == ["kim-ext-1"]

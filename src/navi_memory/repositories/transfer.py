@@ -171,7 +171,9 @@ class TransferRepository:
     async def session_ids_of_others(
         self, session_ids: Sequence[str], user_id: uuid.UUID
     ) -> list[str]:
-        """Which of ``session_ids`` another user (or nobody, a legacy row) holds already."""
+        """Which of ``session_ids`` another user (or nobody, a legacy row) holds already: a
+        session, extraction state, raw chunks or sketches under it (the last two may be of a
+        session their application keeps outside ``sessions``)."""
         if not session_ids:
             return []
         in_sessions = select(SessionRow.id).where(
@@ -184,7 +186,13 @@ class TransferRepository:
                 SessionMemoryStateRow.user_id != user_id,
             ),
         )
-        rows = await self.session.scalars(union(in_sessions, in_states))
+        in_chunks = select(ChunkRow.session_id).where(
+            ChunkRow.session_id.in_(session_ids), ChunkRow.user_id != user_id
+        )
+        in_kv = select(KvRow.session_id).where(
+            KvRow.session_id.in_(session_ids), KvRow.user_id != user_id
+        )
+        rows = await self.session.scalars(union(in_sessions, in_states, in_chunks, in_kv))
         return sorted(rows.all())
 
     # --- writing ---------------------------------------------------------------------------
