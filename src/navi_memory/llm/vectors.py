@@ -62,6 +62,15 @@ def _checked(vector: object, *, dim: int, subject: str, where: str) -> array[flo
         else _as_list(vector, f"{subject} returned {{kind}} instead of a vector{where}")
     )
     if len(items) != dim:
+        if len(items) == 1 and not isinstance(items[0], (int, float)):
+            # [[…768 numbers]]: the model (or an adapter) answered a batch of one where one
+            # vector was asked for; "1-dimensional, use another model" would send the reader
+            # the wrong way.
+            raise EmbeddingError(
+                f"{subject} returned a list holding {type_phrase(items[0])} where one vector "
+                f"of {dim} numbers was expected{where}: an embed_query must return the vector "
+                "itself, an embed_documents one vector per input"
+            )
         raise EmbeddingError(
             f"{subject} returned {len(items)}-dimensional embeddings, expected {dim}{where}: "
             f"use a {dim}-dimensional model (with Ollama: set EMBEDDING_MODEL to one, such as "
