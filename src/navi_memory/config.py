@@ -139,6 +139,7 @@ class Settings(BaseSettings):
     chunk_graph_from: int = Field(
         default=CHUNK_GRAPH_FROM,
         ge=0,
+        le=PG_INT_MAX,  # bound into the indexer's and the searches' statements
         description=(
             "A user's chunk vectors go into the HNSW graph once the user holds this many indexed "
             "chunks (0: every user's); a smaller user's are searched exactly."

@@ -80,3 +80,16 @@ def test_a_stale_time_postgresql_cannot_take_is_refused_at_load(
         load_settings(_env_file=None)
     monkeypatch.setenv("MEMORY_STALE_MINUTES", str(2**31 - 1))
     assert load_settings(_env_file=None).memory_stale_minutes == 2**31 - 1
+
+
+def test_a_graph_threshold_postgresql_cannot_take_is_refused_at_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CHUNK_GRAPH_FROM is bound into the chunk indexer's and the searches' statements: 2**63
+    loaded fine, then every index batch and every chunk search failed with a StorageError
+    (value out of int64 range). No user holds 2**31 chunks: the bound is PostgreSQL's int."""
+    monkeypatch.setenv("CHUNK_GRAPH_FROM", str(2**63))
+    with pytest.raises(ConfigError, match="CHUNK_GRAPH_FROM"):
+        load_settings(_env_file=None)
+    monkeypatch.setenv("CHUNK_GRAPH_FROM", str(2**31 - 1))
+    assert load_settings(_env_file=None).chunk_graph_from == 2**31 - 1
