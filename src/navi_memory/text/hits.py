@@ -83,7 +83,11 @@ def _when(moment: datetime) -> str:
     # A naive time is taken as UTC already; every time the package stores carries a zone.
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%d %H:%M")
+    # Not strftime: its %Y leaves years below 1000 unpadded (glibc).
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} "
+        f"{moment.hour:02d}:{moment.minute:02d}"
+    )
 
 
 def _indented(text: str) -> list[str]:

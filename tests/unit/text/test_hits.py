@@ -282,3 +282,12 @@ def test_format_hits_refuses_wrong_types_with_navi_memory_errors() -> None:
     ]:
         with pytest.raises(InvalidTypeError):
             format_hits(query, scope, hits)  # type: ignore[arg-type]
+
+
+def test_times_always_have_four_digit_years() -> None:
+    """YYYY-MM-DD HH:MM for every year a chunk may carry (1-9999): strftime's %Y leaves years
+    below 1000 unpadded on glibc."""
+    early = datetime(5, 1, 2, 3, 4, tzinfo=UTC)
+    text = format_hits("x", "all", [fact_hit(timestamp=early), raw_hit(timestamp=early)])
+    assert "updated 0005-01-02 03:04" in text
+    assert "· 0005-01-02 03:04" in text
