@@ -509,6 +509,32 @@ async def test_a_summary_of_another_users_session_id_is_no_boundary(memory: Memo
     assert hit.before_summary is False
 
 
+async def test_in_a_global_search_another_users_chunk_never_borrows_a_boundary(
+    memory: Memory,
+) -> None:
+    """A read_all search across users: Bob's summary marks Bob's excerpt of his session, never
+    Alice's excerpt filed under the same session id (the boundary is each excerpt's own, not
+    one per session id shared by every user's rows)."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    sid = await new_session_row(memory, bob)
+    await add_summary(memory, sid, T0 + timedelta(days=1))
+    await memory.store.add_chunks([draft("User: zebra of bob")], user_id=bob, session_id=sid)
+    await execute(
+        memory,
+        "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
+        "start_seq, end_seq, started_at, ended_at, breadcrumbs) "
+        "VALUES (:u, :s, 'User: zebra of alice', 'h', 1, 2, :t, :t, '{}') "
+        "RETURNING id, user_id) "
+        "INSERT INTO memory_chunk_text_queue (chunk_id, user_id) SELECT id, user_id FROM c",
+        u=alice,
+        s=sid,
+        t=T0,
+    )
+    with request_context(permissions=frozenset({PERMISSION_READ_ALL})):
+        hits = await memory.search.search("zebra", "raw")
+    assert {h.user_id: h.before_summary for h in hits} == {bob: True, alice: False}
+
+
 async def test_the_golden_text_from_stored_data(memory: Memory) -> None:
     """The spec's example, byte for byte, from a fact and a chunk stored for real."""
     uid = await new_user(memory)

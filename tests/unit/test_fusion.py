@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from navi_memory.services.ranking import fuse_hits
+from navi_memory.services.ranking import fuse_hits, rank_hits
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -147,3 +147,17 @@ def test_recency_breaks_an_exact_tie_the_similarity_makes() -> None:
     newer_leader = row(1, 9, score=4.0, terms_hit=1, query_distance=0.5)
     hits = fused([], [newer_leader, newer_close], weight=0.5)
     assert [h["id"] for h in hits] == [1, 2]
+
+
+def test_rank_hits_orders_equal_distances_by_id_whatever_order_the_rows_come_in() -> None:
+    """The spec's ranking (rank_hits): vector hits nearest first, an exact tie of distances
+    by the lower id — the order the SQL's vector pass uses — so the answer does not depend
+    on the order the final join returned the rows in (it keeps none)."""
+    rows = [
+        {"id": 3, "distance": 0.1, "terms_hit": None, "ended_at": T0},
+        {"id": 2, "distance": 0.1, "terms_hit": None, "ended_at": T0},
+        {"id": 1, "distance": 0.05, "terms_hit": None, "ended_at": T0},
+    ]
+    for ordered in (rows, rows[::-1]):
+        hits = rank_hits(ordered, 10, lambda r, via: r["id"], "ended_at")  # type: ignore[arg-type]
+        assert hits == [1, 2, 3]

@@ -23,9 +23,12 @@ def hit_fields(row: RowMapping | Mapping[str, Any], score: dict[str, Any]) -> di
 def rank_hits(
     rows: Sequence[RowMapping], limit: int, make: Callable[..., HitT], recency: str
 ) -> list[HitT]:
-    """Vector hits nearest first, then text hits by terms matched, then the ``recency`` column
-    (the SQL ranks them the same way; the final join does not keep that order)."""
-    vector = sorted((r for r in rows if r["distance"] is not None), key=lambda r: r["distance"])
+    """Vector hits nearest first (an exact tie: the lower id), then text hits by terms matched,
+    then the ``recency`` column (the SQL ranks them the same way; the final join does not keep
+    that order)."""
+    vector = sorted(
+        (r for r in rows if r["distance"] is not None), key=lambda r: (r["distance"], r["id"])
+    )
     by_text = sorted(
         (r for r in rows if r["distance"] is None),
         key=lambda r: (-r["terms_hit"], -r[recency].timestamp(), -r["id"]),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -146,8 +146,8 @@ class _Found:
     fact_words: FactWords = field(default_factory=lambda: fact_words(()))
     """The facts read, for the raw excerpts' freshness marks."""
     raw: Ranked = field(default_factory=list)
-    boundaries: dict[str, datetime] = field(default_factory=dict)
-    """Summary boundaries of the raw rows' sessions."""
+    """Each row with its ``summary_at``: its session's last summary, when the session's row is
+    the chunk's own user's."""
     sketches: list[MemoryHit] = field(default_factory=list)
 
 
@@ -274,12 +274,16 @@ class UnifiedSearchService:
         if len(read_lanes) != len(plan.lanes):
             # A runner that skipped a lane would drop a store from the answer without a word.
             raise RuntimeError(f"the lane runner read {len(read_lanes)} of {len(plan.lanes)} lanes")
-        # Every fact read marks excerpts (up to FRESHNESS_FACTS); only k are shown.
-        marks = mark_freshness(
-            [_excerpt(row) for row, _ in found.raw], found.fact_words, found.boundaries
-        )
+        # Every fact read marks excerpts (up to FRESHNESS_FACTS); only k are shown. The
+        # before_summary mark is each row's own: a boundary per session id would lend one
+        # user's summary to another user's chunk filed under the same id (a global search).
+        marks = mark_freshness([_excerpt(row) for row, _ in found.raw], found.fact_words, {})
         raw = [
-            _raw_hit(row, via=via, freshness=mark)
+            _raw_hit(
+                row,
+                via=via,
+                freshness=replace(mark, before_summary=_before_summary(row, request)),
+            )
             for (row, via), mark in zip(found.raw, marks, strict=True)
         ]
         return [*found.fact_hits, *raw, *found.sketches]
@@ -299,7 +303,7 @@ class UnifiedSearchService:
                 if plan.scope in ("all", "facts"):
                     found.fact_hits = [_fact_hit(row, via=via) for row, via in facts[: plan.k]]
             elif store == "raw":
-                found.raw, found.boundaries = await self._raw(conn, request)
+                found.raw = await self._raw(conn, request)
             else:
                 found.sketches = await self._sketches(conn, request)
 
@@ -317,12 +321,10 @@ class UnifiedSearchService:
         )
         return rank_hits(rows, limit, _ranked, recency="updated_at")
 
-    async def _raw(
-        self, conn: Connection, request: SearchRequest
-    ) -> tuple[Ranked, dict[str, datetime]]:
+    async def _raw(self, conn: Connection, request: SearchRequest) -> Ranked:
         """The raw excerpts, ranked as search_chunks ranks them (see the class; no terms: the
-        most recent), with their sessions' summary boundaries, in one statement;
-        ``request.summary_at`` stands for the current session's."""
+        most recent), each with its session's summary boundary (``summary_at``), in one
+        statement."""
         repo = ChunkRepository(session=conn)
         plan = request.plan
         k = plan.k
@@ -363,14 +365,7 @@ class UnifiedSearchService:
                 recency="ended_at",
                 vector_weight=CHUNK_FUSION_VECTOR_WEIGHT,
             )
-        boundaries = {
-            row["session_id"]: row["summary_at"]
-            for row, _ in ranked
-            if row["summary_at"] is not None
-        }
-        if request.current_session_id is not None and request.summary_at is not None:
-            boundaries[request.current_session_id] = request.summary_at
-        return ranked, boundaries
+        return ranked
 
     async def _sketches(self, conn: Connection, request: SearchRequest) -> list[MemoryHit]:
         """The scratchpad's entries matching any term (current session first, then terms
@@ -385,6 +380,16 @@ class UnifiedSearchService:
         )
         via: Via = "text" if request.plan.terms else "recent"
         return [_sketch_hit(row, via=via) for row in rows]
+
+
+def _before_summary(row: Row, request: SearchRequest) -> bool:
+    """The excerpt ended before its session's last summary: ``request.summary_at`` for the
+    current session's excerpts, else the row's own ``summary_at`` (None: no summary, or the
+    session's row is another user's)."""
+    boundary = row["summary_at"]
+    if request.summary_at is not None and row["session_id"] == request.current_session_id:
+        boundary = request.summary_at
+    return boundary is not None and row["ended_at"] < boundary
 
 
 def _excerpt(row: Row) -> RawExcerpt:

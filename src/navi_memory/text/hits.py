@@ -15,6 +15,7 @@ from navi_memory.constants import (
     SEARCH_K_MAX,
     SEARCH_K_MIN,
 )
+from navi_memory.errors import InvalidTypeError
 from navi_memory.schemas import MemoryHit
 
 __all__ = [
@@ -49,6 +50,10 @@ _WHERE: Final[dict[SearchScope, str]] = {
     "sketches": "sketches",
 }
 _WHITESPACE = re.compile(r"\s+")
+# Every line break ``str.splitlines`` knows (``\r\n`` as one): stored text may hold any of
+# them, and a reader (a model, a terminal) may take any of them for a new line.
+_LINE_BREAK_CHARS: Final = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_LINE_BREAK = re.compile(rf"\r\n|[{_LINE_BREAK_CHARS}]")
 
 
 def normalize_scope(scope: str) -> SearchScope:
@@ -78,12 +83,27 @@ def _when(moment: datetime) -> str:
     # A naive time is taken as UTC already; every time the package stores carries a zone.
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%d %H:%M")
+    # Not strftime: its %Y leaves years below 1000 unpadded (glibc).
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} "
+        f"{moment.hour:02d}:{moment.minute:02d}"
+    )
 
 
 def _indented(text: str) -> list[str]:
-    # Blank lines stay empty, so the output carries no trailing blanks.
-    return [f"{_INDENT}{line}" if line.strip() else "" for line in text.split("\n")]
+    # Every line, whatever breaks it, is indented: stored text never reaches the margin,
+    # where it could read as an entry of its own. Blank lines stay empty, so the output
+    # carries no trailing blanks.
+    return [f"{_INDENT}{line}" if line.strip() else "" for line in _LINE_BREAK.split(text)]
+
+
+def _one_line(text: str) -> str:
+    """``text`` for a line that must stay one line (a title, a key): each line break, with the
+    blanks around it, becomes one space (a split, not a regex over the blanks: linear)."""
+    lines = _LINE_BREAK.split(text)
+    if len(lines) == 1:
+        return text
+    return " ".join(stripped for stripped in (line.strip() for line in lines) if stripped)
 
 
 def _echo(query: str) -> str:
@@ -94,20 +114,23 @@ def _echo(query: str) -> str:
 
 
 def _title(hit: MemoryHit) -> str:
-    session = f" · session {hit.session_id}" if hit.session_id else ""
+    # Stored names (a session id, a category, a sketch's section) may hold line breaks (a
+    # model names scratchpad sections): on the title line they are spaces.
+    session = f" · session {_one_line(hit.session_id)}" if hit.session_id else ""
     if hit.source_type == "fact":
-        return f"fact [{hit.category}]{session} · updated {_when(hit.timestamp)}"
+        category = _one_line(hit.category or "")
+        return f"fact [{category}]{session} · updated {_when(hit.timestamp)}"
     if hit.source_type == "raw":
         turns = (
             f"{hit.start_seq}" if hit.start_seq == hit.end_seq else f"{hit.start_seq}–{hit.end_seq}"
         )
         return f"raw{session} · turn {turns} · {_when(hit.timestamp)}"
-    return f"sketch{session} · {hit.key}"
+    return f"sketch{session} · {_one_line(hit.key or '')}"
 
 
 def _body(hit: MemoryHit) -> list[str]:
     if hit.source_type == "fact":
-        return _indented(f"{hit.key}: {cut_text(hit.text)}")
+        return _indented(f"{_one_line(hit.key or '')}: {cut_text(hit.text)}")
     if hit.source_type == "sketch":
         return _indented(cut_text(hit.text))
     lines: list[str] = []
@@ -116,7 +139,8 @@ def _body(hit: MemoryHit) -> list[str]:
     if hit.before_summary:
         lines.append(_INDENT + BEFORE_SUMMARY_LINE)
     if hit.breadcrumbs:
-        lines.append(_INDENT + "keys: " + cut_text(", ".join(hit.breadcrumbs)))
+        keys = ", ".join(_one_line(crumb) for crumb in hit.breadcrumbs)
+        lines.append(_INDENT + "keys: " + cut_text(keys))
     return lines + _indented(cut_text(hit.text))
 
 
@@ -125,8 +149,13 @@ def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
     in UTC), in the order given; with no hits, one line saying nothing was found.
 
     An unknown ``scope`` shows as ``all``, as search treats it. Texts longer than
-    HIT_TEXT_MAX_CHARS are cut, and the cut is marked.
+    HIT_TEXT_MAX_CHARS are cut, and the cut is marked. Whatever a stored text holds, each
+    entry starts one numbered line: names on the title line (a session, a category, a section)
+    and breadcrumbs show their line breaks as spaces, and every line of a body is indented.
+    A ``query`` or ``scope`` that is not a str, or ``hits`` that are not MemoryHits, is an
+    InvalidTypeError.
     """
+    _check_arguments(query, scope, hits)
     shown = normalize_scope(scope)
     head = f'memory_search "{_echo(query)}" (scope={shown})'
     if not hits:
@@ -134,6 +163,20 @@ def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
     lines = [f"{head}: {len(hits)} hit(s)", ""]
     lines.extend(format_hit(number, hit) for number, hit in enumerate(hits, start=1))
     return "\n".join(lines)
+
+
+def _check_arguments(query: object, scope: object, hits: object) -> None:
+    if not isinstance(query, str):
+        raise InvalidTypeError(f"query must be a str, got {type(query).__name__}")
+    if not isinstance(scope, str):
+        raise InvalidTypeError(f"scope must be a str, got {type(scope).__name__}")
+    if not isinstance(hits, Sequence) or isinstance(hits, str):
+        raise InvalidTypeError(f"hits must be a sequence of MemoryHit, got {type(hits).__name__}")
+    for hit in hits:
+        if not isinstance(hit, MemoryHit):
+            raise InvalidTypeError(
+                f"hits must be MemoryHit objects (memory.search's), got {type(hit).__name__}"
+            )
 
 
 def format_hit(number: int, hit: MemoryHit) -> str:

@@ -202,6 +202,10 @@ def test_empty_text_gives_nothing() -> None:
         "https://a" + ")" * 100_000,
         "see /x" + "." * 100_000,
         "1" * 100_000 + " GB",
+        # "+" continues a relative path's first segment: each one restarted the scan
+        "a+" * 50_000,
+        "1+" * 50_000,
+        "a.b+c-" * 16_000 + "@x",
     ],
     ids=lambda s: repr(s[:4]),
 )
