@@ -13,7 +13,8 @@ MEMORY_USAGE_GUIDELINES: Final = """\
 
 You have two memory tools. `memory` writes: save, forget and list facts about the user, and \
 search only the curated facts. `memory_search` reads everything: curated facts, the verbatim \
-history that dropped out of this conversation, and this session's scratchpad sketches.
+history that dropped out of your conversations with the user (this one and earlier ones), and \
+the scratchpad sketches (this session's first).
 
 Call memory_search when:
 - The user refers back to something you can no longer see — "as we discussed", "the port we \

@@ -28,6 +28,7 @@ __all__ = [
     "format_hit",
     "format_hits",
     "normalize_scope",
+    "one_line",
 ]
 
 SearchScope = Literal["all", "facts", "raw", "sketches"]
@@ -97,7 +98,7 @@ def _indented(text: str) -> list[str]:
     return [f"{_INDENT}{line}" if line.strip() else "" for line in _LINE_BREAK.split(text)]
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """``text`` for a line that must stay one line (a title, a key): each line break, with the
     blanks around it, becomes one space (a split, not a regex over the blanks: linear)."""
     lines = _LINE_BREAK.split(text)
@@ -116,21 +117,21 @@ def _echo(query: str) -> str:
 def _title(hit: MemoryHit) -> str:
     # Stored names (a session id, a category, a sketch's section) may hold line breaks (a
     # model names scratchpad sections): on the title line they are spaces.
-    session = f" · session {_one_line(hit.session_id)}" if hit.session_id else ""
+    session = f" · session {one_line(hit.session_id)}" if hit.session_id else ""
     if hit.source_type == "fact":
-        category = _one_line(hit.category or "")
+        category = one_line(hit.category or "")
         return f"fact [{category}]{session} · updated {_when(hit.timestamp)}"
     if hit.source_type == "raw":
         turns = (
             f"{hit.start_seq}" if hit.start_seq == hit.end_seq else f"{hit.start_seq}–{hit.end_seq}"
         )
         return f"raw{session} · turn {turns} · {_when(hit.timestamp)}"
-    return f"sketch{session} · {_one_line(hit.key or '')}"
+    return f"sketch{session} · {one_line(hit.key or '')}"
 
 
 def _body(hit: MemoryHit) -> list[str]:
     if hit.source_type == "fact":
-        return _indented(f"{_one_line(hit.key or '')}: {cut_text(hit.text)}")
+        return _indented(f"{one_line(hit.key or '')}: {cut_text(hit.text)}")
     if hit.source_type == "sketch":
         return _indented(cut_text(hit.text))
     lines: list[str] = []
@@ -139,7 +140,7 @@ def _body(hit: MemoryHit) -> list[str]:
     if hit.before_summary:
         lines.append(_INDENT + BEFORE_SUMMARY_LINE)
     if hit.breadcrumbs:
-        keys = ", ".join(_one_line(crumb) for crumb in hit.breadcrumbs)
+        keys = ", ".join(one_line(crumb) for crumb in hit.breadcrumbs)
         lines.append(_INDENT + "keys: " + cut_text(keys))
     return lines + _indented(cut_text(hit.text))
 

@@ -32,7 +32,8 @@ MEMORY_SEARCH: Final = "memory_search"
 
 MEMORY_SEARCH_DESCRIPTION: Final = (
     "Search everything remembered about the user in one query: curated facts, the verbatim "
-    "history that dropped out of this conversation, and this session's scratchpad sketches. "
+    "history that dropped out of your conversations with them (this one and earlier ones), "
+    "and the scratchpad sketches (this session's first). "
     "Use it when the user refers back to something you can no longer see ('as we discussed', "
     "'the port we picked', 'that file', a name, a number, a link, a decision) before saying "
     "you do not remember. Facts come first; a raw excerpt a newer fact overrides is marked "

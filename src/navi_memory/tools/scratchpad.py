@@ -17,6 +17,7 @@ from typing import Any, Final, Literal, Protocol, TypeAlias, get_args
 from navi_memory.constants import KV_KEY_MAX_CHARS, SKETCH_SCOPE
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import KvEntry
+from navi_memory.text.hits import one_line
 from navi_memory.tools.arguments import choice, optional_text, required_text
 from navi_memory.tools.base import Tool, ToolContext
 
@@ -199,7 +200,7 @@ def scratchpad_tool(kv: SketchStore) -> Tool:
             return "scratchpad: this conversation has no notes yet."
         lines = [f"scratchpad: {len(entries)} section(s) in this conversation's notes", ""]
         lines.extend(
-            f"• {entry.key} ({len(entry.value):,} characters, written "
+            f"• {one_line(entry.key)} ({len(entry.value):,} characters, written "
             f"{entry.updated_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)"
             for entry in entries
         )
