@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-cli test-wheel soak lint migrate demo backfill reembed extract bench bench-large bench-quality test-local doctor clean
+.PHONY: help install test test-slow test-cli test-wheel soak lint migrate demo backfill reembed extract bench bench-large bench-quality test-local doctor clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,6 +30,9 @@ test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
 
 test-cli: $(STAMP) ## The operator CLI through its console script (tests/cli; CI runs it)
 	$(BIN)/pytest -m cli
+
+test-slow: $(STAMP) ## The tests that build big users (marker slow; CI runs it)
+	$(BIN)/pytest -n auto -m slow
 
 test-wheel: $(STAMP) ## Build the wheel, install it in a fresh venv, migrate and use it (CI runs it)
 	$(BIN)/pytest -m wheel

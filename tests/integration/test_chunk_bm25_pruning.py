@@ -335,6 +335,7 @@ async def analyzed_nodes(
     return list(plan_nodes(root))
 
 
+@pytest.mark.slow
 async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
     memory: Memory,
 ) -> None:
@@ -374,6 +375,7 @@ async def test_a_big_users_query_reads_only_the_chunks_that_can_reach_the_top(
     assert reads[True] <= 100, reads
 
 
+@pytest.mark.slow
 async def test_a_big_users_query_is_pruned_when_no_word_is_rare_and_none_holds_all(
     memory: Memory,
 ) -> None:
@@ -411,6 +413,7 @@ async def test_a_big_users_query_is_pruned_when_no_word_is_rare_and_none_holds_a
     assert reads[True] <= 700 + 10, reads
 
 
+@pytest.mark.slow
 async def test_a_small_users_pruned_query_of_a_common_word_reads_only_their_own_chunks(
     memory: Memory,
 ) -> None:

@@ -242,6 +242,7 @@ async def test_a_text_hits_similarity_to_the_query_reorders_close_text_scores(
     assert by_hash[leader.content_hash].score == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.slow
 async def test_a_20k_chunk_users_text_query_reads_only_chunks_holding_its_terms(
     memory: Memory,
 ) -> None:
