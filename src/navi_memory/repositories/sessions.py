@@ -155,7 +155,8 @@ class SessionRepository:
         """Delete the session and everything keyed by it; messages go by the cascade.
 
         memory_chunks has no foreign key on session_id (spec), so its rows are deleted here, in
-        the caller's transaction, together with the extraction state and the sketches. Their
+        the caller's transaction, together with the extraction state and the sketches — the
+        user's own rows only. Their
         queue rows (text and vector) go first: the chunk indexer locks queue rows, then (its
         foreign key checks) chunk rows, and taking them in the same order cannot deadlock
         with it.
@@ -177,8 +178,16 @@ class SessionRepository:
         await self.session.execute(
             delete(KvRow).where(KvRow.user_id == user_id, KvRow.session_id == session_id)
         )
+        # The session's mark: the user's own, or a legacy one of no user; never another
+        # user's mark under the same id (left by older code), which stays theirs.
         await self.session.execute(
-            delete(SessionMemoryStateRow).where(SessionMemoryStateRow.session_id == session_id)
+            delete(SessionMemoryStateRow).where(
+                SessionMemoryStateRow.session_id == session_id,
+                or_(
+                    SessionMemoryStateRow.user_id.is_(None),
+                    SessionMemoryStateRow.user_id == user_id,
+                ),
+            )
         )
         await self.session.execute(delete(SessionRow).where(SessionRow.id == session_id))
 
