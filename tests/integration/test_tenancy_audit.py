@@ -8,8 +8,20 @@ alone.
 
 from __future__ import annotations
 
-from navi_memory import Memory
+import uuid
+from datetime import timedelta
+
+from navi_memory import PERMISSION_READ_ALL, Memory, request_context
 from tests.integration.factories import execute, new_user, scalar
+
+
+async def _session_with_messages(memory: Memory, user: uuid.UUID, count: int = 4) -> str:
+    sid = (await memory.sessions.create(user_id=user)).id
+    for i in range(count):
+        role = "user" if i % 2 == 0 else "assistant"
+        await memory.sessions.append(sid, role, f"message {i} about the harbour", user_id=user)
+    return sid
+
 
 # --- sessions.delete --------------------------------------------------------------------------
 
@@ -35,3 +47,34 @@ async def test_deleting_a_session_leaves_another_users_extraction_mark_under_its
     )
     assert owner == bob
     assert await memory.store.get_extracted_at(sid, user_id=bob) is not None
+
+
+# --- sessions.index_dropped_history -----------------------------------------------------------
+
+
+async def _chunk_count(memory: Memory, user: uuid.UUID) -> object:
+    return await scalar(memory, "SELECT count(*) FROM memory_chunks WHERE user_id = :u", u=user)
+
+
+async def test_the_history_repair_acting_for_a_user_repairs_only_that_users_sessions(
+    memory: Memory,
+) -> None:
+    """Acting for Alice, even with read_all, the repair writes chunks into Alice's memory only:
+    read_all grants reads, never writes into Bob's. Acting for nobody it covers everyone."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    sessions = {u: await _session_with_messages(memory, u) for u in (alice, bob)}
+    for sid in sessions.values():  # demoted, with no chunk: what the repair is for
+        await execute(
+            memory,
+            "UPDATE session_messages SET is_context = false WHERE session_id = :s AND seq <= 2",
+            s=sid,
+        )
+
+    with request_context(user_id=alice, permissions=[PERMISSION_READ_ALL]):
+        assert await memory.sessions.index_dropped_history(settled_for=timedelta(0)) > 0
+    assert await _chunk_count(memory, alice) == 1
+    assert await _chunk_count(memory, bob) == 0
+
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        assert await memory.sessions.index_dropped_history(settled_for=timedelta(0)) > 0
+    assert await _chunk_count(memory, bob) == 1

@@ -221,13 +221,14 @@ class SessionRepository:
         return list((await self.session.scalars(stmt)).all())
 
     async def sessions_with_dropped_history(
-        self, settle_seconds: float
+        self, settle_seconds: float, owner: uuid.UUID | None = None
     ) -> list[tuple[uuid.UUID, str]]:
         """(owner, session) of every session holding a demoted conversation message that no raw
         chunk covers (start_seq..end_seq), except sessions whose last summary is younger than
-        ``settle_seconds`` (database clock); a session with no summary at all is visited. Every
-        user's: for backfill. Linear: one pass over summaries, chunks and demoted messages.
-        Ranges are int8: an int4 range ending at int4's largest seq would overflow.
+        ``settle_seconds`` (database clock); a session with no summary at all is visited. Of
+        ``owner``, or every user's for None: for backfill. Linear: one pass over summaries,
+        chunks and demoted messages. Ranges are int8: an int4 range ending at int4's largest
+        seq would overflow.
 
         Only messages a chunk can hold count: system messages and blank user and assistant
         messages (``render_message`` renders neither, whitespace as ``str.strip`` sees it) are
@@ -258,11 +259,12 @@ class SessionRepository:
                 FROM dropped d
                 JOIN sessions s ON s.id = d.session_id
                 LEFT JOIN covered c ON c.user_id = s.user_id AND c.session_id = d.session_id
-                WHERE c.seqs IS NULL OR NOT c.seqs @> d.seq::bigint
+                WHERE (c.seqs IS NULL OR NOT c.seqs @> d.seq::bigint)
+                  AND (CAST(:owner AS uuid) IS NULL OR s.user_id = :owner)
                 ORDER BY d.session_id
                 """
             ),
-            {"settle": settle_seconds, "blank": WHITESPACE},
+            {"settle": settle_seconds, "blank": WHITESPACE, "owner": owner},
         )
         return [(row[0], row[1]) for row in rows]
 
