@@ -8,11 +8,26 @@ alone.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from navi_memory import PERMISSION_READ_ALL, Memory, request_context
+from navi_memory.schemas import ChunkDraft
 from tests.integration.factories import execute, new_user, scalar
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def chunk(content: str, ended_at: datetime, seq: int = 1) -> ChunkDraft:
+    return ChunkDraft(
+        content=content,
+        content_hash=hashlib.sha256(content.encode()).hexdigest(),
+        start_seq=seq,
+        end_seq=seq + 1,
+        started_at=ended_at - timedelta(minutes=5),
+        ended_at=ended_at,
+    )
 
 
 async def _session_with_messages(memory: Memory, user: uuid.UUID, count: int = 4) -> str:
@@ -78,3 +93,41 @@ async def test_the_history_repair_acting_for_a_user_repairs_only_that_users_sess
     with request_context(permissions=[PERMISSION_READ_ALL]):
         assert await memory.sessions.index_dropped_history(settled_for=timedelta(0)) > 0
     assert await _chunk_count(memory, bob) == 1
+
+
+# --- search: a global search's freshness ------------------------------------------------------
+
+
+async def test_a_global_search_lends_the_current_sessions_boundary_to_no_other_user(
+    memory: Memory,
+) -> None:
+    """read_all, no user, ``current_session_id`` Bob's session and ``summary_at`` its boundary:
+    Bob's excerpt ended before it; Alice's excerpt filed under the same id (a chunk of hers,
+    left by SQL of her application) is not of Bob's session, so the boundary never marks it."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    sid = (await memory.sessions.create(user_id=bob)).id
+    boundary = T0 + timedelta(days=1)
+    await execute(  # the summary the caller read its boundary from
+        memory,
+        "INSERT INTO session_messages (session_id, seq, role, content, kind, created_at) "
+        "VALUES (:s, 1, 'system', 'summary', 'summary', :t)",
+        s=sid,
+        t=boundary,
+    )
+    await memory.store.add_chunks([chunk("User: zebra of bob", T0)], user_id=bob, session_id=sid)
+    await execute(
+        memory,
+        "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
+        "start_seq, end_seq, started_at, ended_at, breadcrumbs) "
+        "VALUES (:u, :s, 'User: zebra of alice', 'h', 1, 2, :t, :t, '{}') "
+        "RETURNING id, user_id) "
+        "INSERT INTO memory_chunk_text_queue (chunk_id, user_id) SELECT id, user_id FROM c",
+        u=alice,
+        s=sid,
+        t=T0,
+    )
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        hits = await memory.search.search(
+            "zebra", "raw", current_session_id=sid, summary_at=boundary + timedelta(hours=1)
+        )
+    assert {h.user_id: h.before_summary for h in hits} == {bob: True, alice: False}
