@@ -12,7 +12,9 @@ import hashlib
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from navi_memory import PERMISSION_READ_ALL, Memory, request_context
+import pytest
+
+from navi_memory import PERMISSION_READ_ALL, Memory, PermissionDeniedError, request_context
 from navi_memory.schemas import ChunkDraft
 from tests.integration.factories import execute, new_user, scalar
 
@@ -131,3 +133,26 @@ async def test_a_global_search_lends_the_current_sessions_boundary_to_no_other_u
             "zebra", "raw", current_session_id=sid, summary_at=boundary + timedelta(hours=1)
         )
     assert {h.user_id: h.before_summary for h in hits} == {bob: True, alice: False}
+
+
+# --- store.backfill_embeddings ----------------------------------------------------------------
+
+
+async def test_the_backfill_acting_for_a_user_is_refused_and_embeds_nobodys_rows(
+    memory: Memory,
+) -> None:
+    """The backfill embeds every user's rows: acting for Alice (read_all or not) it would
+    write vectors into Bob's facts, so it is refused, as reembed is; acting for nobody it
+    runs."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    fact = await memory.store.upsert_fact("tools", "editor", "vim", user_id=bob)
+    await execute(memory, "UPDATE memory_facts SET embedding = NULL WHERE id = :i", i=fact.id)
+    for permissions in ([], [PERMISSION_READ_ALL]):
+        with (
+            request_context(user_id=alice, permissions=permissions),
+            pytest.raises(PermissionDeniedError, match="acting for nobody"),
+        ):
+            await memory.store.backfill_embeddings()
+        missing = "SELECT embedding IS NULL FROM memory_facts WHERE id = :i"
+        assert await scalar(memory, missing, i=fact.id) is True
+    assert await memory.store.backfill_embeddings() == 1
