@@ -156,10 +156,9 @@ class SessionRepository:
 
         memory_chunks has no foreign key on session_id (spec), so its rows are deleted here, in
         the caller's transaction, together with the extraction state and the sketches — the
-        user's own rows only. Their
-        queue rows (text and vector) go first: the chunk indexer locks queue rows, then (its
-        foreign key checks) chunk rows, and taking them in the same order cannot deadlock
-        with it.
+        user's own rows only. Their queue rows (text and vector) go first: the chunk indexer
+        locks queue rows, then (its foreign key checks) chunk rows, and taking them in the same
+        order cannot deadlock with it.
         """
         for queue in (ChunkTextQueueRow, ChunkVectorQueueRow):
             await self.session.execute(
