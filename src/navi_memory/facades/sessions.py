@@ -258,8 +258,8 @@ class SessionStore:
         without a summary. This runs the history repair job (jobs/history_repair.py) over every
         user's sessions: an operator's job, ``make backfill`` runs it. ``settled_for`` leaves
         alone sessions whose last summary is younger (none by default). A no-op when
-        MEMORY_SEARCH_ENABLED is false; inside a request context it needs
-        ``navi.memory.read_all``.
+        MEMORY_SEARCH_ENABLED is false. Acting for a user it needs ``navi.memory.read_all``
+        and repairs that user's sessions only (read_all never writes into another user).
         """
         if not isinstance(settled_for, timedelta):
             raise InvalidTypeError(

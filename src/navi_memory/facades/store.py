@@ -40,6 +40,7 @@ from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.llm import Embedder, embedding_text_for_fact
 from navi_memory.request_context import (
     current_session_id,
+    current_user_id,
     has_permission,
     read_scope,
     write_scope,
@@ -411,7 +412,9 @@ class MemoryStore:
         """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
         committing per batch, and queue for the HNSW indexes every chunk and fact vector that
         is in none (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector.
-        Raises EmbeddingError if the model is down (finished batches stay; a rerun resumes)."""
+        Raises EmbeddingError if the model is down (finished batches stay; a rerun resumes).
+        Every user's rows: acting for a user it is refused (PermissionDeniedError), read_all or
+        not — it would write vectors into other users' rows."""
         batch_size = check_int("batch_size", batch_size, minimum=1, maximum=BATCH_SIZE_MAX)
         if pause_seconds is None:
             pause_seconds = self._settings.backfill_pause_seconds
@@ -421,6 +424,11 @@ class MemoryStore:
         if progress is not None and not callable(progress):
             raise InvalidTypeError(
                 f"progress must be a function of BackfillProgress, got {type(progress).__name__}"
+            )
+        if current_user_id() is not None:
+            raise PermissionDeniedError(
+                "backfill_embeddings fills every user's rows: call it acting for nobody "
+                "(outside request_context(user_id=...)), as make backfill does"
             )
         return await self._backfill.run(
             batch_size=batch_size, pause_seconds=pause_seconds, progress=progress

@@ -61,26 +61,29 @@ class HistoryRepair:
     async def run(self, *, settled_for: timedelta = DROPPED_HISTORY_SETTLE) -> int:
         """Index as raw chunks the demoted messages that no chunk holds; returns chunks written.
 
-        Every user's sessions (an operator's job: ``make backfill`` runs it); each run of
+        Every user's sessions (an operator's job: ``make backfill`` runs it) — acting for a
+        user, that user's only: read_all lets it run there, never write into others; each run of
         consecutive demoted messages is indexed as a compression would, with the breadcrumbs
         found in them (old summaries, markers and system messages ride along in a run and are
         skipped, as in a compression, so the packing is the compression's). Sessions whose last
         summary is younger than ``settled_for`` (database clock; none by default) are left
         alone; a session with demoted messages and no summary at all is visited like any other.
-        A no-op when MEMORY_SEARCH_ENABLED is false. Inside a request context it needs
+        A no-op when MEMORY_SEARCH_ENABLED is false. Acting for a user it needs
         ``navi.memory.read_all``. A session deleted meanwhile is skipped; other errors
         propagate (StorageError).
         """
-        if current_user_id() is not None and not has_permission(PERMISSION_READ_ALL):
+        owner = current_user_id()
+        if owner is not None and not has_permission(PERMISSION_READ_ALL):
             raise PermissionDeniedError(
-                "index_dropped_history works on every user's sessions: run it outside a "
-                f"request context (an operator's job), or with {PERMISSION_READ_ALL}"
+                "index_dropped_history is an operator's job: run it outside a request context "
+                f"(every user's sessions), or with {PERMISSION_READ_ALL} (the current user's "
+                "sessions only)"
             )
         if not self._settings.memory_search_enabled:
             return 0
         settle = settled_for.total_seconds()
         async with unit_of_work(self._sessionmaker) as session:
-            owned = await self._sessions.sessions_with_dropped_history(session, settle)
+            owned = await self._sessions.sessions_with_dropped_history(session, settle, owner)
         written = 0
         for user_id, session_id in owned:
             async with unit_of_work(self._sessionmaker) as session:

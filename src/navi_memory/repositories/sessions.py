@@ -155,10 +155,10 @@ class SessionRepository:
         """Delete the session and everything keyed by it; messages go by the cascade.
 
         memory_chunks has no foreign key on session_id (spec), so its rows are deleted here, in
-        the caller's transaction, together with the extraction state and the sketches. Their
-        queue rows (text and vector) go first: the chunk indexer locks queue rows, then (its
-        foreign key checks) chunk rows, and taking them in the same order cannot deadlock
-        with it.
+        the caller's transaction, together with the extraction state and the sketches — the
+        user's own rows only. Their queue rows (text and vector) go first: the chunk indexer
+        locks queue rows, then (its foreign key checks) chunk rows, and taking them in the same
+        order cannot deadlock with it.
         """
         for queue in (ChunkTextQueueRow, ChunkVectorQueueRow):
             await self.session.execute(
@@ -177,8 +177,16 @@ class SessionRepository:
         await self.session.execute(
             delete(KvRow).where(KvRow.user_id == user_id, KvRow.session_id == session_id)
         )
+        # The session's mark: the user's own, or a legacy one of no user; never another
+        # user's mark under the same id (left by older code), which stays theirs.
         await self.session.execute(
-            delete(SessionMemoryStateRow).where(SessionMemoryStateRow.session_id == session_id)
+            delete(SessionMemoryStateRow).where(
+                SessionMemoryStateRow.session_id == session_id,
+                or_(
+                    SessionMemoryStateRow.user_id.is_(None),
+                    SessionMemoryStateRow.user_id == user_id,
+                ),
+            )
         )
         await self.session.execute(delete(SessionRow).where(SessionRow.id == session_id))
 
@@ -212,13 +220,14 @@ class SessionRepository:
         return list((await self.session.scalars(stmt)).all())
 
     async def sessions_with_dropped_history(
-        self, settle_seconds: float
+        self, settle_seconds: float, owner: uuid.UUID | None = None
     ) -> list[tuple[uuid.UUID, str]]:
         """(owner, session) of every session holding a demoted conversation message that no raw
         chunk covers (start_seq..end_seq), except sessions whose last summary is younger than
-        ``settle_seconds`` (database clock); a session with no summary at all is visited. Every
-        user's: for backfill. Linear: one pass over summaries, chunks and demoted messages.
-        Ranges are int8: an int4 range ending at int4's largest seq would overflow.
+        ``settle_seconds`` (database clock); a session with no summary at all is visited. Of
+        ``owner``, or every user's for None: for backfill. Linear: one pass over summaries,
+        chunks and demoted messages. Ranges are int8: an int4 range ending at int4's largest
+        seq would overflow.
 
         Only messages a chunk can hold count: system messages and blank user and assistant
         messages (``render_message`` renders neither, whitespace as ``str.strip`` sees it) are
@@ -249,11 +258,12 @@ class SessionRepository:
                 FROM dropped d
                 JOIN sessions s ON s.id = d.session_id
                 LEFT JOIN covered c ON c.user_id = s.user_id AND c.session_id = d.session_id
-                WHERE c.seqs IS NULL OR NOT c.seqs @> d.seq::bigint
+                WHERE (c.seqs IS NULL OR NOT c.seqs @> d.seq::bigint)
+                  AND (CAST(:owner AS uuid) IS NULL OR s.user_id = :owner)
                 ORDER BY d.session_id
                 """
             ),
-            {"settle": settle_seconds, "blank": WHITESPACE},
+            {"settle": settle_seconds, "blank": WHITESPACE, "owner": owner},
         )
         return [(row[0], row[1]) for row in rows]
 

@@ -385,9 +385,15 @@ class UnifiedSearchService:
 def _before_summary(row: Row, request: SearchRequest) -> bool:
     """The excerpt ended before its session's last summary: ``request.summary_at`` for the
     current session's excerpts, else the row's own ``summary_at`` (None: no summary, or the
-    session's row is another user's)."""
+    session's row is another user's). In a global search the current session's boundary goes
+    only to excerpts of that session's owner (those whose own ``summary_at`` is set): another
+    user's chunk filed under the same id is not of that session."""
     boundary = row["summary_at"]
-    if request.summary_at is not None and row["session_id"] == request.current_session_id:
+    if (
+        request.summary_at is not None
+        and row["session_id"] == request.current_session_id
+        and (request.owner is not None or boundary is not None)
+    ):
         boundary = request.summary_at
     return boundary is not None and row["ended_at"] < boundary
 

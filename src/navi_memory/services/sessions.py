@@ -127,10 +127,11 @@ class SessionService:
     # --- dropped history (for the history repair job) -------------------------------------
 
     async def sessions_with_dropped_history(
-        self, session: AsyncSession, settle_seconds: float
+        self, session: AsyncSession, settle_seconds: float, owner: uuid.UUID | None = None
     ) -> list[tuple[uuid.UUID, str]]:
+        """(owner, session) of the sessions to repair: ``owner``'s, or every user's for None."""
         return await SessionRepository(session=session).sessions_with_dropped_history(
-            settle_seconds
+            settle_seconds, owner
         )
 
     async def dropped_history(

@@ -1,0 +1,158 @@
+"""Tenancy audit: paths across the public API where one user's call touched another user's rows.
+
+Each test names the rule it holds (docs/architecture.md, "Identity and tenancy"): no read
+returns another user's rows without ``navi.memory.read_all``; no write creates, changes or
+deletes another user's rows, read_all or not; an operation acting for one user leaves the others
+alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from navi_memory import PERMISSION_READ_ALL, Memory, PermissionDeniedError, request_context
+from navi_memory.schemas import ChunkDraft
+from tests.integration.factories import execute, new_user, scalar
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def chunk(content: str, ended_at: datetime, seq: int = 1) -> ChunkDraft:
+    return ChunkDraft(
+        content=content,
+        content_hash=hashlib.sha256(content.encode()).hexdigest(),
+        start_seq=seq,
+        end_seq=seq + 1,
+        started_at=ended_at - timedelta(minutes=5),
+        ended_at=ended_at,
+    )
+
+
+async def _session_with_messages(memory: Memory, user: uuid.UUID, count: int = 4) -> str:
+    sid = (await memory.sessions.create(user_id=user)).id
+    for i in range(count):
+        role = "user" if i % 2 == 0 else "assistant"
+        await memory.sessions.append(sid, role, f"message {i} about the harbour", user_id=user)
+    return sid
+
+
+# --- sessions.delete --------------------------------------------------------------------------
+
+
+async def test_deleting_a_session_leaves_another_users_extraction_mark_under_its_id(
+    memory: Memory,
+) -> None:
+    """A pair docs/memory.md allows (left by older code): Alice's session, and Bob's extraction
+    mark under the same id. Nothing of Alice's may write over Bob's row, and deleting her
+    session deleted it."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    sid = (await memory.sessions.create(user_id=alice)).id
+    await execute(
+        memory,
+        "INSERT INTO session_memory_state (session_id, user_id, extracted_at) "
+        "VALUES (:s, :u, now())",
+        s=sid,
+        u=bob,
+    )
+    assert await memory.sessions.delete(sid, user_id=alice) is True
+    owner = await scalar(
+        memory, "SELECT user_id FROM session_memory_state WHERE session_id = :s", s=sid
+    )
+    assert owner == bob
+    assert await memory.store.get_extracted_at(sid, user_id=bob) is not None
+
+
+# --- sessions.index_dropped_history -----------------------------------------------------------
+
+
+async def _chunk_count(memory: Memory, user: uuid.UUID) -> object:
+    return await scalar(memory, "SELECT count(*) FROM memory_chunks WHERE user_id = :u", u=user)
+
+
+async def test_the_history_repair_acting_for_a_user_repairs_only_that_users_sessions(
+    memory: Memory,
+) -> None:
+    """Acting for Alice, even with read_all, the repair writes chunks into Alice's memory only:
+    read_all grants reads, never writes into Bob's. Acting for nobody it covers everyone."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    sessions = {u: await _session_with_messages(memory, u) for u in (alice, bob)}
+    for sid in sessions.values():  # demoted, with no chunk: what the repair is for
+        await execute(
+            memory,
+            "UPDATE session_messages SET is_context = false WHERE session_id = :s AND seq <= 2",
+            s=sid,
+        )
+
+    with request_context(user_id=alice, permissions=[PERMISSION_READ_ALL]):
+        assert await memory.sessions.index_dropped_history(settled_for=timedelta(0)) > 0
+    assert await _chunk_count(memory, alice) == 1
+    assert await _chunk_count(memory, bob) == 0
+
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        assert await memory.sessions.index_dropped_history(settled_for=timedelta(0)) > 0
+    assert await _chunk_count(memory, bob) == 1
+
+
+# --- search: a global search's freshness ------------------------------------------------------
+
+
+async def test_a_global_search_lends_the_current_sessions_boundary_to_no_other_user(
+    memory: Memory,
+) -> None:
+    """read_all, no user, ``current_session_id`` Bob's session and ``summary_at`` its boundary:
+    Bob's excerpt ended before it; Alice's excerpt filed under the same id (a chunk of hers,
+    left by SQL of her application) is not of Bob's session, so the boundary never marks it."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    sid = (await memory.sessions.create(user_id=bob)).id
+    boundary = T0 + timedelta(days=1)
+    await execute(  # the summary the caller read its boundary from
+        memory,
+        "INSERT INTO session_messages (session_id, seq, role, content, kind, created_at) "
+        "VALUES (:s, 1, 'system', 'summary', 'summary', :t)",
+        s=sid,
+        t=boundary,
+    )
+    await memory.store.add_chunks([chunk("User: zebra of bob", T0)], user_id=bob, session_id=sid)
+    await execute(
+        memory,
+        "WITH c AS (INSERT INTO memory_chunks (user_id, session_id, content, content_hash, "
+        "start_seq, end_seq, started_at, ended_at, breadcrumbs) "
+        "VALUES (:u, :s, 'User: zebra of alice', 'h', 1, 2, :t, :t, '{}') "
+        "RETURNING id, user_id) "
+        "INSERT INTO memory_chunk_text_queue (chunk_id, user_id) SELECT id, user_id FROM c",
+        u=alice,
+        s=sid,
+        t=T0,
+    )
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        hits = await memory.search.search(
+            "zebra", "raw", current_session_id=sid, summary_at=boundary + timedelta(hours=1)
+        )
+    assert {h.user_id: h.before_summary for h in hits} == {bob: True, alice: False}
+
+
+# --- store.backfill_embeddings ----------------------------------------------------------------
+
+
+async def test_the_backfill_acting_for_a_user_is_refused_and_embeds_nobodys_rows(
+    memory: Memory,
+) -> None:
+    """The backfill embeds every user's rows: acting for Alice (read_all or not) it would
+    write vectors into Bob's facts, so it is refused, as reembed is; acting for nobody it
+    runs."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    fact = await memory.store.upsert_fact("tools", "editor", "vim", user_id=bob)
+    await execute(memory, "UPDATE memory_facts SET embedding = NULL WHERE id = :i", i=fact.id)
+    for permissions in ([], [PERMISSION_READ_ALL]):
+        with (
+            request_context(user_id=alice, permissions=permissions),
+            pytest.raises(PermissionDeniedError, match="acting for nobody"),
+        ):
+            await memory.store.backfill_embeddings()
+        missing = "SELECT embedding IS NULL FROM memory_facts WHERE id = :i"
+        assert await scalar(memory, missing, i=fact.id) is True
+    assert await memory.store.backfill_embeddings() == 1
