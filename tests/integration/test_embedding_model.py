@@ -4,6 +4,7 @@ and doctor), and reembed making every vector again with the configured model."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,7 +20,7 @@ from navi_memory import (
 )
 from navi_memory.cli.doctor import diagnose
 from navi_memory.jobs.backfill import BackfillProgress
-from navi_memory.testing import FakeOllama
+from navi_memory.testing import FakeOllama, HashedEmbedder
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_user, scalar
 from tests.integration.test_chunks import draft
@@ -136,13 +137,45 @@ async def test_reembed_embeds_every_fact_and_chunk_with_the_configured_model(
     assert checks["stored vectors"].status == "ok"
 
 
-async def test_rows_are_found_by_text_while_their_vectors_are_cleared(
+async def test_reembed_with_the_model_down_clears_nothing(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:
+    """reembed cleared every vector and then met the model down: vector search was gone for
+    every user until the model came back. The model is asked first; down, nothing is cleared
+    and the model of record stays."""
     await _stored_memory(memory)
-    fake_ollama.mode = "fail"  # reembed clears, then the model is down: the rows stay findable
+    fake_ollama.mode = "fail"
     with request_context(permissions=[PERMISSION_READ_ALL]), pytest.raises(EmbeddingError):
         await memory.admin.reembed()
+    for table in ("memory_facts", "memory_chunks"):
+        assert await scalar(memory, f"SELECT count(*) FROM {table} WHERE embedding IS NULL") == 0
+    assert await scalar(memory, RECORDED) == memory.settings.embedding_model
+    fake_ollama.mode = "ok"
+    uid = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
+    hits = await memory.store.search_facts("WireGuard 51820", user_id=uid)  # type: ignore[arg-type]
+    assert hits[0].via == "vector"
+
+
+class _FailingAfter(HashedEmbedder):
+    """Answers its first ``calls_ok`` calls, then fails: a model that goes down mid-way."""
+
+    def __init__(self, calls_ok: int) -> None:
+        super().__init__()
+        self.calls_ok = calls_ok
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.failing = self.calls >= self.calls_ok
+        return await super().embed_documents(texts)
+
+
+async def test_rows_are_found_by_text_while_their_vectors_are_cleared(
+    memory: Memory, settings: Settings
+) -> None:
+    await _stored_memory(memory)
+    # The model answers reembed's first question, then goes down: the rows stay findable.
+    async with open_memory(settings, embedder=_FailingAfter(calls_ok=1)) as failing:
+        with request_context(permissions=[PERMISSION_READ_ALL]), pytest.raises(EmbeddingError):
+            await failing.admin.reembed()
     assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 3
     uid = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
     hits = await memory.store.search_facts("WireGuard", user_id=uid)  # type: ignore[arg-type]

@@ -37,6 +37,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+MODEL_CHECK_TEXT: Final = "navi-memory: is the embedding model there?"
+"""What ``Backfill.check_model`` embeds."""
+
 FAILURES_TO_STOP: Final = 3
 """Rows in a row the embedding model fails, each alone, before a backfill stops: the model is
 down (a row it cannot embed is skipped, and the run goes on)."""
@@ -89,6 +92,16 @@ class Backfill:
         self._indexer = indexer
         self._fact_indexer = fact_indexer
         self._recorder = recorder
+
+    async def check_model(self) -> None:
+        """Ask the model for one vector: EmbeddingError when it cannot answer (a re-embedding
+        asks before it clears anything), ConfigError in text-only mode."""
+        if self._embedder is None:
+            raise ConfigError(
+                "text-only mode (EMBEDDING_MODEL=none): there is no embedding model to embed "
+                "with; set EMBEDDING_MODEL to a 768-dimensional model first"
+            )
+        await self._embedder.embed_documents([MODEL_CHECK_TEXT])
 
     async def run(
         self,

@@ -91,13 +91,17 @@ class Reembed:
         pause_seconds: float,
         progress: ProgressCallback | None = None,
     ) -> int:
-        """Returns how many rows got a vector. Until it is through, the rows without a vector
-        are found by text search; interrupted, ``backfill`` (or this again) finishes it."""
+        """Returns how many rows got a vector. The model is asked for a vector first: when it
+        cannot answer (EmbeddingError) nothing is cleared. Until it is through, the rows
+        without a vector are found by text search; interrupted, ``backfill`` (or this again)
+        finishes it."""
         if self._record is None:
             raise ConfigError(
                 "text-only mode (EMBEDDING_MODEL=none): there is no embedding model to "
                 "re-embed with; set EMBEDDING_MODEL to a 768-dimensional model first"
             )
+        # Cleared with the model down, every vector would be gone until it is back.
+        await self._backfill.check_model()
         await self._record.replace_vectors()
         logger.info(
             "reembed.cleared: every vector cleared, %r recorded; embedding again",
