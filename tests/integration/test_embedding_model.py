@@ -204,3 +204,25 @@ async def test_reembed_needs_read_all_and_acting_for_nobody(memory: Memory) -> N
         pytest.raises(PermissionDeniedError, match="acting for nobody"),
     ):
         await memory.admin.reembed()
+
+
+async def test_the_first_vectors_stored_after_every_vector_went_record_their_model(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no vector left (the users who had them deleted), another model's first vectors kept
+    the old model of record: every later start logged memory.embedding_model_changed and doctor
+    asked for a reembed, for vectors all made by the configured model."""
+    await _stored_memory(memory)
+    gone = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
+    assert await memory.users.delete(gone)  # type: ignore[arg-type]
+    other = _other(settings, fake_ollama)
+    async with open_memory(other) as changed:
+        uid = await new_user(changed)
+        await changed.store.upsert_fact("tools", "browser", "firefox", user_id=uid)
+    assert await scalar(memory, RECORDED) == OTHER_MODEL
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        async with open_memory(other):
+            pass
+    assert "memory.embedding_model_changed" not in caplog.text
+    checks = {c.name: c for c in await diagnose(other, check_models=False)}
+    assert checks["stored vectors"].status == "ok"

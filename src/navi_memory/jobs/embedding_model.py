@@ -30,12 +30,17 @@ class EmbeddingModelRecord:
         self._recorded = False
 
     async def vectors_made(self) -> None:
-        """Record ``model`` if no model is recorded yet: called before vectors are stored. Once
-        per process: after the first call that found a model of record, a no-op."""
+        """Record ``model`` if no model is recorded yet, or if another is and no vector is
+        stored (they all went: the vectors about to be stored are the first ones): called
+        before vectors are stored. Once per process: after the first call, a no-op."""
         if self._recorded:
             return
         async with unit_of_work(self._sessionmaker) as session:
-            await EmbeddingModelRepository(session=session).record_if_none(self.model)
+            repo = EmbeddingModelRepository(session=session)
+            recorded = await repo.record_if_none(self.model)
+            # Kept, the old name would be reported as a model change for every later start.
+            if recorded != self.model and not await repo.vectors_exist():
+                await repo.replace(self.model)
         self._recorded = True
 
     async def changed_from(self) -> str | None:
