@@ -226,3 +226,43 @@ async def test_the_first_vectors_stored_after_every_vector_went_record_their_mod
     assert "memory.embedding_model_changed" not in caplog.text
     checks = {c.name: c for c in await diagnose(other, check_models=False)}
     assert checks["stored vectors"].status == "ok"
+
+
+async def test_a_backfill_never_mixes_its_models_vectors_with_another_models(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama
+) -> None:
+    """A backfill configured with another model than the stored vectors' filled the rows
+    without a vector with its own: two models' vectors, silently, until a reembed. It is
+    refused (ConfigError naming both models and the fix) and stores nothing."""
+    await _stored_memory(memory)
+    uid = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
+    fake_ollama.mode = "fail"
+    await memory.store.upsert_fact("tools", "browser", "firefox", user_id=uid)  # type: ignore[arg-type]
+    fake_ollama.mode = "ok"
+    missing = "SELECT count(*) FROM memory_facts WHERE embedding IS NULL"
+    async with open_memory(_other(settings, fake_ollama)) as changed:
+        with pytest.raises(ConfigError, match=rf"{OTHER_MODEL}.*reembed"):
+            await changed.store.backfill_embeddings()
+    assert await scalar(memory, missing) == 1
+
+
+async def test_a_backfill_stops_when_a_reembed_changes_the_model_meanwhile(
+    memory: Memory,
+) -> None:
+    """A long backfill of the old model went on after a reembed (another process, the new
+    model) had cleared the vectors and recorded its model: every batch after it stored the old
+    model's vectors, which that reembed's own backfill then skipped (they were no longer
+    NULL). The next batch finds the model changed and stops."""
+    uid = await new_user(memory)
+    for i in range(4):
+        await memory.store.upsert_fact("notes", f"n{i}", f"note {i}", user_id=uid)
+    await execute(memory, "UPDATE memory_facts SET embedding = NULL")
+
+    async def reembed_meanwhile(progress: BackfillProgress) -> None:
+        if progress.done == 2:  # the clearing transaction of a reembed with OTHER_MODEL
+            await execute(memory, "UPDATE memory_embedding_model SET model = :m", m=OTHER_MODEL)
+            await execute(memory, "UPDATE memory_facts SET embedding = NULL")
+
+    with pytest.raises(ConfigError, match="reembed"):
+        await memory.store.backfill_embeddings(batch_size=2, progress=reembed_meanwhile)
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 4

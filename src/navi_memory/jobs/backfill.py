@@ -27,6 +27,7 @@ from navi_memory.unit_of_work import unit_of_work
 __all__ = [
     "Backfill",
     "BackfillProgress",
+    "BackfillRecorder",
     "BackfillResult",
     "BackfillSource",
     "ChunkBackfill",
@@ -69,6 +70,15 @@ class BackfillSource(Protocol):
         """Store each (id, text embedded, vector), unless the row changed meanwhile."""
 
 
+class BackfillRecorder(VectorRecorder, Protocol):
+    """The embedding model of record, as a backfill needs it (jobs/embedding_model.py)."""
+
+    async def check_recorded(self, session: AsyncSession) -> None:
+        """Raise ConfigError unless the vectors about to be stored on ``session`` are the
+        model of record's."""
+        ...
+
+
 ProgressCallback = Callable[[BackfillProgress], Awaitable[None] | None]
 """Called after every batch (a progress bar); may be a coroutine function."""
 
@@ -84,9 +94,10 @@ class Backfill:
         embedder: Embedder | None,
         indexer: ChunkIndexer,
         fact_indexer: FactIndexer | None = None,
-        recorder: VectorRecorder | None = None,
+        recorder: BackfillRecorder | None = None,
     ) -> None:
-        """``recorder`` learns of the first vectors stored (the embedding model of record)."""
+        """``recorder`` learns of the first vectors stored (the embedding model of record), and
+        refuses a batch of another model's vectors."""
         self._sessionmaker = sessionmaker
         self._embedder = embedder
         self._indexer = indexer
@@ -180,10 +191,12 @@ async def run_backfill(
     batch_size: int,
     pause_seconds: float,
     progress: ProgressCallback | None = None,
-    recorder: VectorRecorder | None = None,
+    recorder: BackfillRecorder | None = None,
 ) -> BackfillResult:
     """Embed and store every missing vector of ``sources``; returns rows filled per table and
-    the rows the model refused. ``recorder`` is told before each batch's vectors are stored.
+    the rows the model refused. ``recorder`` is told before each batch's vectors are stored,
+    and checks in the batch's transaction that its model is still the model of record (a
+    reembed in another process meanwhile stops the run: ConfigError).
 
     A batch the model fails is embedded again row by row, and a row the model fails alone is
     left (it keeps NULL; a rerun tries it again): one row the model can never embed (it answers
@@ -212,6 +225,8 @@ async def run_backfill(
                 if recorder is not None:
                     await recorder.vectors_made()
                 async with unit_of_work(sessionmaker) as session:
+                    if recorder is not None:
+                        await recorder.check_recorded(session)
                     await source.store(session, embedded)
             after_id = batch[-1][0]
             done += len(batch)

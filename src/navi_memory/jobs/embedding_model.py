@@ -43,6 +43,21 @@ class EmbeddingModelRecord:
                 await repo.replace(self.model)
         self._recorded = True
 
+    async def check_recorded(self, session: AsyncSession) -> None:
+        """Raise ConfigError when another model than ``model`` is recorded, on ``session``:
+        the transaction about to store a backfill's batch. Its vectors among another model's
+        would be silently useless (a reembed after a change would skip them: not NULL), so a
+        backfill of the old model stops at its next batch once a reembed recorded a new one,
+        and one of a changed model is refused while the old model's vectors are stored."""
+        recorded = await EmbeddingModelRepository(session=session).recorded()
+        if recorded is not None and recorded != self.model:
+            raise ConfigError(
+                f"the stored vectors are {recorded!r}'s, the configured embedding model is "
+                f"{self.model!r}: a backfill would mix two models' vectors. Run `navi-memory "
+                f"reembed` (memory.admin.reembed()) to embed everything with {self.model!r}, "
+                f"or set EMBEDDING_MODEL back to {recorded!r}"
+            )
+
     async def changed_from(self) -> str | None:
         """The model of record when it is another than ``model`` and vectors are stored (they
         are in another model's space); None otherwise."""
