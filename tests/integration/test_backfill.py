@@ -6,14 +6,16 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from navi_memory import EmbeddingError, Memory
+from navi_memory import EmbeddingError, Memory, Settings, open_memory
 from navi_memory.jobs.backfill import BackfillProgress
-from navi_memory.testing import FakeOllama
+from navi_memory.testing import FakeOllama, HashedEmbedder
 from tests.integration.factories import new_user, scalar
+from tests.integration.test_chunks import draft
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,3 +123,68 @@ async def test_backfill_command_reports_progress_and_fails_clearly_without_the_e
     assert "\r" not in done.stdout and "\x1b" not in done.stdout
     assert "3 row(s) embedded" in done.stdout
     assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0
+
+
+class _RefusingEmbedder(HashedEmbedder):
+    """Refuses every call holding a text with "refused" in it, as a model does that answers
+    NaN or an all-zero vector for some input (the guard refuses both): always, on every run."""
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        if any("refused" in text for text in texts):
+            self._count(len(texts))
+            raise EmbeddingError("the model answered an all-zero vector")
+        return await super().embed_documents(texts)
+
+
+async def test_a_row_the_model_always_refuses_holds_back_no_other_row(settings: Settings) -> None:
+    """One fact the model can never embed stopped every backfill at its batch: its batchmates,
+    every later fact and every chunk stayed without a vector, run after run. It is skipped
+    (it keeps no vector, found by text) and the backfill goes on; the error that ends the run
+    says how many rows were left, after the vectors made were queued and the indexers kicked."""
+    embedder = _RefusingEmbedder()
+    async with open_memory(settings, embedder=embedder) as memory:
+        uid = await new_user(memory)
+        embedder.failing = True  # written while the model is down: no vectors
+        await memory.store.upsert_fact("notes", "a", "alpha", user_id=uid)
+        await memory.store.upsert_fact("notes", "b", "refused value", user_id=uid)
+        for i in range(4):
+            await memory.store.upsert_fact("notes", f"n{i}", f"note {i}", user_id=uid)
+        await memory.store.add_chunks([draft("User: deploy on fridays")], uid, "s1")
+        embedder.failing = False
+        seen: list[BackfillProgress] = []
+        with pytest.raises(EmbeddingError, match=r"1 row\(s\) .*all-zero"):
+            await memory.store.backfill_embeddings(batch_size=4, progress=seen.append)
+        missing = "SELECT count(*) FROM memory_facts WHERE embedding IS NULL"
+        assert await scalar(memory, missing) == 1
+        assert await scalar(memory, missing + " AND value = 'refused value'") == 1
+        chunks_missing = "SELECT count(*) FROM memory_chunks WHERE embedding IS NULL"
+        assert await scalar(memory, chunks_missing) == 0
+        assert (seen[-1].table, seen[-1].done, seen[-1].total) == ("memory_chunks", 1, 1)
+        await memory.store.wait_chunk_indexing()  # kicked although the run failed
+        await memory.store.wait_fact_indexing()
+        assert await memory.store.pending_chunk_count() == 0
+        assert await memory.store.pending_fact_count() == 0
+        # A rerun tries the refused row again, alone, and nothing else.
+        embedder.calls = 0
+        with pytest.raises(EmbeddingError, match=r"1 row\(s\)"):
+            await memory.store.backfill_embeddings(batch_size=4)
+        assert embedder.calls == 1
+
+
+async def test_a_backfill_with_the_model_down_stops_after_three_failures_in_a_row(
+    settings: Settings,
+) -> None:
+    """Skipping refused rows must not turn a model that is down into one failed call per row:
+    three failures in a row stop the run, as before with the model's own error."""
+    embedder = HashedEmbedder()
+    async with open_memory(settings, embedder=embedder) as memory:
+        uid = await new_user(memory)
+        embedder.failing = True
+        for i in range(12):
+            await memory.store.upsert_fact("notes", f"n{i}", f"note {i}", user_id=uid)
+        embedder.calls = 0
+        with pytest.raises(EmbeddingError, match="switched to fail"):
+            await memory.store.backfill_embeddings(batch_size=4)
+        assert embedder.calls == 4  # the batch, then its rows one by one until three failed
+        missing = "SELECT count(*) FROM memory_facts WHERE embedding IS NULL"
+        assert await scalar(memory, missing) == 12

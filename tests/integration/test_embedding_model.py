@@ -4,6 +4,7 @@ and doctor), and reembed making every vector again with the configured model."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,7 +20,7 @@ from navi_memory import (
 )
 from navi_memory.cli.doctor import diagnose
 from navi_memory.jobs.backfill import BackfillProgress
-from navi_memory.testing import FakeOllama
+from navi_memory.testing import FakeOllama, HashedEmbedder
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_user, scalar
 from tests.integration.test_chunks import draft
@@ -136,13 +137,45 @@ async def test_reembed_embeds_every_fact_and_chunk_with_the_configured_model(
     assert checks["stored vectors"].status == "ok"
 
 
-async def test_rows_are_found_by_text_while_their_vectors_are_cleared(
+async def test_reembed_with_the_model_down_clears_nothing(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:
+    """reembed cleared every vector and then met the model down: vector search was gone for
+    every user until the model came back. The model is asked first; down, nothing is cleared
+    and the model of record stays."""
     await _stored_memory(memory)
-    fake_ollama.mode = "fail"  # reembed clears, then the model is down: the rows stay findable
+    fake_ollama.mode = "fail"
     with request_context(permissions=[PERMISSION_READ_ALL]), pytest.raises(EmbeddingError):
         await memory.admin.reembed()
+    for table in ("memory_facts", "memory_chunks"):
+        assert await scalar(memory, f"SELECT count(*) FROM {table} WHERE embedding IS NULL") == 0
+    assert await scalar(memory, RECORDED) == memory.settings.embedding_model
+    fake_ollama.mode = "ok"
+    uid = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
+    hits = await memory.store.search_facts("WireGuard 51820", user_id=uid)  # type: ignore[arg-type]
+    assert hits[0].via == "vector"
+
+
+class _FailingAfter(HashedEmbedder):
+    """Answers its first ``calls_ok`` calls, then fails: a model that goes down mid-way."""
+
+    def __init__(self, calls_ok: int) -> None:
+        super().__init__()
+        self.calls_ok = calls_ok
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.failing = self.calls >= self.calls_ok
+        return await super().embed_documents(texts)
+
+
+async def test_rows_are_found_by_text_while_their_vectors_are_cleared(
+    memory: Memory, settings: Settings
+) -> None:
+    await _stored_memory(memory)
+    # The model answers reembed's first question, then goes down: the rows stay findable.
+    async with open_memory(settings, embedder=_FailingAfter(calls_ok=1)) as failing:
+        with request_context(permissions=[PERMISSION_READ_ALL]), pytest.raises(EmbeddingError):
+            await failing.admin.reembed()
     assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 3
     uid = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
     hits = await memory.store.search_facts("WireGuard", user_id=uid)  # type: ignore[arg-type]
@@ -171,3 +204,65 @@ async def test_reembed_needs_read_all_and_acting_for_nobody(memory: Memory) -> N
         pytest.raises(PermissionDeniedError, match="acting for nobody"),
     ):
         await memory.admin.reembed()
+
+
+async def test_the_first_vectors_stored_after_every_vector_went_record_their_model(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no vector left (the users who had them deleted), another model's first vectors kept
+    the old model of record: every later start logged memory.embedding_model_changed and doctor
+    asked for a reembed, for vectors all made by the configured model."""
+    await _stored_memory(memory)
+    gone = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
+    assert await memory.users.delete(gone)  # type: ignore[arg-type]
+    other = _other(settings, fake_ollama)
+    async with open_memory(other) as changed:
+        uid = await new_user(changed)
+        await changed.store.upsert_fact("tools", "browser", "firefox", user_id=uid)
+    assert await scalar(memory, RECORDED) == OTHER_MODEL
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        async with open_memory(other):
+            pass
+    assert "memory.embedding_model_changed" not in caplog.text
+    checks = {c.name: c for c in await diagnose(other, check_models=False)}
+    assert checks["stored vectors"].status == "ok"
+
+
+async def test_a_backfill_never_mixes_its_models_vectors_with_another_models(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama
+) -> None:
+    """A backfill configured with another model than the stored vectors' filled the rows
+    without a vector with its own: two models' vectors, silently, until a reembed. It is
+    refused (ConfigError naming both models and the fix) and stores nothing."""
+    await _stored_memory(memory)
+    uid = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
+    fake_ollama.mode = "fail"
+    await memory.store.upsert_fact("tools", "browser", "firefox", user_id=uid)  # type: ignore[arg-type]
+    fake_ollama.mode = "ok"
+    missing = "SELECT count(*) FROM memory_facts WHERE embedding IS NULL"
+    async with open_memory(_other(settings, fake_ollama)) as changed:
+        with pytest.raises(ConfigError, match=rf"{OTHER_MODEL}.*reembed"):
+            await changed.store.backfill_embeddings()
+    assert await scalar(memory, missing) == 1
+
+
+async def test_a_backfill_stops_when_a_reembed_changes_the_model_meanwhile(
+    memory: Memory,
+) -> None:
+    """A long backfill of the old model went on after a reembed (another process, the new
+    model) had cleared the vectors and recorded its model: every batch after it stored the old
+    model's vectors, which that reembed's own backfill then skipped (they were no longer
+    NULL). The next batch finds the model changed and stops."""
+    uid = await new_user(memory)
+    for i in range(4):
+        await memory.store.upsert_fact("notes", f"n{i}", f"note {i}", user_id=uid)
+    await execute(memory, "UPDATE memory_facts SET embedding = NULL")
+
+    async def reembed_meanwhile(progress: BackfillProgress) -> None:
+        if progress.done == 2:  # the clearing transaction of a reembed with OTHER_MODEL
+            await execute(memory, "UPDATE memory_embedding_model SET model = :m", m=OTHER_MODEL)
+            await execute(memory, "UPDATE memory_facts SET embedding = NULL")
+
+    with pytest.raises(ConfigError, match="reembed"):
+        await memory.store.backfill_embeddings(batch_size=2, progress=reembed_meanwhile)
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 4

@@ -180,6 +180,7 @@ class Admin:
         progress: ProgressCallback | None = None,
     ) -> int:
         """Embed every fact and chunk again with the configured model, after a model change:
+        once the model has answered one request (down: EmbeddingError, nothing cleared),
         clears every stored vector and the vector indexes' copies and queues in one
         transaction, records the configured model as the one that made the vectors, then runs
         the backfill (``store.backfill_embeddings``; same batches, pause and progress). Returns

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Final, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from navi_memory.errors import ConfigError
+from navi_memory.errors import ConfigError, EmbeddingError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.llm import Embedder, embedding_text_for_fact
@@ -27,6 +27,8 @@ from navi_memory.unit_of_work import unit_of_work
 __all__ = [
     "Backfill",
     "BackfillProgress",
+    "BackfillRecorder",
+    "BackfillResult",
     "BackfillSource",
     "ChunkBackfill",
     "FactBackfill",
@@ -35,6 +37,13 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+MODEL_CHECK_TEXT: Final = "navi-memory: is the embedding model there?"
+"""What ``Backfill.check_model`` embeds."""
+
+FAILURES_TO_STOP: Final = 3
+"""Rows in a row the embedding model fails, each alone, before a backfill stops: the model is
+down (a row it cannot embed is skipped, and the run goes on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +70,15 @@ class BackfillSource(Protocol):
         """Store each (id, text embedded, vector), unless the row changed meanwhile."""
 
 
+class BackfillRecorder(VectorRecorder, Protocol):
+    """The embedding model of record, as a backfill needs it (jobs/embedding_model.py)."""
+
+    async def check_recorded(self, session: AsyncSession) -> None:
+        """Raise ConfigError unless the vectors about to be stored on ``session`` are the
+        model of record's."""
+        ...
+
+
 ProgressCallback = Callable[[BackfillProgress], Awaitable[None] | None]
 """Called after every batch (a progress bar); may be a coroutine function."""
 
@@ -76,14 +94,25 @@ class Backfill:
         embedder: Embedder | None,
         indexer: ChunkIndexer,
         fact_indexer: FactIndexer | None = None,
-        recorder: VectorRecorder | None = None,
+        recorder: BackfillRecorder | None = None,
     ) -> None:
-        """``recorder`` learns of the first vectors stored (the embedding model of record)."""
+        """``recorder`` learns of the first vectors stored (the embedding model of record), and
+        refuses a batch of another model's vectors."""
         self._sessionmaker = sessionmaker
         self._embedder = embedder
         self._indexer = indexer
         self._fact_indexer = fact_indexer
         self._recorder = recorder
+
+    async def check_model(self) -> None:
+        """Ask the model for one vector: EmbeddingError when it cannot answer (a re-embedding
+        asks before it clears anything), ConfigError in text-only mode."""
+        if self._embedder is None:
+            raise ConfigError(
+                "text-only mode (EMBEDDING_MODEL=none): there is no embedding model to embed "
+                "with; set EMBEDDING_MODEL to a 768-dimensional model first"
+            )
+        await self._embedder.embed_documents([MODEL_CHECK_TEXT])
 
     async def run(
         self,
@@ -95,22 +124,41 @@ class Backfill:
         """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
         committing per batch, and queue for the HNSW index every chunk vector that is in none
         (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector. Raises
-        EmbeddingError if the model is down (finished batches stay; a rerun resumes), and
-        ConfigError in text-only mode (there is no model to embed with)."""
+        EmbeddingError if the model is down (finished batches stay; a rerun resumes), or at the
+        end when it failed some rows alone (every other row got its vector; a rerun retries
+        them), and ConfigError in text-only mode (there is no model to embed with)."""
         if self._embedder is None:
             raise ConfigError(
                 "text-only mode (EMBEDDING_MODEL=none): there is no embedding model to backfill "
                 "with; set EMBEDDING_MODEL to a 768-dimensional model first"
             )
-        filled = await run_backfill(
-            self._sessionmaker,
-            self._embedder,
-            [FactBackfill(), ChunkBackfill()],
-            batch_size=batch_size,
-            pause_seconds=pause_seconds,
-            progress=progress,
-            recorder=self._recorder,
-        )
+        try:
+            result = await run_backfill(
+                self._sessionmaker,
+                self._embedder,
+                [FactBackfill(), ChunkBackfill()],
+                batch_size=batch_size,
+                pause_seconds=pause_seconds,
+                progress=progress,
+                recorder=self._recorder,
+            )
+        except EmbeddingError:
+            # The vectors of the batches done are queued: the indexers take them now, not at
+            # the next write.
+            await self._requeue_and_kick(filled=True)
+            raise
+        await self._requeue_and_kick(filled=bool(sum(result.filled.values())))
+        if result.left:
+            raise EmbeddingError(
+                f"backfill: {result.left} row(s) could not be embedded ({result.refusal}); they "
+                "keep no vector and are found by text search; run the backfill again to retry "
+                "them"
+            ) from result.refusal
+        return sum(result.filled.values())
+
+    async def _requeue_and_kick(self, *, filled: bool) -> None:
+        """Queue every chunk and fact vector that is in no index, and kick the indexers when
+        there is anything to take (``filled``: vectors were stored)."""
         async with unit_of_work(self._sessionmaker) as session:
             requeued = await ChunkRepository(session=session).requeue_unindexed()
         if requeued:
@@ -119,7 +167,7 @@ class Backfill:
                 requeued,
                 extra={"event": "backfill.chunks_requeued", "rows": requeued},
             )
-        if filled.get(ChunkBackfill.table) or requeued:
+        if filled or requeued:
             self._indexer.kick()
         if self._fact_indexer is not None:
             async with unit_of_work(self._sessionmaker) as session:
@@ -130,10 +178,9 @@ class Backfill:
                     facts_requeued,
                     extra={"event": "backfill.facts_requeued", "rows": facts_requeued},
                 )
-            # The vectors stored above were queued by memory_facts' trigger.
-            if filled.get(FactBackfill.table) or facts_requeued:
+            # The vectors stored were queued by memory_facts' trigger.
+            if filled or facts_requeued:
                 self._fact_indexer.kick()
-        return sum(filled.values())
 
 
 async def run_backfill(
@@ -144,20 +191,27 @@ async def run_backfill(
     batch_size: int,
     pause_seconds: float,
     progress: ProgressCallback | None = None,
-    recorder: VectorRecorder | None = None,
-) -> dict[str, int]:
-    """Embed and store every missing vector of ``sources``; returns rows filled per table.
-    ``recorder`` is told before each batch's vectors are stored.
+    recorder: BackfillRecorder | None = None,
+) -> BackfillResult:
+    """Embed and store every missing vector of ``sources``; returns rows filled per table and
+    the rows the model refused. ``recorder`` is told before each batch's vectors are stored,
+    and checks in the batch's transaction that its model is still the model of record (a
+    reembed in another process meanwhile stops the run: ConfigError).
 
-    An EmbeddingError propagates (the rows of the failed batch keep NULL; a rerun resumes).
+    A batch the model fails is embedded again row by row, and a row the model fails alone is
+    left (it keeps NULL; a rerun tries it again): one row the model can never embed (it answers
+    NaN or zeros for it) must not hold back every row after it, run after run. Failures in a
+    row stop the run (``FAILURES_TO_STOP``: the model is down) with an EmbeddingError; the
+    batches stored stay, and a rerun resumes.
     """
-    filled: dict[str, int] = {}
+    result = BackfillResult()
+    model = _ModelCalls(embedder)
     first_batch = True
     for source in sources:
         async with unit_of_work(sessionmaker) as session:
             total = await source.count_missing(session)
         done, after_id = 0, 0
-        filled[source.table] = 0
+        result.filled[source.table] = 0
         while True:
             async with unit_of_work(sessionmaker) as session:
                 batch = await source.next_batch(session, after_id, batch_size)
@@ -166,23 +220,77 @@ async def run_backfill(
             if not first_batch and pause_seconds > 0:
                 await asyncio.sleep(pause_seconds)
             first_batch = False
-            vectors = await embedder.embed_documents([text for _, text in batch])
-            if recorder is not None:
-                await recorder.vectors_made()
-            async with unit_of_work(sessionmaker) as session:
-                await source.store(
-                    session,
-                    [(i, text, v) for (i, text), v in zip(batch, vectors, strict=True)],
-                )
+            embedded = await model.embed(batch)
+            if embedded:
+                if recorder is not None:
+                    await recorder.vectors_made()
+                async with unit_of_work(sessionmaker) as session:
+                    if recorder is not None:
+                        await recorder.check_recorded(session)
+                    await source.store(session, embedded)
             after_id = batch[-1][0]
             done += len(batch)
-            filled[source.table] += len(batch)
+            result.filled[source.table] += len(embedded)
+            result.left += len(batch) - len(embedded)
             if progress is not None:
-                result = progress(BackfillProgress(source.table, done, max(total, done)))
-                if result is not None:
-                    await result
+                called = progress(BackfillProgress(source.table, done, max(total, done)))
+                if called is not None:
+                    await called
         logger.info("backfill.done", extra={"table": source.table, "rows": done})
-    return filled
+    result.refusal = model.refusal
+    return result
+
+
+@dataclass(slots=True)
+class BackfillResult:
+    """What ``run_backfill`` did."""
+
+    filled: dict[str, int] = field(default_factory=dict)
+    """Rows that got a vector, per table."""
+    left: int = 0
+    """Rows the model failed alone: they keep no vector (found by text) until a rerun."""
+    refusal: EmbeddingError | None = None
+    """The model's last error on a row it failed alone."""
+
+
+class _ModelCalls:
+    """The embedder's calls of one backfill, and its failures in a row."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self._failures = 0
+        self.refusal: EmbeddingError | None = None
+
+    async def embed(
+        self, batch: Sequence[tuple[int, str]]
+    ) -> list[tuple[int, str, Sequence[float]]]:
+        """(id, text, vector) of the rows of ``batch`` the model embedded: all of them in one
+        call, or else each row alone. Raises EmbeddingError at ``FAILURES_TO_STOP`` rows
+        failed alone in a row (a whole batch failing counts as its rows are tried alone)."""
+        if len(batch) > 1:
+            try:
+                vectors = await self._embedder.embed_documents([text for _, text in batch])
+            except EmbeddingError:
+                pass
+            else:
+                self._failures = 0
+                return [(i, text, v) for (i, text), v in zip(batch, vectors, strict=True)]
+        embedded: list[tuple[int, str, Sequence[float]]] = []
+        for row_id, text in batch:
+            try:
+                [vector] = await self._embedder.embed_documents([text])
+            except EmbeddingError as exc:
+                self._failures += 1
+                self.refusal = exc
+                if self._failures >= FAILURES_TO_STOP:
+                    raise EmbeddingError(
+                        f"backfill stopped: the embedding model failed {self._failures} times "
+                        f"in a row ({exc}); the batches done are stored, run it again to resume"
+                    ) from exc
+                continue
+            self._failures = 0
+            embedded.append((row_id, text, vector))
+        return embedded
 
 
 class FactBackfill:

@@ -30,13 +30,33 @@ class EmbeddingModelRecord:
         self._recorded = False
 
     async def vectors_made(self) -> None:
-        """Record ``model`` if no model is recorded yet: called before vectors are stored. Once
-        per process: after the first call that found a model of record, a no-op."""
+        """Record ``model`` if no model is recorded yet, or if another is and no vector is
+        stored (they all went: the vectors about to be stored are the first ones): called
+        before vectors are stored. Once per process: after the first call, a no-op."""
         if self._recorded:
             return
         async with unit_of_work(self._sessionmaker) as session:
-            await EmbeddingModelRepository(session=session).record_if_none(self.model)
+            repo = EmbeddingModelRepository(session=session)
+            recorded = await repo.record_if_none(self.model)
+            # Kept, the old name would be reported as a model change for every later start.
+            if recorded != self.model and not await repo.vectors_exist():
+                await repo.replace(self.model)
         self._recorded = True
+
+    async def check_recorded(self, session: AsyncSession) -> None:
+        """Raise ConfigError when another model than ``model`` is recorded, on ``session``:
+        the transaction about to store a backfill's batch. Its vectors among another model's
+        would be silently useless (a reembed after a change would skip them: not NULL), so a
+        backfill of the old model stops at its next batch once a reembed recorded a new one,
+        and one of a changed model is refused while the old model's vectors are stored."""
+        recorded = await EmbeddingModelRepository(session=session).recorded()
+        if recorded is not None and recorded != self.model:
+            raise ConfigError(
+                f"the stored vectors are {recorded!r}'s, the configured embedding model is "
+                f"{self.model!r}: a backfill would mix two models' vectors. Run `navi-memory "
+                f"reembed` (memory.admin.reembed()) to embed everything with {self.model!r}, "
+                f"or set EMBEDDING_MODEL back to {recorded!r}"
+            )
 
     async def changed_from(self) -> str | None:
         """The model of record when it is another than ``model`` and vectors are stored (they
@@ -91,13 +111,17 @@ class Reembed:
         pause_seconds: float,
         progress: ProgressCallback | None = None,
     ) -> int:
-        """Returns how many rows got a vector. Until it is through, the rows without a vector
-        are found by text search; interrupted, ``backfill`` (or this again) finishes it."""
+        """Returns how many rows got a vector. The model is asked for a vector first: when it
+        cannot answer (EmbeddingError) nothing is cleared. Until it is through, the rows
+        without a vector are found by text search; interrupted, ``backfill`` (or this again)
+        finishes it."""
         if self._record is None:
             raise ConfigError(
                 "text-only mode (EMBEDDING_MODEL=none): there is no embedding model to "
                 "re-embed with; set EMBEDDING_MODEL to a 768-dimensional model first"
             )
+        # Cleared with the model down, every vector would be gone until it is back.
+        await self._backfill.check_model()
         await self._record.replace_vectors()
         logger.info(
             "reembed.cleared: every vector cleared, %r recorded; embedding again",
