@@ -47,7 +47,7 @@ def test_a_database_another_process_created_meanwhile_is_used_not_refused(
                 conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
         return result
 
-    monkeypatch.setattr(embedded.subprocess, "run", other_process_creates_it_after_the_first_look)
+    monkeypatch.setattr(subprocess, "run", other_process_creates_it_after_the_first_look)
     url = embedded.ensure_embedded_server(pg_server.data_dir)
     assert looked == [""]
     assert url.endswith(f"/{EMBEDDED_DATABASE}?host={pg_server.socket_dir}")
