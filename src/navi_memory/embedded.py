@@ -96,15 +96,21 @@ def embedded_server_status(data_dir: Path) -> EmbeddedStatus:
         return EmbeddedStatus(pgdata=pgdata, initialised=False, running=False)
     if _stale_pid(pgdata) is not None or _pg_ctl(pgdata, "status").returncode != 0:
         return EmbeddedStatus(pgdata=pgdata, initialised=True, running=False)
-    # postmaster.pid: pid, data dir, start time (epoch), port, socket directory, ...
-    lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    # postmaster.pid: pid, data dir, start time (epoch), port, socket directory, ...; written
+    # line by line as the server starts, removed as it stops: short of its socket line (or
+    # gone), the server is not there to connect to yet (or any more).
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid, started, socket_dir = int(lines[0]), int(lines[2]), lines[4].strip()
+    except (OSError, IndexError, ValueError):
+        return EmbeddedStatus(pgdata=pgdata, initialised=True, running=False)
     return EmbeddedStatus(
         pgdata=pgdata,
         initialised=True,
         running=True,
-        pid=int(lines[0]),
-        socket_dir=lines[4].strip() or None,
-        started_at=datetime.fromtimestamp(int(lines[2]), tz=UTC),
+        pid=pid,
+        socket_dir=socket_dir or None,
+        started_at=datetime.fromtimestamp(started, tz=UTC),
     )
 
 

@@ -4,6 +4,7 @@ of them created meanwhile, a postmaster.pid naming a process that is not the ser
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -189,3 +190,23 @@ def test_a_handle_to_a_server_stopped_since_is_not_handed_out_again(
     # rather than a connection to the old handle's socket.
     assert "could not access the server configuration file" in str(caught.value)
     assert str(tmp_path / "gone") not in str(caught.value)
+
+
+def test_status_while_the_server_writes_its_pid_file_is_not_running_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The postmaster writes postmaster.pid line by line as it starts (and removes it as it
+    stops): `navi-memory server status` beside another process's start read a file without its
+    socket line and died on an IndexError traceback."""
+    pgdata = tmp_path / "data" / "pgdata"
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("18\n")
+    (pgdata / "postmaster.pid").write_text(f"{os.getpid()}\n{pgdata}\n1767225600\n")
+    monkeypatch.setattr(
+        embedded, "_pg_ctl", lambda *args: subprocess.CompletedProcess(args, 0, "", "")
+    )
+    monkeypatch.setattr(embedded, "_stale_pid", lambda pgdata: None)
+    status = embedded_server_status(tmp_path / "data")
+    assert status.initialised and not status.running
+    (pgdata / "postmaster.pid").unlink()  # stopped between pg_ctl's answer and the read
+    assert not embedded_server_status(tmp_path / "data").running
