@@ -7,6 +7,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from logging.config import fileConfig
 
 from alembic import context
@@ -18,12 +22,16 @@ from sqlalchemy.ext.asyncio import async_engine_from_config
 
 from navi_memory.config import Settings
 from navi_memory.db import connect_options, redact_url, resolve_database_url
+from navi_memory.migrations import MIGRATION_LOCK
 from navi_memory.models import Base
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 target_metadata = Base.metadata
+logger = logging.getLogger("navi_memory.migrations")
+
+LOCK_POLL_SECONDS = 0.2
 
 
 def include_object(
@@ -65,16 +73,63 @@ def require_vector(connection: Connection) -> None:
             ) from exc
 
 
+@contextmanager
+def migration_lock(connection: Connection) -> Iterator[None]:
+    """One migration of a database at a time: replicas that each migrate at start-up would
+    otherwise run the same revisions together, and all but one fail half way.
+
+    A session-level advisory lock, tried in short transactions: a waiter blocked inside
+    pg_advisory_lock would hold a snapshot, which the holder's CREATE INDEX CONCURRENTLY
+    (0012) waits for, a deadlock. A connection the caller holds in a transaction of its own is
+    the caller's business (nothing is committed on it here)."""
+    if connection.in_transaction():
+        yield
+        return
+    key = MIGRATION_LOCK
+    waited = False
+    while not connection.exec_driver_sql(f"SELECT pg_try_advisory_lock({key})").scalar_one():
+        if not waited:
+            holder = connection.exec_driver_sql(
+                "SELECT string_agg(a.pid || coalesce(' (' || nullif(a.application_name, '') "
+                "|| ')', ''), ', ') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                f"AND l.classid = {key >> 32} AND l.objid = {key & 0xFFFFFFFF} "
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).scalar_one()
+            logger.warning(
+                "migrate.waiting: another migration of the database at %s is running (server "
+                "pid %s); waiting for it to finish",
+                redact_url(connection.engine.url),
+                holder or "unknown",
+                extra={"event": "migrate.waiting"},
+            )
+            waited = True
+        connection.commit()
+        time.sleep(LOCK_POLL_SECONDS)
+    connection.commit()
+    try:
+        yield
+    finally:
+        try:
+            if connection.in_transaction():
+                connection.rollback()
+            connection.exec_driver_sql(f"SELECT pg_advisory_unlock({key})")
+            connection.commit()
+        except DBAPIError:
+            pass  # a lost connection: the server released the lock with its session
+
+
 def do_run_migrations(connection: Connection) -> None:
-    require_vector(connection)
-    context.configure(
-        connection=connection,
-        target_metadata=target_metadata,
-        include_object=include_object,
-        transaction_per_migration=True,
-    )
-    with context.begin_transaction():
-        context.run_migrations()
+    with migration_lock(connection):
+        require_vector(connection)
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            include_object=include_object,
+            transaction_per_migration=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
 
 
 async def run_async_migrations(url: str) -> None:

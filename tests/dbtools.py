@@ -42,6 +42,11 @@ class EmbeddedServer:
             conn.execute("ALTER SYSTEM SET full_page_writes = off")
             conn.execute("SELECT pg_reload_conf()")
 
+    @property
+    def data_dir(self) -> Path:
+        """What NAVI_MEMORY_DATA_DIR would name for this server (its pgdata is in it)."""
+        return self._dir
+
     def admin(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
         return psycopg.connect(host=self.socket_dir, user=PG_USER, dbname=dbname, autocommit=True)
 

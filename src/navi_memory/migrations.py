@@ -32,9 +32,20 @@ from navi_memory.db import (
 )
 from navi_memory.errors import ConfigError, SchemaError, StorageError
 
-__all__ = ["alembic_config", "head_revision", "revisions", "script_location", "upgrade"]
+__all__ = [
+    "MIGRATION_LOCK",
+    "alembic_config",
+    "head_revision",
+    "revisions",
+    "script_location",
+    "upgrade",
+]
 
 _PACKAGED: Final = "_alembic"
+
+MIGRATION_LOCK: Final = 0x6E6176696D656D
+"""The session-level advisory lock (a bigint key, per database) every migration of a database
+holds while it runs (alembic/env.py): a second one waits for it, then finds the work done."""
 
 
 def script_location() -> Path:

