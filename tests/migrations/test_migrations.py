@@ -921,3 +921,48 @@ def test_0018_adds_an_empty_embedding_model_table_of_one_row_and_back(
     dbtools.downgrade(url, "0017")
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute("SELECT to_regclass('memory_embedding_model')").fetchone() == (None,)
+
+
+def test_0019_drops_the_legacy_scripts_ann_indexes_and_keeps_every_other_index(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """A legacy database that ran the original application's migrate_pgvector.py kept its
+    HNSW index on memory_facts.embedding under the script's name: every fact write paid its
+    insertion, and no navi-memory statement reads it. The upgrade drops every HNSW and IVFFlat
+    index of memory_facts and memory_chunks (navi-memory's own live on the vector tables) and
+    leaves the script's other indexes, and navi-memory's, where they are."""
+    url = pg_server.url(scratch_db)
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute(LEGACY_DDL)
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        # What migrate_pgvector.py adds (the spec's "Schema migration"), under its own names.
+        conn.execute("ALTER TABLE memory_facts ADD COLUMN embedding vector(768)")
+        conn.execute(
+            "CREATE INDEX memory_facts_embedding_idx ON memory_facts "
+            "USING hnsw (embedding vector_cosine_ops)"
+        )
+        conn.execute(
+            'CREATE INDEX "Facts IVF" ON memory_facts USING ivfflat (embedding vector_cosine_ops)'
+        )
+        conn.execute("CREATE INDEX memory_facts_category_idx ON memory_facts (category)")
+    dbtools.upgrade(url, "0018")
+    with connect(pg_server, scratch_db) as conn:
+        before = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+    assert {"memory_facts_embedding_idx", "Facts IVF"} <= before
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        after = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
+        ann = conn.execute(
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_am a ON a.oid = c.relam WHERE a.amname IN ('hnsw', 'ivfflat') "
+            "ORDER BY 1"
+        ).fetchall()
+    assert after == before - {"memory_facts_embedding_idx", "Facts IVF"}
+    assert "memory_facts_category_idx" in after
+    # navi-memory's own ANN indexes, on the vector tables, stay.
+    assert ann == [
+        ("ix_memory_chunk_vectors_embedding_hnsw",),
+        ("ix_memory_fact_vectors_embedding_hnsw",),
+    ]
+    dbtools.downgrade(url, "0018")
+    dbtools.upgrade(url)
