@@ -20,7 +20,6 @@ Create Date: 2026-12-06
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0019"
@@ -28,23 +27,32 @@ down_revision: str | Sequence[str] | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_FOREIGN_ANN_INDEXES = sa.text(
-    """
-    SELECT format('%I.%I', n.nspname, c.relname)
-    FROM pg_index i
-    JOIN pg_class c ON c.oid = i.indexrelid
-    JOIN pg_namespace n ON n.oid = c.relnamespace
-    JOIN pg_am a ON a.oid = c.relam
-    WHERE i.indrelid IN (to_regclass('memory_facts'), to_regclass('memory_chunks'))
-      AND a.amname IN ('hnsw', 'ivfflat')
-    ORDER BY 1
-    """
-)
+# One DO block, so that `navi-memory migrate --sql` (offline: no database to ask which
+# indexes there are) prints the statement that finds and drops them.
+_DROP_FOREIGN_ANN_INDEXES = """
+DO $drop$
+DECLARE
+    name text;
+BEGIN
+    FOR name IN
+        SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+        FROM pg_index i
+        JOIN pg_class c ON c.oid = i.indexrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_am a ON a.oid = c.relam
+        WHERE i.indrelid IN (to_regclass('memory_facts'), to_regclass('memory_chunks'))
+          AND a.amname IN ('hnsw', 'ivfflat')
+        ORDER BY 1
+    LOOP
+        EXECUTE 'DROP INDEX ' || name;
+    END LOOP;
+END
+$drop$
+"""
 
 
 def upgrade() -> None:
-    for name in op.get_bind().execute(_FOREIGN_ANN_INDEXES).scalars().all():
-        op.execute(f"DROP INDEX {name}")
+    op.execute(_DROP_FOREIGN_ANN_INDEXES)
 
 
 def downgrade() -> None:
