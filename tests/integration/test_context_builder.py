@@ -251,6 +251,34 @@ async def test_facts_block_never_shows_expired_or_hidden_facts(memory: Memory) -
     assert "more not shown" not in prompt
 
 
+async def test_a_fact_never_verified_ranks_by_its_update_under_the_cap(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """A legacy fact with no last_verified_at (the column came later) is as old as its
+    updated_at, in the cap's choice as on its line: updated today, it is shown before one
+    verified 30 days ago, not dropped because SQL sorts NULL last."""
+    settings = make_settings(db_url, fake_ollama, memory_prompt_max_facts=1)
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await memory.store.upsert_fact("misc", "old", "verified long ago", user_id=uid)
+        await memory.store.upsert_fact(
+            "misc", "legacy", "written today", user_id=uid, confidence=90
+        )
+        await execute(
+            memory,
+            "UPDATE memory_facts SET last_verified_at = now() - interval '30 days', "
+            "updated_at = now() - interval '30 days' WHERE key = 'old'",
+        )
+        await execute(
+            memory, "UPDATE memory_facts SET last_verified_at = NULL WHERE key = 'legacy'"
+        )
+        await memory.sessions.create("s", user_id=uid)
+        messages = await memory.context.build("s", "hi", system_prompt=HOST, user_id=uid)
+    lines = [line for line in messages[1].content.splitlines() if line.startswith("• ")]
+    assert lines == ["• [misc] legacy → written today (confidence: 90%, updated today)"]
+    assert messages[1].content.splitlines()[-1].startswith("… and 1 more not shown here")
+
+
 # --- automatic recall -------------------------------------------------------------------------
 
 DEPLOY = padded("The deploy script lives in /opt/navi/deploy.sh and it needs root")

@@ -23,6 +23,7 @@ from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.schemas import Fact, Message
 from navi_memory.services.facts import to_fact
 from navi_memory.services.sessions import to_message
+from navi_memory.text.context import prompt_facts
 from navi_memory.text.recall import (
     LEDGER_KEY,
     RecallCandidate,
@@ -78,28 +79,46 @@ class ContextService:
         if row is None:
             return None
         facts = FactRepository(session=session)
-        shown = (
-            await facts.list_facts(
-                user_id,
-                search=None,
-                include_merged=False,
-                sort_by="last_verified_at",
-                descending=True,
-                limit=max_facts,
-                offset=0,
-            )
-            if max_facts > 0
-            else []
-        )
+        now = await facts.now()
+        shown = await self._prompt_facts(facts, user_id, max_facts=max_facts, now=now)
         messages = await sessions.messages(session_id, context_only=True)
         return ContextSnapshot(
-            now=await facts.now(),
+            now=now,
             summary=await facts.get_summary(user_id),
-            facts=[to_fact(fact) for fact in shown],
+            facts=shown,
             facts_total=await facts.count(user_id, include_merged=False),
             messages=[to_message(message) for message in messages],
             ledger=metadata_ledger(row.session_metadata),
         )
+
+    @staticmethod
+    async def _prompt_facts(
+        facts: FactRepository, user_id: uuid.UUID, *, max_facts: int, now: datetime
+    ) -> list[Fact]:
+        """The ``max_facts`` visible facts the block shows, ordered as ``prompt_facts`` orders
+        them: by ``last_verified_at``, else ``updated_at`` for a fact never verified (a legacy
+        row from before the column). SQL puts a NULL ``last_verified_at`` last, so the most
+        recently verified rows and the most recently updated ones are read, and the first
+        ``max_facts`` of both kept: a never-verified fact in the first ``max_facts`` by that
+        order is among the most recently updated (every write sets ``last_verified_at`` no
+        earlier than ``updated_at``)."""
+        if max_facts < 1:
+            return []
+        rows: dict[int, Fact] = {}
+        for column in ("last_verified_at", "updated_at"):
+            listed = await facts.list_facts(
+                user_id,
+                search=None,
+                include_merged=False,
+                sort_by=column,
+                descending=True,
+                limit=max_facts,
+                offset=0,
+            )
+            for row in listed:
+                fact = to_fact(row)
+                rows[fact.id] = fact
+        return prompt_facts(rows.values(), now=now)[:max_facts]
 
     async def deliver(
         self,

@@ -82,10 +82,16 @@ def summary_facts(facts: Sequence[Fact], *, max_facts: int = SUMMARY_MAX_FACTS) 
     return sorted(facts, key=_recency, reverse=True)[: max(max_facts, 0)]
 
 
+def _one_line(text: str) -> str:
+    # A line break in any part (keys and categories may hold one) would start what reads as
+    # another fact of the record.
+    return " ".join(elide_middle(text, SUMMARY_FACT_MAX_CHARS).split())
+
+
 def _fact_line(fact: Fact) -> str:
-    value = " ".join(elide_middle(fact.value, SUMMARY_FACT_MAX_CHARS).split())
     confidence = "?" if fact.confidence is None else str(fact.confidence)
-    return f"- [{fact.category}] {fact.key}: {value} (confidence {confidence})"
+    category, key, value = _one_line(fact.category), _one_line(fact.key), _one_line(fact.value)
+    return f"- [{category}] {key}: {value} (confidence {confidence})"
 
 
 def summary_messages(

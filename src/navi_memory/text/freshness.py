@@ -4,7 +4,10 @@ session's current summary. Pure functions over plain data; docs/memory.md has th
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
+import unicodedata
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,8 +56,25 @@ FRESHNESS_STOP_WORDS: Final = STOP_WORDS | frozenset(
 # camelCase and PascalCase humps, as text.keys splits them: "serverPort" -> "server Port",
 # "HTTPPort" -> "HTTP Port".
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-# Letters and digits only: `_ - . /` and every other separator split identifiers and paths.
-_WORD = re.compile(r"[^\W_]+")
+
+
+@functools.cache
+def _word_pattern() -> re.Pattern[str]:
+    """A word: letters, digits and combining marks (``[^\\W_]`` leaves the marks out, and
+    Devanagari, Thai, Arabic with its vowel signs… write letters with them); ``_ - . /`` and
+    every other separator split identifiers and paths. Built on the first non-ASCII text
+    (the marks are a table walk of about 0.1 s)."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(code)).startswith("M"):
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1] = (ranges[-1][0], code)
+            else:
+                ranges.append((code, code))
+    marks = "".join(f"\\U{first:08x}-\\U{last:08x}" for first, last in ranges)
+    return re.compile(rf"(?:[^\W_]|[{marks}])+")
+
+
 # The same for ASCII text: the character before each seam, and the words of lowered text.
 _ASCII_SEAM = re.compile(r"[a-z0-9](?=[A-Z])|[A-Z](?=[A-Z][a-z])")
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
@@ -64,9 +84,10 @@ _SINGLE_LETTERS: Final = frozenset("abcdefghijklmnopqrstuvwxyz")
 
 
 def content_words(*texts: str) -> frozenset[str]:
-    """The content words of ``texts``: lowercased (Unicode case folding) words, identifiers
-    split on ``_ - . /`` and camelCase (``server_port`` and ``serverPort`` → server, port),
-    numbers kept (``8098``), stop words and single letters dropped."""
+    """The content words of ``texts``: NFKC-normalized, lowercased (Unicode case folding)
+    words of letters, digits and combining marks, identifiers split on ``_ - . /`` and
+    camelCase (``server_port`` and ``serverPort`` → server, port), numbers kept (``8098``),
+    stop words and single letters dropped."""
     words: set[str] = set()
     ascii_only = True
     for text in texts:
@@ -106,17 +127,19 @@ def _ascii_words(text: str) -> set[str]:
 
 
 def _folded_words(text: str) -> set[str]:
+    word = _word_pattern()
     words: set[str] = set()
+    # One form for one word: composed or decomposed accents, full-width letters and digits.
     # Each distinct token once; only tokens with capitals can hide a camelCase seam, and a
     # seam never crosses a separator.
-    for token in set(_WORD.findall(text)):
+    for token in set(word.findall(unicodedata.normalize("NFKC", text))):
         parts = [token] if token.islower() or token.isdigit() else _split_camel(token)
         for part in parts:
-            folded = part.casefold()
-            if folded.isalnum():
+            folded = unicodedata.normalize("NFKC", part.casefold())
+            if word.fullmatch(folded):
                 words.add(folded)
-            else:  # folding made a non-letter (a combining mark): split there too
-                words.update(_WORD.findall(folded))
+            else:  # folding made a separator (rare compatibility forms): split there too
+                words.update(word.findall(folded))
     return words
 
 

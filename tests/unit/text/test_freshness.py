@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -83,11 +84,12 @@ def test_content_words_join_several_texts() -> None:
 
 @given(st.text(max_size=200))
 def test_content_words_are_case_folded_alphanumeric_and_never_stop_words(text: str) -> None:
-    """Whatever the input: every word is case-folded letters or digits, no stop word. (Folded,
-    not lower-cased: Unicode folds lowercase Cherokee to its capitals, so '0Ꭰ' stays as it is.)"""
+    """Whatever the input: every word is case-folded letters, digits or combining marks, no
+    stop word. (Folded, not lower-cased: Unicode folds lowercase Cherokee to its capitals, so
+    '0Ꭰ' stays as it is.)"""
     for word in content_words(text):
-        assert word == word.casefold()
-        assert all(ch.isalnum() for ch in word)
+        assert unicodedata.normalize("NFKC", word.casefold()) == word
+        assert all(ch.isalnum() or unicodedata.category(ch).startswith("M") for ch in word)
         assert word not in {"the", "user", "assistant", "is"}
 
 
@@ -166,9 +168,30 @@ def test_both_marks_can_hold_and_order_follows_the_excerpts() -> None:
     assert marks == [Freshness(superseded_by="server_port", before_summary=True), Freshness()]
 
 
+def test_words_with_combining_marks_stay_whole() -> None:
+    """Devanagari (and every script that writes vowels as combining marks) keeps its words:
+    they used to fall apart into single letters and vanish, so a Hindi fact never marked."""
+    assert content_words("मेरा संपादक विम है") == {"मेरा", "संपादक", "विम", "है"}
+    hindi = RawExcerpt(ALICE, "s1", CHUNK_END, "User: मेरा संपादक विम है")
+    newer = FactVersion(ALICE, "संपादक", "मेरा संपादक नियोविम", LATER)
+    assert mark_freshness([hindi], [newer], {}) == [Freshness(superseded_by="संपादक")]
+
+
+def test_composed_decomposed_and_compatibility_forms_are_one_word() -> None:
+    """An accent typed as a combining mark (NFD, as macOS file names are) and full-width
+    letters and digits are the same words as their usual forms."""
+    decomposed = unicodedata.normalize("NFD", "Café crème")
+    assert content_words(decomposed) == content_words("Café crème") == {"café", "crème"}
+    assert content_words("Ｐｏｒｔ ８０９８") == {"port", "8098"}
+    raw = RawExcerpt(ALICE, "s1", CHUNK_END, f"User: {decomposed} please")
+    newer = FactVersion(ALICE, "favourite_drink", "café crème", LATER)
+    assert mark_freshness([raw], [newer], {}) == [Freshness(superseded_by="favourite_drink")]
+
+
 WORDS = [
     *("server", "Port", "HTTPPort", "serverPort", "ABCdef", "8098", "v2", "api", "K", "s"),
     *("ΣΑΣ", "straße", "İstanbul", "\u212aey", "the", "user", "Assistant"),
+    *("हिन्दी", "cafe\u0301", "Ｐｏｒｔ", "ﬁle"),
 ]
 SEPARATORS = [" ", "_", "-", ".", "/", "", "\n", ": "]
 texts = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)), max_size=8).map(
@@ -176,13 +199,22 @@ texts = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)),
 )
 
 
+def plain_tokens(text: str) -> list[str]:
+    """Runs of letters, digits and combining marks, found one character at a time."""
+    marked = "".join(
+        ch if (ch.isalnum() or unicodedata.category(ch).startswith("M")) and ch != "_" else " "
+        for ch in text
+    )
+    return marked.split()
+
+
 def plain_content_words(text: str) -> frozenset[str]:
-    """The definition, written plainly: seams spaced out, tokens, each folded."""
+    """The definition, written plainly: NFKC, seams spaced out, tokens, each folded."""
     seams = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
     words = {
         word
-        for token in re.findall(r"[^\W_]+", seams.sub(" ", text))
-        for word in re.findall(r"[^\W_]+", token.casefold())
+        for token in plain_tokens(seams.sub(" ", unicodedata.normalize("NFKC", text)))
+        for word in plain_tokens(unicodedata.normalize("NFKC", token.casefold()))
     }
     return frozenset(
         w for w in words if w not in FRESHNESS_STOP_WORDS and (len(w) > 1 or w.isdigit())
