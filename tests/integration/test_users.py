@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from navi_memory import Memory, request_context
+from navi_memory import PERMISSION_READ_ALL, Memory, request_context
 from navi_memory.errors import InvalidTypeError
 from tests.integration.factories import new_user
 
@@ -22,3 +22,13 @@ async def test_a_none_user_id_is_refused_not_taken_as_the_current_user(
     assert await memory.users.get(sam) is not None
     assert await memory.store.get_summary(user_id=sam) == "sam's summary"
 
+
+async def test_stats_rank_users_by_every_row_they_hold_sketches_included(memory: Memory) -> None:
+    """per_user lists the users holding the most rows: sketches (kv entries) are rows too."""
+    kim, sam = await new_user(memory, "kim"), await new_user(memory, "sam")
+    await memory.kv.set("notes", "only", "one fact's worth", user_id=kim)
+    for i in range(5):
+        await memory.kv.set("notes", f"k{i}", "v", user_id=sam)
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        stats = await memory.admin.stats(users=1)
+    assert [u.user_id for u in stats.per_user] == [sam]
