@@ -6,6 +6,7 @@ An agent application sets them once per request (``with request_context(...)``);
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -41,7 +42,8 @@ def as_user_id(value: uuid.UUID | str) -> uuid.UUID:
         try:
             return uuid.UUID(value)
         except ValueError as exc:
-            raise InvalidTypeError(f"user_id must be a UUID, got {value!r}") from exc
+            shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value):,} chars)"
+            raise InvalidTypeError(f"user_id must be a UUID, got {shown}") from exc
     raise InvalidTypeError(f"user_id must be a UUID, got {type(value).__name__}")
 
 
@@ -94,11 +96,16 @@ class request_context(AbstractContextManager[None]):  # lower case: it replaced 
         self._tokens = None
         try:
             _permissions.reset(permissions)
+        except ValueError as exc:  # the tokens belong to another context (another task's)
+            raise InvalidInputError(
+                "a request_context(...) block was left in another context than the one it was "
+                "entered in: enter and leave it in the same task (a `with` block in one "
+                "coroutine, not a set-up and a tear-down run by different tasks)"
+            ) from exc
+        try:
+            _session.reset(session)
         finally:
-            try:
-                _session.reset(session)
-            finally:
-                _user.reset(user)
+            _user.reset(user)
 
 
 def _check_permissions(permissions: object) -> frozenset[str]:
@@ -110,7 +117,19 @@ def _check_permissions(permissions: object) -> frozenset[str]:
     checked = [
         check_text("permission", item, max_chars=PERMISSION_MAX_CHARS) for item in permissions
     ]
+    for name in checked:
+        # A misspelt name of ours would grant nothing, and surface far from its cause as a
+        # PermissionDeniedError; the host application's own names pass as they are.
+        if name not in KNOWN_PERMISSIONS and _OURS.match(name.strip()):
+            raise InvalidInputError(
+                f"unknown navi-memory permission {name!r}; the permissions navi-memory knows "
+                f"are {sorted(KNOWN_PERMISSIONS)!r}"
+            )
     return frozenset(checked)
+
+
+KNOWN_PERMISSIONS: frozenset[str] = frozenset({PERMISSION_READ_ALL})
+_OURS = re.compile(r"navi[._-]?memory[._:/-]", re.IGNORECASE)
 
 
 def current_user_id() -> uuid.UUID | None:

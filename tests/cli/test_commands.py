@@ -290,3 +290,17 @@ async def test_reembed_after_a_model_change_clears_doctor_s_finding(
     assert "reembed: 2 row(s) embedded with other-embed:768" in done.stdout
     after = navi("doctor", "--json", "--no-models", env=env)
     assert after.returncode == 0, after.stdout
+
+
+async def test_stats_prints_a_users_name_without_its_terminal_control_codes(
+    navi: Navi, memory: Memory
+) -> None:
+    """A user's name is the host application's text: an escape sequence in it must reach the
+    operator's terminal as visible text, not clear the screen or retitle the window."""
+    sam = await new_user(memory, "Sam\x1b[2J\x1b]0;owned\x07\x9b31m")
+    done = navi(
+        "stats", "--user", str(sam), env={"DATABASE_URL": memory.settings.database_url or ""}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "\x1b" not in done.stdout and "\x9b" not in done.stdout
+    assert "Sam" in done.stdout and "[2J" in done.stdout

@@ -163,7 +163,8 @@ VALID: Final[dict[str, Callable[[World], Arguments]]] = {
 """Valid arguments of every entry point (a value the families replace, one at a time)."""
 
 DESTRUCTIVE_LAST: Final = ("sessions.delete", "users.delete")
-"""Run after the others: with None for user_id these delete the acting user."""
+"""Run after the others: with None for user_id sessions.delete deletes the acting user's
+session (users.delete refuses None)."""
 
 CODES: Final = (
     (InvalidTypeError, "ITE"),

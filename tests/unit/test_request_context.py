@@ -102,3 +102,44 @@ def test_the_context_is_reset_on_every_exit_path() -> None:
     # Bad arguments are refused at the call, before entering anything.
     with pytest.raises(InvalidTypeError):
         request_context(permissions=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "permission", ["navi.memory.readall", "navi.memory.read-all", "NAVI.MEMORY.READ_ALL"]
+)
+def test_a_misspelt_navi_memory_permission_is_refused_not_silently_powerless(
+    permission: str,
+) -> None:
+    """A typo in navi-memory's own permission would grant nothing and surface much later as
+    a PermissionDeniedError far from its cause; the host's own names still pass."""
+    from navi_memory.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=PERMISSION_READ_ALL):
+        request_context(permissions=[permission])
+    with request_context(permissions=["host.admin", PERMISSION_READ_ALL]):
+        assert read_scope(None) is None
+
+
+def test_a_garbage_user_id_gets_a_short_message() -> None:
+    """The error for a huge non-UUID string quotes its start, not megabytes of it."""
+    with pytest.raises(InvalidTypeError, match="UUID") as caught:
+        read_scope("x" * 1_000_000)
+    assert len(str(caught.value)) < 300
+
+
+def test_leaving_the_block_in_another_context_is_a_navi_error() -> None:
+    """A block entered in one context and left in another (a framework that runs a
+    dependency's set-up and tear-down in different tasks) gets an actionable
+    InvalidInputError, not the raw ValueError of ContextVar.reset, and the context that
+    left it is unchanged."""
+    import contextvars
+
+    from navi_memory.errors import InvalidInputError
+
+    manager = request_context(user_id=ALICE, session_id="s1", permissions=["p"])
+    elsewhere = contextvars.copy_context()
+    elsewhere.run(manager.__enter__)
+    assert elsewhere.run(_context) == (ALICE, "s1", frozenset({"p"}))
+    with pytest.raises(InvalidInputError, match="same task"):
+        manager.__exit__(None, None, None)
+    assert _context() == (None, None, frozenset())

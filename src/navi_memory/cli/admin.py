@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import unicodedata
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,15 @@ def register(app: typer.Typer) -> None:
     app.command("purge-expired")(purge_expired)
     app.command("export")(export)
     app.command("import")(import_)
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control characters (ESC, CSI, BEL...) shown as escapes: a user's name
+    is the host application's text and must not drive the operator's terminal."""
+    return "".join(
+        ch if unicodedata.category(ch) != "Cc" else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )
 
 
 def stats(
@@ -101,7 +111,7 @@ def stats(
                 Text(cell)
                 for cell in (
                     str(u.user_id) if u.user_id is not None else "(none)",
-                    u.name or "",
+                    _printable(u.name or ""),
                     str(u.facts),
                     str(u.hidden_facts),
                     str(u.expired_facts),

@@ -23,8 +23,9 @@ class Users:
     async def ensure(self, user_id: uuid.UUID | str, name: str | None = None) -> bool:
         """Create the user if missing (True when created); an existing user is left as it is.
 
-        Like every write, refused for another user than the current one (when one is set)."""
-        uid = write_scope(user_id)
+        Like every write, refused for another user than the current one (when one is set).
+        ``user_id`` has no default: None is an InvalidTypeError, never the current user."""
+        uid = write_scope(as_user_id(user_id))  # None is no user here
         check_optional_text("name", name)
         async with unit_of_work(self._sessionmaker) as session:
             return await self._users.ensure(session, uid, name)
@@ -38,7 +39,9 @@ class Users:
 
     async def delete(self, user_id: uuid.UUID | str) -> bool:
         """Delete the user and, through the cascades, their facts, summary, chunks, sessions and
-        sketches. True when the user existed. Code acting for one user cannot delete another."""
-        uid = write_scope(user_id)
+        sketches. True when the user existed. Code acting for one user cannot delete another.
+        ``user_id`` has no default: None is an InvalidTypeError, so a variable that is None by
+        mistake never deletes the user the request acts for."""
+        uid = write_scope(as_user_id(user_id))  # None is no user here
         async with unit_of_work(self._sessionmaker) as session:
             return await self._users.delete(session, uid)

@@ -43,9 +43,7 @@ class StatsService:
             )
             for owner, counts in per_user.items()
         ]
-        rows.sort(
-            key=lambda u: (-(u.facts + u.hidden_facts + u.chunks + u.messages), str(u.user_id))
-        )
+        rows.sort(key=lambda u: (-_size(u), str(u.user_id)))
         return MemoryStats(
             tables=tables,
             vectors_missing={
@@ -67,4 +65,5 @@ class StatsService:
 
 
 def _size(user: UserStats) -> int:
+    """The rows a user holds, for "the users holding the most rows": sketches count too."""
     return user.facts + user.hidden_facts + user.chunks + user.messages + user.kv_entries
