@@ -6,7 +6,6 @@ An agent application sets them once per request (``with request_context(...)``);
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -117,19 +116,7 @@ def _check_permissions(permissions: object) -> frozenset[str]:
     checked = [
         check_text("permission", item, max_chars=PERMISSION_MAX_CHARS) for item in permissions
     ]
-    for name in checked:
-        # A misspelt name of ours would grant nothing, and surface far from its cause as a
-        # PermissionDeniedError; the host application's own names pass as they are.
-        if name not in KNOWN_PERMISSIONS and _OURS.match(name.strip()):
-            raise InvalidInputError(
-                f"unknown navi-memory permission {name!r}; the permissions navi-memory knows "
-                f"are {sorted(KNOWN_PERMISSIONS)!r}"
-            )
     return frozenset(checked)
-
-
-KNOWN_PERMISSIONS: frozenset[str] = frozenset({PERMISSION_READ_ALL})
-_OURS = re.compile(r"navi[._-]?memory[._:/-]", re.IGNORECASE)
 
 
 def current_user_id() -> uuid.UUID | None:
