@@ -31,7 +31,7 @@ test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
 test-cli: $(STAMP) ## The operator CLI through its console script (tests/cli; CI runs it)
 	$(BIN)/pytest -m cli
 
-test-slow: $(STAMP) ## The tests that build big users (marker slow; CI runs it)
+test-slow: $(STAMP) ## The heaviest tests: big users, generated runs, backend kills (marker slow; CI runs it)
 	$(BIN)/pytest -n auto -m slow
 
 test-wheel: $(STAMP) ## Build the wheel, install it in a fresh venv, migrate and use it (CI runs it)

@@ -625,6 +625,7 @@ TEXTS = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -70,6 +70,7 @@ def reply_for(transcript: str) -> str:
     return matches[0].reply
 
 
+@pytest.mark.slow
 async def test_corpus_through_parser_and_dedupe(
     memory: Memory, fake_ollama: FakeOllama, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -171,6 +171,7 @@ def schedules(size: int) -> st.SearchStrategy[list[tuple[int, str, int]]]:
     )
 
 
+@pytest.mark.slow
 @settings(HOSTILE_RUN, max_examples=INTERLEAVINGS)
 @given(schedule=schedules(SCHEDULE_OPS))
 async def test_generated_interleavings_of_many_tenants_lose_nothing_and_leak_nothing(

@@ -53,6 +53,7 @@ def raw_errors(log: list[Outcome]) -> collections.Counter[str]:
     )
 
 
+@pytest.mark.slow
 async def test_backends_killed_mid_call_surface_only_as_storage_errors_and_half_write_nothing(
     fault_memory: Memory, pg_server: EmbeddedServer
 ) -> None:
@@ -202,6 +203,7 @@ async def test_open_memory_whose_first_connection_is_killed_is_connection_lost(
         assert memory.capabilities.vector
 
 
+@pytest.mark.slow
 async def test_compressions_under_backend_kills_raise_only_storage_errors_and_stay_whole(
     fault_memory: Memory, pg_server: EmbeddedServer
 ) -> None:
@@ -275,6 +277,7 @@ async def compressions_under_kills(
     assert await memory.sessions.index_dropped_history() == 0
 
 
+@pytest.mark.slow
 async def test_backfill_under_backend_kills_raises_only_storage_errors_and_resumes(
     db_url: str, fake_ollama: FakeOllama, pg_server: EmbeddedServer
 ) -> None:
