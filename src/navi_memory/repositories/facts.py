@@ -742,6 +742,20 @@ class FactRepository:
         )
         return list((await self.session.execute(stmt)).mappings())
 
+    async def most_recent(self, user_id: uuid.UUID, limit: int) -> list[RowMapping]:
+        """The user's ``limit`` visible facts in the prompt's order (text.context.prompt_facts):
+        the latest of ``last_verified_at``, else ``updated_at``, else ``created_at`` (a legacy
+        row from before the column was never verified), then the latest update, then the
+        newest row."""
+        verified = func.coalesce(FactRow.last_verified_at, FactRow.updated_at, FactRow.created_at)
+        updated = func.coalesce(FactRow.updated_at, FactRow.created_at)
+        stmt = (
+            self._listing(user_id, None, include_merged=False)
+            .order_by(verified.desc().nulls_last(), updated.desc().nulls_last(), FactRow.id.desc())
+            .limit(limit)
+        )
+        return list((await self.session.execute(stmt)).mappings())
+
     async def count(self, user_id: uuid.UUID | None, *, include_merged: bool) -> int:
         stmt = self._listing(user_id, None, include_merged).with_only_columns(func.count())
         return int(await self.session.scalar(stmt) or 0)

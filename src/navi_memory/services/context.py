@@ -95,30 +95,13 @@ class ContextService:
     async def _prompt_facts(
         facts: FactRepository, user_id: uuid.UUID, *, max_facts: int, now: datetime
     ) -> list[Fact]:
-        """The ``max_facts`` visible facts the block shows, ordered as ``prompt_facts`` orders
-        them: by ``last_verified_at``, else ``updated_at`` for a fact never verified (a legacy
-        row from before the column). SQL puts a NULL ``last_verified_at`` last, so the most
-        recently verified rows and the most recently updated ones are read, and the first
-        ``max_facts`` of both kept: a never-verified fact in the first ``max_facts`` by that
-        order is among the most recently updated (every write sets ``last_verified_at`` no
-        earlier than ``updated_at``)."""
+        """The ``max_facts`` visible facts the block shows, read in the block's own order (a
+        never-verified legacy row by its update: ordered by ``last_verified_at`` alone, SQL put
+        it last and the cap dropped it)."""
         if max_facts < 1:
             return []
-        rows: dict[int, Fact] = {}
-        for column in ("last_verified_at", "updated_at"):
-            listed = await facts.list_facts(
-                user_id,
-                search=None,
-                include_merged=False,
-                sort_by=column,
-                descending=True,
-                limit=max_facts,
-                offset=0,
-            )
-            for row in listed:
-                fact = to_fact(row)
-                rows[fact.id] = fact
-        return prompt_facts(rows.values(), now=now)[:max_facts]
+        rows = await facts.most_recent(user_id, max_facts)
+        return prompt_facts((to_fact(row) for row in rows), now=now)
 
     async def deliver(
         self,
