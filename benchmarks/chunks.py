@@ -19,7 +19,7 @@ from typing import Final
 
 import asyncpg
 from pgvector import Vector
-from sqlalchemy import RowMapping, text
+from sqlalchemy import text
 
 from benchmarks.chunks_data import (
     ChunkSeed,
@@ -66,6 +66,7 @@ from navi_memory.constants import CHUNK_GRAPH_CANDIDATES, CHUNK_GRAPH_FROM
 from navi_memory.errors import EmbeddingError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.repositories.chunks import _nearest as nearest_sql
+from navi_memory.repositories.statements import FetchedRow
 from navi_memory.schemas import ChunkDraft
 from navi_memory.services.chunks import PruneHints
 from navi_memory.text.terms import STOP_WORDS
@@ -651,7 +652,7 @@ class AlwaysPlain(PruneHints):
     def prune(self, user_id: uuid.UUID) -> bool:
         return False
 
-    def learn(self, user_id: uuid.UUID, rows: Sequence[RowMapping]) -> None:
+    def learn(self, user_id: uuid.UUID, rows: Sequence[FetchedRow]) -> None:
         return None
 
 
@@ -726,8 +727,9 @@ class ChunksBench:
         transaction, under the package's own engine settings."""
         self.lookup.failing = text_only
         try:
-            with self.clock.capture() as statements, quiet_embedding_failures():
-                await self.memory.store.search_chunks(query.text, user_id=query.user_id)
+            async with self.clock.capture() as statements:
+                with quiet_embedding_failures():
+                    await self.memory.store.search_chunks(query.text, user_id=query.user_id)
         finally:
             self.lookup.failing = False
         plans = await replay_explained(
@@ -820,7 +822,7 @@ class ChunksBench:
             with quiet_embedding_failures():
                 captured: list[list[CapturedStatement]] = []
                 for query in queries:  # the statements each query sends, and a warm-up of both
-                    with self.clock.capture() as sent:
+                    async with self.clock.capture() as sent:
                         await self.memory.store.search_chunks(query.text, user_id=query.user_id)
                     captured.append(list(sent))
                     for statement in sent:

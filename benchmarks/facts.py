@@ -317,7 +317,7 @@ class FactsBench:
         self.ctx.log(f"facts: search_facts beside raw asyncpg x {len(queries)}")
         statements: list[CapturedStatement] = []
         for query in queries:  # the statement each query sends (and a warm-up of both)
-            with self.clock.capture() as sent:
+            async with self.clock.capture() as sent:
                 await self.memory.store.search_facts(query.text, user_id=query.user_id)
             (statement,) = sent
             statements.append(statement)
@@ -1094,7 +1094,7 @@ async def explain_search(
     """EXPLAIN (ANALYZE, BUFFERS, SERIALIZE) of search_facts' vector query (or its text query)
     for one user (None: every user, under the caller's request context), replayed exactly as
     the package sent it, in a rolled-back transaction."""
-    with clock.capture() as statements:
+    async with clock.capture() as statements:
         await memory.store.search_facts(query, user_id=uid)
     marker = "<=>" if vector else "ILIKE"
     plans = await replay_explained(

@@ -13,8 +13,8 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Awaitable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -306,6 +306,13 @@ class SqlClock:
     and the rows' arrival as driver values, before SQLAlchemy turns them into objects. It also
     counts the vector values those rows carried (each is parsed from text afterwards).
 
+    The search reads that skip SQLAlchemy (repositories.statements.fetch_rows, straight to
+    the pooled connection's asyncpg) are timed by asyncpg's query logger, added to each
+    connection at checkout: it reports a statement's elapsed time one loop turn after the
+    statement (``settle``). Only statements with parameters are taken from it: the rest are
+    the BEGIN/COMMIT and pings that SQLAlchemy's events never counted either. The vectors such
+    reads bring back are not counted (the searches bring none back).
+
     ``capture()`` also records the statements, exactly as sent, for EXPLAIN.
     """
 
@@ -320,6 +327,25 @@ class SqlClock:
         for engine in self._engines:
             event.listen(engine, "before_cursor_execute", self._before)
             event.listen(engine, "after_cursor_execute", self._after)
+            event.listen(engine.pool, "checkout", self._watch)
+
+    def _watch(self, dbapi_connection: Any, *_: Any) -> None:
+        driver = getattr(dbapi_connection, "driver_connection", None)
+        if driver is not None:
+            driver.add_query_logger(self._logged)  # a set: the same logger is added once
+
+    def _logged(self, record: Any) -> None:
+        if not record.args:
+            return
+        if self._captured is not None:
+            self._captured.append(CapturedStatement(record.query, tuple(record.args)))
+        self.seconds += record.elapsed
+        self.statements += 1
+
+    @staticmethod
+    async def settle() -> None:
+        """Let the query logger report what the last call ran (one loop turn)."""
+        await asyncio.sleep(0)
 
     def _before(
         self, conn: Connection, cursor: Any, statement: str, parameters: Any, *_: Any
@@ -337,12 +363,13 @@ class SqlClock:
             columns = sum(1 for column in cursor.description if column[1] == self._vector_oid)
             self.vectors += columns * cursor.rowcount
 
-    @contextmanager
-    def capture(self) -> Iterator[list[CapturedStatement]]:
+    @asynccontextmanager
+    async def capture(self) -> AsyncIterator[list[CapturedStatement]]:
         captured: list[CapturedStatement] = []
         self._captured = captured
         try:
             yield captured
+            await self.settle()
         finally:
             self._captured = None
 
@@ -350,6 +377,7 @@ class SqlClock:
         for engine in self._engines:
             event.remove(engine, "before_cursor_execute", self._before)
             event.remove(engine, "after_cursor_execute", self._after)
+            event.remove(engine.pool, "checkout", self._watch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +407,7 @@ async def timed(call: Awaitable[T], embedder: TimingEmbedder, clock: SqlClock) -
     started = time.perf_counter()
     result = await call
     total = time.perf_counter() - started
+    await clock.settle()
     sample = Sample(
         total, embedder.seconds - embed0, clock.seconds - sql0, clock.vectors - vectors0
     )

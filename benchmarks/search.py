@@ -16,8 +16,9 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -450,41 +451,72 @@ class Lane:
 
 class LaneCapture:
     """Records the statements memory.search sends on both of its engines, grouped by the
-    connection (lane) that sent them, so that the same lanes can be replayed on raw asyncpg."""
+    connection (lane) that sent them, so that the same lanes can be replayed on raw asyncpg.
+
+    Statements through SQLAlchemy are seen by its events; those sent straight to the driver
+    (repositories.statements.fetch_rows) by asyncpg's query logger, one per pooled connection
+    (added at checkout, once), which reports one loop turn after the statement: ``capture``
+    waits that turn before it closes. A lane is the asyncpg connection either way."""
 
     def __init__(self, engines: Mapping[str, AsyncEngine]) -> None:
         self._captured: dict[int, tuple[str, list[CapturedStatement]]] | None = None
-        self._listeners: list[tuple[Any, Callable[..., None]]] = []
+        self._listeners: list[tuple[Any, str, Callable[..., None]]] = []
+        self._loggers: weakref.WeakKeyDictionary[Any, Callable[[Any], None]] = (
+            weakref.WeakKeyDictionary()
+        )
         for name, engine in engines.items():
-            listener = self._listener(name)
-            event.listen(engine.sync_engine, "before_cursor_execute", listener)
-            self._listeners.append((engine.sync_engine, listener))
+            for target, event_name, listener in (
+                (engine.sync_engine, "before_cursor_execute", self._listener(name)),
+                (engine.sync_engine.pool, "checkout", self._watcher(name)),
+            ):
+                event.listen(target, event_name, listener)
+                self._listeners.append((target, event_name, listener))
+
+    def _record(self, name: str, driver: Any, statement: CapturedStatement) -> None:
+        if self._captured is not None:
+            lane = self._captured.setdefault(id(driver), (name, []))
+            lane[1].append(statement)
 
     def _listener(self, name: str) -> Callable[..., None]:
         def before(
             conn: Connection, _cursor: Any, statement: str, parameters: Any, *_: Any
         ) -> None:
-            if self._captured is not None:
-                lane = self._captured.setdefault(id(conn), (name, []))
-                lane[1].append(CapturedStatement(statement, parameters))
+            driver = conn.connection.driver_connection
+            self._record(name, driver, CapturedStatement(statement, parameters))
 
         return before
 
-    @contextmanager
-    def capture(self) -> Iterator[list[Lane]]:
+    def _watcher(self, name: str) -> Callable[..., None]:
+        def checkout(dbapi_connection: Any, *_: Any) -> None:
+            driver = getattr(dbapi_connection, "driver_connection", None)
+            if driver is None or driver in self._loggers:
+                return
+
+            def logged(record: Any) -> None:
+                if record.args:  # not the BEGIN/COMMIT and pings (SQLAlchemy's events skip them)
+                    self._record(name, driver, CapturedStatement(record.query, record.args))
+
+            self._loggers[driver] = logged
+            driver.add_query_logger(logged)
+
+        return checkout
+
+    @asynccontextmanager
+    async def capture(self) -> AsyncIterator[list[Lane]]:
         """The lanes of the calls made inside the block (fill the list when it ends)."""
         captured: dict[int, tuple[str, list[CapturedStatement]]] = {}
         lanes: list[Lane] = []
         self._captured = captured
         try:
             yield lanes
+            await asyncio.sleep(0)  # the query loggers report one loop turn later
         finally:
             self._captured = None
             lanes.extend(Lane(name, tuple(sent)) for name, sent in captured.values())
 
     def close(self) -> None:
-        for engine, listener in self._listeners:
-            event.remove(engine, "before_cursor_execute", listener)
+        for target, event_name, listener in self._listeners:
+            event.remove(target, event_name, listener)
 
 
 class RawLanes:
@@ -572,7 +604,7 @@ async def beside_raw(
     try:
         captured: list[list[Lane]] = []
         for query in queries:  # what each query sends (and a warm-up of both sides)
-            with capture.capture() as lanes:
+            async with capture.capture() as lanes:
                 await unified(memory, query)
             captured.append(lanes)
             await raw.run(lanes)
@@ -634,7 +666,7 @@ async def throughput(
     (each caller its own connections)."""
     captured: list[list[Lane]] = []
     for query in queries:
-        with capture.capture() as lanes:
+        async with capture.capture() as lanes:
             await unified(memory, query)
         captured.append(lanes)
 

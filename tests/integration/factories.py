@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from navi_memory import Memory
 
@@ -122,3 +124,45 @@ async def slow_trigger(memory: Memory, table: str, event: str, seconds: float) -
         f"CREATE TRIGGER slow BEFORE {event} ON {table} "
         "FOR EACH ROW EXECUTE FUNCTION navi_test_slow()",
     )
+
+
+@asynccontextmanager
+async def statements_on(
+    engine: AsyncEngine, on_sent: Callable[[str], None] | None = None
+) -> AsyncIterator[list[str]]:
+    """Every statement ``engine``'s connections ran to its end while the block runs (and
+    ``on_sent(statement)`` as each ends): those SQLAlchemy executes (its events) and the
+    search reads sent straight to the asyncpg driver (repositories.statements.fetch_rows: the
+    driver's query logger, added at checkout; it reports one loop turn later, which the
+    block's end waits for). BEGIN, COMMIT and pings are not statements here."""
+    seen: list[str] = []
+    loggers: dict[Any, Callable[[Any], None]] = {}
+
+    def sent(statement: str) -> None:
+        seen.append(statement)
+        if on_sent is not None:
+            on_sent(statement)
+
+    def after(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        sent(statement)
+
+    def logged(record: Any) -> None:
+        if record.args:
+            sent(record.query)
+
+    def checkout(dbapi_connection: Any, *_args: Any) -> None:
+        driver = dbapi_connection.driver_connection
+        if driver not in loggers:
+            loggers[driver] = logged
+            driver.add_query_logger(logged)
+
+    event.listen(engine.sync_engine, "after_cursor_execute", after)
+    event.listen(engine.sync_engine.pool, "checkout", checkout)
+    try:
+        yield seen
+        await asyncio.sleep(0)
+    finally:
+        event.remove(engine.sync_engine, "after_cursor_execute", after)
+        event.remove(engine.sync_engine.pool, "checkout", checkout)
+        for driver in loggers:
+            driver.remove_query_logger(logged)

@@ -4,34 +4,14 @@ statement runs where, and that a generic plan returns the rows a custom one does
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-from sqlalchemy import event, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import text
 
 from navi_memory import Memory
 from navi_memory.constants import SKETCH_SCOPE
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.testing import hashed_embedding
-from tests.integration.factories import new_session_row, new_user
+from tests.integration.factories import new_session_row, new_user, statements_on
 from tests.integration.test_search import draft
-
-
-@contextmanager
-def statements_on(engine: AsyncEngine) -> Iterator[list[str]]:
-    """Every statement ``engine`` sends while the block runs."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 def touching(statements: list[str], table: str) -> list[str]:
@@ -66,7 +46,7 @@ async def test_fact_and_sketch_reads_use_cached_plans_and_the_raw_history_custom
         session_id=sid,
     )
     await memory.kv.set(SKETCH_SCOPE, "port", "server port notes", session_id=sid, user_id=uid)
-    with (
+    async with (
         statements_on(memory.engine) as custom,
         statements_on(memory.cached_plans_engine) as cached,
     ):

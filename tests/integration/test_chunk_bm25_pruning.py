@@ -495,7 +495,7 @@ def test_prune_hints_forget_the_least_recently_searched_beyond_capacity(capacity
     hints = PruneHints(capacity=capacity, prune_from=10)
     users = [uuid.uuid4() for _ in range(capacity + 1)]
     for user in users:
-        hints.learn(user, [{"scope_chunks": 3}])  # type: ignore[list-item]
+        hints.learn(user, [{"scope_chunks": 3}])
     assert hints.prune(users[0])  # forgotten: pruned again (exact anyway)
     assert not any(hints.prune(user) for user in users[1:])
     hints.learn(users[1], [])  # no rows: nothing learnt

@@ -20,8 +20,7 @@ from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.repositories.chunks import ranked_text_sql, settled_rows
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
-from tests.integration.factories import execute, new_user, plan_nodes, scalar
-from tests.integration.test_cached_plans import statements_on
+from tests.integration.factories import execute, new_user, plan_nodes, scalar, statements_on
 from tests.integration.test_chunk_index import QUERIES, TOPICS, draft, drafts
 
 GRAPH_FROM = 10
@@ -446,12 +445,12 @@ async def test_the_batch_that_takes_a_user_past_the_threshold_moves_them(
     indexer = ChunkIndexer(
         manual.sessionmaker, batch_size=64, background=False, graph_from=GRAPH_FROM
     )
-    with statements_on(manual.engine) as first:
+    async with statements_on(manual.engine) as first:
         await indexer.drain()
     assert sweeps(first)[0] == 1  # the first batch looks at everyone
     assert await sides(manual, grower) == (0, 6, 0)
     await manual.store.add_chunks(drafts("later", 6), user_id=grower, session_id="s2")
-    with statements_on(manual.engine) as later:
+    async with statements_on(manual.engine) as later:
         await indexer.drain()
     assert sweeps(later) == (0, 1)
     assert await sides(manual, grower) == (12, 0, 0)
@@ -470,7 +469,7 @@ async def test_a_crossing_the_batch_had_no_room_for_is_finished_by_the_next_batc
     )
     await indexer.drain()
     await manual.store.add_chunks(drafts("later", 8), user_id=grower, session_id="s2")
-    with statements_on(manual.engine) as seen:
+    async with statements_on(manual.engine) as seen:
         await indexer.drain(max_batches=1)  # a full batch queued: its tsvectors made ahead
         assert await sides(manual, grower) == (0, 6, 8)
         await indexer.drain(max_batches=1)
@@ -498,7 +497,7 @@ async def test_a_crossing_user_with_more_than_a_batch_beside_moves_in_over_sever
     await indexer.drain()
     assert await sides(manual, grower) == (0, GRAPH_FROM - 1, 0)
     await manual.store.add_chunks(drafts("later", 2), user_id=grower, session_id="b")
-    with statements_on(manual.engine) as seen:
+    async with statements_on(manual.engine) as seen:
         await indexer.drain()
     full, by_name = sweeps(seen)
     assert full == 0 and by_name >= 3  # 2 in the crossing batch, then 4, then the last 3
@@ -518,7 +517,7 @@ async def test_full_batches_that_take_nobody_past_the_threshold_never_look_at_ev
     indexer = ChunkIndexer(
         manual.sessionmaker, batch_size=8, background=False, graph_from=GRAPH_FROM + 100
     )
-    with statements_on(manual.engine) as seen:
+    async with statements_on(manual.engine) as seen:
         await indexer.drain()
     assert sweeps(seen) == (1, 0)  # the first batch's; 20 batches after it, full ones too
     assert await sides(manual, big) == (0, GRAPH_FROM + 2 + 24, 0)

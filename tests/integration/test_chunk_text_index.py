@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
 from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1
@@ -19,7 +19,7 @@ from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from navi_memory.text.terms import query_terms
 from tests.conftest import make_settings
-from tests.integration.factories import execute, new_user, scalar
+from tests.integration.factories import execute, new_user, scalar, statements_on
 from tests.seed import seed_user
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -245,16 +245,8 @@ async def test_a_fused_search_is_one_statement(manual: Memory) -> None:
     round trip); without an embedding, the text list alone."""
     uid = await new_user(manual)
     await manual.store.add_chunks(drafts(), user_id=uid, session_id="s1")
-    sent: list[str] = []
-
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        sent.append(statement)
-
-    event.listen(manual.engine.sync_engine, "before_cursor_execute", record)
-    try:
+    async with statements_on(manual.engine) as sent:
         hits = await manual.store.search_chunks(NOTES[0].removeprefix("User: "), user_id=uid)
-    finally:
-        event.remove(manual.engine.sync_engine, "before_cursor_execute", record)
     searches = [s for s in sent if "memory_chunk_terms" in s]
     assert len(searches) == 1 and "memory_chunk_vectors" in searches[0]
     assert hits[0].via == "vector" and hits[0].terms_hit >= 3

@@ -10,12 +10,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from navi_memory import (
     PERMISSION_READ_ALL,
@@ -34,7 +33,13 @@ from navi_memory.constants import CHUNK_FUSION_VECTOR_WEIGHT, SKETCH_SCOPE
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
-from tests.integration.factories import execute, new_session_row, new_user, scalar
+from tests.integration.factories import (
+    execute,
+    new_session_row,
+    new_user,
+    scalar,
+    statements_on,
+)
 
 T0 = datetime(2026, 11, 6, 18, 41, tzinfo=UTC)
 SCOPES = ("all", "facts", "raw", "sketches")
@@ -646,20 +651,18 @@ async def search_behind_locked_chunks(
     a one-item list counting the statements the cached-plans engine (facts, sketches) ran."""
     done = [0]
 
-    def after(*_args: Any) -> None:
+    def after(_statement: str) -> None:
         done[0] += 1
 
-    cached = memory.cached_plans_engine
-    event.listen(cached.sync_engine, "after_cursor_execute", after)
-    try:
-        async with memory.engine.connect() as blocker:
-            await blocker.execute(text("LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"))
-            try:
-                yield asyncio.create_task(memory.search.search(query, user_id=uid)), done
-            finally:
-                await blocker.rollback()
-    finally:
-        event.remove(cached.sync_engine, "after_cursor_execute", after)
+    async with (
+        statements_on(memory.cached_plans_engine, after),
+        memory.engine.connect() as blocker,
+    ):
+        await blocker.execute(text("LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"))
+        try:
+            yield asyncio.create_task(memory.search.search(query, user_id=uid)), done
+        finally:
+            await blocker.rollback()
 
 
 async def eventually(condition: Callable[[], bool]) -> None:

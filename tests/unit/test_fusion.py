@@ -159,5 +159,5 @@ def test_rank_hits_orders_equal_distances_by_id_whatever_order_the_rows_come_in(
         {"id": 1, "distance": 0.05, "terms_hit": None, "ended_at": T0},
     ]
     for ordered in (rows, rows[::-1]):
-        hits = rank_hits(ordered, 10, lambda r, via: r["id"], "ended_at")  # type: ignore[arg-type]
+        hits = rank_hits(ordered, 10, lambda r, via: r["id"], "ended_at")
         assert hits == [1, 2, 3]

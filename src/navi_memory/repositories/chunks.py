@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, RowMapping, func, literal, literal_column, select, text
+from sqlalchemy import ColumnElement, func, literal, literal_column, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.constants import (
@@ -23,7 +23,7 @@ from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow
 from navi_memory.repositories.like import contains_pattern
 from navi_memory.repositories.sessions import summary_at_of_chunk
-from navi_memory.repositories.statements import queue_pop, statement
+from navi_memory.repositories.statements import FetchedRow, fetch_rows, queue_pop, statement
 from navi_memory.repositories.vectors import (
     QUERY_VECTOR,
     HybridSearch,
@@ -778,7 +778,7 @@ class ChunkRepository:
         *,
         with_summary_at: bool = False,
         graph_from: int = CHUNK_GRAPH_FROM,
-    ) -> list[RowMapping]:
+    ) -> list[FetchedRow]:
         """Both passes of search_chunks in one statement (the shape of FactRepository.search):
         the ``limit`` nearest chunks closer than ``max_distance``, and the chunks whose content
         or breadcrumbs contain any term (case-insensitive), by distinct terms hit, then recency.
@@ -840,7 +840,7 @@ class ChunkRepository:
         b: float,
         with_summary_at: bool = False,
         prune_from: int | None = None,
-    ) -> list[RowMapping]:
+    ) -> list[FetchedRow]:
         """The ``limit`` best chunks by BM25 over their content and breadcrumbs, best first;
         rows carry ``score``, ``terms_hit`` (query terms held whole: every lexeme of it) and
         ``scope_chunks``. Reads the indexed chunks holding a query lexeme (GIN on
@@ -858,7 +858,7 @@ class ChunkRepository:
             with_summary_at=with_summary_at,
             prune=prune_from is not None,
         )
-        return list((await self.session.execute(statement(sql), params)).mappings())
+        return await fetch_rows(self.session, statement(sql), params)
 
     async def search_ranked(
         self,
@@ -873,7 +873,7 @@ class ChunkRepository:
         with_summary_at: bool = False,
         prune_from: int | None = None,
         graph_from: int = CHUNK_GRAPH_FROM,
-    ) -> tuple[list[RowMapping], list[RowMapping]]:
+    ) -> tuple[list[FetchedRow], list[FetchedRow]]:
         """Both lists of a fused search in one statement: the ``limit`` nearest chunks (HNSW
         index and queue, see ``_nearest``), nearest first, each with its exact cosine
         ``distance`` (no threshold: the caller applies one); and the ``limit`` best by BM25,
@@ -893,7 +893,7 @@ class ChunkRepository:
             with_summary_at=with_summary_at,
             prune=prune_from is not None,
         )
-        rows = list((await self.session.execute(statement(sql), params)).mappings())
+        rows = await fetch_rows(self.session, statement(sql), params)
         nearest = sorted(
             (r for r in rows if r["distance"] is not None), key=lambda r: (r["distance"], r["id"])
         )
@@ -938,7 +938,7 @@ class ChunkRepository:
         limit: int,
         *,
         with_summary_at: bool = False,
-    ) -> list[RowMapping]:
+    ) -> list[FetchedRow]:
         columns = chunk_columns()
         if with_summary_at:
             columns.append(

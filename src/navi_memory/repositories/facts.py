@@ -36,7 +36,7 @@ from navi_memory.constants import EMBEDDING_DIM, FACT_SCAN_HEAD
 from navi_memory.db import vector_binary
 from navi_memory.models import FactRow, FactVectorQueueRow, SummaryRow
 from navi_memory.repositories.like import contains_pattern
-from navi_memory.repositories.statements import queue_pop
+from navi_memory.repositories.statements import FetchedRow, fetch_rows, queue_pop
 
 __all__ = [
     "FACT_SORT_COLUMNS",
@@ -868,7 +868,7 @@ class FactSearchRepository:
         terms: Sequence[str],
         limit: int,
         max_distance: float,
-    ) -> list[RowMapping]:
+    ) -> list[FetchedRow]:
         """Both passes of search_facts in one statement: the ``limit`` nearest visible facts
         closer than ``max_distance`` (when there is a vector; the HNSW index for indexed facts,
         an exact scan of the queued ones), and the visible facts whose category, key or value
@@ -886,12 +886,13 @@ class FactSearchRepository:
         if query_vector is not None:
             params["q"] = vector_binary(query_vector)
             params["max_distance"] = max_distance
-        statement = _SEARCH[user_id is not None, query_vector is not None]
-        return list((await self.session.execute(statement, params)).mappings())
+        return await fetch_rows(
+            self.session, _SEARCH[user_id is not None, query_vector is not None], params
+        )
 
-    async def recent(self, user_id: uuid.UUID | None, limit: int) -> list[RowMapping]:
+    async def recent(self, user_id: uuid.UUID | None, limit: int) -> list[FetchedRow]:
         """The ``limit`` most recently updated visible facts."""
         params: dict[str, Any] = {"limit": limit}
         if user_id is not None:
             params["uid"] = user_id
-        return list((await self.session.execute(_RECENT[user_id is not None], params)).mappings())
+        return await fetch_rows(self.session, _RECENT[user_id is not None], params)

@@ -6,13 +6,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, delete, func, literal, select
+from sqlalchemy import ColumnElement, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.models import KvRow
 from navi_memory.repositories.like import contains_pattern
-from navi_memory.repositories.statements import statement
+from navi_memory.repositories.statements import FetchedRow, fetch_rows, statement
 
 __all__ = ["KvRepository", "KvSearchRepository"]
 
@@ -102,7 +102,7 @@ class KvSearchRepository:
         limit: int,
         session_id: str | None,
         prefer_session_id: str | None,
-    ) -> list[RowMapping]:
+    ) -> list[FetchedRow]:
         """Rows of the scope matching any term in key or value, each with ``terms_hit`` (how
         many distinct terms it matches): rows of ``prefer_session_id`` first, then most terms,
         then the newest. No terms: the newest rows, ``prefer_session_id`` first, 0 terms hit.
@@ -142,4 +142,4 @@ class KvSearchRepository:
             LIMIT :limit
             """
         )
-        return list((await self.session.execute(stmt, params)).mappings())
+        return await fetch_rows(self.session, stmt, params)

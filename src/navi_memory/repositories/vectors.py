@@ -6,11 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.db import vector_binary
-from navi_memory.repositories.statements import statement
+from navi_memory.repositories.statements import FetchedRow, fetch_rows, statement
 
 __all__ = ["QUERY_VECTOR", "HybridSearch"]
 
@@ -55,7 +54,7 @@ class HybridSearch:
         params: dict[str, Any],
         query_vector: Sequence[float] | None,
         max_distance: float,
-    ) -> list[RowMapping]:
+    ) -> list[FetchedRow]:
         a = self.alias
         text_cte = f"""
             txt AS (
@@ -109,4 +108,4 @@ class HybridSearch:
                    {distance} AS distance, t.hits AS terms_hit
             FROM {self.table} {a} {joins}
             WHERE {pick}"""
-        return list((await session.execute(statement(sql), params)).mappings())
+        return await fetch_rows(session, statement(sql), params)

@@ -10,12 +10,11 @@ import hashlib
 import uuid
 from array import array
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.config import Settings
@@ -35,6 +34,7 @@ from navi_memory.constants import (
 from navi_memory.errors import InvalidInputError, InvalidTypeError, NotFoundError
 from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.sessions import SessionRepository
+from navi_memory.repositories.statements import FetchedRow
 from navi_memory.schemas import ChunkDraft, ChunkHit
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.ranking import fuse_hits, hit_fields, rank_hits
@@ -112,7 +112,7 @@ class PruneHints:
             return False
         return True
 
-    def learn(self, user_id: uuid.UUID, rows: Sequence[RowMapping]) -> None:
+    def learn(self, user_id: uuid.UUID, rows: Sequence[FetchedRow]) -> None:
         """Remember from a search's ``rows`` whether ``user_id`` is small (no rows: nothing)."""
         if not rows:
             return
@@ -137,7 +137,7 @@ async def ranked_lists(
     with_summary_at: bool = False,
     hints: PruneHints | None = None,
     graph_from: int = CHUNK_GRAPH_FROM,
-) -> tuple[list[RowMapping], list[RowMapping]]:
+) -> tuple[list[FetchedRow], list[FetchedRow]]:
     """The two lists the bm25 ranking fuses, in one statement: the vector hits closer than
     ``max_distance``, nearest first (none without ``query_vector``), and the BM25 text list,
     best first; ``limit`` of each at most.
@@ -153,7 +153,7 @@ async def ranked_lists(
         "with_summary_at": with_summary_at,
         "prune_from": learner.prune_from if learner is not None and prune else None,
     }
-    nearest: list[RowMapping] = []
+    nearest: list[FetchedRow] = []
     if query_vector is None:
         text = await repo.search_ranked_text(scope, session_id, terms, limit, **options)
     else:
@@ -165,7 +165,7 @@ async def ranked_lists(
     return [row for row in nearest if row["distance"] < max_distance], text
 
 
-def to_chunk_hit(row: RowMapping | Mapping[str, Any], **score: Any) -> ChunkHit:
+def to_chunk_hit(row: FetchedRow, **score: Any) -> ChunkHit:
     return ChunkHit.model_validate(hit_fields(row, score))
 
 

@@ -55,6 +55,7 @@ from navi_memory.repositories.facts import (
     UpsertStatement,
 )
 from navi_memory.repositories.sessions import SessionRepository
+from navi_memory.repositories.statements import FetchedRow
 from navi_memory.request_context import current_user_id, has_permission
 from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.ranking import hit_fields, rank_hits
@@ -149,7 +150,7 @@ def to_fact(row: FactRow | RowMapping) -> Fact:
     return Fact.model_validate(dict(row))
 
 
-def to_fact_hit(row: RowMapping, **score: Any) -> FactHit:
+def to_fact_hit(row: FetchedRow, **score: Any) -> FactHit:
     return FactHit.model_validate(hit_fields(row, score))
 
 

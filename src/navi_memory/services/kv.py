@@ -6,18 +6,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.errors import NotFoundError
 from navi_memory.repositories.kv import KvRepository, KvSearchRepository
 from navi_memory.repositories.sessions import SessionRepository
+from navi_memory.repositories.statements import FetchedRow
 from navi_memory.schemas import KvEntry, KvHit
 
 __all__ = ["KvService"]
 
 
-def _hit(row: RowMapping) -> KvHit:
+def _hit(row: FetchedRow) -> KvHit:
     return KvHit(
         user_id=row["user_id"],
         scope=row["scope"],

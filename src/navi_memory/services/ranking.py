@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import RowMapping
+from navi_memory.repositories.statements import FetchedRow
 
 __all__ = ["fuse_hits", "hit_fields", "rank_hits"]
 
 HitT = TypeVar("HitT")
 
 
-def hit_fields(row: RowMapping | Mapping[str, Any], score: dict[str, Any]) -> dict[str, Any]:
+def hit_fields(row: FetchedRow, score: dict[str, Any]) -> dict[str, Any]:
     """A search row's fields with ``score`` (``via``) added; the pass it was not found by left
     out, so the hit's defaults hold."""
     data = {k: v for k, v in row.items() if not (k in ("distance", "terms_hit") and v is None)}
@@ -21,7 +21,7 @@ def hit_fields(row: RowMapping | Mapping[str, Any], score: dict[str, Any]) -> di
 
 
 def rank_hits(
-    rows: Sequence[RowMapping], limit: int, make: Callable[..., HitT], recency: str
+    rows: Sequence[FetchedRow], limit: int, make: Callable[..., HitT], recency: str
 ) -> list[HitT]:
     """Vector hits nearest first (an exact tie: the lower id), then text hits by terms matched,
     then the ``recency`` column (the SQL ranks them the same way; the final join does not keep
@@ -39,8 +39,8 @@ def rank_hits(
 
 
 def fuse_hits(
-    vector: Sequence[RowMapping | Mapping[str, Any]],
-    text: Sequence[RowMapping | Mapping[str, Any]],
+    vector: Sequence[FetchedRow],
+    text: Sequence[FetchedRow],
     limit: int,
     make: Callable[..., HitT],
     recency: str,
@@ -60,7 +60,7 @@ def fuse_hits(
 
     A hit keeps ``distance`` (vector) and ``terms_hit`` (text) from whichever list holds it;
     ``via`` is "vector" when the vector list holds it; ``score`` is the fused score."""
-    rows: dict[int, RowMapping | Mapping[str, Any]] = {}
+    rows: dict[int, FetchedRow] = {}
     distance: dict[int, float] = {}
     terms_hit: dict[int, int] = {}
     relevance: dict[int, float] = {}

@@ -9,12 +9,11 @@ connection.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.config import Settings
@@ -29,6 +28,7 @@ from navi_memory.constants import (
 from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.kv import KvSearchRepository
+from navi_memory.repositories.statements import FetchedRow
 from navi_memory.schemas import MemoryHit
 from navi_memory.services.chunks import PruneHints, ranked_lists
 from navi_memory.services.ranking import fuse_hits, rank_hits
@@ -126,7 +126,7 @@ class SearchRequest:
     summary_at: datetime | None = None
 
 
-Row = RowMapping | Mapping[str, Any]
+Row = FetchedRow
 
 Ranked = list[tuple[Row, Via]]
 """Search rows in their final order, each with how it was found."""
@@ -207,7 +207,7 @@ def _raw_hit(row: Row, *, via: Via, freshness: Freshness) -> MemoryHit:
     )
 
 
-def _sketch_hit(row: RowMapping, *, via: Via) -> MemoryHit:
+def _sketch_hit(row: FetchedRow, *, via: Via) -> MemoryHit:
     terms_hit = int(row["terms_hit"])
     return MemoryHit(
         source_type="sketch",

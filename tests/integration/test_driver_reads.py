@@ -1,0 +1,148 @@
+"""The search reads sent straight to the pooled connection's asyncpg driver
+(repositories.statements.fetch_rows): the same rows as through SQLAlchemy, SQLAlchemy's own
+path inside a transaction and for statements it must process, and a connection lost under
+such a read is a ConnectionLostError that costs the pool nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import Integer, bindparam, text
+from sqlalchemy.types import TypeDecorator
+
+from navi_memory import Memory, errors, open_memory
+from navi_memory.repositories.facts import FactSearchRepository
+from navi_memory.repositories.statements import fetch_rows
+from navi_memory.testing import FakeOllama, hashed_embedding
+from navi_memory.unit_of_work import single_statement
+from tests.conftest import make_settings
+from tests.integration.factories import new_user, scalar, statements_on
+
+
+async def seed_facts(memory: Memory, uid: uuid.UUID) -> None:
+    await memory.store.upsert_fact("work", "employer", "Acme in Berlin", user_id=uid)
+    await memory.store.upsert_fact("work", "office", "Berlin, Acme tower", user_id=uid)
+    await memory.store.upsert_fact("home", "city", "Lisbon", user_id=uid)
+
+
+async def test_a_read_on_an_autocommit_connection_returns_what_sqlalchemy_returns(
+    memory: Memory,
+) -> None:
+    """The fact search on an autocommit connection (the driver) and in a transaction
+    (SQLAlchemy): the same rows, columns and values."""
+    uid = await new_user(memory)
+    await seed_facts(memory, uid)
+    vector = hashed_embedding("Acme Berlin")
+    async with single_statement(memory.cached_plans_engine) as conn:
+        direct = await FactSearchRepository(session=conn).search(
+            uid, vector, ["acme", "berlin"], 10, 2.0
+        )
+    async with memory.sessionmaker() as session, session.begin():
+        through = await FactSearchRepository(session=session).search(
+            uid, vector, ["acme", "berlin"], 10, 2.0
+        )
+    assert type(direct[0]).__module__.startswith("asyncpg")  # the driver's own rows
+    assert [dict(row) for row in direct] == [dict(row) for row in through]
+    assert {row["key"] for row in direct} == {"employer", "office", "city"}  # every distance
+
+
+async def test_inside_a_transaction_the_read_sees_the_transaction(memory: Memory) -> None:
+    """In a unit of work the read goes through SQLAlchemy's transaction: it sees what the
+    transaction wrote and has not committed (a read beside it on the driver would not)."""
+    uid = await new_user(memory)
+    async with memory.sessionmaker() as session, session.begin():
+        await session.execute(
+            text(
+                "INSERT INTO memory_facts (user_id, category, key, value) "
+                "VALUES (:u, 'p', 'pet', 'a cat named Acme')"
+            ),
+            {"u": uid},
+        )
+        rows = await FactSearchRepository(session=session).search(uid, None, ["acme"], 5, 0.3)
+        assert [row["key"] for row in rows] == ["pet"]
+        await session.rollback()
+    assert await memory.store.search_facts("acme", user_id=uid) == []
+
+
+class _Doubled(TypeDecorator[int]):
+    """A bind type with a processor: SQLAlchemy must run it, so the read cannot skip it."""
+
+    impl = Integer
+    cache_ok = True
+
+    def process_bind_param(self, value: int | None, dialect: object) -> int | None:
+        return None if value is None else value * 2
+
+
+async def test_statements_sqlalchemy_must_process_go_through_sqlalchemy(memory: Memory) -> None:
+    """A bind parameter with a processor, and one expanded at execution: both answered as
+    SQLAlchemy would, on an autocommit connection too."""
+    processed = text("SELECT CAST(:n AS int) AS n").bindparams(bindparam("n", type_=_Doubled()))
+    expanded = text("SELECT x AS n FROM unnest(ARRAY[1, 2, 3]) x WHERE x IN :xs").bindparams(
+        bindparam("xs", expanding=True)
+    )
+    plain = text("SELECT CAST(:n AS int) AS n")
+    async with single_statement(memory.engine) as conn:
+        assert [row["n"] for row in await fetch_rows(conn, processed, {"n": 21})] == [42]
+        assert [row["n"] for row in await fetch_rows(conn, expanded, {"xs": [1, 3]})] == [1, 3]
+        assert [row["n"] for row in await fetch_rows(conn, plain, {"n": 21})] == [21]
+        # Twice: the compiled text is kept, and still right.
+        assert [row["n"] for row in await fetch_rows(conn, plain, {"n": 5})] == [5]
+
+
+async def test_the_search_reads_are_seen_and_sent_once(memory: Memory) -> None:
+    """search_facts is one statement whichever path carries it (nothing sent twice, no
+    SQLAlchemy execution beside the driver's)."""
+    uid = await new_user(memory)
+    await seed_facts(memory, uid)
+    async with statements_on(memory.cached_plans_engine) as sent:
+        hits = await memory.store.search_facts("Acme", user_id=uid)
+    assert {hit.key for hit in hits} == {"employer", "office"}
+    assert len(sent) == 1 and "memory_facts" in sent[0]
+
+
+@pytest.fixture
+async def quiet(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    """No background indexers: the only backend waiting on memory_facts is the search's."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, fact_index_in_background=False
+    )
+    async with open_memory(settings) as opened:
+        yield opened
+
+
+async def test_a_connection_killed_under_a_driver_read_is_connection_lost(quiet: Memory) -> None:
+    """search_facts waits (memory_facts locked) when its backend is terminated: the caller gets
+    a ConnectionLostError, not asyncpg's own error; the dead connection never serves again and
+    the next search answers."""
+    memory = quiet
+    uid = await new_user(memory)
+    await seed_facts(memory, uid)
+    async with memory.engine.connect() as blocker:
+        await blocker.execute(text("LOCK TABLE memory_facts IN ACCESS EXCLUSIVE MODE"))
+        search = asyncio.create_task(memory.store.search_facts("Acme", user_id=uid))
+        waiting = None
+        for _ in range(500):
+            waiting = await scalar(
+                memory,
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND pid <> pg_backend_pid() AND query LIKE '%head\\_kept%' LIMIT 1",
+            )
+            if waiting is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert waiting is not None, "the search never waited for the lock"
+        await scalar(memory, "SELECT pg_terminate_backend(:pid)", pid=waiting)
+        with pytest.raises(errors.ConnectionLostError) as lost:
+            await asyncio.wait_for(search, 30)
+        await blocker.rollback()
+    assert "safe to" in str(lost.value).lower() or "again" in str(lost.value).lower()
+    for _ in range(3):  # every pooled connection serves: the dead one was replaced
+        assert {h.key for h in await memory.store.search_facts("Acme", user_id=uid)} == {
+            "employer",
+            "office",
+        }
+    assert memory.cached_plans_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
