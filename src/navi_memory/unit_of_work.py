@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
-from navi_memory.db import DRIVER_ERRORS, translate_driver_error
+from navi_memory.db import DRIVER_ERRORS, PooledReads, translate_driver_error
 from navi_memory.errors import ConfigError
 
 __all__ = [
     "LaneEngines",
     "engine_of",
+    "pooled_reads",
     "single_statement",
     "statement_or_transaction",
     "unit_of_work",
@@ -54,6 +55,15 @@ async def single_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection
             yield conn
 
 
+@asynccontextmanager
+async def pooled_reads(engine: AsyncEngine) -> AsyncIterator[PooledReads]:
+    """The search paths' reads (db.PooledReads): each statement its own transaction on a
+    pooled connection it holds for itself alone; none held between statements. Only for
+    reads. Their driver errors translated as single_statement's."""
+    with _translated(engine, _Call()):
+        yield PooledReads(engine)
+
+
 @dataclass(frozen=True, slots=True)
 class LaneEngines:
     """Where a read of several concurrent lanes takes its connections: ``custom`` (custom plans
@@ -66,22 +76,22 @@ class LaneEngines:
     async def run(
         self,
         cached_plans: Sequence[bool],
-        read: Callable[[int, AsyncConnection], Awaitable[None]],
+        read: Callable[[int, PooledReads], Awaitable[None]],
     ) -> None:
-        """``read(i, connection)`` for each lane ``i``, concurrently, each on an autocommit
-        connection of its own (``single_statement``), from ``cached`` where the lane's flag is
-        set. Every lane's read is one statement at a time, so none needs a transaction.
+        """``read(i, reads)`` for each lane ``i``, concurrently, each with PooledReads of its
+        own (``pooled_reads``), from ``cached`` where the lane's flag is set. Every lane's read
+        is one statement at a time, so none needs a transaction.
 
-        Each lane takes its connection in its own task and gives it back as soon as its read
-        ends: the first lane's statement is on the server while the next lane checks out, and
+        Each lane runs in its own task; each statement holds a pooled connection only while it
+        runs: the first lane's statement is on the server while the next lane checks out, and
         a quick lane's connection is back in the pool while a slow one still reads. Every lane
         runs to its end; then the first failure, if any, is raised (plain gather would leave
         the others running on connections their caller is giving back)."""
 
         async def lane(index: int, cached: bool) -> None:
             engine = self.cached if cached and self.cached else self.custom
-            async with single_statement(engine) as conn:
-                await read(index, conn)
+            async with pooled_reads(engine) as reads:
+                await read(index, reads)
 
         results = await asyncio.gather(
             *(lane(i, cached) for i, cached in enumerate(cached_plans)), return_exceptions=True

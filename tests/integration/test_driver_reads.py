@@ -17,7 +17,7 @@ from navi_memory import Memory, errors, open_memory
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.statements import fetch_rows
 from navi_memory.testing import FakeOllama, hashed_embedding
-from navi_memory.unit_of_work import single_statement
+from navi_memory.unit_of_work import pooled_reads, single_statement
 from tests.conftest import make_settings
 from tests.integration.factories import new_user, scalar, statements_on
 
@@ -91,6 +91,48 @@ async def test_statements_sqlalchemy_must_process_go_through_sqlalchemy(memory: 
         assert [row["n"] for row in await fetch_rows(conn, plain, {"n": 21})] == [21]
         # Twice: the compiled text is kept, and still right.
         assert [row["n"] for row in await fetch_rows(conn, plain, {"n": 5})] == [5]
+
+
+async def test_pooled_reads_hold_a_connection_only_while_a_statement_runs(
+    memory: Memory,
+) -> None:
+    """The search paths' reads: each statement takes a pooled connection and gives it back
+    with its rows; the fact search answers as through SQLAlchemy; a statement SQLAlchemy must
+    process runs on a SQLAlchemy connection of its own, just as briefly."""
+    uid = await new_user(memory)
+    await seed_facts(memory, uid)
+    engine = memory.cached_plans_engine
+    pool = engine.pool
+    vector = hashed_embedding("Acme Berlin")
+    processed = text("SELECT CAST(:n AS int) AS n").bindparams(bindparam("n", type_=_Doubled()))
+    async with pooled_reads(engine) as reads:
+        assert pool.checkedout() == 0  # type: ignore[attr-defined]
+        direct = await FactSearchRepository(session=reads).search(
+            uid, vector, ["acme", "berlin"], 10, 2.0
+        )
+        assert pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert [row["n"] for row in await fetch_rows(reads, processed, {"n": 4})] == [8]
+        assert pool.checkedout() == 0  # type: ignore[attr-defined]
+    async with memory.sessionmaker() as session, session.begin():
+        through = await FactSearchRepository(session=session).search(
+            uid, vector, ["acme", "berlin"], 10, 2.0
+        )
+    assert [dict(row) for row in direct] == [dict(row) for row in through]
+
+
+async def test_a_failing_pooled_read_is_a_navi_memory_error_and_leaks_nothing(
+    memory: Memory,
+) -> None:
+    """A statement the server refuses, on the driver: the caller gets a StorageError (not
+    asyncpg's own), and the connection is back in the pool and serves the next read."""
+    broken = text("SELECT CAST(:n AS int) / 0 AS n")
+    engine = memory.cached_plans_engine
+    with pytest.raises(errors.StorageError, match="division by zero"):
+        async with pooled_reads(engine) as reads:
+            await fetch_rows(reads, broken, {"n": 1})
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    async with pooled_reads(engine) as reads:
+        assert [row["n"] for row in await fetch_rows(reads, text("SELECT 7 AS n"), {})] == [7]
 
 
 async def test_the_search_reads_are_seen_and_sent_once(memory: Memory) -> None:

@@ -58,6 +58,7 @@ from navi_memory.services.facts import (
 from navi_memory.text.terms import query_terms
 from navi_memory.unit_of_work import (
     engine_of,
+    pooled_reads,
     single_statement,
     statement_or_transaction,
     unit_of_work,
@@ -241,8 +242,8 @@ class MemoryStore:
         vector = await self._embedding.query(query) if terms else None
         # One statement: no transaction (the connection's settings hold the HNSW options), on
         # the engine whose plans are cached: this plan is the same for every user.
-        async with single_statement(self._cached_plans) as conn:
-            return await self._facts.search(conn, scope, vector, terms, limit)
+        async with pooled_reads(self._cached_plans) as reads:
+            return await self._facts.search(reads, scope, vector, terms, limit)
 
     async def delete_fact(
         self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
@@ -558,8 +559,8 @@ class MemoryStore:
         terms = query_terms(query)
         vector = await self._embedding.query(query) if terms else None
         # One statement: no transaction (the connection's settings hold the HNSW options).
-        async with single_statement(self._engine) as conn:
-            return await self._chunks.search(conn, scope, session_id, vector, terms, limit)
+        async with pooled_reads(self._engine) as reads:
+            return await self._chunks.search(reads, scope, session_id, vector, terms, limit)
 
     async def latest_summary_at(self, session_id: str) -> datetime | None:
         """When the session's last summary was written: the freshness boundary for raw

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, func, literal, literal_column, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy import ColumnElement, func, literal, select, text
 
 from navi_memory.constants import (
     CHUNK_BM25_SEED_EVERY,
@@ -23,7 +22,7 @@ from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow
 from navi_memory.repositories.like import contains_pattern
 from navi_memory.repositories.sessions import summary_at_of_chunk
-from navi_memory.repositories.statements import FetchedRow, fetch_rows, queue_pop, statement
+from navi_memory.repositories.statements import FetchedRow, Reads, fetch_rows, queue_pop, statement
 from navi_memory.repositories.vectors import (
     QUERY_VECTOR,
     HybridSearch,
@@ -720,7 +719,7 @@ def _patterns(terms: Sequence[str]) -> list[str]:
 
 
 class ChunkRepository:
-    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
+    def __init__(self, *, session: Reads) -> None:
         self.session = session
 
     async def insert_many(
@@ -939,18 +938,22 @@ class ChunkRepository:
         *,
         with_summary_at: bool = False,
     ) -> list[FetchedRow]:
-        columns = chunk_columns()
-        if with_summary_at:
-            columns.append(
-                literal_column(summary_at_of_chunk(ChunkRow.__tablename__)).label("summary_at")
-            )
-        stmt = (
-            select(*columns)
-            .where(*_owner(user_id, session_id))
-            .order_by(ChunkRow.ended_at.desc(), ChunkRow.id.desc())
-            .limit(limit)
-        )
-        return list((await self.session.execute(stmt)).mappings())
+        where = ["TRUE"]
+        params: dict[str, Any] = {"limit": limit}
+        if user_id is not None:
+            where.append("c.user_id = :uid")
+            params["uid"] = user_id
+        if session_id is not None:
+            where.append("c.session_id = :sid")
+            params["sid"] = session_id
+        summary_at = f", {summary_at_of_chunk('c')} AS summary_at" if with_summary_at else ""
+        sql = f"""
+            SELECT {_CHUNK_COLUMNS}, c.embedding IS NOT NULL AS has_embedding{summary_at}
+            FROM memory_chunks c
+            WHERE {" AND ".join(where)}
+            ORDER BY c.ended_at DESC, c.id DESC
+            LIMIT :limit"""
+        return await fetch_rows(self.session, statement(sql), params)
 
     # --- backfill ---------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from navi_memory.constants import EMBEDDING_DIM, FACT_SCAN_HEAD
 from navi_memory.db import vector_binary
 from navi_memory.models import FactRow, FactVectorQueueRow, SummaryRow
 from navi_memory.repositories.like import contains_pattern
-from navi_memory.repositories.statements import FetchedRow, fetch_rows, queue_pop
+from navi_memory.repositories.statements import FetchedRow, Reads, fetch_rows, queue_pop
 
 __all__ = [
     "FACT_SORT_COLUMNS",
@@ -858,7 +858,7 @@ class FactSearchRepository:
     """The read paths of search_facts: each one statement, so they run on an autocommit
     connection as well as in a transaction."""
 
-    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
+    def __init__(self, *, session: Reads) -> None:
         self.session = session
 
     async def search(

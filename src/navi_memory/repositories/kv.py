@@ -8,11 +8,11 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import KvRow
 from navi_memory.repositories.like import contains_pattern
-from navi_memory.repositories.statements import FetchedRow, fetch_rows, statement
+from navi_memory.repositories.statements import FetchedRow, Reads, fetch_rows, statement
 
 __all__ = ["KvRepository", "KvSearchRepository"]
 
@@ -90,7 +90,7 @@ class KvSearchRepository:
     """search_values's read: one statement, so it runs on an autocommit connection (unified
     search) as well as in a transaction."""
 
-    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
+    def __init__(self, *, session: Reads) -> None:
         self.session = session
 
     async def search(

@@ -17,7 +17,13 @@ from typing import Any, TypeAlias
 from sqlalchemy import Dialect, TextClause, TextualSelect, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-__all__ = ["FetchedRow", "fetch_rows", "queue_pop", "statement"]
+from navi_memory.db import PooledReads
+
+__all__ = ["FetchedRow", "Reads", "fetch_rows", "queue_pop", "statement"]
+
+Reads: TypeAlias = AsyncSession | AsyncConnection | PooledReads
+"""Where a repository's reads run: a unit of work's session, a single_statement connection,
+or the search paths' PooledReads."""
 
 FetchedRow: TypeAlias = Mapping[Any, Any]
 """A row read by column name: SQLAlchemy's RowMapping, or asyncpg's Record (fetch_rows)."""
@@ -105,9 +111,7 @@ def _driver_text(clause: _Text, dialect: Dialect) -> _DriverText | None:
     return found
 
 
-async def fetch_rows(
-    conn: AsyncSession | AsyncConnection, clause: _Text, params: Mapping[str, Any]
-) -> list[FetchedRow]:
+async def fetch_rows(conn: Reads, clause: _Text, params: Mapping[str, Any]) -> list[FetchedRow]:
     """The rows of ``clause`` (a read of one statement) as mappings by column name.
 
     On an autocommit connection (unit_of_work.single_statement) the statement goes straight
@@ -115,7 +119,13 @@ async def fetch_rows(
     rows cost ~0.1 ms a call, a fifth of a small search (docs/benchmarks.md). Same text,
     same parameters, same server-side prepared statement cache (asyncpg's); asyncpg's
     Records read by name as RowMappings do. In a transaction it goes through SQLAlchemy, which
-    owns the transaction's state."""
+    owns the transaction's state. On PooledReads (the search paths) the statement takes a
+    pooled connection for itself (db.PooledReads.fetch)."""
+    if isinstance(conn, PooledReads):
+        found = _driver_text(clause, conn.engine.dialect)
+        if found is not None:
+            return await conn.fetch(found.sql, [params[name] for name in found.names])
+        return list((await conn.execute(clause, params)).mappings())
     if isinstance(conn, AsyncConnection):
         fairy = await conn.get_raw_connection()
         if fairy.dbapi_connection is not None and fairy.dbapi_connection.autocommit:

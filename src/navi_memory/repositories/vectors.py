@@ -6,10 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
 from navi_memory.db import vector_binary
-from navi_memory.repositories.statements import FetchedRow, fetch_rows, statement
+from navi_memory.repositories.statements import FetchedRow, Reads, fetch_rows, statement
 
 __all__ = ["QUERY_VECTOR", "HybridSearch"]
 
@@ -50,7 +48,7 @@ class HybridSearch:
 
     async def run(
         self,
-        session: AsyncSession | AsyncConnection,
+        session: Reads,
         params: dict[str, Any],
         query_vector: Sequence[float] | None,
         max_distance: float,

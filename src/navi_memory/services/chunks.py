@@ -34,7 +34,7 @@ from navi_memory.constants import (
 from navi_memory.errors import InvalidInputError, InvalidTypeError, NotFoundError
 from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.sessions import SessionRepository
-from navi_memory.repositories.statements import FetchedRow
+from navi_memory.repositories.statements import FetchedRow, Reads
 from navi_memory.schemas import ChunkDraft, ChunkHit
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.ranking import fuse_hits, hit_fields, rank_hits
@@ -230,7 +230,7 @@ class ChunkService:
 
     async def search(
         self,
-        conn: AsyncSession | AsyncConnection,
+        conn: Reads,
         scope: uuid.UUID | None,
         session_id: str | None,
         query_vector: Sequence[float] | None,

@@ -55,7 +55,7 @@ from navi_memory.repositories.facts import (
     UpsertStatement,
 )
 from navi_memory.repositories.sessions import SessionRepository
-from navi_memory.repositories.statements import FetchedRow
+from navi_memory.repositories.statements import FetchedRow, Reads
 from navi_memory.request_context import current_user_id, has_permission
 from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.ranking import hit_fields, rank_hits
@@ -345,7 +345,7 @@ class FactService:
 
     async def search(
         self,
-        conn: AsyncSession | AsyncConnection,
+        conn: Reads,
         scope: uuid.UUID | None,
         query_vector: Sequence[float] | None,
         terms: Sequence[str],

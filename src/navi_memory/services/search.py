@@ -14,8 +14,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Final, Literal
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
 from navi_memory.config import Settings
 from navi_memory.constants import (
     CHUNK_FUSION_VECTOR_WEIGHT,
@@ -28,7 +26,7 @@ from navi_memory.constants import (
 from navi_memory.repositories.chunks import ChunkRepository
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.kv import KvSearchRepository
-from navi_memory.repositories.statements import FetchedRow
+from navi_memory.repositories.statements import FetchedRow, Reads
 from navi_memory.schemas import MemoryHit
 from navi_memory.services.chunks import PruneHints, ranked_lists
 from navi_memory.services.ranking import fuse_hits, rank_hits
@@ -55,7 +53,7 @@ __all__ = [
 Store = Literal["facts", "raw", "sketches"]
 """One store of unified search."""
 
-Connection = AsyncSession | AsyncConnection
+Connection = Reads
 
 _LANES: Final[dict[SearchScope, tuple[tuple[Store, ...], ...]]] = {
     # Raw history is the slow read: it gets a connection of its own, and the facts and the
