@@ -97,6 +97,9 @@ class Fact(_Model):
     has_embedding: bool = False
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    session_id: str | None = None
+    """The session the value was written from (provenance; None: outside any session, or a
+    legacy row)."""
 
 
 class UserInfo(_Model):

@@ -551,3 +551,20 @@ async def test_hits_say_whether_the_fact_has_a_vector_without_carrying_it(
         True,
         False,
     )
+
+
+async def test_a_fact_says_which_session_it_was_written_from(memory: Memory) -> None:
+    """upsert_fact's session_id comes back on the Fact, on its search hit and in the listing; a
+    new value written outside a session clears it, the same value again keeps it."""
+    uid = await new_user(memory)
+    written = await memory.store.upsert_fact(
+        "work", "employer", "Acme", user_id=uid, session_id="s1"
+    )
+    assert written.session_id == "s1"
+    (hit,) = await memory.store.search_facts("Acme", user_id=uid)
+    assert hit.session_id == "s1"
+    again = await memory.store.upsert_fact("work", "employer", "Acme", user_id=uid)
+    assert again.session_id == "s1"  # the same value: only verified
+    moved = await memory.store.upsert_fact("work", "employer", "Initech", user_id=uid)
+    assert moved.session_id is None
+    assert [f.session_id for f in await memory.store.get_all_facts(uid)] == [None]
