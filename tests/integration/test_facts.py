@@ -568,3 +568,17 @@ async def test_a_fact_says_which_session_it_was_written_from(memory: Memory) -> 
     moved = await memory.store.upsert_fact("work", "employer", "Initech", user_id=uid)
     assert moved.session_id is None
     assert [f.session_id for f in await memory.store.get_all_facts(uid)] == [None]
+
+
+async def test_a_word_with_combining_marks_is_searched_whole(memory: Memory) -> None:
+    """A decomposed query word finds the composed fact and only it; a Devanagari word is
+    searched as the word, not as its letters (which a second fact also holds)."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("travel", "city", "Z\u00fcrich", user_id=uid)
+    await memory.store.upsert_fact("family", "uncle", "a rich uncle", user_id=uid)
+    await memory.store.upsert_fact("language", "learning", "हिन्दी सीख रहा हूँ", user_id=uid)
+    await memory.store.upsert_fact("language", "other", "दिन और रात", user_id=uid)
+    city = await memory.store.search_facts("Zu\u0308rich", user_id=uid)
+    assert [hit.key for hit in city if hit.via == "text"] == ["city"]
+    hindi = await memory.store.search_facts("हिन्दी", user_id=uid)
+    assert [hit.key for hit in hindi if hit.via == "text"] == ["learning"]

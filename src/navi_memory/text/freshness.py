@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 import unicodedata
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,7 +14,7 @@ from datetime import datetime
 from typing import Final
 
 from navi_memory.constants import FRESHNESS_MIN_SHARED_WORDS
-from navi_memory.text.terms import STOP_WORDS
+from navi_memory.text.terms import STOP_WORDS, combining_marks
 
 __all__ = [
     "FRESHNESS_STOP_WORDS",
@@ -63,15 +62,8 @@ def _word_pattern() -> re.Pattern[str]:
     """A word: letters, digits and combining marks (``[^\\W_]`` leaves the marks out, and
     Devanagari, Thai, Arabic with its vowel signs… write letters with them); ``_ - . /`` and
     every other separator split identifiers and paths. Built on the first non-ASCII text
-    (the marks are a table walk of about 0.1 s)."""
-    ranges: list[tuple[int, int]] = []
-    for code in range(sys.maxunicode + 1):
-        if unicodedata.category(chr(code)).startswith("M"):
-            if ranges and ranges[-1][1] == code - 1:
-                ranges[-1] = (ranges[-1][0], code)
-            else:
-                ranges.append((code, code))
-    marks = "".join(f"\\U{first:08x}-\\U{last:08x}" for first, last in ranges)
+    (text.terms.combining_marks, a table walk of about 0.1 s, shared with query terms)."""
+    marks = combining_marks()
     return re.compile(rf"(?:[^\W_]|[{marks}])+")
 
 

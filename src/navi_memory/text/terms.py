@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
+import unicodedata
 from typing import Final
 
-__all__ = ["MAX_QUERY_TERMS", "STOP_WORDS", "query_terms"]
+__all__ = ["MAX_QUERY_TERMS", "STOP_WORDS", "combining_marks", "query_terms"]
 
 MAX_QUERY_TERMS: Final = 16
 """More terms than this add SQL, not recall."""
@@ -25,9 +28,39 @@ STOP_WORDS: Final = frozenset(
 )
 # fmt: on
 
-# A term is a run of word characters, keeping the inner punctuation of identifiers, paths,
-# versions and addresses together: "server_port", "v1.2.3", "/etc/nginx.conf", "a@b.c".
-_TERM = re.compile(r"[\w][\w.\-/@:#]*[\w]|[\w]", re.UNICODE)
+
+@functools.cache
+def combining_marks() -> str:
+    """Every combining mark (Unicode category M*) as regular-expression class ranges.
+
+    ``\\w`` leaves the marks out, yet Devanagari, Thai, Arabic with its vowel signs… write
+    letters with them, and a decomposed "Zu\u0308rich" is one word: without them "हिन्दी"
+    is three one-letter words. A table walk of about 0.1 s, made on the first text that is
+    not ASCII."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(code)).startswith("M"):
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1] = (ranges[-1][0], code)
+            else:
+                ranges.append((code, code))
+    return "".join(f"\\U{first:08x}-\\U{last:08x}" for first, last in ranges)
+
+
+def _term_pattern(marks: str) -> re.Pattern[str]:
+    """A term: a run of word characters (and ``marks``), keeping the inner punctuation of
+    identifiers, paths, versions and addresses together: "server_port", "v1.2.3",
+    "/etc/nginx.conf", "a@b.c"."""
+    word = rf"[\w{marks}]"
+    return re.compile(rf"{word}[\w{marks}.\-/@:#]*{word}|{word}")
+
+
+_ASCII_TERM: Final = _term_pattern("")
+
+
+@functools.cache
+def _unicode_term() -> re.Pattern[str]:
+    return _term_pattern(combining_marks())
 
 
 def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
@@ -35,8 +68,14 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
 
     One-letter terms are dropped unless nothing else is left; when every word is a stop word the
     stop words are kept, so a query is never silently empty.
+
+    Text that is not ASCII is read in NFC (the form text is exchanged in: a decomposed
+    "Zu\u0308rich" finds the "Zürich" a chat stored), its combining marks inside words.
     """
-    words = _TERM.findall(query)
+    if query.isascii():
+        words = _ASCII_TERM.findall(query)
+    else:
+        words = _unicode_term().findall(unicodedata.normalize("NFC", query))
     seen: set[str] = set()
     terms: list[str] = []
     for word in words:
