@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import unicodedata
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from navi_memory.cli.output import admin_memory, out, print_json, run
+from navi_memory.cli.output import admin_memory, out, print_json, printable, run
 from navi_memory.config import load_settings
 from navi_memory.constants import STATS_USERS_DEFAULT
 from navi_memory.errors import InvalidInputError
@@ -32,15 +31,6 @@ def register(app: typer.Typer) -> None:
     app.command("purge-expired")(purge_expired)
     app.command("export")(export)
     app.command("import")(import_)
-
-
-def _printable(text: str) -> str:
-    """``text`` with its control characters (ESC, CSI, BEL...) shown as escapes: a user's name
-    is the host application's text and must not drive the operator's terminal."""
-    return "".join(
-        ch if unicodedata.category(ch) != "Cc" else ch.encode("unicode_escape").decode("ascii")
-        for ch in text
-    )
 
 
 def stats(
@@ -111,7 +101,7 @@ def stats(
                 Text(cell)
                 for cell in (
                     str(u.user_id) if u.user_id is not None else "(none)",
-                    _printable(u.name or ""),
+                    printable(u.name or ""),
                     str(u.facts),
                     str(u.hidden_facts),
                     str(u.expired_facts),

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from navi_memory.cli.output import admin_memory, out, print_json, run, when
+from navi_memory.cli.output import admin_memory, out, print_json, printable, run, when
 from navi_memory.config import load_settings
 from navi_memory.errors import InvalidInputError, NotFoundError
 from navi_memory.schemas import Fact
@@ -136,8 +136,9 @@ def _table(facts: list[Fact], *, show_user: bool) -> Table:
             when(fact.updated_at),
             _state(fact),
         ]
-        # Values are the user's text: Text() so that "[b]" in one is never read as markup.
-        table.add_row(*(Text(cell) for cell in cells))
+        # Values are the user's text: Text() so that "[b]" in one is never read as markup,
+        # printable() so that an ESC sequence in one never reaches the terminal.
+        table.add_row(*(Text(printable(cell)) for cell in cells))
     return table
 
 
@@ -182,10 +183,13 @@ def show_fact(
     fields = fact.model_dump()
     width = max(len(name) for name in fields)
     for name, value in fields.items():
-        out.print(f"{name:<{width}}  {'' if value is None else value}", markup=False)
+        shown = "" if value is None else printable(str(value))
+        out.print(f"{name:<{width}}  {shown}", markup=False)
     for hidden in merged:
         out.print(
-            f"{'merged here':<{width}}  #{hidden.id} {hidden.key} = {hidden.value}", markup=False
+            f"{'merged here':<{width}}  #{hidden.id} {printable(hidden.key)} = "
+            f"{printable(hidden.value)}",
+            markup=False,
         )
 
 
@@ -212,7 +216,9 @@ def forget_fact(
         where = f" in category {category!r}" if category else ""
         raise NotFoundError(f"user {user} has no fact {key!r}{where}")
     # The facts that went by their own keys: another spelling names the fact it was merged into.
-    names = ", ".join(f"#{fact.id} [{fact.category}] {fact.key}" for fact in deleted)
+    names = ", ".join(
+        f"#{fact.id} [{printable(fact.category)}] {printable(fact.key)}" for fact in deleted
+    )
     out.print(f"forgot {len(deleted)} fact(s) of user {user}: {names}", markup=False)
 
 
@@ -228,4 +234,7 @@ def unmerge_fact(
             return await memory.store.unmerge_fact(fact_id)
 
     fact = run(work)
-    out.print(f"fact #{fact.id} [{fact.category}] {fact.key} is visible again", markup=False)
+    out.print(
+        f"fact #{fact.id} [{printable(fact.category)}] {printable(fact.key)} is visible again",
+        markup=False,
+    )

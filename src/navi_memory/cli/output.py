@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import sys
+import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
@@ -53,6 +54,7 @@ __all__ = [
     "exit_code_for",
     "out",
     "print_json",
+    "printable",
     "run",
     "when",
 ]
@@ -101,6 +103,19 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return value
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (ESC, CSI, BEL, line breaks...) shown as escapes:
+    a fact's text and a user's name are the host application's (or a model's) text and must
+    not drive the operator's terminal (Rich passes ESC sequences through) nor forge lines of
+    the output."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if unicodedata.category(ch) != "Cc" else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )
 
 
 def print_json(value: Any) -> None:
