@@ -568,10 +568,13 @@ class PooledReads:
             driver = fairy.driver_connection
             assert driver is not None
             return await driver.fetch(sql, *args)  # type: ignore[no-any-return]
-        except BaseException:
+        except BaseException as exc:
             driver = fairy.driver_connection
             if driver is not None and driver.is_closed():
-                fairy.invalidate()  # lost: never back in the pool
+                # Lost: never back in the pool, and, as SQLAlchemy does on a disconnect, every
+                # connection pooled before it is replaced at its next checkout (a restart or a
+                # dead network path took them too, maybe without an EOF the loop has seen).
+                self.engine.sync_engine.pool._invalidate(fairy, exc)
             raise
         finally:
             # Through a greenlet: the pool may close the connection (overflow), which awaits.

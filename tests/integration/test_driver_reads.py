@@ -188,3 +188,37 @@ async def test_a_connection_killed_under_a_driver_read_is_connection_lost(quiet:
             "office",
         }
     assert memory.cached_plans_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_connection_lost_without_an_eof_costs_one_search_not_one_per_pooled_connection(
+    quiet: Memory,
+) -> None:
+    """Every pooled connection dies without the client seeing an EOF (a dead network path, a
+    failover): the first search is a ConnectionLostError, and, as SQLAlchemy does on a
+    disconnect, that retires every connection of the pool made before it, so the next search
+    answers (it used to fail once for each pooled connection left)."""
+    memory = quiet
+    uid = await new_user(memory)
+    await seed_facts(memory, uid)
+    engine = memory.cached_plans_engine
+    pooled = [await engine.raw_connection() for _ in range(3)]
+    drivers = [fairy.driver_connection for fairy in pooled]
+    for fairy in pooled:
+        fairy.close()
+    for driver in drivers:
+        # The EOF never read: the event loop cannot tell the connection is gone.
+        driver._transport.pause_reading()
+    pids = [driver.get_server_pid() for driver in drivers]
+    gone = await scalar(
+        memory,
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) "
+        "FROM unnest(CAST(:pids AS int[])) pid",
+        pids=pids,
+    )
+    assert gone == 3
+    with pytest.raises(errors.ConnectionLostError):
+        await asyncio.wait_for(memory.store.search_facts("Acme", user_id=uid), 10)
+    for _ in range(3):
+        hits = await asyncio.wait_for(memory.store.search_facts("Acme", user_id=uid), 10)
+        assert {hit.key for hit in hits} == {"employer", "office"}
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
