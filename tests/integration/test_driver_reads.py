@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from sqlalchemy import Integer, bindparam, text
@@ -28,23 +29,22 @@ async def seed_facts(memory: Memory, uid: uuid.UUID) -> None:
     await memory.store.upsert_fact("home", "city", "Lisbon", user_id=uid)
 
 
-async def test_a_read_on_an_autocommit_connection_returns_what_sqlalchemy_returns(
-    memory: Memory,
-) -> None:
-    """The fact search on an autocommit connection (the driver) and in a transaction
+async def test_a_pooled_read_returns_what_sqlalchemy_returns(memory: Memory) -> None:
+    """The fact search on PooledReads (the driver) and on a single_statement connection
     (SQLAlchemy): the same rows, columns and values."""
     uid = await new_user(memory)
     await seed_facts(memory, uid)
     vector = hashed_embedding("Acme Berlin")
-    async with single_statement(memory.cached_plans_engine) as conn:
-        direct = await FactSearchRepository(session=conn).search(
+    async with pooled_reads(memory.cached_plans_engine) as reads:
+        direct = await FactSearchRepository(session=reads).search(
             uid, vector, ["acme", "berlin"], 10, 2.0
         )
-    async with memory.sessionmaker() as session, session.begin():
-        through = await FactSearchRepository(session=session).search(
+    async with single_statement(memory.cached_plans_engine) as conn:
+        through = await FactSearchRepository(session=conn).search(
             uid, vector, ["acme", "berlin"], 10, 2.0
         )
     assert type(direct[0]).__module__.startswith("asyncpg")  # the driver's own rows
+    assert type(through[0]).__module__.startswith("sqlalchemy")
     assert [dict(row) for row in direct] == [dict(row) for row in through]
     assert {row["key"] for row in direct} == {"employer", "office", "city"}  # every distance
 
@@ -79,13 +79,13 @@ class _Doubled(TypeDecorator[int]):
 
 async def test_statements_sqlalchemy_must_process_go_through_sqlalchemy(memory: Memory) -> None:
     """A bind parameter with a processor, and one expanded at execution: both answered as
-    SQLAlchemy would, on an autocommit connection too."""
+    SQLAlchemy would, on the search paths' reads too (through SQLAlchemy there)."""
     processed = text("SELECT CAST(:n AS int) AS n").bindparams(bindparam("n", type_=_Doubled()))
     expanded = text("SELECT x AS n FROM unnest(ARRAY[1, 2, 3]) x WHERE x IN :xs").bindparams(
         bindparam("xs", expanding=True)
     )
     plain = text("SELECT CAST(:n AS int) AS n")
-    async with single_statement(memory.engine) as conn:
+    async with pooled_reads(memory.engine) as conn:
         assert [row["n"] for row in await fetch_rows(conn, processed, {"n": 21})] == [42]
         assert [row["n"] for row in await fetch_rows(conn, expanded, {"xs": [1, 3]})] == [1, 3]
         assert [row["n"] for row in await fetch_rows(conn, plain, {"n": 21})] == [21]
@@ -202,7 +202,7 @@ async def test_a_connection_lost_without_an_eof_costs_one_search_not_one_per_poo
     await seed_facts(memory, uid)
     engine = memory.cached_plans_engine
     pooled = [await engine.raw_connection() for _ in range(3)]
-    drivers = [fairy.driver_connection for fairy in pooled]
+    drivers: list[Any] = [fairy.driver_connection for fairy in pooled]
     for fairy in pooled:
         fairy.close()
     for driver in drivers:

@@ -114,25 +114,15 @@ def _driver_text(clause: _Text, dialect: Dialect) -> _DriverText | None:
 async def fetch_rows(conn: Reads, clause: _Text, params: Mapping[str, Any]) -> list[FetchedRow]:
     """The rows of ``clause`` (a read of one statement) as mappings by column name.
 
-    On an autocommit connection (unit_of_work.single_statement) the statement goes straight
-    to the connection's asyncpg driver, compiled once: SQLAlchemy's execution and result
-    rows cost ~0.1 ms a call, a fifth of a small search (docs/benchmarks.md). Same text,
-    same parameters, same server-side prepared statement cache (asyncpg's); asyncpg's
-    Records read by name as RowMappings do. In a transaction it goes through SQLAlchemy, which
-    owns the transaction's state. On PooledReads (the search paths) the statement takes a
-    pooled connection for itself (db.PooledReads.fetch)."""
+    On PooledReads (the search paths) the statement goes straight to a pooled connection's
+    asyncpg driver, compiled once (db.PooledReads.fetch): SQLAlchemy's execution and result
+    rows cost ~0.1 ms a call, a fifth of a small search (docs/benchmarks.md). Same text, same
+    parameters, same server-side prepared statement cache (asyncpg's); asyncpg's Records read
+    by name as RowMappings do. A statement SQLAlchemy must process, and every read on a session
+    or a connection (a transaction's, single_statement's), goes through SQLAlchemy, which
+    owns their state (and invalidates what a lost connection takes with it)."""
     if isinstance(conn, PooledReads):
         found = _driver_text(clause, conn.engine.dialect)
         if found is not None:
             return await conn.fetch(found.sql, [params[name] for name in found.names])
-        return list((await conn.execute(clause, params)).mappings())
-    if isinstance(conn, AsyncConnection):
-        fairy = await conn.get_raw_connection()
-        if fairy.dbapi_connection is not None and fairy.dbapi_connection.autocommit:
-            found = _driver_text(clause, conn.dialect)
-            if found is not None:
-                driver = fairy.driver_connection
-                assert driver is not None
-                args = (params[name] for name in found.names)
-                return await driver.fetch(found.sql, *args)  # type: ignore[no-any-return]
     return list((await conn.execute(clause, params)).mappings())
