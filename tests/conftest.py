@@ -137,6 +137,17 @@ async def trgm_memory(trgm_db_url: str, fake_ollama: FakeOllama) -> AsyncIterato
 
 
 @pytest.fixture
+async def quiet_memory(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    """A Memory without background indexers: nothing but the test holds a connection or waits
+    on a lock, so the pools' counts and the lock waits are the test's own."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_index_in_background=False, fact_index_in_background=False
+    )
+    async with open_memory(settings) as opened:
+        yield opened
+
+
+@pytest.fixture
 async def busy_memory(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
     """A Memory whose pool allows many concurrent connections on its own database."""
     settings = make_settings(db_url, fake_ollama, db_pool_size=30, db_max_overflow=10)

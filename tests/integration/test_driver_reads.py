@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from sqlalchemy import Integer, bindparam, text
 from sqlalchemy.types import TypeDecorator
 
-from navi_memory import Memory, errors, open_memory
+from navi_memory import Memory, errors
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.statements import fetch_rows
-from navi_memory.testing import FakeOllama, hashed_embedding
+from navi_memory.testing import hashed_embedding
 from navi_memory.unit_of_work import pooled_reads, single_statement
-from tests.conftest import make_settings
 from tests.integration.factories import new_user, scalar, statements_on
 
 
@@ -146,21 +144,13 @@ async def test_the_search_reads_are_seen_and_sent_once(memory: Memory) -> None:
     assert len(sent) == 1 and "memory_facts" in sent[0]
 
 
-@pytest.fixture
-async def quiet(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
-    """No background indexers: the only backend waiting on memory_facts is the search's."""
-    settings = make_settings(
-        db_url, fake_ollama, chunk_index_in_background=False, fact_index_in_background=False
-    )
-    async with open_memory(settings) as opened:
-        yield opened
-
-
-async def test_a_connection_killed_under_a_driver_read_is_connection_lost(quiet: Memory) -> None:
+async def test_a_connection_killed_under_a_driver_read_is_connection_lost(
+    quiet_memory: Memory,
+) -> None:
     """search_facts waits (memory_facts locked) when its backend is terminated: the caller gets
     a ConnectionLostError, not asyncpg's own error; the dead connection never serves again and
     the next search answers."""
-    memory = quiet
+    memory = quiet_memory
     uid = await new_user(memory)
     await seed_facts(memory, uid)
     async with memory.engine.connect() as blocker:
@@ -191,13 +181,13 @@ async def test_a_connection_killed_under_a_driver_read_is_connection_lost(quiet:
 
 
 async def test_a_connection_lost_without_an_eof_costs_one_search_not_one_per_pooled_connection(
-    quiet: Memory,
+    quiet_memory: Memory,
 ) -> None:
     """Every pooled connection dies without the client seeing an EOF (a dead network path, a
     failover): the first search is a ConnectionLostError, and, as SQLAlchemy does on a
     disconnect, that retires every connection of the pool made before it, so the next search
     answers (it used to fail once for each pooled connection left)."""
-    memory = quiet
+    memory = quiet_memory
     uid = await new_user(memory)
     await seed_facts(memory, uid)
     engine = memory.cached_plans_engine

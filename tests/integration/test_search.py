@@ -617,17 +617,6 @@ async def test_no_hit_of_another_user_in_any_scope(memory: Memory, scope: str) -
 # --- failures and concurrency -------------------------------------------------------------------
 
 
-@pytest.fixture
-async def quiet_memory(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
-    """A Memory without background indexers: nothing but the test holds a connection or waits
-    on a lock, so the pools' counts and the lock waits are the search's own."""
-    settings = make_settings(
-        db_url, fake_ollama, chunk_index_in_background=False, fact_index_in_background=False
-    )
-    async with open_memory(settings) as opened:
-        yield opened
-
-
 async def test_a_store_that_fails_is_a_storage_error(quiet_memory: Memory) -> None:
     """A failing store query (its table gone) fails the search with StorageError."""
     memory = quiet_memory

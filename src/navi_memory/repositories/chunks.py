@@ -22,7 +22,14 @@ from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow
 from navi_memory.repositories.like import contains_pattern
 from navi_memory.repositories.sessions import summary_at_of_chunk
-from navi_memory.repositories.statements import FetchedRow, Reads, fetch_rows, queue_pop, statement
+from navi_memory.repositories.statements import (
+    FetchedRow,
+    Reads,
+    fetch_rows,
+    owner_where,
+    queue_pop,
+    statement,
+)
 from navi_memory.repositories.vectors import (
     QUERY_VECTOR,
     HybridSearch,
@@ -938,14 +945,8 @@ class ChunkRepository:
         *,
         with_summary_at: bool = False,
     ) -> list[FetchedRow]:
-        where = ["TRUE"]
         params: dict[str, Any] = {"limit": limit}
-        if user_id is not None:
-            where.append("c.user_id = :uid")
-            params["uid"] = user_id
-        if session_id is not None:
-            where.append("c.session_id = :sid")
-            params["sid"] = session_id
+        where = ["TRUE", *owner_where("c", user_id, session_id, params)]
         summary_at = f", {summary_at_of_chunk('c')} AS summary_at" if with_summary_at else ""
         sql = f"""
             SELECT {_CHUNK_COLUMNS}, c.embedding IS NOT NULL AS has_embedding{summary_at}

@@ -12,7 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import KvRow
 from navi_memory.repositories.like import contains_pattern
-from navi_memory.repositories.statements import FetchedRow, Reads, fetch_rows, statement
+from navi_memory.repositories.statements import (
+    FetchedRow,
+    Reads,
+    fetch_rows,
+    owner_where,
+    statement,
+)
 
 __all__ = ["KvRepository", "KvSearchRepository"]
 
@@ -109,18 +115,12 @@ class KvSearchRepository:
 
         The terms go in as one ``text[]`` of escaped patterns: one statement shape whatever
         their number, prepared once per connection, and no expression tree built per term."""
-        where = ["k.scope = :scope"]
         params: dict[str, Any] = {
             "scope": scope,
             "limit": limit,
             "patterns": [contains_pattern(term) for term in terms],
         }
-        if user_id is not None:
-            where.append("k.user_id = :uid")
-            params["uid"] = user_id
-        if session_id is not None:
-            where.append("k.session_id = :sid")
-            params["sid"] = session_id
+        where = ["k.scope = :scope", *owner_where("k", user_id, session_id, params)]
         if terms:
             where.append(
                 "(k.key ILIKE ANY (CAST(:patterns AS text[])) "

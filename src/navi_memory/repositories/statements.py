@@ -8,6 +8,7 @@ vector or none) go through ``statement()``, which keeps one ``TextClause`` per d
 
 from __future__ import annotations
 
+import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.db import PooledReads
 
-__all__ = ["FetchedRow", "Reads", "fetch_rows", "queue_pop", "statement"]
+__all__ = ["FetchedRow", "Reads", "fetch_rows", "owner_where", "queue_pop", "statement"]
 
 Reads: TypeAlias = AsyncSession | AsyncConnection | PooledReads
 """Where a repository's reads run: a unit of work's session, a single_statement connection,
@@ -37,6 +38,21 @@ memory without ever evicting in practice."""
 def statement(sql: str) -> TextClause:
     """The ``TextClause`` of ``sql``, made once per distinct text."""
     return text(sql)
+
+
+def owner_where(
+    alias: str, user_id: uuid.UUID | None, session_id: str | None, params: dict[str, Any]
+) -> list[str]:
+    """The conditions narrowing ``alias`` to a user and to a session (None: not narrowed),
+    their parameters (``uid``, ``sid``) added to ``params``."""
+    where = []
+    if user_id is not None:
+        where.append(f"{alias}.user_id = :uid")
+        params["uid"] = user_id
+    if session_id is not None:
+        where.append(f"{alias}.session_id = :sid")
+        params["sid"] = session_id
+    return where
 
 
 def queue_pop(
