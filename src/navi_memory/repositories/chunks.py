@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, func, literal, select, text
+from sqlalchemy import func, select, text
 
 from navi_memory.constants import (
     CHUNK_BM25_SEED_EVERY,
@@ -263,38 +263,11 @@ place a user crosses, without looking at every big user (after a burst at 1M tha
 0.3-0.4 s, and ran every other second while crossing users' vectors moved 64 at a time)."""
 
 
-def _owner(user_id: uuid.UUID | None, session_id: str | None) -> list[ColumnElement[bool]]:
-    where: list[ColumnElement[bool]] = []
-    if user_id is not None:
-        where.append(ChunkRow.user_id == user_id)
-    if session_id is not None:
-        where.append(ChunkRow.session_id == session_id)
-    return where or [literal(True)]
-
-
 _CHUNK_COLUMNS = (
     "c.id, c.user_id, c.session_id, c.content, c.content_hash, c.start_seq, c.end_seq, "
     "c.started_at, c.ended_at, c.breadcrumbs, c.created_at"
 )
 """Every memory_chunks column a Chunk shows, the vector excepted (text SQL form)."""
-
-
-def chunk_columns() -> list[Any]:
-    """The same columns for Core selects, with ``has_embedding`` instead of the vector."""
-    return [
-        ChunkRow.id,
-        ChunkRow.user_id,
-        ChunkRow.session_id,
-        ChunkRow.content,
-        ChunkRow.content_hash,
-        ChunkRow.start_seq,
-        ChunkRow.end_seq,
-        ChunkRow.started_at,
-        ChunkRow.ended_at,
-        ChunkRow.breadcrumbs,
-        ChunkRow.created_at,
-        ChunkRow.embedding.is_not(None).label("has_embedding"),
-    ]
 
 
 def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: bool) -> str:
