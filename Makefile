@@ -25,8 +25,13 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, the import con
 	$(BIN)/mypy --strict src tests benchmarks alembic examples
 	$(BIN)/lint-imports --no-cache --no-logo
 
+# Workers for the suite: at least four, one per core past that. The tests wait on timers, fake
+# models and the server more than they compute (pytest's own CPU is ~40% of the wall clock at
+# one worker a core), so two workers a core on a 2-core machine took the suite from 234 s to 168 s.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -lt 4 ] && n=4; echo $$n)
+
 test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
-	$(BIN)/pytest -n auto
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 test-cli: $(STAMP) ## The operator CLI through its console script (tests/cli; CI runs it)
 	$(BIN)/pytest -m cli
