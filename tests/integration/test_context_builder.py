@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -29,7 +30,7 @@ from navi_memory.llm.chat import ChatTurn, message_dicts
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from navi_memory.text.chunks import build_chunks
-from navi_memory.text.recall import LEDGER_KEY, RECALL_HEADER
+from navi_memory.text.recall import LEDGER_KEY, RECALL_HEADER, similarity
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_user, scalar
 
@@ -580,6 +581,68 @@ async def test_recall_works_with_the_embedder_down(
     )
     [hit] = prompt.recalled
     assert hit.via == "text" and hit.terms_hit >= 2
+
+
+class _AtAnAngle:
+    """An embedder that puts every text holding ``marker`` at cosine ``similarity`` to every
+    other text (two unit vectors in a plane): the recall threshold's test, with no term shared."""
+
+    dim = 768
+
+    def __init__(self, marker: str, similarity: float) -> None:
+        self.marker = marker
+        self.similarity = similarity
+
+    def _vector(self, text: str) -> list[float]:
+        vector = [0.0] * self.dim
+        if self.marker in text:
+            vector[0] = self.similarity
+            vector[1] = math.sqrt(1.0 - self.similarity**2)
+        else:
+            vector[0] = 1.0
+        return vector
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self._vector(text) for text in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        return self._vector(text)
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("min_similarity", "recalled"), [(0.3, True), (0.45, True), (0.55, False), (0.7, False)]
+)
+async def test_recall_takes_vector_hits_down_to_its_own_similarity_threshold(
+    db_url: str, fake_ollama: FakeOllama, min_similarity: float, recalled: bool
+) -> None:
+    """MEMORY_RECALL_MIN_SIMILARITY decides alone: an excerpt at similarity 0.5 to the query,
+    sharing no term with it, is recalled at a threshold of 0.3 or 0.45 and not at 0.55 or 0.7
+    (the search's CHUNK_MAX_DISTANCE, 0.45, used to cut it before recall saw it)."""
+    settings = make_settings(
+        db_url, fake_ollama, chunk_max_chars=200, memory_recall_min_similarity=min_similarity
+    )
+    async with open_memory(settings, embedder=_AtAnAngle("Zanzibar", 0.5)) as memory:
+        uid = await new_user(memory)
+        sid = await conversation(
+            memory,
+            fake_ollama,
+            uid,
+            [("user", padded("Our quarterly offsite goes to Zanzibar in March")), ("user", "ok")],
+            keep_last=1,
+        )
+        prompt = await memory.context.build_prompt(
+            sid, "which tickets remain blocked?", system_prompt=HOST, user_id=uid
+        )
+        if recalled:
+            [hit] = prompt.recalled
+            assert hit.via == "vector" and hit.terms_hit == 0
+            assert similarity(hit) == pytest.approx(0.5, abs=1e-3)
+            assert "Zanzibar" in hit.text
+        else:
+            assert prompt.recalled == [] and prompt.recall == "nothing_found"
 
 
 # --- tenancy ----------------------------------------------------------------------------------

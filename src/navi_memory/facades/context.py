@@ -79,7 +79,10 @@ class ContextBuilder:
         self._engines = LaneEngines(engine_of(sessionmaker), cached_plans)
         self._settings = settings
         self._embedding = embedding
-        self._search = search or UnifiedSearchService()
+        # Recall's raw hits are cut at its own similarity threshold, not the search's.
+        self._search = (search or UnifiedSearchService()).for_recall(
+            settings.memory_recall_min_similarity
+        )
         self._service = service or ContextService()
 
     async def build(

@@ -8,6 +8,7 @@ connection.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -251,6 +252,20 @@ class UnifiedSearchService:
             chunk_max_distance=settings.chunk_max_distance,
             prune_hints=prune_hints,
             chunk_graph_from=settings.chunk_graph_from,
+        )
+
+    def for_recall(self, min_similarity: float) -> UnifiedSearchService:
+        """This service with raw vector hits kept down to ``min_similarity`` (1 - cosine
+        distance), recall's own threshold (MEMORY_RECALL_MIN_SIMILARITY), in place of
+        ``chunk_max_distance``: a search cut at CHUNK_MAX_DISTANCE would drop the hits a lower
+        threshold lets through before recall ever sees them. The cut is strict (``distance <``),
+        so it sits one float above ``1 - min_similarity``: a hit exactly at the threshold
+        qualifies. The prune hints are shared."""
+        return UnifiedSearchService(
+            text_ranking=self.text_ranking,
+            chunk_max_distance=math.nextafter(1.0 - min_similarity, math.inf),
+            prune_hints=self.prune_hints,
+            chunk_graph_from=self.chunk_graph_from,
         )
 
     async def search(self, lanes: LaneRunner, request: SearchRequest) -> list[MemoryHit]:
