@@ -161,3 +161,26 @@ def test_rank_hits_orders_equal_distances_by_id_whatever_order_the_rows_come_in(
     for ordered in (rows, rows[::-1]):
         hits = rank_hits(ordered, 10, lambda r, via: r["id"], "ended_at")
         assert hits == [1, 2, 3]
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 4, 5, 6])
+def test_rank_hits_makes_only_the_hits_it_returns(limit: int) -> None:
+    """Vector hits first, then text hits by terms, ``limit`` in all; a hit is made only for a
+    row returned (the statement hands back up to twice ``limit`` rows)."""
+    rows: list[dict[str, Any]] = [
+        {"id": 1, "distance": 0.2, "terms_hit": 1, "ended_at": T0},
+        {"id": 2, "distance": None, "terms_hit": 3, "ended_at": T0},
+        {"id": 3, "distance": 0.1, "terms_hit": None, "ended_at": T0},
+        {"id": 4, "distance": None, "terms_hit": 1, "ended_at": T0 + timedelta(days=1)},
+        {"id": 5, "distance": None, "terms_hit": 1, "ended_at": T0},
+    ]
+    made: list[tuple[int, str]] = []
+
+    def make(row: dict[str, Any], via: str) -> tuple[int, str]:
+        made.append((row["id"], via))
+        return row["id"], via
+
+    hits = rank_hits(rows, limit, make, "ended_at")
+    expected = [(3, "vector"), (1, "vector"), (2, "text"), (4, "text"), (5, "text")][:limit]
+    assert hits == expected
+    assert made == expected

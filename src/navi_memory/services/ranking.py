@@ -33,9 +33,10 @@ def rank_hits(
         (r for r in rows if r["distance"] is None),
         key=lambda r: (-r["terms_hit"], -r[recency].timestamp(), -r["id"]),
     )
-    hits = [make(r, via="vector") for r in vector]
-    hits += [make(r, via="text") for r in by_text]
-    return hits[:limit]
+    # Only the hits returned are made: the statement may return up to twice ``limit`` rows.
+    hits = [make(r, via="vector") for r in vector[:limit]]
+    hits += [make(r, via="text") for r in by_text[: limit - len(hits)]]
+    return hits
 
 
 def fuse_hits(
