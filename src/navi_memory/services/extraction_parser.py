@@ -402,8 +402,10 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     defaults to "general" and is lower-cased; whitespace runs in a category or key become one
     space; an unknown ``source`` becomes "conversation"; extra fields are ignored. An item that
     is not an object, lacks a field, has a field of the wrong type or beyond the store's limits
-    is skipped and counted; so is every item past ``max_facts``. Raises ``ExtractionError``
-    only when the reply holds no JSON at all.
+    is skipped and counted; so is every item past ``max_facts``. An item repeating an earlier
+    one (the same category, key and value; models do repeat themselves) is left out uncounted:
+    writing it again would only re-verify the fact. Raises ``ExtractionError`` only when the
+    reply holds no JSON at all.
     """
     found = _locate(reply)
     if found is None:
@@ -413,11 +415,15 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     items, skipped = _items(found.value)
     skipped += found.lost
     facts: list[FactDraft] = []
+    seen: set[tuple[str, str, str]] = set()
     for item in items:
         draft = _draft(item)
+        if draft is not None and (draft.category, draft.key, draft.value) in seen:
+            continue
         if draft is None or len(facts) >= max_facts:
             skipped += 1
         else:
+            seen.add((draft.category, draft.key, draft.value))
             facts.append(draft)
     return ParsedFacts(tuple(facts), skipped, truncated=found.truncated)
 

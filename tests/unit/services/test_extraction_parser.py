@@ -27,6 +27,24 @@ def triples(parsed: ParsedFacts) -> list[tuple[str, str, str]]:
     return [(f.category, f.key, f.value) for f in parsed.facts]
 
 
+def test_a_repeated_fact_is_kept_once_and_not_counted_as_skipped() -> None:
+    """Models repeat themselves: the same category, key and value twice is one draft (the first,
+    with its source), neither skipped nor taking a place under max_facts; the same key with
+    another value, or in another category, is a fact of its own."""
+    again = {**EDITOR, "source": "conversation"}
+    other_value = {**EDITOR, "value": "helix"}
+    other_category = {**EDITOR, "category": "tools"}
+    reply = json.dumps([EDITOR, OS, again, other_value, EDITOR, other_category])
+    parsed = parse_extracted_facts(reply, max_facts=4)
+    assert triples(parsed) == [
+        ("preferences", "editor", "neovim"),
+        ("environment", "os", "Ubuntu 24.04"),
+        ("preferences", "editor", "helix"),
+        ("tools", "editor", "neovim"),
+    ]
+    assert parsed.facts[0].source == "user_explicit" and parsed.skipped == 0
+
+
 def test_plain_array_gives_typed_drafts() -> None:
     """A JSON array of complete items becomes drafts with every field, nothing skipped."""
     reply = json.dumps([{**EDITOR, "source_context": "asked for LSP config"}])
