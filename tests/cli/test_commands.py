@@ -304,3 +304,5 @@ async def test_stats_prints_a_users_name_without_its_terminal_control_codes(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "\x1b" not in done.stdout and "\x9b" not in done.stdout
     assert "Sam" in done.stdout and "[2J" in done.stdout
+    # The table holds the one user asked for, and says so (not "the largest 1").
+    assert "the one asked for:" in done.stdout and "the largest" not in done.stdout

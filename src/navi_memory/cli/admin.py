@@ -115,7 +115,12 @@ def stats(
                 )
             )
         )
-    out.print(f"\n{result.users} user(s); the largest {len(result.per_user)}:", markup=False)
+    if user is None:
+        heading = f"{result.users} user(s); the largest {len(result.per_user)}:"
+    else:
+        # The totals above are the database's; the table is the one user asked for.
+        heading = f"{result.users} user(s); the one asked for:"
+    out.print(f"\n{heading}", markup=False)
     out.print(table)
 
 
