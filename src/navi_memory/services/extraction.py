@@ -7,6 +7,7 @@ The rules, on the session or connection each call is given. The model calls (``a
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
@@ -47,6 +48,9 @@ __all__ = [
     "SummaryInput",
     "facts_digest",
 ]
+
+_PARSE_ON_THE_LOOP_MAX_CHARS = 64 * 1024
+"""Longest extraction reply parsed on the event loop (~10 ms at most); longer: in a thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +208,10 @@ class ExtractionService:
         reply = await self.chat_model.complete(
             extraction_messages(transcript.text), json_format=True
         )
+        if len(reply) > _PARSE_ON_THE_LOOP_MAX_CHARS:
+            # A runaway reply of megabytes takes a few hundred ms to parse: in a thread, so the
+            # event loop (the host's requests, other extractions) keeps turning meanwhile.
+            return await asyncio.to_thread(parse_extracted_facts, reply)
         return parse_extracted_facts(reply)
 
     async def embed(self, drafts: Sequence[FactDraft]) -> list[array[float] | None]:
