@@ -222,7 +222,7 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
         # One user's facts: an exact scan of their vectors (per-user btree), nearest first.
         # The query's unit vector is a subquery, made once: this statement runs on a cached
         # generic plan, which would otherwise normalise and convert the query for every row
-        # (1.4 us a row; docs/benchmarks.md, "2026-12-06, 09:30-").
+        # (1.4 us a row; docs/benchmarks.md, "2026-12-06, 09:30–10:50 UTC").
         # Measured at 100k facts, it beats the HNSW scan the planner would pick for big users
         # (2,105 facts: 5.2 against 23 ms, and HNSW's top 15 differed for 7 of 20 queries).
         # Visibility (a join per fact) is checked on the nearest FACT_SCAN_HEAD x limit only;
