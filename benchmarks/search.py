@@ -60,7 +60,7 @@ from navi_memory.constants import (
     SEARCH_K_DEFAULT,
     SKETCH_SCOPE,
 )
-from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory.repositories.chunks import ChunkSearchRepository
 from navi_memory.services.search import plan_search
 from navi_memory.testing import hashed_embedding
 
@@ -782,7 +782,7 @@ async def recall_by_size(
         queries = await chunks_section.make_queries(memory, lookup, rng, plans, ids, users)
         found = expected = 0
         async with memory.engine.connect() as conn:
-            repo = ChunkRepository(session=conn)
+            repo = ChunkSearchRepository(session=conn)
             graph = await conn.execute(
                 text(
                     "SELECT count(DISTINCT user_id) FROM memory_chunk_vectors "

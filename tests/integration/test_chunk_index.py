@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
-from navi_memory.repositories.chunks import ChunkRepository, IndexedBatch
+from navi_memory.repositories.chunks import ChunkRepository, ChunkSearchRepository, IndexedBatch
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
@@ -412,7 +412,7 @@ async def test_a_backlogs_vectors_are_copied_ahead_and_read_from_the_queue(
 
         async def nearest(limit: int) -> list[tuple[int, float]]:
             async with memory.engine.connect() as conn:
-                rows, _ = await ChunkRepository(session=conn).search_ranked(
+                rows, _ = await ChunkSearchRepository(session=conn).search_ranked(
                     uid, None, vector.to_list(), ["zzz"], limit, k1=1.5, b=0.75
                 )
             return [(r["id"], r["distance"]) for r in rows]

@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
 from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1
-from navi_memory.repositories.chunks import _INDEX_TEXT, ChunkRepository
+from navi_memory.repositories.chunks import _INDEX_TEXT, ChunkSearchRepository
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from navi_memory.text.terms import query_terms
@@ -95,7 +95,7 @@ async def bm25(
 ) -> list[tuple[int, float, int]]:
     """The BM25 text list as the repository ranks it: (chunk id, score, terms hit)."""
     async with memory.engine.connect() as conn:
-        rows = await ChunkRepository(session=conn).search_ranked_text(
+        rows = await ChunkSearchRepository(session=conn).search_ranked_text(
             user_id, session_id, query_terms(query), 20, k1=CHUNK_BM25_K1, b=CHUNK_BM25_B
         )
     return [(r["id"], r["score"], r["terms_hit"]) for r in rows]

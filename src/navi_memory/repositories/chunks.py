@@ -9,6 +9,7 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from navi_memory.constants import (
     CHUNK_BM25_SEED_EVERY,
@@ -36,7 +37,13 @@ from navi_memory.repositories.vectors import (
 )
 from navi_memory.schemas import ChunkDraft
 
-__all__ = ["ChunkRepository", "IndexedBatch", "ranked_text_sql", "settled_rows"]
+__all__ = [
+    "ChunkRepository",
+    "ChunkSearchRepository",
+    "IndexedBatch",
+    "ranked_text_sql",
+    "settled_rows",
+]
 
 
 class IndexedBatch(NamedTuple):
@@ -698,53 +705,13 @@ def _patterns(terms: Sequence[str]) -> list[str]:
     return [contains_pattern(term) for term in terms]
 
 
-class ChunkRepository:
+class ChunkSearchRepository:
+    """The raw history's search reads: one statement each, on the search paths' PooledReads
+    (or inside a unit of work). Writes live in ChunkRepository, which a PooledReads cannot
+    be given: each of its statements would commit on a connection of its own."""
+
     def __init__(self, *, session: Reads) -> None:
         self.session = session
-
-    async def insert_many(
-        self,
-        user_id: uuid.UUID,
-        session_id: str,
-        rows: Sequence[ChunkDraft],
-        vectors: Sequence[Sequence[float]] | None,
-        *,
-        require_session: bool,
-    ) -> int | None:
-        """Write ``rows`` (INSERT … ON CONFLICT DO NOTHING) and queue the vector of every row
-        written for the indexer; returns how many were written, or None — nothing written —
-        when the session has a row of another user (or none and ``require_session``).
-
-        ``vectors``: one per row, or None (the rows land without; backfill fills them). One
-        fixed-shape statement per CHUNK_INSERT_BATCH rows, the columns sent as arrays (unnest)
-        and the vectors as one flat binary ``real[]``: prepared once per connection whatever the
-        number of rows, no vector formatted as text, and — with one batch — one round trip, so
-        the caller can run it as its own transaction (autocommit)."""
-        written = 0
-        for start in range(0, len(rows), CHUNK_INSERT_BATCH):
-            batch = rows[start : start + CHUNK_INSERT_BATCH]
-            params = {
-                "uid": user_id,
-                "sid": session_id,
-                "require_session": require_session,
-                "content": [r.content for r in batch],
-                "hash": [r.content_hash for r in batch],
-                "start_seq": [r.start_seq for r in batch],
-                "end_seq": [r.end_seq for r in batch],
-                "started_at": [r.started_at for r in batch],
-                "ended_at": [r.ended_at for r in batch],
-                "crumbs": [json.dumps(list(r.breadcrumbs)) for r in batch],
-                "vectors": (
-                    None
-                    if vectors is None
-                    else [vector_binary(v) for v in vectors[start : start + CHUNK_INSERT_BATCH]]
-                ),
-            }
-            result = (await self.session.execute(_INSERT, params)).one()
-            if not result.allowed:
-                return None
-            written += int(result.written)
-        return written
 
     async def search(
         self,
@@ -928,6 +895,58 @@ class ChunkRepository:
             ORDER BY c.ended_at DESC, c.id DESC
             LIMIT :limit"""
         return await fetch_rows(self.session, statement(sql), params)
+
+
+class ChunkRepository:
+    """Chunk writes, backfill and the indexers' statements, inside a unit of work (or one
+    statement on an autocommit connection: single_statement)."""
+
+    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
+        self.session = session
+
+    async def insert_many(
+        self,
+        user_id: uuid.UUID,
+        session_id: str,
+        rows: Sequence[ChunkDraft],
+        vectors: Sequence[Sequence[float]] | None,
+        *,
+        require_session: bool,
+    ) -> int | None:
+        """Write ``rows`` (INSERT … ON CONFLICT DO NOTHING) and queue the vector of every row
+        written for the indexer; returns how many were written, or None — nothing written —
+        when the session has a row of another user (or none and ``require_session``).
+
+        ``vectors``: one per row, or None (the rows land without; backfill fills them). One
+        fixed-shape statement per CHUNK_INSERT_BATCH rows, the columns sent as arrays (unnest)
+        and the vectors as one flat binary ``real[]``: prepared once per connection whatever the
+        number of rows, no vector formatted as text, and — with one batch — one round trip, so
+        the caller can run it as its own transaction (autocommit)."""
+        written = 0
+        for start in range(0, len(rows), CHUNK_INSERT_BATCH):
+            batch = rows[start : start + CHUNK_INSERT_BATCH]
+            params = {
+                "uid": user_id,
+                "sid": session_id,
+                "require_session": require_session,
+                "content": [r.content for r in batch],
+                "hash": [r.content_hash for r in batch],
+                "start_seq": [r.start_seq for r in batch],
+                "end_seq": [r.end_seq for r in batch],
+                "started_at": [r.started_at for r in batch],
+                "ended_at": [r.ended_at for r in batch],
+                "crumbs": [json.dumps(list(r.breadcrumbs)) for r in batch],
+                "vectors": (
+                    None
+                    if vectors is None
+                    else [vector_binary(v) for v in vectors[start : start + CHUNK_INSERT_BATCH]]
+                ),
+            }
+            result = (await self.session.execute(_INSERT, params)).one()
+            if not result.allowed:
+                return None
+            written += int(result.written)
+        return written
 
     # --- backfill ---------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from navi_memory.constants import (
     PRUNE_HINTS_CAPACITY,
 )
 from navi_memory.errors import InvalidInputError, InvalidTypeError, NotFoundError
-from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory.repositories.chunks import ChunkRepository, ChunkSearchRepository
 from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.repositories.statements import FetchedRow, Reads
 from navi_memory.schemas import ChunkDraft, ChunkHit
@@ -126,7 +126,7 @@ class PruneHints:
 
 
 async def ranked_lists(
-    repo: ChunkRepository,
+    repo: ChunkSearchRepository,
     scope: uuid.UUID | None,
     session_id: str | None,
     query_vector: Sequence[float] | None,
@@ -241,7 +241,7 @@ class ChunkService:
         closer than ``max_distance``, fused by a weighted sum of scores (``fuse_hits``).
         ``terms`` (the spec's): vector hits closer than ``max_distance`` first, then text hits
         by distinct terms hit."""
-        repo = ChunkRepository(session=conn)
+        repo = ChunkSearchRepository(session=conn)
         if not terms:
             recent = await repo.recent(scope, session_id, limit)
             return [to_chunk_hit(row, via="recent") for row in recent]

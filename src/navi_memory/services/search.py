@@ -24,7 +24,7 @@ from navi_memory.constants import (
     FRESHNESS_FACTS,
     SKETCH_SCOPE,
 )
-from navi_memory.repositories.chunks import ChunkRepository
+from navi_memory.repositories.chunks import ChunkSearchRepository
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.kv import KvSearchRepository
 from navi_memory.repositories.statements import FetchedRow, Reads
@@ -338,7 +338,7 @@ class UnifiedSearchService:
         """The raw excerpts, ranked as search_chunks ranks them (see the class; no terms: the
         most recent), each with its session's summary boundary (``summary_at``), in one
         statement."""
-        repo = ChunkRepository(session=conn)
+        repo = ChunkSearchRepository(session=conn)
         plan = request.plan
         k = plan.k
         ranked: Ranked
