@@ -306,3 +306,18 @@ async def test_stats_prints_a_users_name_without_its_terminal_control_codes(
     assert "Sam" in done.stdout and "[2J" in done.stdout
     # The table holds the one user asked for, and says so (not "the largest 1").
     assert "the one asked for:" in done.stdout and "the largest" not in done.stdout
+
+
+async def test_stats_of_a_user_the_database_does_not_hold_says_so(
+    navi: Navi, memory: Memory
+) -> None:
+    """``stats --user`` with an id no user has: the totals, then that there is no such user,
+    not an empty table under "the one asked for" (as if the user held nothing)."""
+    await new_user(memory, "Sam")
+    nobody = uuid.uuid4()
+    done = navi(
+        "stats", "--user", str(nobody), env={"DATABASE_URL": memory.settings.database_url or ""}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"1 user(s); no user {nobody} among them." in done.stdout
+    assert "the one asked for" not in done.stdout and "facts" in done.stdout

@@ -311,6 +311,26 @@ async def test_other_spellings_of_a_key_are_merged(memory: Memory, model: Extrac
     assert {f.key for f in hidden if f.merged_into is not None} == {"time_zone"}
 
 
+@pytest.mark.parametrize("spelling", ["editor", "Editor"])
+async def test_a_value_the_reply_returns_to_after_another_is_the_one_kept(
+    memory: Memory, model: ExtractionModel, spelling: str
+) -> None:
+    """A reply that gives a key a value, then another, then the first again (the key itself or
+    another spelling of it in between) leaves the last value stored, as three writes in that
+    order do: the third item is no mere repeat of the first, since the second changed the fact
+    in between."""
+    uid = await new_user(memory)
+    model.facts = facts_json(
+        ("preferences", "editor", "neovim", "user_explicit"),
+        ("preferences", spelling, "helix", "user_explicit"),
+        ("preferences", "editor", "neovim", "user_explicit"),
+    )
+    await conversation(memory, uid, "I tried helix, but I am back to neovim")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert list((await visible_facts(memory, uid)).values()) == ["neovim"]
+    assert report.facts_written + report.facts_merged == 3
+
+
 async def test_an_extraction_keeps_a_separated_spelling_apart_and_embeds_the_survivors_key(
     memory: Memory, model: ExtractionModel
 ) -> None:

@@ -117,6 +117,11 @@ def stats(
         )
     if user is None:
         heading = f"{result.users} user(s); the largest {len(result.per_user)}:"
+    elif not result.per_user:
+        # No row of the user anywhere: an empty table under "the one asked for" would read as
+        # a user who holds nothing.
+        out.print(f"\n{result.users} user(s); no user {user} among them.", markup=False)
+        return
     else:
         # The totals above are the database's; the table is the one user asked for.
         heading = f"{result.users} user(s); the one asked for:"

@@ -26,6 +26,7 @@ from navi_memory.constants import (
 from navi_memory.errors import ExtractionError
 from navi_memory.services.facts import CONFIDENCE_BY_SOURCE, SOURCES
 from navi_memory.text.chunks import elide_middle
+from navi_memory.text.keys import normalize_key
 
 __all__ = [
     "DEFAULT_CATEGORY",
@@ -404,8 +405,10 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     is not an object, lacks a field, has a field of the wrong type or beyond the store's limits
     is skipped and counted; so is every item past ``max_facts``. An item repeating an earlier
     one (the same category, key and value; models do repeat themselves) is left out uncounted:
-    writing it again would only re-verify the fact. Raises ``ExtractionError`` only when the
-    reply holds no JSON at all.
+    writing it again would only re-verify the fact. Not when a fact of another value for the
+    key, or for another spelling of it, came in between: written after that, the item changes
+    the fact back, as the reply's order says, so it is kept. Raises ``ExtractionError`` only
+    when the reply holds no JSON at all.
     """
     found = _locate(reply)
     if found is None:
@@ -415,17 +418,34 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     items, skipped = _items(found.value)
     skipped += found.lost
     facts: list[FactDraft] = []
-    seen: set[tuple[str, str, str]] = set()
+    kept: set[tuple[str, str, str]] = set()
+    # The last fact kept for each (category, key spelling): an item is a repeat only when it
+    # writes what that one wrote. After a fact of another value for the key (or for another
+    # spelling of it, which the upsert's dedupe merges), it changes the fact back: kept.
+    latest: dict[tuple[str, str], tuple[str, str]] = {}
     for item in items:
         draft = _draft(item)
-        if draft is not None and (draft.category, draft.key, draft.value) in seen:
+        if draft is not None and _repeats(draft, kept, latest):
             continue
         if draft is None or len(facts) >= max_facts:
             skipped += 1
         else:
-            seen.add((draft.category, draft.key, draft.value))
+            kept.add((draft.category, draft.key, draft.value))
+            latest[draft.category, normalize_key(draft.key)] = (draft.key, draft.value)
             facts.append(draft)
     return ParsedFacts(tuple(facts), skipped, truncated=found.truncated)
+
+
+def _repeats(
+    draft: FactDraft,
+    kept: set[tuple[str, str, str]],
+    latest: dict[tuple[str, str], tuple[str, str]],
+) -> bool:
+    """Whether writing ``draft`` after the facts kept would only re-verify one of them: the
+    same category, key and value as the last fact kept for its key's spelling."""
+    if (draft.category, draft.key, draft.value) not in kept:
+        return False  # the common case, without normalising the key
+    return latest.get((draft.category, normalize_key(draft.key))) == (draft.key, draft.value)
 
 
 _SUMMARY_FENCE: Final = re.compile(r"\A```[\w-]*[^\S\n]*\n(.*?)\n?```\Z", re.DOTALL)

@@ -34,7 +34,7 @@ def test_a_repeated_fact_is_kept_once_and_not_counted_as_skipped() -> None:
     again = {**EDITOR, "source": "conversation"}
     other_value = {**EDITOR, "value": "helix"}
     other_category = {**EDITOR, "category": "tools"}
-    reply = json.dumps([EDITOR, OS, again, other_value, EDITOR, other_category])
+    reply = json.dumps([EDITOR, OS, again, EDITOR, other_value, other_category])
     parsed = parse_extracted_facts(reply, max_facts=4)
     assert triples(parsed) == [
         ("preferences", "editor", "neovim"),
@@ -43,6 +43,23 @@ def test_a_repeated_fact_is_kept_once_and_not_counted_as_skipped() -> None:
         ("tools", "editor", "neovim"),
     ]
     assert parsed.facts[0].source == "user_explicit" and parsed.skipped == 0
+
+
+def test_a_fact_returned_to_after_another_value_of_its_key_is_kept() -> None:
+    """neovim, helix, neovim again: the third changes the fact back (written after helix it is
+    no mere re-verify), so all three stay, in order, the last value last; the same when the
+    value in between came under another spelling of the key (the upsert merges spellings).
+    A repeat right after its first is still left out."""
+    helix = {**EDITOR, "value": "helix"}
+    helix_spelled = {**EDITOR, "key": "Editor", "value": "helix"}
+    for between in (helix, helix_spelled):
+        parsed = parse_extracted_facts(json.dumps([EDITOR, between, EDITOR, EDITOR]))
+        assert [(f.key, f.value) for f in parsed.facts] == [
+            ("editor", "neovim"),
+            (between["key"], "helix"),
+            ("editor", "neovim"),
+        ]
+        assert parsed.skipped == 0
 
 
 def test_plain_array_gives_typed_drafts() -> None:
