@@ -30,7 +30,7 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, the import con
 # one worker a core), so two workers a core on a 2-core machine took the suite from 234 s to 168 s.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -lt 4 ] && n=4; echo $$n)
 
-test: lint ## Lint, then the whole test suite on a real (embedded) PostgreSQL
+test: lint ## Lint, then every test but the cli/wheel/slow/soak ones on a real (embedded) PostgreSQL, TEST_WORKERS xdist workers
 	$(BIN)/pytest -n $(or $(strip $(TEST_WORKERS)),4)
 
 test-cli: $(STAMP) ## The operator CLI through its console script (tests/cli; CI runs it)

@@ -2,8 +2,8 @@
 excerpts by relevance, then sketches), with provenance and freshness marks on every hit.
 
 The caller (a facade) validates, embeds the query once and hands a lane runner
-(unit_of_work.LaneEngines.run); the plan's lanes then run concurrently, each on its own
-connection.
+(unit_of_work.LaneEngines.run); the plan's lanes then run concurrently, each on reads of its
+own (a pooled connection per statement).
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ Store = Literal["facts", "raw", "sketches"]
 Connection = Reads
 
 _LANES: Final[dict[SearchScope, tuple[tuple[Store, ...], ...]]] = {
-    # Raw history is the slow read: it gets a connection of its own, and the facts and the
-    # sketches (quick, index-served reads) share the other. More connections than cores
+    # Raw history is the slow read: it gets a lane of its own, and the facts and the
+    # sketches (quick, index-served reads) share the other. More concurrent reads than cores
     # buy nothing: the machine this runs on may have two.
     "all": (("raw",), ("facts", "sketches")),
     "facts": (("facts",),),
@@ -76,8 +76,8 @@ Via = Literal["vector", "text", "recent"]
 @dataclass(frozen=True, slots=True)
 class SearchPlan:
     """What one search reads: its scope, ``k`` per store, the query's terms (none: the most
-    recent items of each store), its lanes — the stores read one after the other on one
-    connection, the lanes concurrently — and whether the query vector is wanted."""
+    recent items of each store), its lanes — the stores read one after the other in a lane,
+    the lanes concurrently — and whether the query vector is wanted."""
 
     scope: SearchScope
     k: int
@@ -133,8 +133,9 @@ Ranked = list[tuple[Row, Via]]
 LaneRunner = Callable[
     [Sequence[bool], Callable[[int, Connection], Awaitable[None]]], Awaitable[None]
 ]
-"""Runs ``read(i, connection)`` for every lane ``i`` concurrently, each lane on a connection of
-its own, from the cached-plans engine where the lane's flag is set (LaneEngines.run)."""
+"""Runs ``read(i, reads)`` for every lane ``i`` concurrently, each lane on Reads of its own
+(never shared by two lanes), from the cached-plans engine where the lane's flag is set
+(LaneEngines.run: PooledReads, a pooled connection per statement)."""
 
 
 @dataclass(slots=True)
@@ -272,9 +273,10 @@ class UnifiedSearchService:
         """Facts (curated truth) first, then raw excerpts by relevance with their freshness
         marks, then sketches (the current session's first); ``k`` of each at most.
 
-        ``lanes``: runs a read for each lane of ``request.plan.lanes`` concurrently, each on a
-        connection of its own (never one shared by two lanes), from the cached-plans engine
-        where ``plan.cached_plans`` says so (unit_of_work.LaneEngines.run)."""
+        ``lanes``: runs a read for each lane of ``request.plan.lanes`` concurrently, each on
+        Reads of its own (never shared by two lanes; LaneEngines.run's take a pooled connection
+        per statement), from the cached-plans engine where ``plan.cached_plans`` says so
+        (unit_of_work.LaneEngines.run)."""
         plan = request.plan
         found = _Found()
         read_lanes: set[int] = set()
