@@ -588,7 +588,8 @@ HUGE = 2_000_000
     ],
 )
 def test_a_runaway_reply_is_read_in_a_moment(reply: str) -> None:
-    """The parse runs on the event loop's thread: a 2 MB reply of broken JSON took 5-10 s
+    """A 2 MB reply of broken JSON took 5-10 s to parse, on the event loop's thread then (now
+    a worker thread's past 64 K characters, which still must not take seconds)
     (every broken item cost a pass over the reply up to it; every broken object start a
     Python-level walk over the rest of it; every code fence a search of its own). Now it is
     given up on after a bounded number of tries, and the complete items before that count."""
