@@ -146,9 +146,48 @@ class BenchServer:
             await conn.close()
         return self.url(name)
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system) the server's processes have used so far: the postmaster
+        with the children it has reaped, and every live child (backends, background workers).
+        None where /proc is not there to read (not Linux)."""
+        try:
+            pid = int((self.directory / "pgdata" / "postmaster.pid").read_text().split()[0])
+            ticks = _proc_ticks(pid, children_too=True)
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and _proc_parent(int(entry)) == pid:
+                    ticks += _proc_ticks(int(entry), children_too=False)
+        except (OSError, ValueError, IndexError):
+            return None
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self._server.cleanup()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _proc_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name (field 3, the state, first)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        line = stat.read()
+    return line[line.rindex(")") + 2 :].split()
+
+
+def _proc_parent(pid: int) -> int | None:
+    try:
+        return int(_proc_fields(pid)[1])
+    except (OSError, ValueError, IndexError):
+        return None  # gone meanwhile
+
+
+def _proc_ticks(pid: int, *, children_too: bool) -> int:
+    """utime + stime (and the reaped children's cutime + cstime) of ``pid``, in clock ticks;
+    0 for a process gone meanwhile."""
+    try:
+        fields = _proc_fields(pid)
+    except OSError:
+        return 0
+    used = int(fields[11]) + int(fields[12])
+    return used + (int(fields[13]) + int(fields[14]) if children_too else 0)
 
 
 async def migrate(url: str) -> None:

@@ -33,6 +33,7 @@ from benchmarks.chunks_data import UserPlan, plan_users
 from benchmarks.facts_data import FactSet, build_fact_set
 from benchmarks.harness import (
     BenchContext,
+    BenchServer,
     CapturedStatement,
     Row,
     SectionReport,
@@ -638,19 +639,31 @@ class Flow:
     latencies: list[float]
     opened: int | None = None
     """Connections the package's pools opened during the flow (None: not counted)."""
+    client_cpu: float | None = None
+    """CPU seconds this process used during the flow (the callers, the driver, the package)."""
+    server_cpu: float | None = None
+    """CPU seconds the server's processes used during the flow (None: not measurable here)."""
 
     @property
     def rate(self) -> float:
         return len(self.latencies) / self.seconds
 
     def row(self) -> Row:
+        calls = len(self.latencies)
+        cpu = ""
+        if self.client_cpu is not None and self.server_cpu is not None:
+            cpu = (
+                f"; CPU a search: client {fmt_ms(self.client_cpu / calls)} ms, server "
+                f"{fmt_ms(self.server_cpu / calls)} ms"
+            )
         return Row(
             f"{self.how}, {self.callers} concurrent callers: searches/s (p50 / p95 ms)",
             f"{self.rate:,.0f} ({fmt_ms(percentile(self.latencies, 50))} / "
             f"{fmt_ms(percentile(self.latencies, 95))})",
             "",
-            f"{len(self.latencies)} calls, vector path; client and server share the 2 cores"
-            + ("" if self.opened is None else f"; {self.opened} connections opened meanwhile"),
+            f"{calls} calls, vector path; client and server share the 2 cores"
+            + ("" if self.opened is None else f"; {self.opened} connections opened meanwhile")
+            + cpu,
         )
 
 
@@ -685,7 +698,7 @@ async def throughput(
     for pool in pools:
         event.listen(pool, "connect", on_connect)
     try:
-        package_flow = await _callers("memory.search", len(queries), lambda _: package)
+        package_flow = await _callers("memory.search", len(queries), lambda _: package, ctx.server)
     finally:
         for pool in pools:
             event.remove(pool, "connect", on_connect)
@@ -699,7 +712,9 @@ async def throughput(
         def on_raw(caller: int) -> Callable[[int], Awaitable[float]]:
             return lambda index: raws[caller].run(captured[index])
 
-        raw_flow = await _callers("the same statements on raw asyncpg", len(queries), on_raw)
+        raw_flow = await _callers(
+            "the same statements on raw asyncpg", len(queries), on_raw, ctx.server
+        )
     finally:
         for raw in raws:
             await raw.close()
@@ -707,9 +722,13 @@ async def throughput(
 
 
 async def _callers(
-    how: str, count: int, call_of: Callable[[int], Callable[[int], Awaitable[float]]]
+    how: str,
+    count: int,
+    call_of: Callable[[int], Callable[[int], Awaitable[float]]],
+    server: BenchServer | None = None,
 ) -> Flow:
-    """Calls 0..count-1 shared out to CALLERS tasks as each becomes free."""
+    """Calls 0..count-1 shared out to CALLERS tasks as each becomes free; with ``server``, the
+    CPU this process and the server's processes used meanwhile."""
     latencies: list[float] = []
     next_index = iter(range(count))
 
@@ -718,9 +737,19 @@ async def _callers(
         for index in next_index:
             latencies.append(await call(index))
 
+    server_before = server.cpu_seconds() if server is not None else None
+    client_before = time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(caller(n) for n in range(CALLERS)))
-    return Flow(how, CALLERS, time.perf_counter() - started, latencies)
+    seconds = time.perf_counter() - started
+    client = time.process_time() - client_before
+    server_after = server.cpu_seconds() if server is not None else None
+    used = (
+        server_after - server_before
+        if server_before is not None and server_after is not None
+        else None
+    )
+    return Flow(how, CALLERS, seconds, latencies, client_cpu=client, server_cpu=used)
 
 
 # --- recall -------------------------------------------------------------------------------------

@@ -5,7 +5,10 @@ straight to the driver (repositories.statements.fetch_rows) alike."""
 
 from __future__ import annotations
 
-from benchmarks.harness import TimingEmbedder
+import asyncio
+
+import pytest
+from benchmarks.harness import BenchServer, TimingEmbedder
 from benchmarks.sections import timed_memory
 
 from navi_memory.testing import FakeOllama
@@ -34,3 +37,26 @@ async def test_the_clock_captures_fact_and_chunk_reads_from_both_engines(
     assert clock.seconds > before[0]
     assert facts[0].parameters  # as sent: replayable on raw asyncpg
     assert embedder.texts >= 2
+
+
+@pytest.mark.slow
+async def test_the_bench_server_counts_the_cpu_its_backends_use() -> None:
+    """BenchServer.cpu_seconds (the 8-caller rows' server CPU): the server's processes, live
+    backends and the ones gone alike, grow by what a CPU-bound query costs them."""
+    server = BenchServer(parent=None)
+    try:
+        before = server.cpu_seconds()
+        assert before is not None
+        conn = await server.connect()
+        try:
+            await conn.fetchval("SELECT sum(g) FROM generate_series(1, 4000000) g")
+            during = server.cpu_seconds()
+        finally:
+            await conn.close()
+        await asyncio.sleep(0.2)  # the backend exits; the postmaster reaps it
+        after = server.cpu_seconds()
+    finally:
+        server.stop()
+    assert during is not None and after is not None
+    assert during - before > 0.1  # the live backend's work
+    assert after >= during  # kept once the backend has gone
