@@ -418,34 +418,24 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     items, skipped = _items(found.value)
     skipped += found.lost
     facts: list[FactDraft] = []
-    kept: set[tuple[str, str, str]] = set()
     # The last fact kept for each (category, key spelling): an item is a repeat only when it
     # writes what that one wrote. After a fact of another value for the key (or for another
     # spelling of it, which the upsert's dedupe merges), it changes the fact back: kept.
     latest: dict[tuple[str, str], tuple[str, str]] = {}
     for item in items:
         draft = _draft(item)
-        if draft is not None and _repeats(draft, kept, latest):
-            continue
-        if draft is None or len(facts) >= max_facts:
+        if draft is None:
             skipped += 1
-        else:
-            kept.add((draft.category, draft.key, draft.value))
-            latest[draft.category, normalize_key(draft.key)] = (draft.key, draft.value)
-            facts.append(draft)
+            continue
+        slot = (draft.category, normalize_key(draft.key))
+        if latest.get(slot) == (draft.key, draft.value):
+            continue  # a repeat: written again it would only re-verify the fact
+        if len(facts) >= max_facts:
+            skipped += 1
+            continue
+        latest[slot] = (draft.key, draft.value)
+        facts.append(draft)
     return ParsedFacts(tuple(facts), skipped, truncated=found.truncated)
-
-
-def _repeats(
-    draft: FactDraft,
-    kept: set[tuple[str, str, str]],
-    latest: dict[tuple[str, str], tuple[str, str]],
-) -> bool:
-    """Whether writing ``draft`` after the facts kept would only re-verify one of them: the
-    same category, key and value as the last fact kept for its key's spelling."""
-    if (draft.category, draft.key, draft.value) not in kept:
-        return False  # the common case, without normalising the key
-    return latest.get((draft.category, normalize_key(draft.key))) == (draft.key, draft.value)
 
 
 _SUMMARY_FENCE: Final = re.compile(r"\A```[\w-]*[^\S\n]*\n(.*?)\n?```\Z", re.DOTALL)
