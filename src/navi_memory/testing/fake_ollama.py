@@ -273,6 +273,10 @@ class FakeOllama:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # stop() must not wait for a stalled answer
+    # socketserver's default backlog is 5: twenty searches opening connections at once on a
+    # loaded machine overflowed it and a request failed (ReadError); Ollama's Go server listens
+    # with the system's (4096 on current Linux).
+    request_queue_size = 128
     fake: FakeOllama
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
