@@ -108,8 +108,11 @@ async def ranked(
     *,
     prune_from: int | None,
     seed: tuple[int, int] = (CHUNK_BM25_SEED_ROWS, CHUNK_BM25_SEED_EVERY),
+    small: bool = False,
 ) -> list[tuple[Any, ...]]:
-    sql = ranked_text_sql(by_user=True, by_session=False, prune=prune_from is not None)
+    """The BM25 list; ``small``: the small-user statement, on a generic plan (as on the
+    cached-plans engine)."""
+    sql = ranked_text_sql(by_user=True, by_session=False, prune=prune_from is not None, small=small)
     params: dict[str, Any] = {
         "uid": uid,
         "query": query,
@@ -121,6 +124,8 @@ async def ranked(
     if prune_from is not None:
         params.update(prune_from=prune_from, seed_rows=seed[0], seed_every=seed[1])
     async with memory.engine.connect() as conn:
+        if small:  # this transaction's only
+            await conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
         rows = (await conn.execute(text(sql), params)).mappings().all()
     return [(r["id"], r["score"], r["terms_hit"], r["scope_chunks"]) for r in rows]
 
@@ -292,9 +297,9 @@ async def test_the_pruned_list_is_the_plain_list_to_the_bit(
 ) -> None:
     """Whatever the chunks (indexed or still queued, written in one statement or two), the
     query, the limit, the seed's sizes and whether the user's frequencies are kept (counted
-    at once, or from the second statement on, or never), the pruned statement returns the
-    plain statement's rows: the same chunks, order, scores and terms hit. Another user's
-    chunks (same words) change neither."""
+    at once, or from the second statement on, or never), the pruned statement and the
+    small-user one (on a generic plan) return the plain statement's rows: the same chunks,
+    order, scores and terms hit. Another user's chunks (same words) change neither."""
     await set_df_from(memory, df_from)
     uid, other = await new_user(memory), await new_user(memory)
     contents = [f"{words} #{n}" for n, (words, _) in enumerate(corpus)]
@@ -308,6 +313,7 @@ async def test_the_pruned_list_is_the_plain_list_to_the_bit(
     plain = await ranked(memory, uid, phrase, limit, prune_from=None)
     assert await ranked(memory, uid, phrase, limit, prune_from=0, seed=seed) == plain
     assert await ranked(memory, uid, phrase, limit, prune_from=10**6, seed=seed) == plain
+    assert await ranked(memory, uid, phrase, limit, prune_from=None, small=True) == plain
 
 
 def plan_params(uid: uuid.UUID, query: str) -> dict[str, Any]:

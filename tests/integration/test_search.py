@@ -666,22 +666,34 @@ async def test_a_lane_gives_its_connection_back_as_soon_as_its_own_read_ends(
     quiet_memory: Memory,
 ) -> None:
     """The facts and sketches lane returns its connection while the raw history's read still
-    waits (here for a lock on memory_chunks), and the search answers in full once it ends."""
+    waits (here for a lock on memory_chunks), and the search answers in full once it ends.
+    The raw history reads on custom plans for a user not yet known small, on cached plans
+    (the same pool as the facts') once the first search has shown them small."""
     memory = quiet_memory
-    uid = await new_user(memory)
-    sid = await new_session_row(memory, uid)
-    await seed_all_stores(memory, uid, sid, "w0x")
-    expected = await memory.search.search("w0x deploy", user_id=uid)
-    assert kinds(expected) == ["fact", "raw", "raw", "sketch", "sketch"]
     pool = memory.cached_plans_engine.pool
-    async with search_behind_locked_chunks(memory, "w0x deploy", uid) as (search, cached_done):
-        await eventually(lambda: cached_done[0] >= 2 and pool.checkedout() == 0)  # type: ignore[attr-defined]
-        # The facts and the sketches were read, and their connection is back in its pool,
-        # while the raw history's read still waits.
-        assert cached_done[0] == 2
-        assert pool.checkedout() == 0  # type: ignore[attr-defined]
-        assert not search.done()
-    assert await search == expected
+    hints = memory.search._service.prune_hints
+    for word, known_small in (("w0x", True), ("w2x", False)):
+        uid = await new_user(memory)
+        sid = await new_session_row(memory, uid)
+        await seed_all_stores(memory, uid, sid, word)
+        expected = await memory.search.search(f"{word} deploy", user_id=uid)
+        assert kinds(expected) == ["fact", "raw", "raw", "sketch", "sketch"]
+        if not known_small:
+            hints.learn(uid, [{"scope_chunks": hints.prune_from}])  # forgotten as small
+        assert hints.prune(uid) is not known_small
+        # The raw history's connection, still waiting, when it is the cached pool's.
+        waiting = 1 if known_small else 0
+        async with search_behind_locked_chunks(memory, f"{word} deploy", uid) as (
+            search,
+            cached_done,
+        ):
+            await eventually(lambda: cached_done[0] >= 2 and pool.checkedout() == waiting)  # type: ignore[attr-defined]  # noqa: B023
+            # The facts and the sketches were read, and their connection is back in its
+            # pool, while the raw history's read still waits.
+            assert cached_done[0] == 2
+            assert pool.checkedout() == waiting  # type: ignore[attr-defined]
+            assert not search.done()
+        assert await search == expected
 
 
 async def test_a_search_cancelled_mid_read_gives_every_connection_back(

@@ -558,9 +558,13 @@ class MemoryStore:
         session_id = check_optional_session_id(session_id)
         terms = query_terms(query)
         vector = await self._embedding.query(query) if terms else None
-        # One statement: no transaction (the connection's settings hold the HNSW options).
-        async with pooled_reads(self._engine) as reads:
-            return await self._chunks.search(reads, scope, session_id, vector, terms, limit)
+        # One statement: no transaction (the connection's settings hold the HNSW options). A
+        # user known small reads with a statement whose plan is every small user's: cached.
+        small = self._chunks.small_read(scope, session_id, terms)
+        async with pooled_reads(self._cached_plans if small else self._engine) as reads:
+            return await self._chunks.search(
+                reads, scope, session_id, vector, terms, limit, small=small
+            )
 
     async def latest_summary_at(self, session_id: str) -> datetime | None:
         """When the session's last summary was written: the freshness boundary for raw

@@ -364,6 +364,49 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: 
         LIMIT :limit"""
 
 
+def _nearest_small() -> str:
+    """One small user's ``limit`` nearest chunks (the statement ``small`` of ranked_text_sql),
+    exactly: every vector of theirs on either side of the graph (a user below
+    CHUNK_BM25_PRUNE_FROM is beside it, unless they shrank out of it: then exact is better than
+    the graph's approximation), and the queue's, as ``_nearest`` reads them.
+
+    Written for a generic plan, the same for every such user: the query's unit vector a scalar
+    subquery (made once, not per row), and each side a subquery behind ``OFFSET 0``, so that no
+    index can serve its order — the HNSW graph, which a plan that cannot see the user's size
+    might take, walks everyone's rows. Each side is read through the user's btree."""
+    unit = f"(SELECT CAST(l2_normalize({QUERY_VECTOR}) AS {_HALFVEC}))"
+    return f"""
+        SELECT u.id, u.approx FROM (
+            (SELECT s.id, s.approx FROM (
+                SELECT v.chunk_id AS id, v.embedding <=> {unit} AS approx
+                FROM memory_chunk_vectors v WHERE NOT v.in_graph AND v.user_id = :uid
+                UNION ALL
+                SELECT v.chunk_id, v.embedding <=> {unit}
+                FROM memory_chunk_vectors v WHERE v.in_graph AND v.user_id = :uid
+                OFFSET 0) s
+             ORDER BY s.approx
+             LIMIT :limit)
+            UNION ALL
+            (SELECT s.id, s.approx FROM (
+                SELECT p.chunk_id AS id, p.embedding <=> {unit} AS approx
+                FROM memory_chunk_vector_queue p
+                WHERE p.embedding IS NOT NULL AND p.user_id = :uid
+                OFFSET 0) s
+             ORDER BY s.approx
+             LIMIT :limit)
+            UNION ALL
+            (SELECT s.id, s.approx FROM (
+                SELECT c.id, c.embedding <=> {QUERY_VECTOR} AS approx
+                FROM memory_chunk_vector_queue p JOIN memory_chunks c ON c.id = p.chunk_id
+                WHERE p.embedding IS NULL AND p.user_id = :uid AND c.embedding IS NOT NULL
+                OFFSET 0) s
+             ORDER BY s.approx
+             LIMIT :limit)
+        ) u
+        ORDER BY u.approx + 0
+        LIMIT :limit"""
+
+
 _RANKED_HEAD = r"""
     WITH ql AS MATERIALIZED (
         -- The query's lexemes, made by the very function that made every chunk's tsvector.
@@ -485,6 +528,35 @@ _RANKED_TEXT = (
 idf from the statistics of the chunks in scope (the user's own), tf saturation (``k1``),
 length normalisation (``b``, length in distinct lexemes). The document frequency of a lexeme is
 counted over the candidates, which is exact: every chunk holding the lexeme is a candidate."""
+
+_RANKED_TEXT_SMALL = (
+    _RANKED_HEAD
+    + """
+    tq AS MATERIALIZED (SELECT navi_text_tsquery(CAST(:query AS text)) AS q),
+    cand AS MATERIALIZED (
+        -- The user's chunks holding a query lexeme: every chunk of theirs through their btree
+        -- (behind OFFSET 0, so that no plan ANDs it with GIN, which reads every user's chunks
+        -- holding a common word), the tsquery made once (tq). And the queued ones.
+        SELECT t.chunk_id AS id, t.ended_at, """
+    + _query_lexemes_of("t.tsv")
+    + """ AS tsv, t.lexemes AS dl
+        FROM (SELECT * FROM memory_chunk_terms t WHERE {terms_where} OFFSET 0) t
+        WHERE t.tsv @@ (SELECT q FROM tq)
+        UNION ALL
+        SELECT q.id, q.ended_at, """
+    + _query_lexemes_of("q.tsv")
+    + """, length(q.tsv)
+        FROM queued q
+        WHERE q.tsv @@ (SELECT q FROM tq)
+    ),"""
+    + _tf("cand_tf", "cand")
+    + """,
+    df AS (SELECT lexeme, count(*)::float8 AS df FROM cand_tf GROUP BY lexeme),"""
+    + _scored("scored", "cand_tf", "df")
+    + _RANKED_TAIL
+)
+"""_RANKED_TEXT for one small user, written for a generic plan (ranked_text_sql's ``small``):
+the same candidates, scored by the same expressions, so the same rows to the bit."""
 
 _OPERAND = r"'''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''''"
 """A lexeme quoted as a tsquery operand (quotes doubled, backslashes escaped)."""
@@ -628,6 +700,7 @@ def ranked_text_sql(
     with_vector: bool = False,
     with_summary_at: bool = False,
     prune: bool = False,
+    small: bool = False,
 ) -> str:
     """The BM25 text statement, narrowed to ``:uid`` and/or ``:sid`` (bound parameters, with
     ``:query`` — the ``:terms`` joined by spaces —, ``:k1``, ``:b`` and ``:limit``). Rows carry
@@ -645,9 +718,17 @@ def ranked_text_sql(
     pruned statement (``_RANKED_TEXT_PRUNED``), which also binds ``:prune_from`` (it prunes
     only for a user of that many chunks or more, and otherwise reads what the plain one reads),
     ``:seed_rows`` and ``:seed_every`` (its seed's sizes, see CHUNK_BM25_SEED_ROWS).
+
+    ``small`` (one user's chunks, no session; not with ``prune``): the plain statement written
+    for a generic plan, the same for every user small enough (CHUNK_BM25_PRUNE_FROM) for the
+    plain statement: ``_RANKED_TEXT_SMALL`` and ``_nearest_small``. The same rows as the plain
+    statement (for a user the graph holds rows of, its exact nearest chunks where the plain
+    one's graph side is approximate); it binds no ``:settled_rows``.
     """
-    if prune and (not by_user or by_session):
-        raise ValueError("the pruned BM25 statement is for one user's chunks, by no session")
+    if (prune or small) and (not by_user or by_session):
+        raise ValueError("the pruned and small statements are for one user's chunks, by no session")
+    if prune and small:
+        raise ValueError("a statement is pruned or small, not both")
     queue_where, terms_where, queued_where, stats_where = ["TRUE"], ["TRUE"], ["TRUE"], ["TRUE"]
     vector_where, vector_queue_where = ["TRUE"], ["TRUE"]
     if by_user:
@@ -661,7 +742,8 @@ def ranked_text_sql(
         queued_where.append("q.session_id = :sid")
         vector_where.append("v.session_id = :sid")
         vector_queue_where.append("c.session_id = :sid")
-    ctes = (_RANKED_TEXT_PRUNED if prune else _RANKED_TEXT).format(
+    template = _RANKED_TEXT_PRUNED if prune else _RANKED_TEXT_SMALL if small else _RANKED_TEXT
+    ctes = template.format(
         queue_where=" AND ".join(queue_where),
         terms_where=" AND ".join(terms_where),
         queued_where=" AND ".join(queued_where),
@@ -678,11 +760,15 @@ def ranked_text_sql(
     SELECT {columns}, top.score, top.hits AS terms_hit
     FROM top JOIN memory_chunks c ON c.id = top.id
     ORDER BY top.score DESC, c.ended_at DESC, c.id DESC"""
-    nearest = _nearest(
-        " AND ".join(vector_where),
-        " AND ".join(vector_queue_where),
-        by_user=by_user,
-        by_session=by_session,
+    nearest = (
+        _nearest_small()
+        if small
+        else _nearest(
+            " AND ".join(vector_where),
+            " AND ".join(vector_queue_where),
+            by_user=by_user,
+            by_session=by_session,
+        )
     )
     return f"""{ctes},
     nearest AS MATERIALIZED ({nearest}),
@@ -786,6 +872,7 @@ class ChunkSearchRepository:
         b: float,
         with_summary_at: bool = False,
         prune_from: int | None = None,
+        small: bool = False,
     ) -> list[FetchedRow]:
         """The ``limit`` best chunks by BM25 over their content and breadcrumbs, best first;
         rows carry ``score``, ``terms_hit`` (query terms held whole: every lexeme of it) and
@@ -794,7 +881,9 @@ class ChunkSearchRepository:
 
         ``prune_from`` (one user's chunks, no session): the pruned statement, which reads
         only the chunks that can reach the top when the user holds that many chunks or more
-        (``ranked_text_sql``); the same rows."""
+        (``ranked_text_sql``); the same rows. ``small``: the small-user statement, for a user
+        of fewer than CHUNK_BM25_PRUNE_FROM chunks (its plan is every such user's: run it on
+        cached plans); the same rows again."""
         params = self._ranked_params(
             user_id, session_id, terms, limit, k1=k1, b=b, prune_from=prune_from
         )
@@ -803,6 +892,7 @@ class ChunkSearchRepository:
             by_session=session_id is not None,
             with_summary_at=with_summary_at,
             prune=prune_from is not None,
+            small=small,
         )
         return await fetch_rows(self.session, statement(sql), params)
 
@@ -818,19 +908,21 @@ class ChunkSearchRepository:
         b: float,
         with_summary_at: bool = False,
         prune_from: int | None = None,
+        small: bool = False,
         graph_from: int = CHUNK_GRAPH_FROM,
     ) -> tuple[list[FetchedRow], list[FetchedRow]]:
         """Both lists of a fused search in one statement: the ``limit`` nearest chunks (HNSW
         index and queue, see ``_nearest``), nearest first, each with its exact cosine
         ``distance`` (no threshold: the caller applies one); and the ``limit`` best by BM25,
         best first, with ``score`` and ``terms_hit``. A chunk in both lists is read once and
-        is the same row in both. ``prune_from``: as for ``search_ranked_text``;
+        is the same row in both. ``prune_from``, ``small``: as for ``search_ranked_text`` (the
+        small-user statement reads the user's nearest chunks exactly, see ``_nearest_small``);
         ``graph_from``: as for ``search``."""
         params = self._ranked_params(
             user_id, session_id, terms, limit, k1=k1, b=b, prune_from=prune_from
         )
         params["q"] = vector_binary(query_vector)
-        if user_id is not None and session_id is None:
+        if user_id is not None and session_id is None and not small:
             params["settled_rows"] = settled_rows(graph_from)
         sql = ranked_text_sql(
             by_user=user_id is not None,
@@ -838,6 +930,7 @@ class ChunkSearchRepository:
             with_vector=True,
             with_summary_at=with_summary_at,
             prune=prune_from is not None,
+            small=small,
         )
         rows = await fetch_rows(self.session, statement(sql), params)
         nearest = sorted(

@@ -125,6 +125,17 @@ class PruneHints:
             self._small.popitem(last=False)
 
 
+def small_user(hints: PruneHints | None, scope: uuid.UUID | None, session_id: str | None) -> bool:
+    """Whether a bm25 search of ``scope``'s chunks takes the small-user statement
+    (ranked_text_sql's ``small``): one user's chunks by no session, a user ``hints`` know to
+    hold fewer than their ``prune_from`` chunks. That statement's plan is the same for every
+    such user, so it runs on cached plans: a generic plan, made once per connection, where
+    planning the unpruned statement for each call cost ~1.5 ms, more than running it
+    (docs/benchmarks.md, "2026-12-06, 12:30–"). Users not known small keep the statements
+    planned for them."""
+    return hints is not None and scope is not None and session_id is None and not hints.prune(scope)
+
+
 async def ranked_lists(
     repo: ChunkSearchRepository,
     scope: uuid.UUID | None,
@@ -136,6 +147,7 @@ async def ranked_lists(
     *,
     with_summary_at: bool = False,
     hints: PruneHints | None = None,
+    small: bool = False,
     graph_from: int = CHUNK_GRAPH_FROM,
 ) -> tuple[list[FetchedRow], list[FetchedRow]]:
     """The two lists the bm25 ranking fuses, in one statement: the vector hits closer than
@@ -143,15 +155,19 @@ async def ranked_lists(
     best first; ``limit`` of each at most.
 
     ``hints``: one user's search (no session) takes the pruned BM25 statement unless they say
-    the user is small, and teaches them what the rows show. ``graph_from``: CHUNK_GRAPH_FROM
-    (which users the vector list reads through the graph alone)."""
+    the user is small, and teaches them what the rows show. ``small``: the caller found the
+    user small (``small_user``; it runs the read on cached plans): the small-user statement,
+    the same rows as the plain one. ``graph_from``: CHUNK_GRAPH_FROM (which users the vector
+    list reads through the graph alone)."""
     learner = hints if scope is not None and session_id is None else None
-    prune = learner is not None and scope is not None and learner.prune(scope)
+    small = small and learner is not None
+    prune = learner is not None and scope is not None and not small and learner.prune(scope)
     options: dict[str, Any] = {
         "k1": CHUNK_BM25_K1,
         "b": CHUNK_BM25_B,
         "with_summary_at": with_summary_at,
         "prune_from": learner.prune_from if learner is not None and prune else None,
+        "small": small,
     }
     nearest: list[FetchedRow] = []
     if query_vector is None:
@@ -236,11 +252,13 @@ class ChunkService:
         query_vector: Sequence[float] | None,
         terms: Sequence[str],
         limit: int,
+        *,
+        small: bool = False,
     ) -> list[ChunkHit]:
         """No terms: the most recent chunks. ``bm25``: the BM25 text list and the vector hits
         closer than ``max_distance``, fused by a weighted sum of scores (``fuse_hits``).
         ``terms`` (the spec's): vector hits closer than ``max_distance`` first, then text hits
-        by distinct terms hit."""
+        by distinct terms hit. ``small``: ``small_read`` said so (``conn`` on cached plans)."""
         repo = ChunkSearchRepository(session=conn)
         if not terms:
             recent = await repo.recent(scope, session_id, limit)
@@ -265,6 +283,7 @@ class ChunkService:
             limit,
             self.max_distance,
             hints=self.prune_hints,
+            small=small,
             graph_from=self.graph_from,
         )
         return fuse_hits(
@@ -274,6 +293,18 @@ class ChunkService:
             to_chunk_hit,
             recency="ended_at",
             vector_weight=CHUNK_FUSION_VECTOR_WEIGHT,
+        )
+
+    def small_read(
+        self, scope: uuid.UUID | None, session_id: str | None, terms: Sequence[str]
+    ) -> bool:
+        """Whether ``search`` with these arguments reads with the small-user statement
+        (``small_user``): then its reads belong on the cached-plans engine, and ``search``
+        is told so (``small``)."""
+        return (
+            self.text_ranking == "bm25"
+            and bool(terms)
+            and small_user(self.prune_hints, scope, session_id)
         )
 
     async def latest_summary_at(

@@ -29,7 +29,7 @@ from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.kv import KvSearchRepository
 from navi_memory.repositories.statements import FetchedRow, Reads
 from navi_memory.schemas import MemoryHit
-from navi_memory.services.chunks import PruneHints, ranked_lists
+from navi_memory.services.chunks import PruneHints, ranked_lists, small_user
 from navi_memory.services.ranking import fuse_hits, rank_hits
 from navi_memory.text.freshness import (
     FactVersion,
@@ -280,12 +280,24 @@ class UnifiedSearchService:
         plan = request.plan
         found = _Found()
         read_lanes: set[int] = set()
+        # A user known small reads the raw history with a statement whose plan is every small
+        # user's (ranked_lists' ``small``): that lane goes to cached plans too.
+        small = (
+            "raw" in plan.stores
+            and bool(plan.terms)
+            and self.text_ranking == "bm25"
+            and small_user(self.prune_hints, request.owner, request.session_id)
+        )
+        cached_plans = [
+            cached or (small and "raw" in lane)
+            for cached, lane in zip(plan.cached_plans, plan.lanes, strict=True)
+        ]
 
         async def read(index: int, conn: Connection) -> None:
             read_lanes.add(index)
-            await self._read(conn, plan.lanes[index], request, found)
+            await self._read(conn, plan.lanes[index], request, found, small=small)
 
-        await lanes(plan.cached_plans, read)
+        await lanes(cached_plans, read)
         if len(read_lanes) != len(plan.lanes):
             # A runner that skipped a lane would drop a store from the answer without a word.
             raise RuntimeError(f"the lane runner read {len(read_lanes)} of {len(plan.lanes)} lanes")
@@ -304,11 +316,18 @@ class UnifiedSearchService:
         return [*found.fact_hits, *raw, *found.sketches]
 
     async def _read(
-        self, conn: Connection, lane: Sequence[Store], request: SearchRequest, found: _Found
+        self,
+        conn: Connection,
+        lane: Sequence[Store],
+        request: SearchRequest,
+        found: _Found,
+        *,
+        small: bool,
     ) -> None:
         """One lane's stores, one after the other. What can be made of a store's rows alone
         is made here, while the other lane may still be reading: the fact hits, and the facts'
-        words for the freshness marks."""
+        words for the freshness marks. ``small``: the raw history's user is known small (see
+        ``search``)."""
         plan = request.plan
         for store in lane:
             if store == "facts":
@@ -318,7 +337,7 @@ class UnifiedSearchService:
                 if plan.scope in ("all", "facts"):
                     found.fact_hits = [_fact_hit(row, via=via) for row, via in facts[: plan.k]]
             elif store == "raw":
-                found.raw = await self._raw(conn, request)
+                found.raw = await self._raw(conn, request, small=small)
             else:
                 found.sketches = await self._sketches(conn, request)
 
@@ -336,10 +355,10 @@ class UnifiedSearchService:
         )
         return rank_hits(rows, limit, _ranked, recency="updated_at")
 
-    async def _raw(self, conn: Connection, request: SearchRequest) -> Ranked:
+    async def _raw(self, conn: Connection, request: SearchRequest, *, small: bool) -> Ranked:
         """The raw excerpts, ranked as search_chunks ranks them (see the class; no terms: the
         most recent), each with its session's summary boundary (``summary_at``), in one
-        statement."""
+        statement; ``small``: with the small-user statement (ranked_lists)."""
         repo = ChunkSearchRepository(session=conn)
         plan = request.plan
         k = plan.k
@@ -370,6 +389,7 @@ class UnifiedSearchService:
                 self.chunk_max_distance,
                 with_summary_at=True,
                 hints=self.prune_hints,
+                small=small,
                 graph_from=self.chunk_graph_from,
             )
             ranked = fuse_hits(
