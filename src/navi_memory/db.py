@@ -412,7 +412,9 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
     to run for most users. Statements whose best plan is the same for every user (a user's
     facts scanned exactly through their btree, the sketches) run on a second engine,
     ``cached_plans=True``, where PostgreSQL's default (``auto``) reuses a generic plan: the fact
-    search then took 1.6-2.0 ms at p50 against 2.9-3.7 with custom plans, the same rows.
+    search then took 1.6-2.0 ms at p50 against 2.9-3.7 with custom plans, the same rows. So
+    does the raw history's statement for a user known small (services.chunks.small_user); this
+    engine's pool holds twice DB_POOL_SIZE connections, as a unified search may take two.
 
     The URL's libpq options become connect() arguments (connect_options); its
     ``connect_timeout`` and ``application_name`` win over DB_CONNECT_TIMEOUT_SECONDS and
@@ -421,7 +423,12 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
     driver_url, url_args = connect_options(url)
     engine = create_async_engine(
         driver_url,
-        pool_size=settings.db_pool_size,
+        # The cached-plans engine keeps twice DB_POOL_SIZE: a unified search of a user known
+        # small reads both its lanes there (raw history's small-user statement, facts and
+        # sketches). With one pool's worth, eight callers' sixteen reads went past it, and
+        # each overflow connection, closed when given back, cost a connect, the vector codec's
+        # lookups and five custom plans again (searches/s fell from ~340 to ~210).
+        pool_size=settings.db_pool_size * (2 if cached_plans else 1),
         max_overflow=settings.db_max_overflow,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_recycle=settings.db_pool_recycle_seconds,

@@ -29,6 +29,11 @@ async def test_the_main_engine_forces_custom_plans_and_the_other_leaves_them_to_
         assert await conn.scalar(text("SHOW plan_cache_mode")) == "auto"
         # The same connection settings otherwise: the HNSW options hold on both.
         assert await conn.scalar(text("SHOW hnsw.iterative_scan")) == "relaxed_order"
+    # A unified search of a user known small reads both its lanes on cached plans: that pool
+    # keeps twice DB_POOL_SIZE, so eight callers' reads do not churn overflow connections.
+    size = memory.settings.db_pool_size
+    assert memory.engine.pool.size() == size  # type: ignore[attr-defined]
+    assert memory.cached_plans_engine.pool.size() == 2 * size  # type: ignore[attr-defined]
 
 
 async def test_fact_and_sketch_reads_use_cached_plans_and_the_raw_history_custom_ones(
@@ -36,7 +41,8 @@ async def test_fact_and_sketch_reads_use_cached_plans_and_the_raw_history_custom
 ) -> None:
     """search_facts, and unified search's facts and sketches lane, run on the cached-plans
     engine; the raw history's search (HNSW or the user's btree, by the user's size) on the
-    engine that plans for each user."""
+    engine that plans for each user — until a search has shown the user small: then the
+    small-user statement, whose plan is every small user's, on cached plans too."""
     uid = await new_user(memory)
     sid = await new_session_row(memory, uid)
     await memory.store.upsert_fact("technical", "server_port", "8099", user_id=uid)
@@ -61,8 +67,10 @@ async def test_fact_and_sketch_reads_use_cached_plans_and_the_raw_history_custom
     # terms count, the BM25 query).
     assert len(touching(cached, "head_kept")) == 2  # search_facts, then the facts lane
     assert len(touching(cached, "FROM kv_store k,")) == 1
-    assert not touching(cached, "navi_text_tsquery")
-    assert len(touching(custom, "navi_text_tsquery")) == 2  # the raw lane, then search_chunks
+    # The raw lane (the user not yet known small), then search_chunks (known small now).
+    assert len(touching(custom, "navi_text_tsquery")) == 1
+    (small,) = touching(cached, "navi_text_tsquery")
+    assert "OFFSET 0" in small and "OFFSET 0" not in touching(custom, "navi_text_tsquery")[0]
     assert not touching(custom, "head_kept")
     assert not touching(custom, "FROM kv_store k,")
 
