@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import asyncpg
 from pgvector import Vector
@@ -33,7 +33,6 @@ from benchmarks.chunks_data import (
 )
 from benchmarks.harness import (
     BenchContext,
-    CapturedStatement,
     Plan,
     Row,
     Sample,
@@ -70,6 +69,9 @@ from navi_memory.repositories.statements import FetchedRow
 from navi_memory.schemas import ChunkDraft
 from navi_memory.services.chunks import PruneHints
 from navi_memory.text.terms import STOP_WORDS
+
+if TYPE_CHECKING:  # benchmarks.search imports this module
+    from benchmarks.search import Lane
 
 __all__ = ["SECTION", "ChunksSection", "LookupEmbedder"]
 
@@ -810,29 +812,45 @@ class ChunksBench:
         """Each query through search_chunks and its captured statement on raw asyncpg, one
         after the other, which first alternating (as the facts section's search_facts beside
         raw): the package's time is the whole call, embedding excluded, the raw one the fetch
-        alone, on one plain asyncpg connection started like the engine's (force_custom_plan,
-        the HNSW options, the binary vector codec). #16's "package / raw asyncpg p50 ≤ 1.3×
-        for every search call", for search_chunks."""
+        alone, on a plain asyncpg connection started like the engine the statement ran on
+        (custom plans forced, or cached for a user known small; the HNSW options, the binary
+        vector codec). Each query is sent once before its statement is captured, so that the
+        package knows of the user what the timed call will (PruneHints). #16's "package / raw
+        asyncpg p50 ≤ 1.3× for every search call", for search_chunks."""
+        from benchmarks.search import LaneCapture  # here: that module imports this one
+
         assert self.settings is not None
         path = "text path" if text_only else "vector path"
         self.log(f"search_chunks beside raw asyncpg x {len(queries)}, {path}")
-        raw = await raw_connection(self.ctx, DATABASE, self.settings)
+        raws = {
+            "custom": await raw_connection(self.ctx, DATABASE, self.settings),
+            "cached": await raw_connection(self.ctx, DATABASE, self.settings, cached_plans=True),
+        }
+        lanes = LaneCapture(
+            {"custom": self.memory.engine, "cached": self.memory.cached_plans_engine}
+        )
         self.lookup.failing = text_only
+
+        async def replay(sent: Sequence[Lane]) -> float:
+            return sum(
+                [await raw_fetch(raws[lane.engine], st) for lane in sent for st in lane.statements]
+            )
+
         try:
             with quiet_embedding_failures():
-                captured: list[list[CapturedStatement]] = []
+                captured: list[list[Lane]] = []
                 for query in queries:  # the statements each query sends, and a warm-up of both
-                    async with self.clock.capture() as sent:
+                    await self.memory.store.search_chunks(query.text, user_id=query.user_id)
+                    async with lanes.capture() as sent:
                         await self.memory.store.search_chunks(query.text, user_id=query.user_id)
-                    captured.append(list(sent))
-                    for statement in sent:
-                        await raw_fetch(raw, statement)
+                    captured.append(sent)
+                    await replay(sent)
                 package: list[float] = []
                 replayed: list[float] = []
                 for index, (query, sent) in enumerate(zip(queries, captured, strict=True)):
                     raw_first = index % 2 == 1
                     if raw_first:
-                        replayed.append(sum([await raw_fetch(raw, st) for st in sent]))
+                        replayed.append(await replay(sent))
                     _, sample = await timed(
                         self.memory.store.search_chunks(query.text, user_id=query.user_id),
                         self.embedder,
@@ -840,11 +858,13 @@ class ChunksBench:
                     )
                     package.append(sample.without_embedding)
                     if not raw_first:
-                        replayed.append(sum([await raw_fetch(raw, st) for st in sent]))
+                        replayed.append(await replay(sent))
         finally:
             self.lookup.failing = False
-            await raw.close()
-        statements = sum(len(sent) for sent in captured) / len(captured)
+            lanes.close()
+            for raw in raws.values():
+                await raw.close()
+        statements = sum(len(lane.statements) for sent in captured for lane in sent) / len(captured)
         ratio = percentile(package, 50) / percentile(replayed, 50)
         self.report.targets.append(
             Target(
