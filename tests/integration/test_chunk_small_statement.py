@@ -43,9 +43,16 @@ async def manual(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
         yield opened
 
 
-def params(uid: uuid.UUID, query: str, vector: Sequence[float], limit: int = 5) -> dict[str, Any]:
+def params(
+    uid: uuid.UUID,
+    query: str,
+    vector: Sequence[float],
+    limit: int = 5,
+    session_id: str | None = None,
+) -> dict[str, Any]:
     words = query.split()
     return {
+        "sid": session_id,
         "uid": uid,
         "query": query,
         "terms": words,
@@ -89,23 +96,30 @@ async def rows_of(
 
 
 async def both(
-    memory: Memory, uid: uuid.UUID, queries: list[str], limit: int = 5
+    memory: Memory,
+    uid: uuid.UUID,
+    queries: list[str],
+    limit: int = 5,
+    session_id: str | None = None,
 ) -> list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]]:
     """For each query: the plain statement's rows on custom plans, and the small statement's on
-    a generic plan (forced: the plan a cached-plans connection settles on)."""
+    a generic plan (forced: the plan a cached-plans connection settles on); of one session
+    when ``session_id`` is given."""
     assert memory.embedder is not None
+    by_session = session_id is not None
     plain_sql = ranked_text_sql(
-        by_user=True, by_session=False, with_vector=True, with_summary_at=True
+        by_user=True, by_session=by_session, with_vector=True, with_summary_at=True
     )
     small_sql = ranked_text_sql(
-        by_user=True, by_session=False, with_vector=True, with_summary_at=True, small=True
+        by_user=True, by_session=by_session, with_vector=True, with_summary_at=True, small=True
     )
     custom = await raw_connection(memory, "force_custom_plan")
     generic = await raw_connection(memory, "force_generic_plan")
     try:
         pairs = []
         for query in queries:
-            values = params(uid, query, await memory.embedder.embed_query(query), limit)
+            vector = await memory.embedder.embed_query(query)
+            values = params(uid, query, vector, limit, session_id)
             pairs.append(
                 (
                     await rows_of(custom, memory, plain_sql, values),
@@ -125,7 +139,8 @@ async def test_the_small_statement_returns_the_plain_statements_rows_wherever_th
     backlog with copies made ahead and without, chunks with no vector, and a session summary;
     another user with the same chunks. For every query and limit the small statement on a
     generic plan returns the plain statement's rows: the same chunks, BM25 scores, terms hit,
-    distances and summary boundaries, bit for bit; and only the user's own."""
+    distances and summary boundaries, bit for bit; and only the user's own. The same for a
+    search of each of their sessions, and of a session they do not have."""
     uid, other = await new_user(manual), await new_user(manual)
     for owner in (uid, other):
         await manual.store.add_chunks(drafts("a", 16), user_id=owner, session_id="s1")
@@ -148,11 +163,12 @@ async def test_the_small_statement_returns_the_plain_statements_rows_wherever_th
     assert sides["made"] > 0 and sides["unmade"] > 0 and sides["no vector"] == 3
     boundaries = set()
 
-    for limit in (1, 5, 40):
-        for plain, small in await both(manual, uid, QUERIES, limit):
-            assert small == plain
-            assert {row[1] for row in small} <= {uid}
-            boundaries |= {row[6] for row in small}
+    for session_id in (None, "s1", "s2", "s3", "nobody's"):
+        for limit in (1, 5, 40):
+            for plain, small in await both(manual, uid, QUERIES, limit, session_id):
+                assert small == plain
+                assert {row[1] for row in small} <= {uid}
+                boundaries |= {row[6] for row in small}
     assert len(boundaries) == 2  # rows of s2 (its summary's time) and of the others (None)
     # Something was found by each list, so the comparison compared something.
     found = await both(manual, uid, [TOPICS[0], "pgbouncer 5433"])
@@ -195,8 +211,9 @@ async def manual_sides(memory: Memory, uid: uuid.UUID) -> dict[str, int]:
         ("enable_seqscan", "enable_bitmapscan"),
     ],
 )
+@pytest.mark.parametrize("session_id", [None, "s1"])
 async def test_the_small_statements_generic_plan_reads_no_index_of_everyones_rows(
-    manual: Memory, off: tuple[str, ...]
+    manual: Memory, off: tuple[str, ...], session_id: str | None
 ) -> None:
     """The generic plan of the small statement, over a table where another user holds most
     rows (in the graph, their terms in GIN; sequential scans priced out, as a table of
@@ -214,10 +231,14 @@ async def test_the_small_statements_generic_plan_reads_no_index_of_everyones_row
     await execute(manual, "ANALYZE memory_chunks, memory_chunk_vectors, memory_chunk_terms")
     assert manual.embedder is not None
     vector = await manual.embedder.embed_query(TOPICS[0])
-    values = params(uid, "staging database", vector)
+    values = params(uid, "staging database", vector, session_id=session_id)
     values["q"] = "[" + ",".join(str(x) for x in vector) + "]"  # EXECUTE's arguments: literals
     sql = ranked_text_sql(
-        by_user=True, by_session=False, with_vector=True, with_summary_at=True, small=True
+        by_user=True,
+        by_session=session_id is not None,
+        with_vector=True,
+        with_summary_at=True,
+        small=True,
     )
     found = _driver_text(statement(sql), manual.engine.dialect)
     assert found is not None
@@ -256,9 +277,9 @@ async def test_a_user_known_small_is_read_on_cached_plans_with_the_same_hits(
     manual: Memory,
 ) -> None:
     """search_chunks and unified search: a user's first search (not yet known small) reads on
-    the engine of custom plans; later ones on the cached-plans engine, with the same hits. A
-    search of one session stays on custom plans."""
-    uid = await new_user(manual)
+    the engine of custom plans; later ones — of all their chunks or of one session — on the
+    cached-plans engine, with the same hits."""
+    uid, stranger = await new_user(manual), await new_user(manual)
     await manual.store.add_chunks(drafts("a", 12), user_id=uid, session_id="s1")
     await manual.store.index_pending_chunks()
     checkouts = {"custom": 0, "cached": 0}
@@ -297,8 +318,13 @@ async def test_a_user_known_small_is_read_on_cached_plans_with_the_same_hits(
         # The raw lane and the facts lane (always cached): both on cached plans now.
         assert checkouts == {"custom": 1, "cached": 3}
         assert [chunk for chunk, _, _ in unified] == [chunk for chunk, _, _ in first]
-        await manual.store.search_chunks(TOPICS[1], user_id=uid, session_id="s1")
-        assert checkouts == {"custom": 2, "cached": 3}
+        # One session of the user's: the session's statement, small too.
+        in_session = await manual.store.search_chunks(TOPICS[1], user_id=uid, session_id="s1")
+        assert checkouts == {"custom": 1, "cached": 4}
+        assert [h.id for h in in_session] == [chunk for chunk, _, _ in first]
+        # A user not known small (never searched): custom plans, session or not.
+        await manual.store.search_chunks(TOPICS[1], user_id=stranger, session_id="s1")
+        assert checkouts == {"custom": 2, "cached": 4}
     finally:
         for pool, listener in listeners:
             event.remove(pool, "checkout", listener)

@@ -560,7 +560,7 @@ class MemoryStore:
         vector = await self._embedding.query(query) if terms else None
         # One statement: no transaction (the connection's settings hold the HNSW options). A
         # user known small reads with a statement whose plan is every small user's: cached.
-        small = self._chunks.small_read(scope, session_id, terms)
+        small = self._chunks.small_read(scope, terms)
         async with pooled_reads(self._cached_plans if small else self._engine) as reads:
             return await self._chunks.search(
                 reads, scope, session_id, vector, terms, limit, small=small

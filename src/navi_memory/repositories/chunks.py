@@ -364,33 +364,38 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: 
         LIMIT :limit"""
 
 
-def _nearest_small() -> str:
-    """One small user's ``limit`` nearest chunks (the statement ``small`` of ranked_text_sql),
-    exactly: every vector of theirs on either side of the graph (a user below
-    CHUNK_BM25_PRUNE_FROM is beside it, unless they shrank out of it: then exact is better than
-    the graph's approximation), and the queue's, as ``_nearest`` reads them.
+def _nearest_small(*, by_session: bool) -> str:
+    """One small user's ``limit`` nearest chunks (the statement ``small`` of ranked_text_sql;
+    ``by_session``: of one session of theirs), exactly: every vector of theirs on either side
+    of the graph (a user below CHUNK_BM25_PRUNE_FROM is beside it, unless they shrank out of
+    it: then exact is better than the graph's approximation), and the queue's, as ``_nearest``
+    reads them.
 
     Written for a generic plan, the same for every such user: the query's unit vector a scalar
     subquery (made once, not per row), and each side a subquery behind ``OFFSET 0``, so that no
     index can serve its order — the HNSW graph, which a plan that cannot see the user's size
     might take, walks everyone's rows. Each side is read through the user's btree."""
     unit = f"(SELECT CAST(l2_normalize({QUERY_VECTOR}) AS {_HALFVEC}))"
+    vectors = "v.user_id = :uid AND v.session_id = :sid" if by_session else "v.user_id = :uid"
+    # A queue row has no session: the chunk's row says it.
+    made_join = "JOIN memory_chunks c ON c.id = p.chunk_id" if by_session else ""
+    queued = "p.user_id = :uid AND c.session_id = :sid" if by_session else "p.user_id = :uid"
     return f"""
         SELECT u.id, u.approx FROM (
             (SELECT s.id, s.approx FROM (
                 SELECT v.chunk_id AS id, v.embedding <=> {unit} AS approx
-                FROM memory_chunk_vectors v WHERE NOT v.in_graph AND v.user_id = :uid
+                FROM memory_chunk_vectors v WHERE NOT v.in_graph AND {vectors}
                 UNION ALL
                 SELECT v.chunk_id, v.embedding <=> {unit}
-                FROM memory_chunk_vectors v WHERE v.in_graph AND v.user_id = :uid
+                FROM memory_chunk_vectors v WHERE v.in_graph AND {vectors}
                 OFFSET 0) s
              ORDER BY s.approx
              LIMIT :limit)
             UNION ALL
             (SELECT s.id, s.approx FROM (
                 SELECT p.chunk_id AS id, p.embedding <=> {unit} AS approx
-                FROM memory_chunk_vector_queue p
-                WHERE p.embedding IS NOT NULL AND p.user_id = :uid
+                FROM memory_chunk_vector_queue p {made_join}
+                WHERE p.embedding IS NOT NULL AND {queued}
                 OFFSET 0) s
              ORDER BY s.approx
              LIMIT :limit)
@@ -398,7 +403,7 @@ def _nearest_small() -> str:
             (SELECT s.id, s.approx FROM (
                 SELECT c.id, c.embedding <=> {QUERY_VECTOR} AS approx
                 FROM memory_chunk_vector_queue p JOIN memory_chunks c ON c.id = p.chunk_id
-                WHERE p.embedding IS NULL AND p.user_id = :uid AND c.embedding IS NOT NULL
+                WHERE p.embedding IS NULL AND {queued} AND c.embedding IS NOT NULL
                 OFFSET 0) s
              ORDER BY s.approx
              LIMIT :limit)
@@ -547,7 +552,7 @@ _RANKED_TEXT_SMALL = (
     + _query_lexemes_of("q.tsv")
     + """, length(q.tsv)
         FROM queued q
-        WHERE q.tsv @@ (SELECT q FROM tq)
+        WHERE {queued_where} AND q.tsv @@ (SELECT q FROM tq)
     ),"""
     + _tf("cand_tf", "cand")
     + """,
@@ -719,16 +724,17 @@ def ranked_text_sql(
     only for a user of that many chunks or more, and otherwise reads what the plain one reads),
     ``:seed_rows`` and ``:seed_every`` (its seed's sizes, see CHUNK_BM25_SEED_ROWS).
 
-    ``small`` (one user's chunks, no session; not with ``prune``): the plain statement written
-    for a generic plan, the same for every user small enough (CHUNK_BM25_PRUNE_FROM) for the
-    plain statement: ``_RANKED_TEXT_SMALL`` and ``_nearest_small``. The same rows as the plain
+    ``small`` (one user's chunks, or one session of theirs; not with ``prune``): the plain
+    statement written for a generic plan, the same for every user small enough
+    (CHUNK_BM25_PRUNE_FROM) for the plain statement: ``_RANKED_TEXT_SMALL`` and
+    ``_nearest_small``. The same rows as the plain
     statement (for a user the graph holds rows of, its exact nearest chunks where the plain
     one's graph side is approximate); it binds no ``:settled_rows``.
     """
-    if (prune or small) and (not by_user or by_session):
-        raise ValueError("the pruned and small statements are for one user's chunks, by no session")
-    if prune and small:
-        raise ValueError("a statement is pruned or small, not both")
+    if prune and (not by_user or by_session):
+        raise ValueError("the pruned BM25 statement is for one user's chunks, by no session")
+    if small and (not by_user or prune):
+        raise ValueError("the small-user statement is for one user's chunks, and never pruned")
     queue_where, terms_where, queued_where, stats_where = ["TRUE"], ["TRUE"], ["TRUE"], ["TRUE"]
     vector_where, vector_queue_where = ["TRUE"], ["TRUE"]
     if by_user:
@@ -761,7 +767,7 @@ def ranked_text_sql(
     FROM top JOIN memory_chunks c ON c.id = top.id
     ORDER BY top.score DESC, c.ended_at DESC, c.id DESC"""
     nearest = (
-        _nearest_small()
+        _nearest_small(by_session=by_session)
         if small
         else _nearest(
             " AND ".join(vector_where),

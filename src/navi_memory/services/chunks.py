@@ -125,15 +125,15 @@ class PruneHints:
             self._small.popitem(last=False)
 
 
-def small_user(hints: PruneHints | None, scope: uuid.UUID | None, session_id: str | None) -> bool:
-    """Whether a bm25 search of ``scope``'s chunks takes the small-user statement
-    (ranked_text_sql's ``small``): one user's chunks by no session, a user ``hints`` know to
+def small_user(hints: PruneHints | None, scope: uuid.UUID | None) -> bool:
+    """Whether a bm25 search of ``scope``'s chunks (all of them, or one session's) takes the
+    small-user statement (ranked_text_sql's ``small``): one user's, a user ``hints`` know to
     hold fewer than their ``prune_from`` chunks. That statement's plan is the same for every
     such user, so it runs on cached plans: a generic plan, made once per connection, where
-    planning the unpruned statement for each call cost ~1.5 ms, more than running it
-    (docs/benchmarks.md, "2026-12-06, 12:30–"). Users not known small keep the statements
-    planned for them."""
-    return hints is not None and scope is not None and session_id is None and not hints.prune(scope)
+    planning the plain statement for each call took 1.1-1.5 ms, about as long as running it
+    (docs/benchmarks.md, "2026-12-06, 12:10-13:30 UTC"). Users not known small keep the
+    statements planned for them."""
+    return hints is not None and scope is not None and not hints.prune(scope)
 
 
 async def ranked_lists(
@@ -160,7 +160,7 @@ async def ranked_lists(
     the same rows as the plain one. ``graph_from``: CHUNK_GRAPH_FROM (which users the vector
     list reads through the graph alone)."""
     learner = hints if scope is not None and session_id is None else None
-    small = small and learner is not None
+    small = small and scope is not None
     prune = learner is not None and scope is not None and not small and learner.prune(scope)
     options: dict[str, Any] = {
         "k1": CHUNK_BM25_K1,
@@ -295,17 +295,11 @@ class ChunkService:
             vector_weight=CHUNK_FUSION_VECTOR_WEIGHT,
         )
 
-    def small_read(
-        self, scope: uuid.UUID | None, session_id: str | None, terms: Sequence[str]
-    ) -> bool:
-        """Whether ``search`` with these arguments reads with the small-user statement
-        (``small_user``): then its reads belong on the cached-plans engine, and ``search``
-        is told so (``small``)."""
-        return (
-            self.text_ranking == "bm25"
-            and bool(terms)
-            and small_user(self.prune_hints, scope, session_id)
-        )
+    def small_read(self, scope: uuid.UUID | None, terms: Sequence[str]) -> bool:
+        """Whether ``search`` of ``scope`` (any session filter) for ``terms`` reads with the
+        small-user statement (``small_user``): then its reads belong on the cached-plans
+        engine, and ``search`` is told so (``small``)."""
+        return self.text_ranking == "bm25" and bool(terms) and small_user(self.prune_hints, scope)
 
     async def latest_summary_at(
         self, session: AsyncSession, scope: uuid.UUID | None, session_id: str

@@ -286,7 +286,7 @@ class UnifiedSearchService:
             "raw" in plan.stores
             and bool(plan.terms)
             and self.text_ranking == "bm25"
-            and small_user(self.prune_hints, request.owner, request.session_id)
+            and small_user(self.prune_hints, request.owner)
         )
         cached_plans = [
             cached or (small and "raw" in lane)
