@@ -115,7 +115,7 @@ async def raw_connection(
         user="postgres",
         database=database,
         server_settings={
-            "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
+            "plan_cache_mode": "force_generic_plan" if cached_plans else "force_custom_plan",
             **vector_search_settings(settings),
             **parallel_settings(settings),
             **commit_settings(settings),

@@ -411,10 +411,18 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
     That costs a planning per execution: 1.3 ms for the user's fact search, more than it takes
     to run for most users. Statements whose best plan is the same for every user (a user's
     facts scanned exactly through their btree, the sketches) run on a second engine,
-    ``cached_plans=True``, where PostgreSQL's default (``auto``) reuses a generic plan: the fact
-    search then took 1.6-2.0 ms at p50 against 2.9-3.7 with custom plans, the same rows. So
-    does the raw history's statement for a user known small (services.chunks.small_user); this
-    engine's pool holds twice DB_POOL_SIZE connections, as a unified search may take two.
+    ``cached_plans=True``, where each is planned once per connection: the fact search then took
+    1.6-2.0 ms at p50 against 2.9-3.7 with custom plans, the same rows. So does the raw
+    history's statement for a user known small (services.chunks.small_user); this engine's pool
+    holds twice DB_POOL_SIZE connections, as a unified search may take two.
+
+    That engine forces generic plans (``force_generic_plan``) rather than leaving the choice to
+    PostgreSQL's ``auto``, which after five custom plans keeps a generic plan only while its
+    estimated cost, made for an average user, is below the average of the custom plans so far:
+    with most users smaller than the average one (Zipf-sized histories), a connection whose
+    first searches were of small users kept planning every call (the same small-user statement
+    ran 10-20 % slower on a fresh raw connection than in the package, 2026-12-06). Every
+    statement sent there is written so that one plan serves every user.
 
     The URL's libpq options become connect() arguments (connect_options); its
     ``connect_timeout`` and ``application_name`` win over DB_CONNECT_TIMEOUT_SECONDS and
@@ -438,7 +446,7 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
             "server_settings": {
                 "application_name": "navi-memory",
                 **url_args.get("server_settings", {}),
-                "plan_cache_mode": "auto" if cached_plans else "force_custom_plan",
+                "plan_cache_mode": ("force_generic_plan" if cached_plans else "force_custom_plan"),
                 # What every vector query wants, from the connection's start: no SET LOCAL
                 # round trips (nor a transaction) per search. See vector_search_settings.
                 **vector_search_settings(settings),
