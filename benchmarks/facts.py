@@ -176,8 +176,8 @@ class FactsSection:
         async with timed_memory(settings, embedder) as (memory, clock):
             report.setup.append(
                 f"navi-memory: hnsw_ef_search {settings.hnsw_ef_search}, "
-                "fact searches on the engine with plan_cache_mode auto, the rest on the one "
-                "with force_custom_plan (db.py); one caller, calls one after "
+                "fact searches on the engine with plan_cache_mode force_generic_plan, the rest "
+                "on the one with force_custom_plan (db.py); one caller, calls one after "
                 "another; embedder: HashedEmbedder (in-process) behind a timing wrapper; the "
                 "fact indexer drained between measurements (in the background only where "
                 "said). Raw asyncpg: one connection with the fact-search engine's server "

@@ -202,16 +202,19 @@ class SearchSection:
             f"embedding excluded (a lookup embedder), {WARMUP_CALLS} warm-up queries left out; "
             "the list runs twice and the figures are the second pass's (the first touches the "
             "users' pages for the first time since the load).",
-            f"Both engines' pools hold {CALLERS} connections (DB_POOL_SIZE={CALLERS}), one per "
-            "concurrent caller, as the raw side holds its own.",
+            f"DB_POOL_SIZE={CALLERS}: the custom-plans engine's pool holds {CALLERS} "
+            f"connections, the cached-plans engine's {2 * CALLERS} (a known-small user's "
+            "search reads both its lanes there), warmed with five calls a caller before the "
+            "8-caller run, as the raw side's connections are.",
         ]
         settings = Settings(
             _env_file=None,
             database_url=url,
             backfill_pause_seconds=0,
             chunk_index_in_background=False,
-            # A unified search takes a connection from each engine: pools of CALLERS keep the
-            # concurrent callers on open connections, as the raw side's are. At the default 5
+            # A unified search takes two connections: pools of CALLERS (twice that on the
+            # cached-plans engine) keep the concurrent callers on open connections, as the raw
+            # side's are. At the default 5
             # every connection past the fifth is opened and closed again per call (a server
             # backend started each time); the flow rows count what was opened.
             db_pool_size=CALLERS,

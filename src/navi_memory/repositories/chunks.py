@@ -504,9 +504,24 @@ _RANKED_TAIL = """,
         FROM best b
     )"""
 
-_RANKED_TEXT = (
-    _RANKED_HEAD
-    + """
+
+def _scored_over_cand(cand: str) -> str:
+    """A plain (unpruned) BM25 statement: ``_RANKED_HEAD``, then ``cand`` (CTEs ending in
+    ``cand``: the candidate chunks, see ``_tf``), scored with document frequencies counted over
+    the candidates, then ``_RANKED_TAIL``."""
+    return (
+        _RANKED_HEAD
+        + cand
+        + _tf("cand_tf", "cand")
+        + """,
+    df AS (SELECT lexeme, count(*)::float8 AS df FROM cand_tf GROUP BY lexeme),"""
+        + _scored("scored", "cand_tf", "df")
+        + _RANKED_TAIL
+    )
+
+
+_RANKED_TEXT = _scored_over_cand(
+    """
     cand AS MATERIALIZED (
         -- Only chunks holding a query lexeme (navi_text_tsquery: evaluated while planning, so
         -- the planner weighs the words: the per-user btree for a small user, GIN for rare
@@ -523,20 +538,14 @@ _RANKED_TEXT = (
         FROM queued q
         WHERE {queued_where} AND q.tsv @@ navi_text_tsquery(CAST(:query AS text))
     ),"""
-    + _tf("cand_tf", "cand")
-    + """,
-    df AS (SELECT lexeme, count(*)::float8 AS df FROM cand_tf GROUP BY lexeme),"""
-    + _scored("scored", "cand_tf", "df")
-    + _RANKED_TAIL
 )
 """BM25 over the chunks' tsvectors: memory_chunk_terms (GIN) and, exactly, the queued chunks;
 idf from the statistics of the chunks in scope (the user's own), tf saturation (``k1``),
 length normalisation (``b``, length in distinct lexemes). The document frequency of a lexeme is
 counted over the candidates, which is exact: every chunk holding the lexeme is a candidate."""
 
-_RANKED_TEXT_SMALL = (
-    _RANKED_HEAD
-    + """
+_RANKED_TEXT_SMALL = _scored_over_cand(
+    """
     tq AS MATERIALIZED (SELECT navi_text_tsquery(CAST(:query AS text)) AS q),
     cand AS MATERIALIZED (
         -- The user's chunks holding a query lexeme: every chunk of theirs through their btree
@@ -554,11 +563,6 @@ _RANKED_TEXT_SMALL = (
         FROM queued q
         WHERE {queued_where} AND q.tsv @@ (SELECT q FROM tq)
     ),"""
-    + _tf("cand_tf", "cand")
-    + """,
-    df AS (SELECT lexeme, count(*)::float8 AS df FROM cand_tf GROUP BY lexeme),"""
-    + _scored("scored", "cand_tf", "df")
-    + _RANKED_TAIL
 )
 """_RANKED_TEXT for one small user, written for a generic plan (ranked_text_sql's ``small``):
 the same candidates, scored by the same expressions, so the same rows to the bit."""
