@@ -374,7 +374,9 @@ def _nearest_small(*, by_session: bool) -> str:
     Written for a generic plan, the same for every such user: the query's unit vector a scalar
     subquery (made once, not per row), and each side a subquery behind ``OFFSET 0``, so that no
     index can serve its order — the HNSW graph, which a plan that cannot see the user's size
-    might take, walks everyone's rows. Each side is read through the user's btree."""
+    might take, walks everyone's rows. Each side is read through the user's btree. Equal
+    distances (the same text in two sessions) are cut by id, so the rows kept do not depend on
+    the plan."""
     unit = f"(SELECT CAST(l2_normalize({QUERY_VECTOR}) AS {_HALFVEC}))"
     vectors = "v.user_id = :uid AND v.session_id = :sid" if by_session else "v.user_id = :uid"
     # A queue row has no session: the chunk's row says it.
@@ -389,7 +391,7 @@ def _nearest_small(*, by_session: bool) -> str:
                 SELECT v.chunk_id, v.embedding <=> {unit}
                 FROM memory_chunk_vectors v WHERE v.in_graph AND {vectors}
                 OFFSET 0) s
-             ORDER BY s.approx
+             ORDER BY s.approx, s.id
              LIMIT :limit)
             UNION ALL
             (SELECT s.id, s.approx FROM (
@@ -397,7 +399,7 @@ def _nearest_small(*, by_session: bool) -> str:
                 FROM memory_chunk_vector_queue p {made_join}
                 WHERE p.embedding IS NOT NULL AND {queued}
                 OFFSET 0) s
-             ORDER BY s.approx
+             ORDER BY s.approx, s.id
              LIMIT :limit)
             UNION ALL
             (SELECT s.id, s.approx FROM (
@@ -405,10 +407,10 @@ def _nearest_small(*, by_session: bool) -> str:
                 FROM memory_chunk_vector_queue p JOIN memory_chunks c ON c.id = p.chunk_id
                 WHERE p.embedding IS NULL AND {queued} AND c.embedding IS NOT NULL
                 OFFSET 0) s
-             ORDER BY s.approx
+             ORDER BY s.approx, s.id
              LIMIT :limit)
         ) u
-        ORDER BY u.approx + 0
+        ORDER BY u.approx + 0, u.id
         LIMIT :limit"""
 
 
@@ -721,7 +723,7 @@ def ranked_text_sql(
     otherwise), and every row its ``query_distance`` (NULL for a chunk without a vector: the
     fusion scores a text hit by its similarity too), in no order. ``with_summary_at`` adds
     each row's ``summary_at`` (see ``summary_at_of_chunk``). Every row carries
-    ``scope_chunks``, the number of chunks in scope.
+    ``scope_chunks``, the number of the user's chunks (all of them, a session filter or not).
 
     ``prune`` (one user's chunks, no session: ``by_user`` and not ``by_session``) takes the
     pruned statement (``_RANKED_TEXT_PRUNED``), which also binds ``:prune_from`` (it prunes

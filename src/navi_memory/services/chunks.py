@@ -131,7 +131,7 @@ def small_user(hints: PruneHints | None, scope: uuid.UUID | None) -> bool:
     hold fewer than their ``prune_from`` chunks. That statement's plan is the same for every
     such user, so it runs on cached plans: a generic plan, made once per connection, where
     planning the plain statement for each call took 1.1-1.5 ms, about as long as running it
-    (docs/benchmarks.md, "2026-12-06, 12:10-13:30 UTC"). Users not known small keep the
+    (docs/benchmarks.md, "2026-12-06, 12:10–14:40 UTC"). Users not known small keep the
     statements planned for them."""
     return hints is not None and scope is not None and not hints.prune(scope)
 
@@ -154,14 +154,22 @@ async def ranked_lists(
     ``max_distance``, nearest first (none without ``query_vector``), and the BM25 text list,
     best first; ``limit`` of each at most.
 
-    ``hints``: one user's search (no session) takes the pruned BM25 statement unless they say
-    the user is small, and teaches them what the rows show. ``small``: the caller found the
-    user small (``small_user``; it runs the read on cached plans): the small-user statement,
-    the same rows as the plain one. ``graph_from``: CHUNK_GRAPH_FROM (which users the vector
-    list reads through the graph alone)."""
-    learner = hints if scope is not None and session_id is None else None
+    ``hints``: one user's search without a session takes the pruned BM25 statement unless
+    they say the user is small; every one-user search teaches them what its rows show.
+    ``small``: the caller found the user small (``small_user``; it runs the read on cached
+    plans): the small-user statement, the same rows as the plain one. ``graph_from``:
+    CHUNK_GRAPH_FROM (which users the vector list reads through the graph alone)."""
+    # Every one-user search teaches the hints (its rows' scope_chunks count all the user's
+    # chunks, session or not); only one without a session may take the pruned statement.
+    learner = hints if scope is not None else None
     small = small and scope is not None
-    prune = learner is not None and scope is not None and not small and learner.prune(scope)
+    prune = (
+        learner is not None
+        and scope is not None
+        and session_id is None
+        and not small
+        and learner.prune(scope)
+    )
     options: dict[str, Any] = {
         "k1": CHUNK_BM25_K1,
         "b": CHUNK_BM25_B,
