@@ -420,9 +420,8 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
     PostgreSQL's ``auto``, which after five custom plans keeps a generic plan only while its
     estimated cost, made for an average user, is below the average of the custom plans so far:
     with most users smaller than the average one (Zipf-sized histories), a connection whose
-    first searches were of small users kept planning every call (the same small-user statement
-    ran 10-20 % slower on a fresh raw connection than in the package, 2026-12-06). Every
-    statement sent there is written so that one plan serves every user.
+    first searches were of small users may go on planning every call. Every statement sent
+    there is written so that one plan serves every user.
 
     The URL's libpq options become connect() arguments (connect_options); its
     ``connect_timeout`` and ``application_name`` win over DB_CONNECT_TIMEOUT_SECONDS and

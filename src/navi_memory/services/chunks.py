@@ -125,15 +125,28 @@ class PruneHints:
             self._small.popitem(last=False)
 
 
-def small_user(hints: PruneHints | None, scope: uuid.UUID | None) -> bool:
-    """Whether a bm25 search of ``scope``'s chunks (all of them, or one session's) takes the
-    small-user statement (ranked_text_sql's ``small``): one user's, a user ``hints`` know to
-    hold fewer than their ``prune_from`` chunks. That statement's plan is the same for every
+def small_user(
+    hints: PruneHints | None,
+    scope: uuid.UUID | None,
+    *,
+    terms: Sequence[str],
+    text_ranking: str,
+) -> bool:
+    """Whether a search of ``scope``'s chunks (all of them, or one session's) for ``terms``
+    takes the small-user statement (ranked_text_sql's ``small``): a bm25 search with terms, of
+    one user's, a user ``hints`` know to hold fewer than their ``prune_from`` chunks (search_chunks
+    and unified search alike). That statement's plan is the same for every
     such user, so it runs on cached plans: a generic plan, made once per connection, where
     planning the plain statement for each call took 1.1-1.5 ms, about as long as running it
     (docs/benchmarks.md, "2026-12-06, 12:10–14:40 UTC"). Users not known small keep the
     statements planned for them."""
-    return hints is not None and scope is not None and not hints.prune(scope)
+    return (
+        text_ranking == "bm25"
+        and bool(terms)
+        and hints is not None
+        and scope is not None
+        and not hints.prune(scope)
+    )
 
 
 async def ranked_lists(
@@ -307,7 +320,7 @@ class ChunkService:
         """Whether ``search`` of ``scope`` (any session filter) for ``terms`` reads with the
         small-user statement (``small_user``): then its reads belong on the cached-plans
         engine, and ``search`` is told so (``small``)."""
-        return self.text_ranking == "bm25" and bool(terms) and small_user(self.prune_hints, scope)
+        return small_user(self.prune_hints, scope, terms=terms, text_ranking=self.text_ranking)
 
     async def latest_summary_at(
         self, session: AsyncSession, scope: uuid.UUID | None, session_id: str

@@ -282,11 +282,8 @@ class UnifiedSearchService:
         read_lanes: set[int] = set()
         # A user known small reads the raw history with a statement whose plan is every small
         # user's (ranked_lists' ``small``): that lane goes to cached plans too.
-        small = (
-            "raw" in plan.stores
-            and bool(plan.terms)
-            and self.text_ranking == "bm25"
-            and small_user(self.prune_hints, request.owner)
+        small = "raw" in plan.stores and small_user(
+            self.prune_hints, request.owner, terms=plan.terms, text_ranking=self.text_ranking
         )
         cached_plans = [
             cached or (small and "raw" in lane)
