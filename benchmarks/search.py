@@ -64,6 +64,7 @@ from navi_memory.constants import (
 from navi_memory.repositories.chunks import ChunkSearchRepository
 from navi_memory.services.search import plan_search
 from navi_memory.testing import hashed_embedding
+from navi_memory.text.freshness import ExcerptWords
 
 __all__ = ["SECTION", "SearchSection"]
 
@@ -273,6 +274,7 @@ class SearchSection:
             try:
                 beside = await beside_raw(ctx, settings, memory, embedder, clock, lanes, queries)
                 report.rows += beside.rows()
+                report.rows += await same_query_again(memory, embedder, clock, queries)
                 ctx.log(f"{tag}: {CONCURRENT_QUERIES} queries, {CALLERS} callers, package and raw")
                 many = [queries[i % len(queries)] for i in range(CONCURRENT_QUERIES)]
                 rng.shuffle(many)
@@ -344,7 +346,9 @@ async def measure(
     memory: Memory, embedder: TimingEmbedder, clock: SqlClock, queries: Sequence[Query]
 ) -> list[Timing]:
     """Each query as search_facts then search_chunks, then as one unified search; the first
-    WARMUP_CALLS queries are left out."""
+    WARMUP_CALLS queries are left out. The excerpts' kept words are forgotten first (see
+    forget_excerpt_words)."""
+    forget_excerpt_words(memory)
     timings: list[Timing] = []
     for index, query in enumerate(queries):
         _, facts = await timed(
@@ -565,6 +569,8 @@ class Beside:
     raw: list[float]
     statements: float
     """Statements a call sent, on average (every lane)."""
+    kept: str
+    """How often the measured calls found an excerpt's words kept (kept_words)."""
 
     @property
     def ratio(self) -> float:
@@ -589,6 +595,13 @@ class Beside:
                 "connection (started like its engine's), the lanes concurrently; fetch only",
             ),
             Row("  package / raw p50", f"{self.ratio:.2f}", "x", "same run, order alternating"),
+            Row(
+                "  excerpts' words found kept (package)",
+                self.kept,
+                "",
+                "forgotten before the measured calls (the capture pass ran the same queries): "
+                "only what the list's own queries share",
+            ),
         ]
 
 
@@ -612,6 +625,7 @@ async def beside_raw(
                 await unified(memory, query)
             captured.append(lanes)
             await raw.run(lanes)
+        known = forget_excerpt_words(memory)
         package: list[float] = []
         raw_times: list[float] = []
         for index, (query, lanes) in enumerate(zip(queries, captured, strict=True)):
@@ -625,7 +639,53 @@ async def beside_raw(
     finally:
         await raw.close()
     sent = sum(len(lane.statements) for lanes in captured for lane in lanes)
-    return Beside(package, raw_times, sent / max(1, len(captured)))
+    return Beside(package, raw_times, sent / max(1, len(captured)), kept_words(known))
+
+
+def forget_excerpt_words(memory: Memory) -> ExcerptWords:
+    """Unified search keeps the content words of the excerpts it marks (ExcerptWords): a call
+    that repeats an earlier one (every measured list here follows a pass over the same
+    queries) would find all of them kept. Forgotten before each measured list, so only what
+    the list's own queries share is found."""
+    known: ExcerptWords = memory.search._service.excerpt_words
+    known.clear()
+    return known
+
+
+def kept_words(known: ExcerptWords) -> str:
+    looked = known.hits + known.misses
+    share = known.hits / looked if looked else 0.0
+    return f"{share:.0%} of {looked:,}"
+
+
+async def same_query_again(
+    memory: Memory, embedder: TimingEmbedder, clock: SqlClock, queries: Sequence[Query]
+) -> list[Row]:
+    """Each query twice in a row, its excerpts' words forgotten before the first: the second
+    call finds them all kept, as recall's search of the current session does turn after turn
+    (the same excerpts again). The difference is what marking the excerpts costs."""
+    known = memory.search._service.excerpt_words
+    first: list[float] = []
+    again: list[float] = []
+    hits = looked = 0
+    for query in queries[WARMUP_CALLS:]:
+        known.clear()
+        _, sample = await timed(unified(memory, query), embedder, clock)
+        first.append(sample.without_embedding)
+        before = (known.hits, known.misses)
+        _, sample = await timed(unified(memory, query), embedder, clock)
+        again.append(sample.without_embedding)
+        hits += known.hits - before[0]
+        looked += known.hits + known.misses - sum(before)
+    return [
+        Row(
+            "memory.search, excerpts' words forgotten / kept: p50",
+            f"{fmt_ms(percentile(first, 50))} / {fmt_ms(percentile(again, 50))}",
+            "ms",
+            f"{len(first)} queries, each twice in a row (the second as recall's next turn, "
+            f"reading the same excerpts): {hits:,} of {looked:,} found kept in the second calls",
+        )
+    ]
 
 
 def unified(memory: Memory, query: Query) -> Awaitable[list[Any]]:
@@ -646,6 +706,8 @@ class Flow:
     """CPU seconds this process used during the flow (the callers, the driver, the package)."""
     server_cpu: float | None = None
     """CPU seconds the server's processes used during the flow (None: not measurable here)."""
+    kept: str | None = None
+    """How often the flow found an excerpt's words kept (kept_words; None: not counted)."""
 
     @property
     def rate(self) -> float:
@@ -666,7 +728,8 @@ class Flow:
             "",
             f"{calls} calls, vector path; client and server share the 2 cores"
             + ("" if self.opened is None else f"; {self.opened} connections opened meanwhile")
-            + cpu,
+            + cpu
+            + ("" if self.kept is None else f"; excerpts' words found kept: {self.kept}"),
         )
 
 
@@ -701,6 +764,7 @@ async def throughput(
     # hold, each connection past its first plans. Until 2026-12-06 the package was measured
     # with cold pools (14 connections opened during the run), the raw side warm.
     await _callers("warm-up", min(len(queries), 5 * CALLERS), lambda _: package)
+    known = forget_excerpt_words(memory)  # the capture pass ran the same queries
     pools = [engine.sync_engine.pool for engine in (memory.engine, memory.cached_plans_engine)]
     for pool in pools:
         event.listen(pool, "connect", on_connect)
@@ -709,7 +773,7 @@ async def throughput(
     finally:
         for pool in pools:
             event.remove(pool, "connect", on_connect)
-    package_flow = dataclasses.replace(package_flow, opened=opened)
+    package_flow = dataclasses.replace(package_flow, opened=opened, kept=kept_words(known))
     raws = [RawLanes(ctx, settings) for _ in range(CALLERS)]
     try:
         for caller, raw in enumerate(raws):  # open each caller's connections (and warm them)

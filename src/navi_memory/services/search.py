@@ -32,6 +32,7 @@ from navi_memory.schemas import MemoryHit
 from navi_memory.services.chunks import PruneHints, ranked_lists, small_user
 from navi_memory.services.ranking import fuse_hits, rank_hits
 from navi_memory.text.freshness import (
+    ExcerptWords,
     FactVersion,
     FactWords,
     Freshness,
@@ -236,11 +237,16 @@ class UnifiedSearchService:
         chunk_max_distance: float = CHUNK_MAX_DISTANCE,
         prune_hints: PruneHints | None = None,
         chunk_graph_from: int = CHUNK_GRAPH_FROM,
+        excerpt_words: ExcerptWords | None = None,
     ) -> None:
+        """``excerpt_words``: the raw excerpts' content words kept between searches for their
+        freshness marks (text.freshness.ExcerptWords; default: FRESHNESS_EXCERPT_WORDS
+        excerpts)."""
         self.text_ranking = text_ranking
         self.chunk_max_distance = chunk_max_distance
         self.prune_hints = prune_hints or PruneHints()
         self.chunk_graph_from = chunk_graph_from
+        self.excerpt_words = ExcerptWords() if excerpt_words is None else excerpt_words
 
     @classmethod
     def from_settings(
@@ -261,12 +267,13 @@ class UnifiedSearchService:
         ``chunk_max_distance``: a search cut at CHUNK_MAX_DISTANCE would drop the hits a lower
         threshold lets through before recall ever sees them. The cut is strict (``distance <``),
         so it sits one float above ``1 - min_similarity``: a hit exactly at the threshold
-        qualifies. The prune hints are shared."""
+        qualifies. The prune hints and the excerpts' words are shared."""
         return UnifiedSearchService(
             text_ranking=self.text_ranking,
             chunk_max_distance=math.nextafter(1.0 - min_similarity, math.inf),
             prune_hints=self.prune_hints,
             chunk_graph_from=self.chunk_graph_from,
+            excerpt_words=self.excerpt_words,
         )
 
     async def search(self, lanes: LaneRunner, request: SearchRequest) -> list[MemoryHit]:
@@ -301,7 +308,12 @@ class UnifiedSearchService:
         # Every fact read marks excerpts (up to FRESHNESS_FACTS); only k are shown. The
         # before_summary mark is each row's own: a boundary per session id would lend one
         # user's summary to another user's chunk filed under the same id (a global search).
-        marks = mark_freshness([_excerpt(row) for row, _ in found.raw], found.fact_words, {})
+        marks = mark_freshness(
+            [_excerpt(row) for row, _ in found.raw],
+            found.fact_words,
+            {},
+            known=self.excerpt_words,
+        )
         raw = [
             _raw_hit(
                 row,
@@ -437,6 +449,7 @@ def _excerpt(row: Row) -> RawExcerpt:
         ended_at=row["ended_at"],
         content=row["content"],
         breadcrumbs=row["breadcrumbs"] or (),
+        chunk_id=row["id"],
     )
 
 

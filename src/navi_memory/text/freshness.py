@@ -8,16 +8,19 @@ import functools
 import re
 import unicodedata
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from navi_memory.constants import FRESHNESS_MIN_SHARED_WORDS
+from navi_memory.constants import FRESHNESS_EXCERPT_WORDS, FRESHNESS_MIN_SHARED_WORDS
+from navi_memory.errors import InvalidInputError
 from navi_memory.text.terms import STOP_WORDS, combining_marks
 
 __all__ = [
     "FRESHNESS_STOP_WORDS",
+    "ExcerptWords",
     "FactVersion",
     "FactWords",
     "Freshness",
@@ -159,6 +162,8 @@ class RawExcerpt:
     ended_at: datetime
     content: str
     breadcrumbs: Sequence[str] = ()
+    chunk_id: int | None = None
+    """The stored chunk's id: its words may then come from ExcerptWords (None: tokenized)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +183,50 @@ class FactWords:
     facts: tuple[tuple[FactVersion, frozenset[str]], ...]
 
 
+class ExcerptWords:
+    """The content words of the excerpts marked lately, by chunk: the most recently used
+    ``size`` (0: none kept). A stored chunk never changes, and recall marks the current
+    session's excerpts again every turn; tokenizing one (1-4 KB) costs about 50 µs, looking it
+    up about 1 µs. An entry is keyed by the chunk's id and a hash of the text it was made
+    from, so a reused id (a table emptied and filled again) never finds another text's words.
+    Not shared between threads (one per search service, on its event loop)."""
+
+    __slots__ = ("_entries", "hits", "misses", "size")
+
+    def __init__(self, size: int = FRESHNESS_EXCERPT_WORDS) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise InvalidInputError(f"ExcerptWords size must be an int, 0 or more; got {size!r}")
+        self.size = size
+        self._entries: OrderedDict[tuple[int, int, int], frozenset[str]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def words(self, chunk_id: int, text: str) -> frozenset[str]:
+        """``content_words(text)``, ``text`` being chunk ``chunk_id``'s (content and
+        breadcrumbs as mark_freshness joins them)."""
+        key = (chunk_id, len(text), hash(text))
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return found
+        self.misses += 1
+        words = content_words(text)
+        if self.size:
+            self._entries[key] = words
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return words
+
+    def clear(self) -> None:
+        """Forget every entry and reset the counts."""
+        self._entries.clear()
+        self.hits = self.misses = 0
+
+
 def fact_words(facts: Iterable[FactVersion]) -> FactWords:
     """``facts`` with their content words, for mark_freshness (unified search makes them as
     soon as the facts are read, while the raw history may still be on its way)."""
@@ -188,6 +237,8 @@ def mark_freshness(
     excerpts: Sequence[RawExcerpt],
     facts: Iterable[FactVersion] | FactWords,
     summary_at: Mapping[str, datetime | None],
+    *,
+    known: ExcerptWords | None = None,
 ) -> list[Freshness]:
     """The freshness marks of ``excerpts``, in their order.
 
@@ -199,6 +250,9 @@ def mark_freshness(
 
     ``before_summary``: the excerpt ended strictly before ``summary_at[session_id]`` (a session
     missing from the mapping, or mapped to None, has no summary).
+
+    ``known``: where the words of excerpts with a ``chunk_id`` are kept between calls (the
+    marks are the same with or without it).
     """
     if not isinstance(facts, FactWords):
         facts = fact_words(facts)
@@ -217,7 +271,11 @@ def mark_freshness(
         if newer:
             # A separator of its own: no word crosses from the text into a breadcrumb.
             text = "\n".join((excerpt.content, *excerpt.breadcrumbs))
-            shared_words = _words_in(text, set().union(*(words for _, words in newer)))
+            wanted = set().union(*(words for _, words in newer))
+            if known is not None and excerpt.chunk_id is not None:
+                shared_words = wanted & known.words(excerpt.chunk_id, text)
+            else:
+                shared_words = _words_in(text, wanted)
             for fact, words_of_fact in newer:
                 shared = len(words_of_fact & shared_words)
                 if shared < FRESHNESS_MIN_SHARED_WORDS:

@@ -6,14 +6,17 @@ import re
 import string
 import unicodedata
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from navi_memory.errors import InvalidInputError
 from navi_memory.text.freshness import (
     FRESHNESS_STOP_WORDS,
+    ExcerptWords,
     FactVersion,
     Freshness,
     RawExcerpt,
@@ -280,3 +283,49 @@ def test_the_marks_equal_the_rule_written_plainly(
     # same marks.
     prepared = [m.superseded_by for m in mark_freshness(excerpts, fact_words(versions), {})]
     assert prepared == got
+    # The excerpts' words kept between calls (unified search keeps them by chunk): the same
+    # marks when they are made, and when they are found (a cache of 2: some evicted).
+    stored = [replace(e, chunk_id=i) for i, e in enumerate(excerpts)]
+    known = ExcerptWords(2)
+    for _ in range(2):
+        kept = [m.superseded_by for m in mark_freshness(stored, versions, {}, known=known)]
+        assert kept == got
+
+
+def test_excerpt_words_are_kept_by_chunk_and_text_most_recently_used_first() -> None:
+    known = ExcerptWords(2)
+    assert known.words(1, "User: the serverPort is 8098") == {"server", "port", "8098"}
+    assert known.words(1, "User: the serverPort is 8098") == {"server", "port", "8098"}
+    assert (known.hits, known.misses, len(known)) == (1, 1, 1)
+    # The same id with another text (a table emptied and filled again): that text's words.
+    assert known.words(1, "Assistant: deploy on Friday") == {"deploy", "friday"}
+    assert (known.hits, known.misses, len(known)) == (1, 2, 2)
+    known.words(1, "User: the serverPort is 8098")  # used: the Friday text is now the oldest
+    known.words(2, "User: tea or coffee")  # a third: the oldest goes
+    assert len(known) == 2
+    known.words(1, "Assistant: deploy on Friday")
+    assert known.misses == 4
+    known.words(2, "User: tea or coffee")
+    assert known.hits == 3
+    known.clear()
+    assert (known.hits, known.misses, len(known)) == (0, 0, 0)
+
+
+def test_excerpt_words_of_size_zero_keep_nothing() -> None:
+    known = ExcerptWords(0)
+    assert known.words(7, "User: port 8098") == {"port", "8098"}
+    assert known.words(7, "User: port 8098") == {"port", "8098"}
+    assert (known.hits, known.misses, len(known)) == (0, 2, 0)
+
+
+@pytest.mark.parametrize("size", [-1, 1.5, "3", True, None])
+def test_excerpt_words_refuse_a_size_that_is_not_a_count(size: object) -> None:
+    with pytest.raises(InvalidInputError, match="ExcerptWords size must be an int"):
+        ExcerptWords(size)  # type: ignore[arg-type]
+
+
+def test_an_excerpt_without_a_chunk_id_is_tokenized_not_kept() -> None:
+    known = ExcerptWords()
+    marks = mark_freshness([excerpt()], [fact()], {}, known=known)
+    assert marks == [Freshness(superseded_by="server_port")]
+    assert (known.hits, known.misses, len(known)) == (0, 0, 0)
