@@ -445,14 +445,15 @@ async def test_one_shared_word_or_only_stop_words_do_not_supersede(
 async def test_kept_excerpt_words_still_follow_the_facts_and_recall_shares_them(
     memory: Memory,
 ) -> None:
-    """An excerpt's words are kept after its first marking (text.freshness.ExcerptWords); the
-    marks still follow the facts as they change (the words are the excerpt's, not the
+    """An excerpt's words are kept once it has been marked twice (text.freshness.ExcerptWords);
+    the marks still follow the facts as they change (the words are the excerpt's, not the
     marks), and recall's searches use the same kept words."""
     known = memory.search._service.excerpt_words
     uid = await new_user(memory)
     await fact_and_chunk(memory, uid, key="ssh_port", value="22")  # one shared word: port
-    hits = await memory.search.search("ssh port", "raw", user_id=uid)
-    assert raw_of(hits).superseded_by is None
+    for _ in range(2):  # marked twice: its words kept
+        hits = await memory.search.search("ssh port", "raw", user_id=uid)
+        assert raw_of(hits).superseded_by is None
     misses = known.misses
     assert misses >= 1
     await memory.store.upsert_fact("technical", "server_port", "8099", user_id=uid)

@@ -187,9 +187,15 @@ class ExcerptWords:
     """The content words of the excerpts marked lately, by chunk: the most recently used
     ``size`` (0: none kept). A stored chunk never changes, and recall marks the current
     session's excerpts again every turn; tokenizing one (1-4 KB) costs about 50 µs, looking it
-    up about 1 µs. An entry is keyed by the chunk's id and a hash of the text it was made
-    from, so a reused id (a table emptied and filled again) never finds another text's words.
-    Not shared between threads (one per search service, on its event loop)."""
+    up about 1 µs.
+
+    An excerpt's words are kept once it has been marked twice, or as soon as marking it took
+    tokenizing it anyway: the first time, with few fact words to look for, finding them in the
+    text is cheaper than tokenizing it, and most excerpts a search returns are never marked
+    again (unified search over random queries: none of 1,404 in the benchmark). An entry is
+    keyed by the chunk's id and a hash of the text it was made from, so a reused id (a table
+    emptied and filled again) never finds another text's words. Not shared between threads
+    (one per search service, on its event loop)."""
 
     __slots__ = ("_entries", "hits", "misses", "size")
 
@@ -197,32 +203,45 @@ class ExcerptWords:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise InvalidInputError(f"ExcerptWords size must be an int, 0 or more; got {size!r}")
         self.size = size
-        self._entries: OrderedDict[tuple[int, int, int], frozenset[str]] = OrderedDict()
+        # None: seen once, its words not kept.
+        self._entries: OrderedDict[tuple[int, int, int], frozenset[str] | None] = OrderedDict()
         self.hits = 0
+        """Excerpts whose words were found kept."""
         self.misses = 0
+        """Excerpts whose words were not kept (found in the text, or tokenized)."""
 
     def __len__(self) -> int:
+        """Excerpts remembered (their words kept, or seen once)."""
         return len(self._entries)
 
-    def words(self, chunk_id: int, text: str) -> frozenset[str]:
-        """``content_words(text)``, ``text`` being chunk ``chunk_id``'s (content and
-        breadcrumbs as mark_freshness joins them)."""
+    def shared(self, chunk_id: int, text: str, wanted: set[str]) -> set[str]:
+        """Which of ``wanted`` (content words) are content words of ``text``, chunk
+        ``chunk_id``'s (content and breadcrumbs as mark_freshness joins them)."""
         key = (chunk_id, len(text), hash(text))
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
             self.hits += 1
-            return found
+            return wanted & found
         self.misses += 1
+        if key not in self._entries and not _tokenizes(text, wanted):
+            shared = _words_in(text, wanted)
+            self._keep(key, None)
+            return shared
         words = content_words(text)
-        if self.size:
-            self._entries[key] = words
-            if len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-        return words
+        self._keep(key, words)
+        return wanted & words
+
+    def _keep(self, key: tuple[int, int, int], words: frozenset[str] | None) -> None:
+        if not self.size:
+            return
+        self._entries[key] = words
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
 
     def clear(self) -> None:
-        """Forget every entry and reset the counts."""
+        """Forget every excerpt and reset the counts."""
         self._entries.clear()
         self.hits = self.misses = 0
 
@@ -273,7 +292,7 @@ def mark_freshness(
             text = "\n".join((excerpt.content, *excerpt.breadcrumbs))
             wanted = set().union(*(words for _, words in newer))
             if known is not None and excerpt.chunk_id is not None:
-                shared_words = wanted & known.words(excerpt.chunk_id, text)
+                shared_words = known.shared(excerpt.chunk_id, text, wanted)
             else:
                 shared_words = _words_in(text, wanted)
             for fact, words_of_fact in newer:
@@ -306,7 +325,7 @@ def _words_in(text: str, words: set[str]) -> set[str]:
     ``content_words`` would have cut it. Measured on 2–4 KB chunks, FIND_WORDS_MAX finds cost
     about what tokenizing the chunk costs. Other text is tokenized (case folding is not
     per-position there)."""
-    if len(words) > FIND_WORDS_MAX or not text.isascii():
+    if _tokenizes(text, words):
         return words & content_words(text)
     lowered = text.lower()
     found: set[str] = set()
@@ -318,6 +337,11 @@ def _words_in(text: str, words: set[str]) -> set[str]:
                 break
             start = lowered.find(word, start + 1)
     return found
+
+
+def _tokenizes(text: str, words: set[str]) -> bool:
+    """_words_in tokenizes ``text`` to find ``words`` (rather than looking each one up)."""
+    return len(words) > FIND_WORDS_MAX or not text.isascii()
 
 
 def _whole_part(text: str, start: int, end: int) -> bool:

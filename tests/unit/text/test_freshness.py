@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from navi_memory.errors import InvalidInputError
 from navi_memory.text.freshness import (
+    FIND_WORDS_MAX,
     FRESHNESS_STOP_WORDS,
     ExcerptWords,
     FactVersion,
@@ -287,35 +288,63 @@ def test_the_marks_equal_the_rule_written_plainly(
     # marks when they are made, and when they are found (a cache of 2: some evicted).
     stored = [replace(e, chunk_id=i) for i, e in enumerate(excerpts)]
     known = ExcerptWords(2)
-    for _ in range(2):
+    for _ in range(3):
         kept = [m.superseded_by for m in mark_freshness(stored, versions, {}, known=known)]
         assert kept == got
 
 
-def test_excerpt_words_are_kept_by_chunk_and_text_most_recently_used_first() -> None:
+SERVER_PORT = "User: the serverPort is 8098"
+SERVER_PORT_WORDS = {"server", "port", "8098"}
+
+
+def test_excerpt_words_are_kept_from_the_second_marking_by_chunk_and_text() -> None:
     known = ExcerptWords(2)
-    assert known.words(1, "User: the serverPort is 8098") == {"server", "port", "8098"}
-    assert known.words(1, "User: the serverPort is 8098") == {"server", "port", "8098"}
-    assert (known.hits, known.misses, len(known)) == (1, 1, 1)
+    wanted = {"port", "8098", "deploy"}
+    for _ in range(3):  # looked up, then tokenized and kept, then found
+        assert known.shared(1, SERVER_PORT, wanted) == {"port", "8098"}
+    assert (known.hits, known.misses, len(known)) == (1, 2, 1)
     # The same id with another text (a table emptied and filled again): that text's words.
-    assert known.words(1, "Assistant: deploy on Friday") == {"deploy", "friday"}
-    assert (known.hits, known.misses, len(known)) == (1, 2, 2)
-    known.words(1, "User: the serverPort is 8098")  # used: the Friday text is now the oldest
-    known.words(2, "User: tea or coffee")  # a third: the oldest goes
+    assert known.shared(1, "Assistant: deploy on Friday", wanted) == {"deploy"}
+    assert known.shared(1, "Assistant: deploy on Friday", wanted) == {"deploy"}
+    assert (known.hits, known.misses, len(known)) == (1, 4, 2)
+    assert known.shared(1, SERVER_PORT, {"server"}) == {"server"}  # all its words were kept
+    assert known.hits == 2
+
+
+def test_excerpt_words_forget_the_least_recently_marked_beyond_their_size() -> None:
+    known = ExcerptWords(2)
+    for _ in range(2):
+        known.shared(1, SERVER_PORT, {"port"})
+        known.shared(2, "User: tea or coffee", {"tea"})
+    assert (known.hits, known.misses) == (0, 4)
+    known.shared(1, SERVER_PORT, {"port"})  # found: excerpt 2 is now the oldest
+    known.shared(3, "User: deploy on Friday", {"friday"})  # a third: excerpt 2 goes
     assert len(known) == 2
-    known.words(1, "Assistant: deploy on Friday")
-    assert known.misses == 4
-    known.words(2, "User: tea or coffee")
-    assert known.hits == 3
+    known.shared(1, SERVER_PORT, {"port"})
+    assert known.hits == 2
+    known.shared(2, "User: tea or coffee", {"tea"})  # seen once again, not kept
+    assert known.hits == 2
     known.clear()
     assert (known.hits, known.misses, len(known)) == (0, 0, 0)
 
 
+def test_excerpt_words_are_kept_at_once_when_marking_tokenized_the_excerpt() -> None:
+    """More fact words than are looked up one by one (or non-ASCII text): the excerpt was
+    tokenized for this marking, so its words are kept from the first."""
+    many = {f"word{i}" for i in range(FIND_WORDS_MAX + 1)} | {"port"}
+    known = ExcerptWords()
+    assert known.shared(1, SERVER_PORT, many) == {"port"}
+    assert known.shared(1, SERVER_PORT, {"server"}) == {"server"}
+    assert known.shared(2, "User: café crème", {"café"}) == {"café"}
+    assert known.shared(2, "User: café crème", {"crème"}) == {"crème"}
+    assert (known.hits, known.misses) == (2, 2)
+
+
 def test_excerpt_words_of_size_zero_keep_nothing() -> None:
     known = ExcerptWords(0)
-    assert known.words(7, "User: port 8098") == {"port", "8098"}
-    assert known.words(7, "User: port 8098") == {"port", "8098"}
-    assert (known.hits, known.misses, len(known)) == (0, 2, 0)
+    for _ in range(3):
+        assert known.shared(7, SERVER_PORT, {"port", "tea"}) == {"port"}
+    assert (known.hits, known.misses, len(known)) == (0, 3, 0)
 
 
 @pytest.mark.parametrize("size", [-1, 1.5, "3", True, None])
