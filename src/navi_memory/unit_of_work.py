@@ -56,12 +56,17 @@ async def single_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection
 
 
 @asynccontextmanager
-async def pooled_reads(engine: AsyncEngine) -> AsyncIterator[PooledReads]:
+async def pooled_reads(engine: AsyncEngine, *, hold: bool = False) -> AsyncIterator[PooledReads]:
     """The search paths' reads (db.PooledReads): each statement its own transaction on a
-    pooled connection it holds for itself alone; none held between statements. Only for
-    reads. Their driver errors translated as single_statement's."""
+    pooled connection; none held between statements, or (``hold``: reads one after the other)
+    the first one's held until the block ends. Only for reads. Their driver errors translated
+    as single_statement's."""
+    reads = PooledReads(engine, hold=hold)
     with _translated(engine, _Call()):
-        yield PooledReads(engine)
+        try:
+            yield reads
+        finally:
+            await reads.release()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +87,16 @@ class LaneEngines:
         own (``pooled_reads``), from ``cached`` where the lane's flag is set. Every lane's read
         is one statement at a time, so none needs a transaction.
 
-        Each lane runs in its own task; each statement holds a pooled connection only while it
-        runs: the first lane's statement is on the server while the next lane checks out, and
-        a quick lane's connection is back in the pool while a slow one still reads. Every lane
-        runs to its end; then the first failure, if any, is raised (plain gather would leave
-        the others running on connections their caller is giving back)."""
+        Each lane runs in its own task, on one pooled connection taken at its first statement
+        and given back after its last: the first lane's statement is on the server while the
+        next lane checks out, and a quick lane's connection is back in the pool while a slow
+        one still reads. Every lane runs to its end; then the first failure, if any, is raised
+        (plain gather would leave the others running on connections their caller is giving
+        back)."""
 
         async def lane(index: int, cached: bool) -> None:
             engine = self.cached if cached and self.cached else self.custom
-            async with pooled_reads(engine) as reads:
+            async with pooled_reads(engine, hold=True) as reads:
                 await read(index, reads)
 
         results = await asyncio.gather(

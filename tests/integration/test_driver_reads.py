@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import asyncpg
 import pytest
-from sqlalchemy import Integer, bindparam, text
+from sqlalchemy import Integer, bindparam, event, text
 from sqlalchemy.types import TypeDecorator
 
 from navi_memory import Memory, errors
@@ -212,3 +215,85 @@ async def test_a_connection_lost_without_an_eof_costs_one_search_not_one_per_poo
         hits = await asyncio.wait_for(memory.store.search_facts("Acme", user_id=uid), 10)
         assert {hit.key for hit in hits} == {"employer", "office"}
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+@contextmanager
+def checkouts(*engines: Any) -> Iterator[list[int]]:
+    """The backend pid of every connection checked out of ``engines``' pools meanwhile."""
+    seen: list[int] = []
+
+    def count(dbapi_connection: Any, *_: Any) -> None:
+        seen.append(dbapi_connection.driver_connection.get_server_pid())
+
+    pools = [engine.sync_engine.pool for engine in engines]
+    for pool in pools:
+        event.listen(pool, "checkout", count)
+    try:
+        yield seen
+    finally:
+        for pool in pools:
+            event.remove(pool, "checkout", count)
+
+
+PID = text("SELECT pg_backend_pid() AS pid")
+
+
+async def test_held_pooled_reads_take_one_connection_for_all_their_statements(
+    memory: Memory,
+) -> None:
+    """pooled_reads(hold=True), a lane of unified search: the first statement's connection
+    serves the next ones (one checkout), a statement the server refuses leaves it serving,
+    and it is back in the pool when the block ends."""
+    engine = memory.cached_plans_engine
+    pool = engine.pool
+    with checkouts(engine) as seen:
+        async with pooled_reads(engine, hold=True) as reads:
+            assert pool.checkedout() == 0  # type: ignore[attr-defined]
+            [first] = await fetch_rows(reads, PID, {})
+            assert pool.checkedout() == 1  # type: ignore[attr-defined]
+            with pytest.raises(asyncpg.DivisionByZeroError):
+                await fetch_rows(reads, text("SELECT 1 / 0 AS n"), {})
+            [again] = await fetch_rows(reads, PID, {})
+        assert pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert first["pid"] == again["pid"]
+    assert seen == [first["pid"]]
+    # Without hold: a checkout for each statement, none kept between them.
+    with checkouts(engine) as seen:
+        async with pooled_reads(engine) as reads:
+            await fetch_rows(reads, PID, {})
+            assert pool.checkedout() == 0  # type: ignore[attr-defined]
+            await fetch_rows(reads, PID, {})
+    assert len(seen) == 2
+
+
+async def test_a_held_connection_killed_is_connection_lost_and_never_serves_again(
+    quiet_memory: Memory,
+) -> None:
+    """The backend of a held connection is terminated between two statements: the next one is
+    a ConnectionLostError, the dead connection leaves the pool, and the next reads answer."""
+    memory = quiet_memory
+    engine = memory.cached_plans_engine
+    with pytest.raises(errors.ConnectionLostError):
+        async with pooled_reads(engine, hold=True) as reads:
+            [row] = await fetch_rows(reads, PID, {})
+            await scalar(memory, "SELECT pg_terminate_backend(:pid)", pid=row["pid"])
+            for _ in range(100):  # until the loop has seen the EOF, or the statement fails
+                await asyncio.sleep(0.01)
+                await fetch_rows(reads, PID, {})
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    async with pooled_reads(engine, hold=True) as reads:
+        [fresh] = await fetch_rows(reads, PID, {})
+        assert fresh["pid"] != row["pid"]
+
+
+async def test_unified_search_takes_one_connection_a_lane(memory: Memory) -> None:
+    """memory.search over every store: the facts and the sketches, read one after the other,
+    share their lane's one checkout; the raw history has its own: two in all."""
+    uid = await new_user(memory)
+    await seed_facts(memory, uid)
+    await memory.kv.set("scratchpad", "plan", "Berlin trip for Acme", user_id=uid)
+    await memory.search.search("Acme Berlin", user_id=uid)  # the user now known small
+    with checkouts(memory.engine, memory.cached_plans_engine) as seen:
+        hits = await memory.search.search("Acme Berlin", user_id=uid)
+    assert {hit.source_type for hit in hits} == {"fact", "sketch"}
+    assert len(seen) == 2 and len(set(seen)) == 2

@@ -3,7 +3,7 @@ excerpts by relevance, then sketches), with provenance and freshness marks on ev
 
 The caller (a facade) validates, embeds the query once and hands a lane runner
 (unit_of_work.LaneEngines.run); the plan's lanes then run concurrently, each on reads of its
-own (a pooled connection per statement).
+own (a pooled connection for the lane, from its first statement to its last).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ LaneRunner = Callable[
 ]
 """Runs ``read(i, reads)`` for every lane ``i`` concurrently, each lane on Reads of its own
 (never shared by two lanes), from the cached-plans engine where the lane's flag is set
-(LaneEngines.run: PooledReads, a pooled connection per statement)."""
+(LaneEngines.run: PooledReads holding one pooled connection for the lane)."""
 
 
 @dataclass(slots=True)
@@ -281,8 +281,8 @@ class UnifiedSearchService:
         marks, then sketches (the current session's first); ``k`` of each at most.
 
         ``lanes``: runs a read for each lane of ``request.plan.lanes`` concurrently, each on
-        Reads of its own (never shared by two lanes; LaneEngines.run's take a pooled connection
-        per statement), from the cached-plans engine where ``plan.cached_plans`` says so
+        Reads of its own (never shared by two lanes; LaneEngines.run's hold one pooled
+        connection for the lane), from the cached-plans engine where ``plan.cached_plans`` says so
         (unit_of_work.LaneEngines.run)."""
         plan = request.plan
         found = _Found()
