@@ -183,10 +183,11 @@ SKETCH_SCOPE: Final = "scratchpad"
 FRESHNESS_MIN_SHARED_WORDS: Final = 2
 """A raw excerpt is superseded by a newer fact sharing at least this many content words."""
 
-FRESHNESS_EXCERPT_WORDS: Final = 512
-"""Raw excerpts whose content words each search service keeps (text.freshness.ExcerptWords):
-tokenizing a 1-4 KB excerpt is about 50 µs, and recall marks the current session's excerpts
-again every turn. About 10 KB an excerpt (measured on the benchmark's chunks): 5 MB."""
+FRESHNESS_EXCERPT_WORDS: Final = 50_000
+"""Content words of raw excerpts each search service keeps (text.freshness.ExcerptWords), in
+all: about 100 bytes a word (measured: 10 KB for the benchmark's 1-4 KB chunks, ~100 words
+each), so about 5 MB, some 500 such excerpts. Tokenizing a 1-4 KB excerpt is about 50 µs,
+and recall marks the current session's excerpts again every turn."""
 
 FRESHNESS_FACTS: Final = 10
 """How many of the facts matching the query (the best-ranked; ``k`` when more) the freshness

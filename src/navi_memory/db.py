@@ -564,8 +564,8 @@ class PooledReads:
     takes a pooled connection for itself alone and runs on its asyncpg driver: no SQLAlchemy
     Connection made and closed, nor its isolation level set and reset, around it — 24 µs a
     checkout against 69 for unit_of_work.single_statement (measured, docs/benchmarks.md).
-    The connection is back in the pool as soon as the rows are read. Without a transaction
-    each statement is its own, as on single_statement's autocommit connection.
+    Without ``hold`` the connection is back in the pool as soon as the rows are read. Without
+    a transaction each statement is its own, as on single_statement's autocommit connection.
 
     ``hold``: the first fetch's connection is kept for the next ones, until ``release`` (a
     lane of unified search reads its stores one after the other: one checkout for the lane

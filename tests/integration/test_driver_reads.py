@@ -121,15 +121,18 @@ async def test_pooled_reads_hold_a_connection_only_while_a_statement_runs(
     assert [dict(row) for row in direct] == [dict(row) for row in through]
 
 
+@pytest.mark.parametrize("hold", [False, True])
 async def test_a_failing_pooled_read_is_a_navi_memory_error_and_leaks_nothing(
-    memory: Memory,
+    memory: Memory, hold: bool
 ) -> None:
     """A statement the server refuses, on the driver: the caller gets a StorageError (not
-    asyncpg's own), and the connection is back in the pool and serves the next read."""
+    asyncpg's own), and the connection is back in the pool and serves the next read — also
+    when it was held for the block (a unified-search lane's)."""
     broken = text("SELECT CAST(:n AS int) / 0 AS n")
     engine = memory.cached_plans_engine
     with pytest.raises(errors.StorageError, match="division by zero"):
-        async with pooled_reads(engine) as reads:
+        async with pooled_reads(engine, hold=hold) as reads:
+            await fetch_rows(reads, text("SELECT 1 AS n"), {})
             await fetch_rows(reads, broken, {"n": 1})
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     async with pooled_reads(engine) as reads:
@@ -297,3 +300,28 @@ async def test_unified_search_takes_one_connection_a_lane(memory: Memory) -> Non
         hits = await memory.search.search("Acme Berlin", user_id=uid)
     assert {hit.source_type for hit in hits} == {"fact", "sketch"}
     assert len(seen) == 2 and len(set(seen)) == 2
+
+
+async def test_a_cancelled_lane_gives_its_held_connection_back(quiet_memory: Memory) -> None:
+    """A lane cancelled while its statement runs (the caller gave up on the search): the held
+    connection goes back to the pool, and the pool's connections serve the next reads."""
+    memory = quiet_memory
+    engine = memory.cached_plans_engine
+    started = asyncio.Event()
+
+    async def lane() -> None:
+        async with pooled_reads(engine, hold=True) as reads:
+            await fetch_rows(reads, PID, {})
+            started.set()
+            await fetch_rows(reads, text("SELECT pg_sleep(30) AS n"), {})
+
+    task = asyncio.create_task(lane())
+    await asyncio.wait_for(started.wait(), 10)
+    await asyncio.sleep(0.05)  # the sleep is on the server
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    for _ in range(3):
+        async with pooled_reads(engine, hold=True) as reads:
+            assert [row["n"] for row in await fetch_rows(reads, text("SELECT 3 AS n"), {})] == [3]

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Final, TypeAlias
 
 from navi_memory.constants import FRESHNESS_EXCERPT_WORDS, FRESHNESS_MIN_SHARED_WORDS
 from navi_memory.errors import InvalidInputError
@@ -183,67 +183,89 @@ class FactWords:
     facts: tuple[tuple[FactVersion, frozenset[str]], ...]
 
 
+_Key: TypeAlias = tuple[int, int, int]
+
+SEEN_ONCE_MAX: Final = 4096
+"""Excerpts ExcerptWords remembers as marked once (a key each, no words): their next marking
+keeps their words."""
+
+
 class ExcerptWords:
-    """The content words of the excerpts marked lately, by chunk: the most recently used
-    ``size`` (0: none kept). A stored chunk never changes, and recall marks the current
-    session's excerpts again every turn; tokenizing one (1-4 KB) costs about 50 µs, looking it
-    up about 1 µs.
+    """The content words of the excerpts marked lately, by chunk: the most recently used, up to
+    ``max_words`` words in all (0: none kept). A stored chunk never changes, and recall marks
+    the current session's excerpts again every turn; tokenizing one (1-4 KB) costs about
+    50 µs, looking it up about 1 µs.
 
     An excerpt's words are kept once it has been marked twice, or as soon as marking it took
     tokenizing it anyway: the first time, with few fact words to look for, finding them in the
     text is cheaper than tokenizing it, and most excerpts a search returns are never marked
-    again (unified search over random queries: none of 1,404 in the benchmark). An entry is
-    keyed by the chunk's id and a hash of the text it was made from, so a reused id (a table
-    emptied and filled again) never finds another text's words. Not shared between threads
-    (one per search service, on its event loop)."""
+    again (unified search over random queries: none of 1,404 in the benchmark). The excerpts
+    marked once are remembered apart (SEEN_ONCE_MAX keys, no words), so they never push out
+    kept words. An entry is keyed by the chunk's id and a hash of the text it was made from,
+    so a reused id (a table emptied and filled again) never finds another text's words. The
+    bound is in words, not excerpts, so long chunks cannot multiply the memory it takes.
+    Not shared between threads (one per search service, on its event loop)."""
 
-    __slots__ = ("_entries", "hits", "misses", "size")
+    __slots__ = ("_kept", "_seen", "_words", "hits", "max_words", "misses")
 
-    def __init__(self, size: int = FRESHNESS_EXCERPT_WORDS) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise InvalidInputError(f"ExcerptWords size must be an int, 0 or more; got {size!r}")
-        self.size = size
-        # None: seen once, its words not kept.
-        self._entries: OrderedDict[tuple[int, int, int], frozenset[str] | None] = OrderedDict()
+    def __init__(self, max_words: int = FRESHNESS_EXCERPT_WORDS) -> None:
+        if isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 0:
+            raise InvalidInputError(
+                f"ExcerptWords max_words must be an int, 0 or more; got {max_words!r}"
+            )
+        self.max_words = max_words
+        self._kept: OrderedDict[_Key, frozenset[str]] = OrderedDict()
+        self._seen: OrderedDict[_Key, None] = OrderedDict()
+        self._words = 0
         self.hits = 0
         """Excerpts whose words were found kept."""
         self.misses = 0
         """Excerpts whose words were not kept (found in the text, or tokenized)."""
 
     def __len__(self) -> int:
-        """Excerpts remembered (their words kept, or seen once)."""
-        return len(self._entries)
+        """Excerpts whose words are kept."""
+        return len(self._kept)
+
+    @property
+    def words(self) -> int:
+        """Words kept, in all (each excerpt's counted)."""
+        return self._words
 
     def shared(self, chunk_id: int, text: str, wanted: set[str]) -> set[str]:
         """Which of ``wanted`` (content words) are content words of ``text``, chunk
         ``chunk_id``'s (content and breadcrumbs as mark_freshness joins them)."""
         key = (chunk_id, len(text), hash(text))
-        found = self._entries.get(key)
+        found = self._kept.get(key)
         if found is not None:
-            self._entries.move_to_end(key)
+            self._kept.move_to_end(key)
             self.hits += 1
             return wanted & found
         self.misses += 1
-        if key not in self._entries and not _tokenizes(text, wanted):
-            shared = _words_in(text, wanted)
-            self._keep(key, None)
-            return shared
+        if not self.max_words:
+            return _words_in(text, wanted)
+        if self._seen.pop(key, False) is False and not _tokenizes(text, wanted):
+            self._seen[key] = None
+            if len(self._seen) > SEEN_ONCE_MAX:
+                self._seen.popitem(last=False)
+            return _words_in(text, wanted)
         words = content_words(text)
         self._keep(key, words)
         return wanted & words
 
-    def _keep(self, key: tuple[int, int, int], words: frozenset[str] | None) -> None:
-        if not self.size:
+    def _keep(self, key: _Key, words: frozenset[str]) -> None:
+        if len(words) > self.max_words:
             return
-        self._entries[key] = words
-        self._entries.move_to_end(key)
-        if len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        self._kept[key] = words
+        self._words += len(words)
+        while self._words > self.max_words:
+            _, gone = self._kept.popitem(last=False)
+            self._words -= len(gone)
 
     def clear(self) -> None:
         """Forget every excerpt and reset the counts."""
-        self._entries.clear()
-        self.hits = self.misses = 0
+        self._kept.clear()
+        self._seen.clear()
+        self._words = self.hits = self.misses = 0
 
 
 def fact_words(facts: Iterable[FactVersion]) -> FactWords:

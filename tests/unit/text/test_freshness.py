@@ -17,6 +17,7 @@ from navi_memory.errors import InvalidInputError
 from navi_memory.text.freshness import (
     FIND_WORDS_MAX,
     FRESHNESS_STOP_WORDS,
+    SEEN_ONCE_MAX,
     ExcerptWords,
     FactVersion,
     Freshness,
@@ -287,45 +288,72 @@ def test_the_marks_equal_the_rule_written_plainly(
     # The excerpts' words kept between calls (unified search keeps them by chunk): the same
     # marks when they are made, and when they are found (a cache of 2: some evicted).
     stored = [replace(e, chunk_id=i) for i, e in enumerate(excerpts)]
-    known = ExcerptWords(2)
+    known = ExcerptWords(max_words=8)
     for _ in range(3):
         kept = [m.superseded_by for m in mark_freshness(stored, versions, {}, known=known)]
         assert kept == got
 
 
-SERVER_PORT = "User: the serverPort is 8098"
-SERVER_PORT_WORDS = {"server", "port", "8098"}
+SERVER_PORT = "User: the serverPort is 8098"  # 3 words: server, port, 8098
+TEA = "User: tea or coffee"  # 2 words
+FRIDAY = "Assistant: deploy on Friday"  # 2 words
 
 
 def test_excerpt_words_are_kept_from_the_second_marking_by_chunk_and_text() -> None:
-    known = ExcerptWords(2)
+    known = ExcerptWords()
     wanted = {"port", "8098", "deploy"}
     for _ in range(3):  # looked up, then tokenized and kept, then found
         assert known.shared(1, SERVER_PORT, wanted) == {"port", "8098"}
-    assert (known.hits, known.misses, len(known)) == (1, 2, 1)
+    assert (known.hits, known.misses, len(known), known.words) == (1, 2, 1, 3)
     # The same id with another text (a table emptied and filled again): that text's words.
-    assert known.shared(1, "Assistant: deploy on Friday", wanted) == {"deploy"}
-    assert known.shared(1, "Assistant: deploy on Friday", wanted) == {"deploy"}
-    assert (known.hits, known.misses, len(known)) == (1, 4, 2)
+    assert known.shared(1, FRIDAY, wanted) == {"deploy"}
+    assert known.shared(1, FRIDAY, wanted) == {"deploy"}
+    assert (known.hits, known.misses, len(known), known.words) == (1, 4, 2, 5)
     assert known.shared(1, SERVER_PORT, {"server"}) == {"server"}  # all its words were kept
     assert known.hits == 2
 
 
-def test_excerpt_words_forget_the_least_recently_marked_beyond_their_size() -> None:
-    known = ExcerptWords(2)
+def test_excerpt_words_forget_the_least_recently_used_beyond_their_words() -> None:
+    known = ExcerptWords(max_words=5)
     for _ in range(2):
         known.shared(1, SERVER_PORT, {"port"})
-        known.shared(2, "User: tea or coffee", {"tea"})
-    assert (known.hits, known.misses) == (0, 4)
-    known.shared(1, SERVER_PORT, {"port"})  # found: excerpt 2 is now the oldest
-    known.shared(3, "User: deploy on Friday", {"friday"})  # a third: excerpt 2 goes
-    assert len(known) == 2
+        known.shared(2, TEA, {"tea"})
+    assert (known.hits, known.misses, known.words) == (0, 4, 5)
+    known.shared(1, SERVER_PORT, {"port"})  # found: excerpt 2 is now the least recent
+    for _ in range(2):
+        known.shared(3, FRIDAY, {"friday"})  # kept: 7 words, so excerpt 2 goes
+    assert (len(known), known.words) == (2, 5)
     known.shared(1, SERVER_PORT, {"port"})
     assert known.hits == 2
-    known.shared(2, "User: tea or coffee", {"tea"})  # seen once again, not kept
-    assert known.hits == 2
+    known.shared(2, TEA, {"tea"})  # marked once again: remembered, not kept
+    assert (known.hits, len(known)) == (2, 2)
     known.clear()
-    assert (known.hits, known.misses, len(known)) == (0, 0, 0)
+    assert (known.hits, known.misses, len(known), known.words) == (0, 0, 0, 0)
+
+
+def test_excerpts_marked_once_never_push_out_kept_words() -> None:
+    """Many excerpts marked once (other users' searches between two recall turns) are only
+    remembered as seen: the words kept stay."""
+    known = ExcerptWords(max_words=3)
+    for _ in range(2):
+        known.shared(1, SERVER_PORT, {"port"})
+    for chunk_id in range(100, 100 + SEEN_ONCE_MAX + 10):
+        known.shared(chunk_id, TEA, {"tea"})
+    known.shared(1, SERVER_PORT, {"port"})
+    assert (known.hits, len(known), known.words) == (1, 1, 3)
+    # The earliest seen are forgotten beyond SEEN_ONCE_MAX: marked again, still not kept…
+    known.shared(100, TEA, {"tea"})
+    assert known.words == 3
+    # … a later one is remembered: its second marking keeps it (pushing out the older words).
+    known.shared(200, TEA, {"tea"})
+    assert (len(known), known.words) == (1, 2)
+
+
+def test_an_excerpt_with_more_words_than_the_bound_is_never_kept() -> None:
+    known = ExcerptWords(max_words=2)
+    for _ in range(3):
+        assert known.shared(1, SERVER_PORT, {"port"}) == {"port"}
+    assert (known.hits, len(known), known.words) == (0, 0, 0)
 
 
 def test_excerpt_words_are_kept_at_once_when_marking_tokenized_the_excerpt() -> None:
@@ -340,20 +368,20 @@ def test_excerpt_words_are_kept_at_once_when_marking_tokenized_the_excerpt() -> 
     assert (known.hits, known.misses) == (2, 2)
 
 
-def test_excerpt_words_of_size_zero_keep_nothing() -> None:
-    known = ExcerptWords(0)
+def test_excerpt_words_bounded_to_zero_keep_nothing() -> None:
+    known = ExcerptWords(max_words=0)
     for _ in range(3):
         assert known.shared(7, SERVER_PORT, {"port", "tea"}) == {"port"}
     assert (known.hits, known.misses, len(known)) == (0, 3, 0)
 
 
-@pytest.mark.parametrize("size", [-1, 1.5, "3", True, None])
-def test_excerpt_words_refuse_a_size_that_is_not_a_count(size: object) -> None:
-    with pytest.raises(InvalidInputError, match="ExcerptWords size must be an int"):
-        ExcerptWords(size)  # type: ignore[arg-type]
+@pytest.mark.parametrize("max_words", [-1, 1.5, "3", True, None])
+def test_excerpt_words_refuse_a_bound_that_is_not_a_count(max_words: object) -> None:
+    with pytest.raises(InvalidInputError, match="ExcerptWords max_words must be an int"):
+        ExcerptWords(max_words)  # type: ignore[arg-type]
 
 
-def test_an_excerpt_without_a_chunk_id_is_tokenized_not_kept() -> None:
+def test_an_excerpt_without_a_chunk_id_is_never_kept() -> None:
     known = ExcerptWords()
     marks = mark_freshness([excerpt()], [fact()], {}, known=known)
     assert marks == [Freshness(superseded_by="server_port")]
