@@ -240,8 +240,8 @@ class UnifiedSearchService:
         excerpt_words: ExcerptWords | None = None,
     ) -> None:
         """``excerpt_words``: the raw excerpts' content words kept between searches for their
-        freshness marks (text.freshness.ExcerptWords; default: FRESHNESS_EXCERPT_WORDS
-        excerpts)."""
+        freshness marks (text.freshness.ExcerptWords; default: up to FRESHNESS_EXCERPT_WORDS
+        words)."""
         self.text_ranking = text_ranking
         self.chunk_max_distance = chunk_max_distance
         self.prune_hints = prune_hints or PruneHints()
