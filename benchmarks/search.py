@@ -59,6 +59,7 @@ from navi_memory.constants import (
     CHUNK_BM25_K1,
     CHUNK_GRAPH_FROM,
     SEARCH_K_DEFAULT,
+    SEARCH_K_MAX,
     SKETCH_SCOPE,
 )
 from navi_memory.repositories.chunks import ChunkSearchRepository
@@ -275,6 +276,8 @@ class SearchSection:
                 beside = await beside_raw(ctx, settings, memory, embedder, clock, lanes, queries)
                 report.rows += beside.rows()
                 report.rows += await same_query_again(memory, embedder, clock, queries)
+                ctx.log(f"{tag}: recall-shaped searches, turn after turn")
+                report.rows += await recall_turns(memory, embedder, clock, lookup, rng)
                 ctx.log(f"{tag}: {CONCURRENT_QUERIES} queries, {CALLERS} callers, package and raw")
                 many = [queries[i % len(queries)] for i in range(CONCURRENT_QUERIES)]
                 rng.shuffle(many)
@@ -689,6 +692,90 @@ async def same_query_again(
             f"{len(forgotten)} queries, each run warm, then with the words forgotten, then kept "
             f"(recall's next turn reading the same excerpts): {hits:,} of {looked:,} excerpts "
             "found kept in the last calls",
+        )
+    ]
+
+
+RECALL_SESSIONS: Final = 20
+"""Sessions the recall-shaped turns run in: those of at least RECALL_SESSION_CHUNKS chunks."""
+RECALL_SESSION_CHUNKS: Final = 12
+RECALL_TURNS: Final = 8
+
+
+async def recall_turns(
+    memory: Memory,
+    embedder: TimingEmbedder,
+    clock: SqlClock,
+    lookup: chunks_section.LookupEmbedder,
+    rng: random.Random,
+) -> list[Row]:
+    """Recall's search, turn after turn: every model call of a session searches that session's
+    raw history (scope raw, as many hits as search gives: ContextBuilder asks for SEARCH_K_MAX
+    plus its ledger) and marks every excerpt it finds. RECALL_TURNS queries in each of
+    RECALL_SESSIONS sessions, each three words of one of the session's chunks; first with the
+    excerpts' words kept from turn to turn (forgotten when the session's first turn begins),
+    then the same calls with them forgotten before every call (run second, so the warmer
+    pages are theirs). The first turn of each session is left out of both."""
+    async with memory.engine.connect() as conn:
+        sessions = (
+            await conn.execute(
+                text(
+                    "SELECT user_id, session_id, array_agg(content ORDER BY id) AS contents"
+                    " FROM memory_chunks GROUP BY user_id, session_id"
+                    " HAVING count(*) >= :least ORDER BY md5(session_id) LIMIT :sessions"
+                ),
+                {"least": RECALL_SESSION_CHUNKS, "sessions": RECALL_SESSIONS},
+            )
+        ).all()
+    turns: list[tuple[uuid.UUID, str, list[str]]] = []
+    for uid, sid, contents in sessions:
+        queries = []
+        for _ in range(RECALL_TURNS):
+            words = [w for w in rng.choice(contents).split() if w.isalpha() and len(w) > 4]
+            query = " ".join(rng.sample(words, min(3, len(words))))
+            lookup.vectors.setdefault(query, hashed_embedding(query))
+            queries.append(query)
+        turns.append((uid, sid, queries))
+    known: ExcerptWords = memory.search._service.excerpt_words
+
+    async def search(uid: uuid.UUID, sid: str, query: str) -> tuple[float, int]:
+        hits, sample = await timed(
+            memory.search.search(
+                query, "raw", SEARCH_K_MAX, session_id=sid, current_session_id=sid, user_id=uid
+            ),
+            embedder,
+            clock,
+        )
+        return sample.without_embedding, len(hits)
+
+    kept: list[float] = []
+    forgotten: list[float] = []
+    returned = found = looked_up = 0
+    for uid, sid, queries in turns:
+        known.clear()
+        for turn, query in enumerate(queries):
+            before = (known.hits, known.misses)
+            seconds, count = await search(uid, sid, query)
+            if turn:
+                kept.append(seconds)
+                returned += count
+                found += known.hits - before[0]
+                looked_up += known.hits + known.misses - sum(before)
+    for uid, sid, queries in turns:
+        for query in queries[1:]:
+            known.clear()
+            forgotten.append((await search(uid, sid, query))[0])
+    calls = len(kept)
+    return [
+        Row(
+            "recall-shaped search (scope raw, k 20, one session), excerpts' words kept / "
+            "forgotten: p50",
+            f"{fmt_ms(percentile(kept, 50))} / {fmt_ms(percentile(forgotten, 50))}",
+            "ms",
+            f"{len(turns)} sessions of {RECALL_SESSION_CHUNKS}+ chunks, turns 2-{RECALL_TURNS} "
+            f"of each ({calls} calls a side), {returned / max(1, calls):.1f} excerpts a call; "
+            f"words found kept for {found:,} of the {looked_up:,} excerpts marked with a newer "
+            "fact to compare",
         )
     ]
 
