@@ -712,10 +712,10 @@ async def recall_turns(
     """Recall's search, turn after turn: every model call of a session searches that session's
     raw history (scope raw, as many hits as search gives: ContextBuilder asks for SEARCH_K_MAX
     plus its ledger) and marks every excerpt it finds. RECALL_TURNS queries in each of
-    RECALL_SESSIONS sessions, each three words of one of the session's chunks; first with the
-    excerpts' words kept from turn to turn (forgotten when the session's first turn begins),
-    then the same calls with them forgotten before every call (run second, so the warmer
-    pages are theirs). The first turn of each session is left out of both."""
+    RECALL_SESSIONS sessions, each three words of one of the session's chunks; every turn runs
+    twice, back to back, which first alternating: with the excerpts' words the session's
+    earlier turns kept, and with none kept (a fresh ExcerptWords). The first turn of each
+    session is left out of both."""
     async with memory.engine.connect() as conn:
         sessions = (
             await conn.execute(
@@ -736,36 +736,40 @@ async def recall_turns(
             lookup.vectors.setdefault(query, hashed_embedding(query))
             queries.append(query)
         turns.append((uid, sid, queries))
-    known: ExcerptWords = memory.search._service.excerpt_words
-
-    async def search(uid: uuid.UUID, sid: str, query: str) -> tuple[float, int]:
-        hits, sample = await timed(
-            memory.search.search(
-                query, "raw", SEARCH_K_MAX, session_id=sid, current_session_id=sid, user_id=uid
-            ),
-            embedder,
-            clock,
-        )
-        return sample.without_embedding, len(hits)
-
-    kept: list[float] = []
-    forgotten: list[float] = []
+    service = memory.search._service
+    original = service.excerpt_words
+    known = ExcerptWords()
+    measured: dict[bool, list[float]] = {True: [], False: []}
     returned = found = looked_up = 0
-    for uid, sid, queries in turns:
-        known.clear()
-        for turn, query in enumerate(queries):
-            before = (known.hits, known.misses)
-            seconds, count = await search(uid, sid, query)
-            if turn:
-                kept.append(seconds)
-                returned += count
-                found += known.hits - before[0]
-                looked_up += known.hits + known.misses - sum(before)
-    for uid, sid, queries in turns:
-        for query in queries[1:]:
+    try:
+        for uid, sid, queries in turns:
             known.clear()
-            forgotten.append((await search(uid, sid, query))[0])
-    calls = len(kept)
+            for turn, query in enumerate(queries):
+                for keep in (True, False) if turn % 2 else (False, True):
+                    service.excerpt_words = known if keep else ExcerptWords()
+                    before = (known.hits, known.misses)
+                    hits, sample = await timed(
+                        memory.search.search(
+                            query,
+                            "raw",
+                            SEARCH_K_MAX,
+                            session_id=sid,
+                            current_session_id=sid,
+                            user_id=uid,
+                        ),
+                        embedder,
+                        clock,
+                    )
+                    if not turn:
+                        continue
+                    measured[keep].append(sample.without_embedding)
+                    if keep:
+                        returned += len(hits)
+                        found += known.hits - before[0]
+                        looked_up += known.hits + known.misses - sum(before)
+    finally:
+        service.excerpt_words = original
+    kept, forgotten = measured[True], measured[False]
     return [
         Row(
             "recall-shaped search (scope raw, k 20, one session), excerpts' words kept / "
@@ -773,9 +777,9 @@ async def recall_turns(
             f"{fmt_ms(percentile(kept, 50))} / {fmt_ms(percentile(forgotten, 50))}",
             "ms",
             f"{len(turns)} sessions of {RECALL_SESSION_CHUNKS}+ chunks, turns 2-{RECALL_TURNS} "
-            f"of each ({calls} calls a side), {returned / max(1, calls):.1f} excerpts a call; "
-            f"words found kept for {found:,} of the {looked_up:,} excerpts marked with a newer "
-            "fact to compare",
+            f"of each, each turn twice back to back ({len(kept)} calls a side), "
+            f"{returned / max(1, len(kept)):.1f} excerpts a call; words found kept for "
+            f"{found:,} of the {looked_up:,} excerpts marked with a newer fact to compare",
         )
     ]
 
