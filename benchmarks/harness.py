@@ -405,6 +405,7 @@ class SqlClock:
     @asynccontextmanager
     async def capture(self) -> AsyncIterator[list[CapturedStatement]]:
         captured: list[CapturedStatement] = []
+        await self.settle()  # what ran before is reported now, not into this capture
         self._captured = captured
         try:
             yield captured

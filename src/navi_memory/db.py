@@ -25,7 +25,6 @@ from sqlalchemy.exc import (
     DBAPIError,
     DisconnectionError,
     EmulatedDBAPIException,
-    IntegrityError,
     SQLAlchemyError,
 )
 from sqlalchemy.ext.asyncio import (
@@ -55,7 +54,7 @@ __all__ = [
     "TRGM_INDEXES",
     "URL_OPTIONS",
     "Capabilities",
-    "PooledReads",
+    "PooledStatements",
     "check_capabilities",
     "commit_settings",
     "connect_options",
@@ -197,10 +196,8 @@ def translate_driver_error(
             f"lost the connection to {where} ({detail}); nothing was committed, so calling "
             "again is safe"
         )
-    if (
-        isinstance(exc, IntegrityError)
-        and _sqlstate(exc) == FOREIGN_KEY_VIOLATION
-        and "user_id" in str(exc.orig)
+    if _sqlstate(exc) == FOREIGN_KEY_VIOLATION and any(
+        "user_id" in str(item) for item in _chain(exc)
     ):
         return NotFoundError(
             "that user does not exist: create it first with memory.users.ensure(user_id)"
@@ -556,9 +553,10 @@ def encode_vector(value: object) -> bytes:
     return vector_binary(value)  # type: ignore[arg-type]
 
 
-class PooledReads:
-    """The search paths' reads, one statement each, on ``engine``'s pool
-    (unit_of_work.pooled_reads opens them and translates their errors).
+class PooledStatements:
+    """Statements complete in themselves, each its own transaction, on ``engine``'s pool: the
+    search paths' reads (unit_of_work.pooled_reads) and upsert_fact's one-statement write
+    (unit_of_work.pooled_write), which open them and translate their errors.
 
     ``fetch``: a statement compiled for the driver (repositories.statements.fetch_rows)
     takes a pooled connection for itself alone and runs on its asyncpg driver: no SQLAlchemy
@@ -573,7 +571,7 @@ class PooledReads:
     concurrently.
 
     ``execute`` and ``scalar``: any other statement, on an autocommit SQLAlchemy connection of
-    its own, its result read in full before the connection goes back."""
+    its own, its result read in full (if it returns rows) before the connection goes back."""
 
     __slots__ = ("_held", "engine", "hold")
 
@@ -618,6 +616,8 @@ class PooledReads:
         async with self.engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             result = await conn.execute(statement, params)
+            if not result.returns_rows:  # a write without RETURNING: nothing left to read
+                return result
             return result.freeze()()
 
     async def scalar(self, statement: Executable, params: Any = None) -> Any:

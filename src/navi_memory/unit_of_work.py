@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
-from navi_memory.db import DRIVER_ERRORS, PooledReads, translate_driver_error
+from navi_memory.db import DRIVER_ERRORS, PooledStatements, translate_driver_error
 from navi_memory.errors import ConfigError
 
 __all__ = [
     "LaneEngines",
     "engine_of",
     "pooled_reads",
+    "pooled_write",
     "single_statement",
     "statement_or_transaction",
     "unit_of_work",
@@ -56,17 +57,30 @@ async def single_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection
 
 
 @asynccontextmanager
-async def pooled_reads(engine: AsyncEngine, *, hold: bool = False) -> AsyncIterator[PooledReads]:
-    """The search paths' reads (db.PooledReads): each statement its own transaction on a
+async def pooled_reads(
+    engine: AsyncEngine, *, hold: bool = False
+) -> AsyncIterator[PooledStatements]:
+    """The search paths' reads (db.PooledStatements): each statement its own transaction on a
     pooled connection; none held between statements, or (``hold``: reads one after the other)
     the first one's held until the block ends. Only for reads. Their driver errors translated
     as single_statement's."""
-    reads = PooledReads(engine, hold=hold)
+    reads = PooledStatements(engine, hold=hold)
     with _translated(engine, _Call()):
         try:
             yield reads
         finally:
             await reads.release()
+
+
+@asynccontextmanager
+async def pooled_write(engine: AsyncEngine) -> AsyncIterator[PooledStatements]:
+    """A write that is one statement, its own transaction (no BEGIN or COMMIT round trip), on
+    a pooled connection's driver (db.PooledStatements): single_statement without SQLAlchemy's
+    Connection and execution around the statement. Only for a statement complete in itself
+    that a repeat cannot double: a connection lost mid-statement is reported as safe to call
+    again."""
+    async with pooled_reads(engine) as statements:
+        yield statements
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +95,9 @@ class LaneEngines:
     async def run(
         self,
         cached_plans: Sequence[bool],
-        read: Callable[[int, PooledReads], Awaitable[None]],
+        read: Callable[[int, PooledStatements], Awaitable[None]],
     ) -> None:
-        """``read(i, reads)`` for each lane ``i``, concurrently, each with PooledReads of its
+        """``read(i, reads)`` for each lane ``i``, concurrently, each with PooledStatements of its
         own (``pooled_reads``), from ``cached`` where the lane's flag is set. Every lane's read
         is one statement at a time, so none needs a transaction.
 

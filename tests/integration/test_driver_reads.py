@@ -31,7 +31,7 @@ async def seed_facts(memory: Memory, uid: uuid.UUID) -> None:
 
 
 async def test_a_pooled_read_returns_what_sqlalchemy_returns(memory: Memory) -> None:
-    """The fact search on PooledReads (the driver) and on a single_statement connection
+    """The fact search on PooledStatements (the driver) and on a single_statement connection
     (SQLAlchemy): the same rows, columns and values."""
     uid = await new_user(memory)
     await seed_facts(memory, uid)
@@ -289,9 +289,11 @@ async def test_a_held_connection_killed_is_connection_lost_and_never_serves_agai
         assert fresh["pid"] != row["pid"]
 
 
-async def test_unified_search_takes_one_connection_a_lane(memory: Memory) -> None:
+async def test_unified_search_takes_one_connection_a_lane(quiet_memory: Memory) -> None:
     """memory.search over every store: the facts and the sketches, read one after the other,
-    share their lane's one checkout; the raw history has its own: two in all."""
+    share their lane's one checkout; the raw history has its own: two in all (no background
+    indexer takes one meanwhile)."""
+    memory = quiet_memory
     uid = await new_user(memory)
     await seed_facts(memory, uid)
     await memory.kv.set("scratchpad", "plan", "Berlin trip for Acme", user_id=uid)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from sqlalchemy import event, text
@@ -320,15 +322,35 @@ async def waiting_for_a_lock(memory: Memory) -> None:
     raise AssertionError("no backend ever waited for the category lock")
 
 
-def recording(memory: Memory) -> tuple[list[str], Callable[..., None]]:
-    """The statements the engine sends from now on, and the listener (to remove)."""
+@asynccontextmanager
+async def recording(memory: Memory) -> AsyncIterator[list[str]]:
+    """The statements the engine's connections send while the block runs: through SQLAlchemy
+    (its cursor events), or on their asyncpg driver, straight (upsert_fact, the search reads)
+    or for SQLAlchemy (BEGIN, COMMIT), as asyncpg's query logger reports them."""
     sent: list[str] = []
+    drivers: list[Any] = []
 
-    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+    def logged(record: Any) -> None:
+        sent.append(record.query)
+
+    def watch(dbapi_connection: Any, *_: object) -> None:
+        drivers.append(dbapi_connection.driver_connection)
+        drivers[-1].add_query_logger(logged)
+
+    def executed(_conn: object, _cursor: object, statement: str, *_: object) -> None:
         sent.append(statement)
 
-    event.listen(memory.engine.sync_engine, "before_cursor_execute", record)
-    return sent, record
+    engine = memory.engine.sync_engine
+    event.listen(engine.pool, "checkout", watch)
+    event.listen(engine, "before_cursor_execute", executed)
+    try:
+        yield sent
+        await asyncio.sleep(0)  # the logger reports a statement one loop turn after it
+    finally:
+        event.remove(engine.pool, "checkout", watch)
+        event.remove(engine, "before_cursor_execute", executed)
+        for driver in drivers:
+            driver.remove_query_logger(logged)
 
 
 async def test_an_uncontended_upsert_is_one_statement(manual: Memory) -> None:
@@ -336,13 +358,10 @@ async def test_an_uncontended_upsert_is_one_statement(manual: Memory) -> None:
     on an autocommit connection (no BEGIN, no COMMIT, no separate lock or lookup)."""
     uid = await new_user(manual)
     await manual.store.upsert_fact("p", "editor", "vim", user_id=uid, dedupe=True)
-    sent, record = recording(manual)
-    try:
+    async with recording(manual) as sent:
         for value in ("neovim", "neovim", "helix"):
             await manual.store.upsert_fact("p", "editor", value, user_id=uid, dedupe=True)
         await manual.store.upsert_fact("p", "shell", "fish", user_id=uid, dedupe=True)
-    finally:
-        event.remove(manual.engine.sync_engine, "before_cursor_execute", record)
     assert len(sent) == 4
     assert all("navi_fact_upsert" in statement for statement in sent)
 
@@ -364,8 +383,7 @@ async def test_an_upsert_waiting_for_the_category_sees_what_the_holder_committed
             ),
             {"u": uid, "n": key_norm("preferred_language")},
         )
-        sent, record = recording(memory)
-        try:
+        async with recording(memory) as sent:
             writing = asyncio.create_task(
                 memory.store.upsert_fact("p", "language", "Frisian", user_id=uid, dedupe=True)
             )
@@ -373,8 +391,6 @@ async def test_an_upsert_waiting_for_the_category_sees_what_the_holder_committed
             assert not writing.done()
             await transaction.commit()
             written = await writing
-        finally:
-            event.remove(memory.engine.sync_engine, "before_cursor_execute", record)
     assert len([s for s in sent if "navi_fact_upsert" in s]) == 1  # no retry, no lookup
     facts = await memory.store.get_all_facts(user_id=uid, include_merged=True)
     assert {(f.key, f.merged_into) for f in facts} == {
@@ -547,3 +563,16 @@ async def test_a_vector_written_while_the_indexer_holds_its_queue_row_is_indexed
         " FROM memory_fact_vectors v JOIN memory_facts f ON f.id = v.fact_id",
     )
     assert same is True
+
+
+async def test_an_upsert_for_a_user_never_created_is_not_found(memory: Memory) -> None:
+    """The statement goes straight to the driver: its foreign-key violation is still the
+    missing user's NotFoundError (not a StorageError), and nothing is written."""
+    ghost = uuid.uuid4()
+    with pytest.raises(NotFoundError, match=r"users\.ensure"):
+        await memory.store.upsert_fact("p", "editor", "vim", user_id=ghost)
+    stored = await scalar(memory, "SELECT count(*) FROM memory_facts WHERE user_id = :u", u=ghost)
+    assert stored == 0
+    uid = await new_user(memory)  # the pool still serves
+    fact = await memory.store.upsert_fact("p", "editor", "vim", user_id=uid)
+    assert fact.value == "vim"

@@ -59,7 +59,7 @@ from navi_memory.text.terms import query_terms
 from navi_memory.unit_of_work import (
     engine_of,
     pooled_reads,
-    single_statement,
+    pooled_write,
     statement_or_transaction,
     unit_of_work,
 )
@@ -200,7 +200,7 @@ class MemoryStore:
         )
         # One statement, its own transaction; a repeat cannot double it (the same value again
         # only verifies), so a connection lost mid-way is safe to call again.
-        async with single_statement(self._engine) as conn:
+        async with pooled_write(self._engine) as conn:
             done = await self._facts.write(conn, write, dedupe=dedupe)
         fact = done.fact
         if fact.key != key and not fact.has_embedding and embedding is not None:

@@ -804,8 +804,8 @@ def _patterns(terms: Sequence[str]) -> list[str]:
 
 
 class ChunkSearchRepository:
-    """The raw history's search reads: one statement each, on the search paths' PooledReads
-    (or inside a unit of work). Writes live in ChunkRepository, which a PooledReads cannot
+    """The raw history's search reads: one statement each, on the search paths' PooledStatements
+    (or inside a unit of work). Writes live in ChunkRepository, which a PooledStatements cannot
     be given: each of its statements would commit on a connection of its own."""
 
     def __init__(self, *, session: Reads) -> None:

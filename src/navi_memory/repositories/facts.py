@@ -43,6 +43,7 @@ __all__ = [
     "UPSERT",
     "FactRepository",
     "FactSearchRepository",
+    "FactUpsertRepository",
     "FactVectorRepository",
     "FactWriteRepository",
     "UpsertDone",
@@ -409,7 +410,7 @@ class UpsertDone:
     """Other visible spellings were hidden behind the written row."""
     was_expired: bool
     """The row written over had expired."""
-    row: RowMapping | None
+    row: FetchedRow | None
     """The written row: the Fact columns and ``has_embedding``."""
 
 
@@ -496,8 +497,7 @@ def upsert_parameters(write: UpsertStatement) -> dict[str, Any]:
 
 
 class FactWriteRepository:
-    """The category lock and the one-statement upsert: on a transaction's session, or on an
-    autocommit connection (the upsert is then its own transaction)."""
+    """The category lock, on a transaction's session (it holds until the transaction ends)."""
 
     def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
         self.session = session
@@ -511,10 +511,19 @@ class FactWriteRepository:
         """
         await self.session.execute(_XACT_LOCK, {"scope": category_lock_scope(user_id, category)})
 
+
+class FactUpsertRepository:
+    """The one-statement upsert and the key forms it may ask for: each statement complete in
+    itself, so on a transaction's session, an autocommit connection, or PooledStatements (then
+    straight on the driver: upsert_fact's path, docs/architecture.md)."""
+
+    def __init__(self, *, conn: Reads) -> None:
+        self.conn = conn
+
     async def upsert(self, write: UpsertStatement) -> UpsertDone:
         """One statement (``UPSERT``): lock the category, then insert, write the new value or
         verify, and hide the other spellings — or write nothing and say why."""
-        row = (await self.session.execute(UPSERT, upsert_parameters(write))).mappings().one()
+        (row,) = await fetch_rows(self.conn, UPSERT, upsert_parameters(write))
         action = row["action"]
         return UpsertDone(
             unnormalized=list(zip(row["unnormalized_ids"], row["unnormalized_keys"], strict=True)),
@@ -526,7 +535,7 @@ class FactWriteRepository:
 
     async def set_key_norms(self, norms: Sequence[tuple[int, str, str]]) -> None:
         """Store (id, key, canonical form) — for rows that still hold that key."""
-        await self.session.execute(
+        await self.conn.execute(
             _SET_KEY_NORMS,
             {
                 "ids": [fact_id for fact_id, _, _ in norms],

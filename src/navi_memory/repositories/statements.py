@@ -18,13 +18,13 @@ from typing import Any, TypeAlias
 from sqlalchemy import Dialect, TextClause, TextualSelect, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from navi_memory.db import PooledReads
+from navi_memory.db import PooledStatements
 
 __all__ = ["FetchedRow", "Reads", "fetch_rows", "owner_where", "queue_pop", "statement"]
 
-Reads: TypeAlias = AsyncSession | AsyncConnection | PooledReads
+Reads: TypeAlias = AsyncSession | AsyncConnection | PooledStatements
 """Where a repository's reads run: a unit of work's session, a single_statement connection,
-or the search paths' PooledReads."""
+or the search paths' PooledStatements."""
 
 FetchedRow: TypeAlias = Mapping[Any, Any]
 """A row read by column name: SQLAlchemy's RowMapping, or asyncpg's Record (fetch_rows)."""
@@ -130,14 +130,14 @@ def _driver_text(clause: _Text, dialect: Dialect) -> _DriverText | None:
 async def fetch_rows(conn: Reads, clause: _Text, params: Mapping[str, Any]) -> list[FetchedRow]:
     """The rows of ``clause`` (a read of one statement) as mappings by column name.
 
-    On PooledReads (the search paths) the statement goes straight to a pooled connection's
-    asyncpg driver, compiled once (db.PooledReads.fetch): SQLAlchemy's execution and result
+    On PooledStatements (the search paths) the statement goes straight to a pooled connection's
+    asyncpg driver, compiled once (db.PooledStatements.fetch): SQLAlchemy's execution and result
     rows cost ~0.1 ms a call, a fifth of a small search (docs/benchmarks.md). Same text, same
     parameters, same server-side prepared statement cache (asyncpg's); asyncpg's Records read
     by name as RowMappings do. A statement SQLAlchemy must process, and every read on a session
     or a connection (a transaction's, single_statement's), goes through SQLAlchemy, which
     owns their state (and invalidates what a lost connection takes with it)."""
-    if isinstance(conn, PooledReads):
+    if isinstance(conn, PooledStatements):
         found = _driver_text(clause, conn.engine.dialect)
         if found is not None:
             return await conn.fetch(found.sql, [params[name] for name in found.names])

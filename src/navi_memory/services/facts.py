@@ -40,8 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from sqlalchemy import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.constants import FACT_MAX_DISTANCE, PERMISSION_READ_ALL
 from navi_memory.errors import InvalidInputError, NotFoundError, StorageError
@@ -50,6 +49,7 @@ from navi_memory.repositories.facts import (
     FACT_SORT_COLUMNS,
     FactRepository,
     FactSearchRepository,
+    FactUpsertRepository,
     FactWriteRepository,
     UpsertDone,
     UpsertStatement,
@@ -137,7 +137,7 @@ class UpsertResult:
     vector_queued: bool
 
 
-def to_fact(row: FactRow | RowMapping) -> Fact:
+def to_fact(row: FactRow | FetchedRow) -> Fact:
     """A Fact from an ORM row (vector loaded) or a Core row with ``has_embedding``.
 
     Core rows are validated (pydantic's compiled validator), not ``model_construct``-ed: with
@@ -208,13 +208,12 @@ class FactService:
 
     # --- writes -----------------------------------------------------------------------------
 
-    async def write(
-        self, conn: AsyncSession | AsyncConnection, write: FactWrite, *, dedupe: bool
-    ) -> UpsertResult:
-        """The upsert (module docstring) in one statement, on an autocommit connection or in
-        the caller's transaction; a second and third only when spellings of the category
-        still need their canonical form, or when the row it wrote over was deleted meanwhile."""
-        repo = FactWriteRepository(session=conn)
+    async def write(self, conn: Reads, write: FactWrite, *, dedupe: bool) -> UpsertResult:
+        """The upsert (module docstring) in one statement, on its own (PooledStatements, an
+        autocommit connection) or in the caller's transaction; a second and third only when
+        spellings of the category still need their canonical form, or when the row it wrote
+        over was deleted meanwhile."""
+        repo = FactUpsertRepository(conn=conn)
         statement = upsert_statement(write, dedupe=dedupe)
         for _ in range(NORMALIZE_ROUNDS):
             done = await repo.upsert(statement)
@@ -245,7 +244,7 @@ class FactService:
         return await FactRepository(session=session).set_embedding(fact_id, embedded_text, vector)
 
     async def upsert(
-        self, conn: AsyncSession | AsyncConnection, write: FactWrite, *, dedupe: bool
+        self, conn: Reads, write: FactWrite, *, dedupe: bool
     ) -> tuple[Fact, UpsertOutcome]:
         """``write``, as (fact, outcome)."""
         done = await self.write(conn, write, dedupe=dedupe)

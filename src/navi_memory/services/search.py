@@ -136,7 +136,7 @@ LaneRunner = Callable[
 ]
 """Runs ``read(i, reads)`` for every lane ``i`` concurrently, each lane on Reads of its own
 (never shared by two lanes), from the cached-plans engine where the lane's flag is set
-(LaneEngines.run: PooledReads holding one pooled connection for the lane)."""
+(LaneEngines.run: PooledStatements holding one pooled connection for the lane)."""
 
 
 @dataclass(slots=True)
