@@ -434,6 +434,12 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
         # lookups and five custom plans again (searches/s fell from ~340 to ~210).
         pool_size=settings.db_pool_size * (2 if cached_plans else 1),
         max_overflow=settings.db_max_overflow,
+        # The connection given back last is the one taken next: a caller's statements keep to
+        # one warm backend (its memory in the CPU caches, its plans made) instead of going
+        # round every idle one, and connections a burst opened stay idle until the recycle
+        # age closes them. Measured with one caller over a pool eight callers had filled: the
+        # search's own Python 20–30 % quicker, the statement 0.1 ms (docs/benchmarks.md).
+        pool_use_lifo=True,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_recycle=settings.db_pool_recycle_seconds,
         connect_args={
