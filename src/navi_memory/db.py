@@ -436,9 +436,10 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
         max_overflow=settings.db_max_overflow,
         # The connection given back last is the one taken next: a caller's statements keep to
         # one warm backend (its memory in the CPU caches, its plans made) instead of going
-        # round every idle one, and connections a burst opened stay idle until the recycle
-        # age closes them. Measured with one caller over a pool eight callers had filled: the
-        # search's own Python 20–30 % quicker, the statement 0.1 ms (docs/benchmarks.md).
+        # round every idle one, and the connections a burst opened stay idle (where a server's
+        # idle_session_timeout can close them; a closed one is replaced when next taken).
+        # Measured with one caller over a pool eight callers had filled: each step of a
+        # search_facts call 20-30 % quicker (docs/benchmarks.md, "2026-12-06, 17:00").
         pool_use_lifo=True,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_recycle=settings.db_pool_recycle_seconds,
