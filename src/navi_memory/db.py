@@ -197,7 +197,11 @@ def translate_driver_error(
             "again is safe"
         )
     if _sqlstate(exc) == FOREIGN_KEY_VIOLATION and any(
-        "user_id" in str(item) for item in _chain(exc)
+        # The driver's own message names the violated key; SQLAlchemy's wrapper also carries
+        # the statement's text, which may name user_id where another key was violated.
+        "user_id" in str(item)
+        for item in _chain(exc)
+        if not isinstance(item, SQLAlchemyError)
     ):
         return NotFoundError(
             "that user does not exist: create it first with memory.users.ensure(user_id)"

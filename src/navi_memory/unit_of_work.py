@@ -62,8 +62,8 @@ async def pooled_reads(
 ) -> AsyncIterator[PooledStatements]:
     """The search paths' reads (db.PooledStatements): each statement its own transaction on a
     pooled connection; none held between statements, or (``hold``: reads one after the other)
-    the first one's held until the block ends. Only for reads. Their driver errors translated
-    as single_statement's."""
+    the first one's held until the block ends. Only for reads (pooled_write opens it for one
+    write). Their driver errors translated as single_statement's."""
     reads = PooledStatements(engine, hold=hold)
     with _translated(engine, _Call()):
         try:

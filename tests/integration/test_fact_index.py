@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory import PERMISSION_READ_ALL, Memory, NotFoundError, open_memory, request_context
 from navi_memory.repositories.facts import FactWriteRepository
@@ -373,8 +374,7 @@ async def test_an_upsert_waiting_for_the_category_sees_what_the_holder_committed
     with dedupe waits for it, then reads what it committed: the two spellings end as one
     visible fact, in one statement."""
     uid = await new_user(memory)
-    async with memory.engine.connect() as holder:
-        transaction = await holder.begin()
+    async with AsyncSession(memory.engine) as holder:  # the lock lives in its transaction
         await FactWriteRepository(session=holder).lock_category(uid, "p")
         await holder.execute(
             text(
@@ -389,7 +389,7 @@ async def test_an_upsert_waiting_for_the_category_sees_what_the_holder_committed
             )
             await waiting_for_a_lock(memory)  # its statement has begun
             assert not writing.done()
-            await transaction.commit()
+            await holder.commit()
             written = await writing
     assert len([s for s in sent if "navi_fact_upsert" in s]) == 1  # no retry, no lookup
     facts = await memory.store.get_all_facts(user_id=uid, include_merged=True)

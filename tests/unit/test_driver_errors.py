@@ -66,3 +66,30 @@ def test_a_missing_user_is_not_found() -> None:
     orig.sqlstate = "23503"
     error = IntegrityError("INSERT", {}, orig)
     assert isinstance(translate_driver_error(error, None, committing=False), NotFoundError)
+
+
+def test_a_missing_user_raised_by_the_driver_itself_is_not_found() -> None:
+    """upsert_fact's statement runs straight on asyncpg: its own error, unwrapped, is the
+    missing user's NotFoundError as well."""
+    error = asyncpg.exceptions.ForeignKeyViolationError(
+        'insert or update on table "memory_facts" violates foreign key constraint '
+        '"fk_memory_facts_user_id_users"'
+    )
+    error.sqlstate = "23503"
+    assert isinstance(translate_driver_error(error, None, committing=False), NotFoundError)
+
+
+def test_another_foreign_key_in_a_statement_naming_user_id_is_not_a_missing_user() -> None:
+    """Only the driver's message counts: SQLAlchemy's wrapper carries the statement's text,
+    which may name user_id where the violated key is another one."""
+    orig = asyncpg.exceptions.ForeignKeyViolationError(
+        'insert or update on table "session_messages" violates foreign key constraint '
+        '"fk_session_messages_session_id_sessions"'
+    )
+    orig.sqlstate = "23503"
+    error = IntegrityError(
+        "INSERT INTO session_messages (session_id, seq) SELECT :sid, 1 WHERE :user_id IS NOT NULL",
+        {"user_id": "u"},
+        orig,
+    )
+    assert type(translate_driver_error(error, None, committing=False)) is StorageError

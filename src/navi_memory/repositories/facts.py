@@ -29,7 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from navi_memory.constants import EMBEDDING_DIM, FACT_SCAN_HEAD
@@ -499,7 +499,7 @@ def upsert_parameters(write: UpsertStatement) -> dict[str, Any]:
 class FactWriteRepository:
     """The category lock, on a transaction's session (it holds until the transaction ends)."""
 
-    def __init__(self, *, session: AsyncSession | AsyncConnection) -> None:
+    def __init__(self, *, session: AsyncSession) -> None:
         self.session = session
 
     async def lock_category(self, user_id: uuid.UUID, category: str) -> None:

@@ -128,7 +128,8 @@ def _driver_text(clause: _Text, dialect: Dialect) -> _DriverText | None:
 
 
 async def fetch_rows(conn: Reads, clause: _Text, params: Mapping[str, Any]) -> list[FetchedRow]:
-    """The rows of ``clause`` (a read of one statement) as mappings by column name.
+    """The rows of ``clause`` (one statement complete in itself: a read, or upsert_fact's
+    write) as mappings by column name.
 
     On PooledStatements (the search paths) the statement goes straight to a pooled connection's
     asyncpg driver, compiled once (db.PooledStatements.fetch): SQLAlchemy's execution and result

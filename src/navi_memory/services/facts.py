@@ -5,7 +5,7 @@ The merge rule: a key that ``text.keys.same_key`` calls another spelling of a ke
 already holds in the same category is merged — the new spelling's row holds the value, the older
 rows are hidden behind it (``merged_into``), never deleted. docs/memory.md has the whole rule.
 
-An upsert, as one statement applies it (``FactWriteRepository.upsert``: the SQL function
+An upsert, as one statement applies it (``FactUpsertRepository.upsert``: the SQL function
 ``navi_fact_upsert`` of revision 0007, replaced by 0017), under the (user, category) lock:
 
 1. The target is the visible row holding exactly the key; else, when a hidden row holds it,
