@@ -443,7 +443,7 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
         # round every idle one, and the connections a burst opened stay idle (where a server's
         # idle_session_timeout can close them; a closed one is replaced when next taken).
         # Measured with one caller over a pool eight callers had filled: each step of a
-        # search_facts call 20-30 % quicker (docs/benchmarks.md, "2026-12-06, 17:00").
+        # search_facts call 20-30 % quicker (docs/benchmarks.md, "2026-12-06, 17:00–18:40 UTC").
         pool_use_lifo=True,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_recycle=settings.db_pool_recycle_seconds,
