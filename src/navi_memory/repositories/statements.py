@@ -131,13 +131,14 @@ async def fetch_rows(conn: Reads, clause: _Text, params: Mapping[str, Any]) -> l
     """The rows of ``clause`` (one statement complete in itself: a read, or upsert_fact's
     write) as mappings by column name.
 
-    On PooledStatements (the search paths) the statement goes straight to a pooled connection's
-    asyncpg driver, compiled once (db.PooledStatements.fetch): SQLAlchemy's execution and result
-    rows cost ~0.1 ms a call, a fifth of a small search (docs/benchmarks.md). Same text, same
-    parameters, same server-side prepared statement cache (asyncpg's); asyncpg's Records read
-    by name as RowMappings do. A statement SQLAlchemy must process, and every read on a session
-    or a connection (a transaction's, single_statement's), goes through SQLAlchemy, which
-    owns their state (and invalidates what a lost connection takes with it)."""
+    On PooledStatements (the search paths, upsert_fact) the statement goes straight to a pooled
+    connection's asyncpg driver, compiled once (db.PooledStatements.fetch): SQLAlchemy's
+    execution and result rows cost ~0.1 ms a call, a fifth of a small search
+    (docs/benchmarks.md). Same text, same parameters, same server-side prepared statement cache
+    (asyncpg's); asyncpg's Records read by name as RowMappings do. A statement SQLAlchemy must
+    process, and every read on a session or a connection (a transaction's, single_statement's),
+    goes through SQLAlchemy, which owns their state (and invalidates what a lost connection
+    takes with it)."""
     if isinstance(conn, PooledStatements):
         found = _driver_text(clause, conn.engine.dialect)
         if found is not None:
