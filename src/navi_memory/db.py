@@ -438,13 +438,6 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
         # lookups and five custom plans again (searches/s fell from ~340 to ~210).
         pool_size=settings.db_pool_size * (2 if cached_plans else 1),
         max_overflow=settings.db_max_overflow,
-        # The connection given back last is the one taken next: a caller's statements keep to
-        # one warm backend (its memory in the CPU caches, its plans made) instead of going
-        # round every idle one, and the connections a burst opened stay idle (where a server's
-        # idle_session_timeout can close them; a closed one is replaced when next taken).
-        # Measured with one caller over a pool eight callers had filled: each step of a
-        # search_facts call 20-30 % quicker (docs/benchmarks.md, "2026-12-06, 17:00–18:40 UTC").
-        pool_use_lifo=True,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_recycle=settings.db_pool_recycle_seconds,
         connect_args={
