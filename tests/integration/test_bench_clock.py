@@ -21,7 +21,11 @@ async def test_the_clock_captures_fact_and_chunk_reads_from_both_engines(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:
     embedder = TimingEmbedder(HashedEmbedder())
-    async with timed_memory(make_settings(db_url, fake_ollama), embedder) as (memory, clock):
+    # No background indexers: a drain the upsert kicked would land in a capture.
+    settings = make_settings(
+        db_url, fake_ollama, fact_index_in_background=False, chunk_index_in_background=False
+    )
+    async with timed_memory(settings, embedder) as (memory, clock):
         uid = await new_user(memory)
         await memory.store.upsert_fact("work", "employer", "Acme in Berlin", user_id=uid)
         before = clock.seconds, clock.statements
