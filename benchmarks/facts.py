@@ -90,6 +90,8 @@ LOAD_BATCH: Final = 5_000
 UPSERT_CALLS: Final = 2_000
 SEARCH_QUERIES: Final = 400
 LARGE_USER_QUERIES: Final = 60
+GLOBAL_QUERIES: Final = 30
+"""search_facts across every user (read_all): an operator's search, slow and rarely run."""
 LARGEST_USERS: Final = 10
 BACKFILL_ROWS: Final = 10_000
 BACKFILL_BATCHES: Final = (64, 8)
@@ -285,6 +287,7 @@ class FactsBench:
         searched = await self._searches(self.workload)
         self.report.rows += search_rows(searched, "search_facts", detail_hits=True)
         await self.search_beside_raw()
+        await self.search_every_user()
 
         largest = self.by_size[-LARGEST_USERS:]
         big = await self._searches(
@@ -306,6 +309,27 @@ class FactsBench:
                 goal=f"<= {fmt_ms(SEARCH_P50_TARGET)} ms",
                 measured=f"{fmt_ms(p50)} ms",
                 met=p50 <= SEARCH_P50_TARGET,
+            )
+        )
+
+    async def search_every_user(self) -> None:
+        """search_facts across every user's facts (read_all, no user): an operator's search,
+        the one path that read the fact vectors' HNSW graph before revision 0020."""
+        queries = self.workload[: GLOBAL_QUERIES + WARMUP_CALLS]
+        self.ctx.log(f"facts: search_facts across every user x {GLOBAL_QUERIES}")
+        times: list[float] = []
+        with request_context(permissions=[PERMISSION_READ_ALL]):
+            for index, query in enumerate(queries):
+                _, sample = await timed(
+                    self.memory.store.search_facts(query.text), self.embedder, self.clock
+                )
+                if index >= WARMUP_CALLS:
+                    times.append(sample.without_embedding)
+        self.report.rows.append(
+            p50_p95(
+                "search_facts across every user (read_all, no user)",
+                times,
+                f"{len(times)} of the queries above, embedding excluded",
             )
         )
 
