@@ -161,8 +161,7 @@ class FactsSection:
             f"{EXPIRING_SHARE:.0%} carry an expiry, half of them passed.",
             f"Bulk load (binary COPY with memory_facts' triggers off, keys' canonical forms and "
             f"hashed embeddings computed on the way, every vector copied into "
-            f"memory_fact_vectors, HNSW index dropped): {load.copy_seconds:.1f} s; HNSW rebuild "
-            f"(m=16, ef_construction=64): {load.hnsw_seconds:.1f} s; VACUUM ANALYZE: "
+            f"memory_fact_vectors): {load.copy_seconds:.1f} s; VACUUM ANALYZE: "
             f"{load.analyze_seconds:.1f} s.",
         ]
 
@@ -268,7 +267,7 @@ class FactsBench:
             self.report.plans += await explain_search(
                 self.memory, self.clock, uid, query, self._label(uid, what)
             )
-        # A global read (read_all, no user): the HNSW index of memory_fact_vectors.
+        # A global read (read_all, no user): an exact scan of memory_fact_vectors (0020).
         uid = picks[1][1]
         query = meaning_query(self.rng, self.data.visible[uid])
         with request_context(permissions=[PERMISSION_READ_ALL]):
@@ -538,7 +537,7 @@ class FactsBench:
 
     async def reindex(self) -> None:
         """The fact indexer's rate: REINDEX_ROWS random facts queued again, then drained (each
-        index copy replaced: one HNSW insertion per fact, batches of 64, each a transaction)."""
+        index copy replaced, batches of 64, each a transaction; no graph since revision 0020)."""
         store = self.memory.store
         await store.index_pending_facts()
         async with self.memory.engine.begin() as conn:
@@ -560,8 +559,8 @@ class FactsBench:
                 "fact indexer",
                 fmt_rate(moved / seconds),
                 "vectors/s",
-                f"{fmt_count(moved)} queued facts moved into memory_fact_vectors (HNSW, "
-                f"{fmt_count(self.sizes.facts)}-fact index) in {seconds:.1f} s, batches of "
+                f"{fmt_count(moved)} queued facts moved into memory_fact_vectors (no graph, "
+                f"{fmt_count(self.sizes.facts)} facts) in {seconds:.1f} s, batches of "
                 f"{self.memory.settings.fact_index_batch_size}, one transaction each",
             )
         )
@@ -606,7 +605,6 @@ class FactsBench:
 @dataclass(frozen=True, slots=True)
 class LoadTimes:
     copy_seconds: float
-    hnsw_seconds: float
     analyze_seconds: float
 
 
@@ -658,19 +656,10 @@ def _records(rows: Iterable[SeededRow]) -> list[tuple[object, ...]]:
 
 async def bulk_load(conn: asyncpg.Connection, data: FactSet, ctx: BenchContext) -> LoadTimes:
     """Users, then facts by binary COPY with memory_facts' triggers off (their vectors go into
-    memory_fact_vectors in one INSERT … SELECT, not through the queue) and the HNSW index
-    dropped and rebuilt from its own definition afterwards (a build is far cheaper than
-    inserting into the graph row by row). Keys get their canonical forms, as upsert_fact
-    writes them."""
+    memory_fact_vectors in one INSERT … SELECT, not through the queue). Keys get their
+    canonical forms, as upsert_fact writes them."""
     started = time.perf_counter()
-    hnsw = await conn.fetch(
-        "SELECT indexname, indexdef FROM pg_indexes "
-        "WHERE tablename IN ('memory_facts', 'memory_fact_vectors') "
-        "AND indexdef ILIKE '%USING hnsw%'"
-    )
     async with conn.transaction():
-        for index in hnsw:
-            await conn.execute(f'DROP INDEX "{index["indexname"]}"')
         await conn.execute("ALTER TABLE memory_facts DISABLE TRIGGER USER")
         await conn.copy_records_to_table(
             "navi_users",
@@ -695,14 +684,8 @@ async def bulk_load(conn: asyncpg.Connection, data: FactSet, ctx: BenchContext) 
             "SELECT setval(pg_get_serial_sequence('memory_facts', 'id'), max(id)) FROM memory_facts"
         )
     copied = time.perf_counter()
-    ctx.log("facts: rebuilding the HNSW index")
-    await conn.execute("SET maintenance_work_mem = '1GB'")
-    for index in hnsw:
-        await conn.execute(index["indexdef"])
-    await conn.execute("RESET maintenance_work_mem")
-    built = time.perf_counter()
     await conn.execute("VACUUM (ANALYZE) navi_users, memory_facts, memory_fact_vectors")
-    return LoadTimes(copied - started, built - copied, time.perf_counter() - built)
+    return LoadTimes(copied - started, time.perf_counter() - copied)
 
 
 SIZE_PARTS: Final = (
@@ -712,7 +695,6 @@ SIZE_PARTS: Final = (
         "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'memory_facts'",
     ),
     ("memory_fact_vectors", "pg_relation_size('memory_fact_vectors')"),
-    ("its HNSW index", "pg_relation_size('ix_memory_fact_vectors_embedding_hnsw')"),
     ("per-user btree", f"pg_relation_size('{PER_USER_BTREE}')"),
 )
 """What relation_sizes reports for this section."""

@@ -7,7 +7,8 @@ halfvec, into memory_fact_vectors (HNSW) from memory_fact_vector_queue, and sear
 index and, exactly, the queue. A trigger queues a fact whenever its vector is set or changed,
 whoever writes it (upsert_fact, backfill, an import, the application's own SQL), so nothing
 with a vector is ever in neither place; a fact re-verified with its vector unchanged queues
-nothing. See docs/architecture.md, "Fact vectors are HNSW-indexed off the write path".
+nothing. See docs/architecture.md, "Fact vectors off the write path, read exactly"
+(revision 0020 later dropped the graph this revision builds).
 
 For upsert_fact with dedupe in one round trip:
 

@@ -147,7 +147,7 @@ class Settings(BaseSettings):
     )
     fact_index_in_background: bool = Field(
         default=True,
-        description="Index new fact vectors (HNSW) in a background task of this process.",
+        description="Index new fact vectors in a background task of this process.",
     )
     fact_index_batch_size: int = Field(default=64, ge=1, le=1000)
     chunk_text_ranking: Literal["bm25", "terms"] = Field(

@@ -444,20 +444,31 @@ async def test_an_upsert_for_a_user_that_does_not_exist_is_not_found_and_writes_
     assert await scalar(memory, "SELECT count(*) FROM memory_fact_vector_queue") == 0
 
 
-async def test_a_user_search_skips_hidden_nearest_facts_beyond_the_first_look(
-    manual: Memory,
+@pytest.mark.parametrize("scope", ["user", "everyone"])
+async def test_a_search_skips_hidden_nearest_facts_beyond_the_first_look(
+    manual: Memory, scope: str
 ) -> None:
-    """The user's fact search checks visibility on the nearest few first: when more than that
-    many of the nearest are hidden, it still returns the nearest visible facts, exactly as the
-    exact scan of queued facts does."""
-    uid = await new_user(manual)
+    """Fact search (a user's, or everyone's with read_all) checks visibility on the nearest few
+    first: when more than that many of the nearest are hidden, it still returns the nearest
+    visible facts, exactly as the exact scan of queued facts does. Everyone's search has no
+    graph either (revision 0020): another user's nearer facts are found among them."""
+    uid, other = await new_user(manual), await new_user(manual)
     query = "river stone bridge lantern harbor meadow"
     for n in range(40):
         await manual.store.upsert_fact("notes", f"n{n}", f"{query} token{n}", user_id=uid)
+    for n in range(3):
+        await manual.store.upsert_fact("notes", f"o{n}", f"{query} other{n}", user_id=other)
     await manual.store.index_pending_facts()
+
+    async def search() -> list[FactHit]:
+        if scope == "user":
+            return await manual.store.search_facts(query, user_id=uid, limit=5)
+        with request_context(permissions=[PERMISSION_READ_ALL]):
+            return await manual.store.search_facts(query, limit=5)
+
     hidden: set[int] = set()
     for _ in range(5):  # 25 nearest hidden: more than FACT_SCAN_HEAD x 5
-        hits = await manual.store.search_facts(query, user_id=uid, limit=5)
+        hits = await search()
         assert [h.via for h in hits] == ["vector"] * 5
         assert not {h.id for h in hits} & hidden
         hidden |= {h.id for h in hits}
@@ -466,16 +477,20 @@ async def test_a_user_search_skips_hidden_nearest_facts_beyond_the_first_look(
             "UPDATE memory_facts SET expires_at = now() - interval '1 second' WHERE id = ANY(:ids)",
             ids=[h.id for h in hits],
         )
-    indexed = await manual.store.search_facts(query, user_id=uid, limit=5)
+    indexed = await search()
     assert [h.via for h in indexed] == ["vector"] * 5
     assert not {h.id for h in indexed} & hidden
+    owners = {h.user_id for h in indexed}
+    if scope == "user":
+        assert owners == {uid}
+    else:
+        assert uid in owners
     await execute(
         manual,
         "INSERT INTO memory_fact_vector_queue (fact_id, user_id) "
-        "SELECT id, user_id FROM memory_facts WHERE user_id = :u",
-        u=uid,
+        "SELECT id, user_id FROM memory_facts",
     )
-    exact = await manual.store.search_facts(query, user_id=uid, limit=5)
+    exact = await search()
     # Many facts lie at the same distance here: the same distances, not the same ids, is exact.
     assert [round(h.distance or 0, 6) for h in exact] == [
         round(h.distance or 0, 6) for h in indexed

@@ -260,17 +260,15 @@ def test_catalog_has_the_operator_classes_alembic_does_not_compare(
                 "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
             ).fetchall()
         )
-    # The chunk graph is built wider since 0012 (its biggest users' recall); the facts' is not.
-    for table, opclass, ef_construction in (
-        ("memory_fact_vectors", "halfvec_cosine_ops", 64),
-        ("memory_chunk_vectors", "halfvec_cosine_ops", 128),
-    ):
-        hnsw = defs[f"ix_{table}_embedding_hnsw"]
-        assert f"USING hnsw (embedding {opclass})" in hnsw
-        assert "m='16'" in hnsw and f"ef_construction='{ef_construction}'" in hnsw
-    # Chunk and fact vectors are HNSW-indexed in side tables only, off the write paths.
+    # The chunk graph is built wider since 0012 (its biggest users' recall).
+    hnsw = defs["ix_memory_chunk_vectors_embedding_hnsw"]
+    assert "USING hnsw (embedding halfvec_cosine_ops)" in hnsw
+    assert "m='16'" in hnsw and "ef_construction='128'" in hnsw
+    # Chunk vectors are HNSW-indexed in a side table only, off the write path; fact vectors
+    # are read exactly, with no graph anywhere (0020).
     assert "ix_memory_chunks_embedding_hnsw" not in defs
     assert "ix_memory_facts_embedding_hnsw" not in defs
+    assert "ix_memory_fact_vectors_embedding_hnsw" not in defs
     for name, column in TRGM_INDEXES.items():
         assert f"USING gin ({column} gin_trgm_ops)" in defs[name]
     assert "ix_memory_chunks_content_fts" not in defs  # 0004: no query used it
@@ -441,7 +439,7 @@ def test_0007_moves_existing_fact_vectors_into_the_index_table_and_back(
                 "VALUES (%s, 'p', %s, 'v', %s::vector)",
                 (uid, key, vector),
             )
-    dbtools.upgrade(url)
+    dbtools.upgrade(url, "0007")
     with connect(pg_server, scratch_db) as conn:
         rows = conn.execute(
             "SELECT f.key, v.user_id, l2_norm(v.embedding) "
@@ -949,7 +947,7 @@ def test_0019_drops_the_legacy_scripts_ann_indexes_and_keeps_every_other_index(
     with connect(pg_server, scratch_db) as conn:
         before = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
     assert {"memory_facts_embedding_idx", "Facts IVF"} <= before
-    dbtools.upgrade(url)
+    dbtools.upgrade(url, "0019")
     with connect(pg_server, scratch_db) as conn:
         after = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
         ann = conn.execute(
@@ -965,4 +963,58 @@ def test_0019_drops_the_legacy_scripts_ann_indexes_and_keeps_every_other_index(
         ("ix_memory_fact_vectors_embedding_hnsw",),
     ]
     dbtools.downgrade(url, "0018")
+    dbtools.upgrade(url)
+
+
+def test_0020_drops_the_fact_vectors_graph_and_search_stays_exact(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0020 drops the HNSW graph of memory_fact_vectors (a global fact search scans the
+    vectors exactly) and keeps the table, its rows and the chunk graph; its downgrade builds
+    the fact graph again over the rows there are."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0019")
+    uid = uuid.uuid4()
+    unit = "[" + ",".join(["1"] + ["0"] * 767) + "]"
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value, embedding) "
+            "VALUES (%s, 'p', 'k', 'v', %s::vector)",
+            (uid, unit),
+        )
+        conn.execute(
+            "INSERT INTO memory_fact_vectors (fact_id, user_id, embedding) "
+            "SELECT id, user_id, embedding::halfvec(768) FROM memory_facts"
+        )
+
+    def ann(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute(
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_am a ON a.oid = c.relam WHERE a.amname IN ('hnsw', 'ivfflat') "
+            "ORDER BY 1"
+        ).fetchall()
+
+    with connect(pg_server, scratch_db) as conn:
+        assert ann(conn) == [
+            ("ix_memory_chunk_vectors_embedding_hnsw",),
+            ("ix_memory_fact_vectors_embedding_hnsw",),
+        ]
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        assert ann(conn) == [("ix_memory_chunk_vectors_embedding_hnsw",)]
+        assert conn.execute("SELECT count(*) FROM memory_fact_vectors").fetchone() == (1,)
+    dbtools.downgrade(url, "0019")
+    with connect(pg_server, scratch_db) as conn:
+        assert ann(conn) == [
+            ("ix_memory_chunk_vectors_embedding_hnsw",),
+            ("ix_memory_fact_vectors_embedding_hnsw",),
+        ]
+        conn.execute("SET enable_seqscan = off")
+        plan = conn.execute(
+            "EXPLAIN SELECT fact_id FROM memory_fact_vectors "
+            "ORDER BY embedding <=> %s::halfvec(768) LIMIT 1",
+            (unit,),
+        ).fetchall()
+        assert any("ix_memory_fact_vectors_embedding_hnsw" in str(row[0]) for row in plan)
     dbtools.upgrade(url)

@@ -153,8 +153,8 @@ class MemoryStore:
         was written from; it moves with ``updated_at``.
 
         One statement on an autocommit connection (FactService.write). A vector set or changed
-        is queued for the HNSW index, which the fact indexer fills in the background; search
-        reads queued facts exactly meanwhile.
+        is queued for memory_fact_vectors, which the fact indexer fills in the background;
+        search reads queued facts from memory_facts meanwhile.
         """
         uid = write_scope(user_id)
         category = check_text("category", category, max_chars=FACT_CATEGORY_MAX_CHARS).strip()
@@ -411,7 +411,7 @@ class MemoryStore:
         progress: ProgressCallback | None = None,
     ) -> int:
         """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
-        committing per batch, and queue for the HNSW indexes every chunk and fact vector that
+        committing per batch, and queue for their indexes every chunk and fact vector that
         is in none (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector.
         Raises EmbeddingError if the model is down (finished batches stay; a rerun resumes).
         Every user's rows: acting for a user it is refused (PermissionDeniedError), read_all or
@@ -510,7 +510,7 @@ class MemoryStore:
         await self._indexer.wait_idle()
 
     async def index_pending_facts(self, max_batches: int | None = None) -> int:
-        """Move queued fact vectors into the HNSW index now, in this task; returns how many.
+        """Move queued fact vectors into memory_fact_vectors now, in this task; returns how many.
 
         upsert_fact leaves this to a background task (``FACT_INDEX_IN_BACKGROUND``); call it
         where that is off. Queued facts are found by search meanwhile, exactly, so this changes
@@ -521,7 +521,7 @@ class MemoryStore:
         return await self._fact_indexer.drain(max_batches)
 
     async def pending_fact_count(self) -> int:
-        """How many facts' vectors wait for the HNSW index."""
+        """How many facts' vectors wait for the fact indexer."""
         return await self._fact_indexer.queued()
 
     async def wait_fact_indexing(self) -> None:

@@ -1,11 +1,13 @@
-"""The fact vector indexer: queued fact vectors into the HNSW-indexed table, off upsert_fact's path.
+"""The fact vector indexer: queued fact vectors into memory_fact_vectors, off upsert_fact's path.
 
 upsert_fact commits a fact with its vector of record, and a trigger queues the fact whenever that
-vector is set or changed; inserting the vector into an HNSW graph (milliseconds for 768
-dimensions on a small machine, several times the rest of the write) happens here, in batches,
-each its own transaction. Until then search reads the queued facts exactly, so a fact is
-searchable from the moment upsert_fact returns, and results never depend on how far this got
-(docs/architecture.md, "Fact vectors are HNSW-indexed off the write path").
+vector is set or changed; the indexer copies the vector, L2-normalised as ``halfvec``, into
+memory_fact_vectors, which search reads exactly (per user by its btree, everyone's by a scan),
+in batches, each its own transaction. Until then search reads the queued facts from
+memory_facts, so a fact is searchable from the moment upsert_fact returns, and results never
+depend on how far this got (docs/architecture.md, "Fact vectors off the write path, read
+exactly"). The table had an HNSW graph until revision 0020; entering it cost more than the
+rest of a fact's write, for global searches alone.
 
 One FactIndexer per Memory. ``kick()`` starts a background drain on the running event loop (at
 most one at a time; a kick during a drain makes it go round again); ``drain()`` indexes in the
@@ -31,7 +33,7 @@ fact every millisecond otherwise doubles its commits)."""
 
 
 class FactIndexer(QueueIndexer):
-    """Queued fact vectors into the HNSW-indexed table."""
+    """Queued fact vectors into memory_fact_vectors."""
 
     events = "facts"
     retry_hint = "the next upsert_fact or `navi-memory backfill`"

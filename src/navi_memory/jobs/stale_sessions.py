@@ -222,7 +222,7 @@ class StaleSessionSweep:
             async with unit_of_work(self._sessionmaker) as session:
                 await service.store_vectors(session, own)
         if (written.written or own) and self._fact_indexer is not None:
-            self._fact_indexer.kick()  # their vectors were queued for the HNSW index
+            self._fact_indexer.kick()  # their vectors were queued for the fact indexer
         report = ExtractionReport(
             sessions_seen=1,
             facts_written=written.written,

@@ -13,13 +13,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.models.base import Base, created_at_column, updated_at_column
 
-HNSW_OPTIONS = {"m": 16, "ef_construction": 64}
-
 
 class FactRow(Base):
-    """A fact. ``embedding`` is the vector of record; its HNSW-indexed copy lives in
-    memory_fact_vectors (revision 0007; the table has fillfactor 90, so a re-verification is
-    a HOT update)."""
+    """A fact. ``embedding`` is the vector of record; its normalised copy, which search reads,
+    lives in memory_fact_vectors (revision 0007; the table has fillfactor 90, so a
+    re-verification is a HOT update)."""
 
     __tablename__ = "memory_facts"
 
@@ -90,7 +88,9 @@ class FactRow(Base):
 
 
 class FactVectorRow(Base):
-    """The HNSW-indexed copy of a fact's vector (revision 0007), L2-normalised as ``halfvec``.
+    """The copy of a fact's vector that search reads (revision 0007), L2-normalised as
+    ``halfvec``; read exactly, per user through its btree, everyone's by a scan (revision 0020
+    dropped its HNSW graph).
 
     Filled by the fact indexer from memory_fact_vector_queue, off upsert_fact's path. A fact is
     in the queue whenever this copy may be missing or stale (a trigger on memory_facts queues
@@ -104,16 +104,7 @@ class FactVectorRow(Base):
     user_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     embedding: Mapped[list[float]] = mapped_column(HALFVEC(EMBEDDING_DIM), nullable=False)
 
-    __table_args__ = (
-        Index("ix_memory_fact_vectors_user_id", "user_id"),
-        Index(
-            "ix_memory_fact_vectors_embedding_hnsw",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_with=HNSW_OPTIONS,
-            postgresql_ops={"embedding": "halfvec_cosine_ops"},
-        ),
-    )
+    __table_args__ = (Index("ix_memory_fact_vectors_user_id", "user_id"),)
 
 
 class FactVectorQueueRow(Base):

@@ -219,59 +219,52 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
     # The nearest visible facts: from memory_fact_vectors for facts not queued, and exactly
     # over the queued ones. A queued fact's entry there may be missing or stale, so it never
     # counts: each fact is read from exactly one side, and results never depend on the indexer.
-    if by_user:
-        # One user's facts: an exact scan of their vectors (per-user btree), nearest first.
-        # The query's unit vector is a subquery, made once: this statement runs on a cached
-        # generic plan, which would otherwise normalise and convert the query for every row
-        # (1.4 us a row; docs/benchmarks.md, "2026-12-06, 09:30–10:50 UTC").
-        # Measured at 100k facts, it beats the HNSW scan the planner would pick for big users
-        # (2,105 facts: 5.2 against 23 ms, and HNSW's top 15 differed for 7 of 20 queries).
-        # Visibility (a join per fact) is checked on the nearest FACT_SCAN_HEAD x limit only;
-        # the whole list is checked only when too few of those are visible. Exact either way:
-        # a visible fact outside the head is farther than every fact in it.
-        kept = f"""
-            FROM {{scanned}} m JOIN memory_facts f ON f.id = m.fact_id
-            WHERE {_VISIBLE}
-              AND NOT EXISTS (SELECT 1 FROM memory_fact_vector_queue p
-                              WHERE p.fact_id = m.fact_id)"""
-        head = f":limit * {FACT_SCAN_HEAD}"
-        nearest = f"""
-        mine AS MATERIALIZED (
-            SELECT v.fact_id, v.embedding <=> (SELECT {unit}) AS approx
-            FROM memory_fact_vectors v
-            WHERE v.user_id = :uid
-        ),
-        head AS MATERIALIZED (
-            SELECT fact_id, approx FROM mine ORDER BY approx, fact_id LIMIT {head}
-        ),
-        head_kept AS MATERIALIZED (
-            SELECT m.fact_id AS id, m.approx {kept.format(scanned="head")}
-            ORDER BY m.approx, m.fact_id
-            LIMIT :limit
-        ),
-        indexed AS MATERIALIZED (
-            SELECT id FROM head_kept
-            WHERE (SELECT count(*) FROM head_kept) >= :limit
-               OR (SELECT count(*) FROM head) < {head}
-            UNION ALL
-            (SELECT m.fact_id {kept.format(scanned="mine")}
-               AND (SELECT count(*) FROM head_kept) < :limit
-               AND (SELECT count(*) FROM head) >= {head}
-             ORDER BY m.approx, m.fact_id
-             LIMIT :limit)
-        ),"""
-    else:
-        # Everyone's facts (read_all): the HNSW index.
-        nearest = f"""
-        indexed AS MATERIALIZED (
-            SELECT v.fact_id AS id
-            FROM memory_fact_vectors v JOIN memory_facts f ON f.id = v.fact_id
-            WHERE {_VISIBLE}
-              AND NOT EXISTS (SELECT 1 FROM memory_fact_vector_queue p
-                              WHERE p.fact_id = v.fact_id)
-            ORDER BY v.embedding <=> {unit}
-            LIMIT :limit
-        ),"""
+    # memory_fact_vectors is read exactly, by a user's btree or (everyone's) by a scan: there is
+    # no graph (revision 0020). Measured at 100k facts, the exact scan beats an HNSW scan for
+    # big users (2,105 facts: 5.2 against 23 ms, and HNSW's top 15 differed for 7 of 20
+    # queries), and the graph cost every new or changed fact vector more than the rest of its
+    # write, for the sake of a global (read_all) search alone.
+    # The query's unit vector is a subquery, made once: this statement runs on a cached
+    # generic plan, which would otherwise normalise and convert the query for every row
+    # (1.4 us a row; docs/benchmarks.md, "2026-12-06, 09:30–10:50 UTC").
+    # Visibility (a join per fact) is checked on the nearest FACT_SCAN_HEAD x limit only; the
+    # whole list is checked only when too few of those are visible. Exact either way: a
+    # visible fact outside the head is farther than every fact in it. A user's distances are
+    # kept (MATERIALIZED) for that second look; everyone's are not (a top-N sort over the scan
+    # keeps only the head, and the rare second look scans again).
+    kept = f"""
+        FROM {{scanned}} m JOIN memory_facts f ON f.id = m.fact_id
+        WHERE {_VISIBLE}
+          AND NOT EXISTS (SELECT 1 FROM memory_fact_vector_queue p
+                          WHERE p.fact_id = m.fact_id)"""
+    head = f":limit * {FACT_SCAN_HEAD}"
+    mine = "v.user_id = :uid" if by_user else "TRUE"
+    kept_distances = "MATERIALIZED" if by_user else "NOT MATERIALIZED"
+    nearest = f"""
+    mine AS {kept_distances} (
+        SELECT v.fact_id, v.embedding <=> (SELECT {unit}) AS approx
+        FROM memory_fact_vectors v
+        WHERE {mine}
+    ),
+    head AS MATERIALIZED (
+        SELECT fact_id, approx FROM mine ORDER BY approx, fact_id LIMIT {head}
+    ),
+    head_kept AS MATERIALIZED (
+        SELECT m.fact_id AS id, m.approx {kept.format(scanned="head")}
+        ORDER BY m.approx, m.fact_id
+        LIMIT :limit
+    ),
+    indexed AS MATERIALIZED (
+        SELECT id FROM head_kept
+        WHERE (SELECT count(*) FROM head_kept) >= :limit
+           OR (SELECT count(*) FROM head) < {head}
+        UNION ALL
+        (SELECT m.fact_id {kept.format(scanned="mine")}
+           AND (SELECT count(*) FROM head_kept) < :limit
+           AND (SELECT count(*) FROM head) >= {head}
+         ORDER BY m.approx, m.fact_id
+         LIMIT :limit)
+    ),"""
     vector_pass = f"""{nearest}
         queued AS MATERIALIZED (
             SELECT f.id, f.embedding <=> {query} AS distance
@@ -553,7 +546,7 @@ class FactVectorRepository:
 
     async def index_queued(self, limit: int) -> tuple[int, int, int]:
         """Move up to ``limit`` queued facts' vectors into memory_fact_vectors (L2-normalised
-        halfvec, HNSW-indexed); returns (queue rows looked at, taken, vectors indexed): fewer
+        halfvec); returns (queue rows looked at, taken, vectors indexed): fewer
         than ``limit`` looked at, the queue is empty for this indexer; rows looked at and not
         taken are facts a delete holds (they stay queued). Rows another indexer holds are
         skipped, so indexers in several processes share the queue."""
@@ -882,10 +875,10 @@ class FactSearchRepository:
         max_distance: float,
     ) -> list[FetchedRow]:
         """Both passes of search_facts in one statement: the ``limit`` nearest visible facts
-        closer than ``max_distance`` (when there is a vector; the HNSW index for indexed facts,
-        an exact scan of the queued ones), and the visible facts whose category, key or value
-        contains any term, most terms first (the vector hits left out; not run at all when
-        the vector pass filled ``limit``).
+        closer than ``max_distance`` (when there is a vector; exact: memory_fact_vectors for
+        indexed facts, memory_facts for the queued ones), and the visible facts whose
+        category, key or value contains any term, most terms first (the vector hits left
+        out; not run at all when the vector pass filled ``limit``).
 
         One fixed statement per shape (a user or everyone, a vector or none), built at import:
         the terms travel as a ``text[]`` of escaped patterns, the vector in binary; the vector
