@@ -15,10 +15,11 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory import PERMISSION_READ_ALL, Memory, NotFoundError, open_memory, request_context
+from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.repositories.facts import FactWriteRepository
 from navi_memory.schemas import FactHit
 from navi_memory.services.facts import key_norm, key_rules
-from navi_memory.testing import FakeOllama
+from navi_memory.testing import FakeOllama, HashedEmbedder
 from tests.conftest import make_settings
 from tests.integration.extraction_model import ExtractionModel
 from tests.integration.factories import (
@@ -496,6 +497,34 @@ async def test_a_search_skips_hidden_nearest_facts_beyond_the_first_look(
         round(h.distance or 0, 6) for h in indexed
     ]
     assert not {h.id for h in exact} & hidden
+
+
+async def test_the_background_fact_indexer_gathers_a_stream_of_writes_into_few_batches(
+    db_url: str, fake_ollama: FakeOllama, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller writing facts one after another while the background indexer drains: a kick
+    during a drain makes it go round again, and each round first waits gather_seconds, so a
+    batch takes the writes of that while (up to a full batch), not the one or two written
+    during the last batch — which cost the writer a transaction of the indexer's every other
+    write. Every fact still ends indexed."""
+    monkeypatch.setattr(FactIndexer, "gather_seconds", 0.2)
+    settings = make_settings(db_url, fake_ollama, fact_index_batch_size=64)
+    # An embedder in the process: a write takes a millisecond or two, not an HTTP round trip.
+    async with open_memory(settings, embedder=HashedEmbedder()) as memory:
+        uid = await new_user(memory)
+        indexer = memory.store._fact_indexer
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 1.0
+        written = 0
+        while loop.time() < deadline:
+            await memory.store.upsert_fact("notes", f"n{written}", f"note {written}", user_id=uid)
+            written += 1
+        await memory.store.wait_fact_indexing()
+        assert await counts(memory) == (0, written)
+    # A round every 0.2 s or more over the second of writes, each as many full batches as
+    # gathered plus one; a round without the wait takes what one batch's time let through.
+    rounds = 1.0 / 0.2 + 2
+    assert indexer.batches_run <= written / 64 + 2 * rounds, (indexer.batches_run, written)
 
 
 @pytest.mark.parametrize("delete", ["fact", "expired", "user"])

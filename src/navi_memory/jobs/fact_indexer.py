@@ -27,9 +27,10 @@ from navi_memory.repositories.facts import FactVectorRepository
 __all__ = ["FactIndexer"]
 
 GATHER_SECONDS: Final = 0.05
-"""How long a background drain waits after the kick that started it: the writes of a burst
-then share one batch — one transaction, one commit — instead of one each (a caller writing a
-fact every millisecond otherwise doubles its commits)."""
+"""How long a background drain waits after the kick that started it, and before each round a
+kick during it asks for: the writes of a burst, or of a stream, then share one batch — one
+transaction, one commit — instead of one each (a caller writing a fact every millisecond
+otherwise doubles its commits)."""
 
 
 class FactIndexer(QueueIndexer):

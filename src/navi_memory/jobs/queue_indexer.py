@@ -49,7 +49,8 @@ class QueueIndexer:
     retry_hint: ClassVar[str]
     """What retries after a drain gave up, for the ``index_failed`` warning."""
     gather_seconds: ClassVar[float] = 0.0
-    """How long a background drain waits after the kick that started it."""
+    """How long a background drain waits after the kick that started it, and again before
+    each round a kick during it asks for."""
 
     def __init__(
         self,
@@ -198,6 +199,11 @@ class QueueIndexer:
                 logger.debug(event, extra={"event": event, "rows": indexed})
             if not self._again or self._closing:
                 return
+            if self.gather_seconds:
+                # Kicked during the drain: a stream of writes. Gather again before the next
+                # round, or each round takes the one or two rows written during the last,
+                # and the writer pays a transaction of the indexer's every other write.
+                await self._sleep(self.gather_seconds)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the indexer is closed."""
