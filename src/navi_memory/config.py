@@ -101,6 +101,16 @@ class Settings(BaseSettings):
     embedding_query_prefix: str = "search_query: "
     embedding_batch_size: int = Field(default=32, ge=1, le=BATCH_SIZE_MAX)
     embedding_timeout_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    embedding_pause_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "After the embedding model hung (a call failed only once half its timeout had "
+            "passed), skip it for this long: writes land without vectors, search falls back "
+            "to text at once. 0: every call waits for the model."
+        ),
+    )
     memory_llm_model: str = "llama3.1:8b"
     memory_llm_timeout_seconds: float = Field(default=120.0, gt=0, allow_inf_nan=False)
 

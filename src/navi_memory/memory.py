@@ -163,7 +163,12 @@ async def open_memory(
             model = settings.embedding_model if embedder is None else embedding_model_name(guarded)
             record = EmbeddingModelRecord(sessionmaker, model=model)
             await record.warn_if_changed()
-        embedding = EmbeddingService(guarded, recorder=record)
+        embedding = EmbeddingService(
+            guarded,
+            recorder=record,
+            pause_seconds=settings.embedding_pause_seconds,
+            hang_seconds=settings.embedding_timeout_seconds / 2,
+        )
         chunks = ChunkService.from_settings(settings, embedding=embedding)
         indexer = ChunkIndexer.from_settings(sessionmaker, settings)
         fact_indexer = FactIndexer(

@@ -831,3 +831,27 @@ async def test_generated_bad_input_is_a_result_or_a_navi_memory_error(
         except NaviMemoryError:
             return
     assert all(hit.user_id == alice for hit in hits)
+
+
+async def test_a_hung_embedding_model_is_skipped_for_the_pause(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """Ollama (through the real client) stalls past EMBEDDING_TIMEOUT_SECONDS: the first
+    search waits for it and falls back to text; for EMBEDDING_PAUSE_SECONDS after that,
+    searches fall back and writes land without a vector without sending Ollama a request."""
+    settings = make_settings(
+        db_url, fake_ollama, embedding_timeout_seconds=0.5, embedding_pause_seconds=60
+    )
+    async with open_memory(settings) as m:
+        uid = await new_user(m)
+        await m.store.upsert_fact("ops", "web_server", "nginx reloads after deploy", user_id=uid)
+        fake_ollama.stall_seconds = 5.0
+        fake_ollama.mode = "stall"
+        first = await m.search.search("nginx reloads", "facts", user_id=uid)
+        asked = len(fake_ollama.requests_to("/api/embed"))
+        again = await m.search.search("nginx reloads", "facts", user_id=uid)
+        fact = await m.store.upsert_fact("ops", "proxy", "haproxy in front", user_id=uid)
+        assert len(fake_ollama.requests_to("/api/embed")) == asked
+    assert [(h.key, h.via) for h in first] == [("web_server", "text")]
+    assert [(h.key, h.via) for h in again] == [("web_server", "text")]
+    assert not fact.has_embedding

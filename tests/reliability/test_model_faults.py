@@ -28,6 +28,8 @@ pytestmark = pytest.mark.slow
 
 MODEL_TIMEOUT: Final = 0.5
 """EMBEDDING_TIMEOUT_SECONDS and MEMORY_LLM_TIMEOUT_SECONDS in these tests."""
+MODEL_PAUSE: Final = 3.0
+"""EMBEDDING_PAUSE_SECONDS in these tests: a model that hung is skipped this long."""
 CALL_DEADLINE: Final = 5.0
 SUMMARY: Final = "They settled on port 8099.\nKEYS: 8099"
 
@@ -37,9 +39,15 @@ NAN_BODY: Final = json.dumps(
 
 
 async def degrades_like_a_model_that_is_down(
-    memory: Memory, *, break_models: Callable[[], None], heal_models: Callable[[], None]
+    memory: Memory,
+    *,
+    break_models: Callable[[], None],
+    heal_models: Callable[[], None],
+    hangs: bool = False,
 ) -> None:
-    """The documented degradation, step by step, then the recovery."""
+    """The documented degradation, step by step, then the recovery. ``hangs``: the broken
+    model never answers, so its first timeout pauses it (EMBEDDING_PAUSE_SECONDS) and no
+    other fault does."""
     store, sessions = memory.store, memory.sessions
     uid = uuid.uuid4()
     await memory.users.ensure(uid)
@@ -57,6 +65,8 @@ async def degrades_like_a_model_that_is_down(
 
     fact = await bounded(store.upsert_fact("tools", "terminal", "kitty", user_id=uid))
     assert not fact.has_embedding  # type: ignore[attr-defined]
+    embedding = store._embedding
+    assert embedding.paused is hangs
     assert (
         await bounded(
             store.add_chunks([chunk_draft("kitty terminal config")], user_id=uid, session_id=sid)
@@ -88,6 +98,13 @@ async def degrades_like_a_model_that_is_down(
     assert after == before, changed_tables(before, after)
 
     heal_models()
+    if embedding.paused:
+        # A model that hung is not asked again until its pause ends: still text, at once.
+        hits = await bounded(store.search_facts("terminal kitty", user_id=uid))
+        assert [h.via for h in hits] == ["text"]  # type: ignore[attr-defined]
+        await asyncio.sleep(MODEL_PAUSE)  # the pause began before: it is over after this
+        assert not embedding.paused
+    # Backfill asks the model whatever the pause (an operator's explicit run).
     assert await store.backfill_embeddings(8) >= 2
     assert all(f.has_embedding for f in await store.get_all_facts(uid))
     chunks = await store.search_chunks("", user_id=uid, session_id=sid, limit=100)
@@ -115,6 +132,7 @@ async def test_ollama_faults_degrade_the_documented_way(
         db_url,
         fake_ollama,
         embedding_timeout_seconds=MODEL_TIMEOUT,
+        embedding_pause_seconds=MODEL_PAUSE,
         memory_llm_timeout_seconds=MODEL_TIMEOUT,
     )
     fake_ollama.stall_seconds = 5.0
@@ -130,7 +148,7 @@ async def test_ollama_faults_degrade_the_documented_way(
 
     async with open_memory(settings) as memory:
         await degrades_like_a_model_that_is_down(
-            memory, break_models=break_models, heal_models=heal_models
+            memory, break_models=break_models, heal_models=heal_models, hangs=fault == "slow"
         )
 
 
@@ -142,7 +160,12 @@ async def test_a_broken_custom_embedder_degrades_like_ollama(
     NaN, values beyond float32, a zero vector, or never answering: the same degradation."""
     embedder = BrokenEmbedder(fault)
     embedder.healthy = True
-    settings = make_settings(db_url, fake_ollama, embedding_timeout_seconds=MODEL_TIMEOUT)
+    settings = make_settings(
+        db_url,
+        fake_ollama,
+        embedding_timeout_seconds=MODEL_TIMEOUT,
+        embedding_pause_seconds=MODEL_PAUSE,
+    )
     chat = ScriptedChatModel(handler=lambda _messages: SUMMARY)
 
     def break_models() -> None:
@@ -153,5 +176,5 @@ async def test_a_broken_custom_embedder_degrades_like_ollama(
 
     async with open_memory(settings, embedder=embedder, chat_model=chat) as memory:
         await degrades_like_a_model_that_is_down(
-            memory, break_models=break_models, heal_models=heal_models
+            memory, break_models=break_models, heal_models=heal_models, hangs=fault == "hangs"
         )

@@ -118,3 +118,80 @@ async def test_good_vectors_come_back_as_float32(guarded: bool) -> None:
     assert vectors[1].tolist() == [1.0] * 768
     query = await service.query("a")
     assert query is not None and query.typecode == "f"
+
+
+class Hanging(Switchable):
+    """Fails as a guarded model does when its timeout runs out: ``seconds`` later on the
+    clock. Counts the calls that reached it."""
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        super().__init__()
+        self.clock = clock
+        self.seconds = seconds
+        self.calls = 0
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        if self.failing:
+            self.clock.now += self.seconds
+            raise EmbeddingError(f"the model did not answer within {self.seconds:g} s")
+        return [[1.0] * self.dim for _ in texts]
+
+
+async def test_a_model_that_hung_is_skipped_for_the_pause_then_asked_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A call that failed only after the hang threshold pauses the model: every call of the
+    pause answers "no vector" without reaching it (a healed model too), counted as failures;
+    the first call after the pause asks it again."""
+    clock = Clock()
+    model = Hanging(clock, seconds=30)
+    service = EmbeddingService(
+        model, log_interval_seconds=600, clock=clock, pause_seconds=60, hang_seconds=15
+    )
+    with caplog.at_level(logging.INFO, logger="navi_memory"):
+        assert await service.query("q") is None
+        assert (model.calls, service.paused) == (1, True)
+        model.failing = False
+        clock.now += 59
+        assert await service.query("q") is None
+        assert await service.documents(["a", "b"]) is None
+        assert model.calls == 1
+        clock.now += 1
+        assert not service.paused
+        assert await service.query("q") is not None
+        assert model.calls == 2
+    paused = events(caplog, "memory.embedding_paused")
+    assert [r.seconds for r in paused] == [60]  # type: ignore[attr-defined]
+    assert "did not answer within 30 s" in paused[0].getMessage()
+    # The two calls the pause answered are failures the recovery reports.
+    recovered = events(caplog, "memory.embedding_recovered")
+    assert [r.failures for r in recovered] == [2]  # type: ignore[attr-defined]
+
+
+async def test_a_model_that_hangs_again_after_its_pause_is_paused_again() -> None:
+    clock = Clock()
+    model = Hanging(clock, seconds=30)
+    service = EmbeddingService(model, clock=clock, pause_seconds=60, hang_seconds=15)
+    assert await service.documents(["a"]) is None
+    clock.now += 60
+    assert await service.documents(["a"]) is None
+    assert (model.calls, service.paused) == (2, True)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "pause"),
+    [(1, 60), (30, 0)],
+    ids=["fails-fast", "pause-off"],
+)
+async def test_a_model_that_fails_fast_or_with_the_pause_off_is_asked_every_time(
+    seconds: float, pause: float
+) -> None:
+    """Refusing at once (down, junk) is no hang; with EMBEDDING_PAUSE_SECONDS 0 even a hang
+    pauses nothing: each call asks the model."""
+    clock = Clock()
+    model = Hanging(clock, seconds=seconds)
+    service = EmbeddingService(model, clock=clock, pause_seconds=pause, hang_seconds=15)
+    for _ in range(3):
+        assert await service.query("q") is None
+    assert (model.calls, service.paused) == (3, False)

@@ -3,6 +3,11 @@ vector(768) column, and a failing model degraded to "no vector", reported at mos
 EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS with a count. Without a model (text-only mode) every
 call answers "no vector" at once, silently.
 
+A model that hangs (a call that failed only after ``hang_seconds``: its timeout ran out) is
+left alone for ``pause_seconds`` (EMBEDDING_PAUSE_SECONDS): every call meanwhile answers "no
+vector" at once, as if the model had failed, instead of each waiting out the timeout. The
+first call after the pause asks the model again.
+
 Never call these inside a transaction: the model may take its time.
 
 Documents' vectors are about to be stored: the first ones of a process are announced to the
@@ -12,6 +17,7 @@ Documents' vectors are about to be stored: the first ones of a process are annou
 from __future__ import annotations
 
 import logging
+import math
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -46,7 +52,11 @@ class EmbeddingService:
         log_interval_seconds: float = EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         recorder: VectorRecorder | None = None,
+        pause_seconds: float = 0.0,
+        hang_seconds: float = math.inf,
     ) -> None:
+        """``pause_seconds``: how long a model that hung is left alone (0: never); a failure
+        counts as a hang when the call took ``hang_seconds`` or more."""
         self.embedder = embedder
         self._recorder = recorder
         self._interval = log_interval_seconds
@@ -54,6 +64,14 @@ class EmbeddingService:
         self._reported_at: float | None = None
         self._unreported = 0
         self._failing = False
+        self._pause = pause_seconds
+        self._hang = hang_seconds
+        self._paused_until = -math.inf
+
+    @property
+    def paused(self) -> bool:
+        """Whether calls skip the model now (it hung lately; EMBEDDING_PAUSE_SECONDS)."""
+        return self._clock() < self._paused_until
 
     @property
     def text_only(self) -> bool:
@@ -67,6 +85,9 @@ class EmbeddingService:
         embedder = self.embedder
         if embedder is None:
             return None
+        if self._skipped():
+            return None
+        started = self._clock()
         try:
             # A guard has checked its answers already (open_memory's embedder always has one):
             # checking them again cost ~9 µs a vector on the write path, for nothing.
@@ -75,7 +96,7 @@ class EmbeddingService:
             else:
                 vectors = storable_vectors(await embedder.embed_documents(texts), len(texts))
         except EmbeddingError as exc:
-            self._failed(exc)
+            self._failed(exc, started)
             return None
         self._succeeded()
         if self._recorder is not None and vectors:
@@ -86,21 +107,41 @@ class EmbeddingService:
         embedder = self.embedder
         if embedder is None:
             return None
+        if self._skipped():
+            return None
+        started = self._clock()
         try:
             if isinstance(embedder, GuardedEmbedder):  # checked by the guard (see documents)
                 vector = await embedder.embed_query(text)
             else:
                 vector = storable_vector(await embedder.embed_query(text))
         except EmbeddingError as exc:
-            self._failed(exc)
+            self._failed(exc, started)
             return None
         self._succeeded()
         return vector
 
-    def _failed(self, exc: EmbeddingError) -> None:
+    def _skipped(self) -> bool:
+        """A call the pause answers: counted as a failure (reported with the others)."""
+        if not self.paused:
+            return False
+        self._unreported += 1
+        return True
+
+    def _failed(self, exc: EmbeddingError, started: float) -> None:
         self._failing = True
         self._unreported += 1
         now = self._clock()
+        if self._pause > 0 and now - started >= self._hang:
+            self._paused_until = now + self._pause
+            logger.warning(
+                "memory.embedding_paused: %s; the model is not asked again for %g s "
+                "(EMBEDDING_PAUSE_SECONDS): rows land without vectors meanwhile, search "
+                "falls back to text at once",
+                exc,
+                self._pause,
+                extra={"event": "memory.embedding_paused", "seconds": self._pause},
+            )
         if self._reported_at is not None and now - self._reported_at < self._interval:
             return
         count, self._unreported, self._reported_at = self._unreported, 0, now
