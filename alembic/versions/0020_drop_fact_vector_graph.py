@@ -6,10 +6,11 @@ graph (docs/architecture.md, "Fact vectors off the write path, read exactly"), s
 fact vector paid to enter it: ≈ 1.8–3.3 ms of a core a vector at 100k facts, against ≈ 0.7 ms
 for the whole upsert — the work that held ``upsert_fact`` under 1,000 calls/s beside the fact
 indexer. Without it the fact indexer only copies vectors into ``memory_fact_vectors``, and a
-global search scans them exactly (tens of milliseconds at 100k facts, linear in the count;
+global search scans them exactly (76–90 ms at 100k facts, a scan of every vector;
 docs/benchmarks.md, "2026-12-06, evening: the fact graph dropped").
 
-Downgrade builds the graph again (100k facts ≈ 30–45 s here, the table locked against writes).
+Downgrade builds the graph again, fact writes waiting meanwhile: ≈ 30 s for 100k facts here with
+1 GB of maintenance_work_mem, many times longer where the graph does not fit it.
 
 Revision ID: 0020
 Revises: 0019

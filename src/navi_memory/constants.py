@@ -15,10 +15,10 @@ FACT_MAX_DISTANCE: Final = 0.3
 """search_facts: a vector hit must lie closer than this cosine distance."""
 
 FACT_SCAN_HEAD: Final = 4
-"""A user's fact search sorts all their fact vectors by distance but checks visibility (merged,
-expired, queued for the indexer) only on the nearest ``FACT_SCAN_HEAD x limit``; it checks the
-rest only when too few of those are visible. Hidden facts are a few percent: one look nearly
-always does."""
+"""A fact search (a user's, or everyone's) sorts the fact vectors by distance but checks
+visibility (merged, expired, queued for the indexer) only on the nearest ``FACT_SCAN_HEAD x
+limit``; it checks the rest only when too few of those are visible. Hidden facts are a few
+percent: one look nearly always does."""
 
 CHUNK_MAX_DISTANCE: Final = 0.45
 """search_chunks: a vector hit must lie closer than this cosine distance (the default of the

@@ -240,8 +240,8 @@ class MemoryStore:
         limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
         terms = query_terms(query)
         vector = await self._embedding.query(query) if terms else None
-        # One statement: no transaction (the connection's settings hold the HNSW options), on
-        # the engine whose plans are cached: this plan is the same for every user.
+        # One statement: no transaction (the connection's settings hold what it needs), on the
+        # engine whose plans are cached: this plan is the same for every user.
         async with pooled_reads(self._cached_plans) as reads:
             return await self._facts.search(reads, scope, vector, terms, limit)
 

@@ -1,5 +1,5 @@
-"""Backfill: give a vector to every row that was written without one, and queue for the HNSW
-indexes every chunk and fact vector that is in none.
+"""Backfill: give a vector to every row that was written without one, and queue for their
+indexers every chunk and fact vector that is in none.
 
 A batch job: it commits per batch, and can be interrupted and run again (it only touches rows
 whose embedding is still NULL).

@@ -276,7 +276,7 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
         vec AS MATERIALIZED (
             SELECT n.id, n.distance FROM (
                 SELECT f.id, f.embedding <=> {query} AS distance
-                FROM indexed i JOIN memory_facts f ON f.id = i.id
+                FROM memory_facts f WHERE f.id = ANY (ARRAY(SELECT id FROM indexed))
                 UNION ALL
                 SELECT id, distance FROM queued
             ) n
@@ -284,6 +284,9 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
             ORDER BY n.distance, n.id
             LIMIT :limit
         )"""
+    # The hits are looked up by id as an array (ARRAY(...), not IN or a join): these statements
+    # run on generic plans, and everyone's shape, with no user to narrow it, then hash-joined
+    # the ids with a scan of every fact (132 against 14 ms at 20k facts, measured in review).
     fill_up = "AND f.id NOT IN (SELECT id FROM vec) AND (SELECT count(*) FROM vec) < :limit"
     return _returning(
         f"""
@@ -291,7 +294,7 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
         {text_pass.format(fill_up=fill_up)}
         SELECT {_RETURNED}, v.distance AS distance, t.hits AS terms_hit
         FROM memory_facts f LEFT JOIN vec v ON v.id = f.id LEFT JOIN txt t ON t.id = f.id
-        WHERE f.id IN (SELECT id FROM vec UNION ALL SELECT id FROM txt)""",
+        WHERE f.id = ANY (ARRAY(SELECT id FROM vec UNION ALL SELECT id FROM txt))""",
         *FACT_FIELDS,
         "distance",
         "terms_hit",
