@@ -527,6 +527,23 @@ async def test_the_background_fact_indexer_gathers_a_stream_of_writes_into_few_b
     assert indexer.batches_run <= written / 64 + 2 * rounds, (indexer.batches_run, written)
 
 
+async def test_closing_the_fact_indexer_during_its_gather_wait_stops_it_at_once(
+    db_url: str, fake_ollama: FakeOllama, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aclose() wakes a background drain that waits to gather writes: it stops without its
+    wait, and the facts it had not taken stay queued for the next indexer."""
+    monkeypatch.setattr(FactIndexer, "gather_seconds", 60.0)
+    settings = make_settings(db_url, fake_ollama)
+    async with open_memory(settings, embedder=HashedEmbedder()) as memory:
+        uid = await new_user(memory)
+        await memory.store.upsert_fact("notes", "n", "a note", user_id=uid)
+        indexer = memory.store._fact_indexer
+        assert indexer.running
+        await asyncio.wait_for(indexer.aclose(), timeout=10)
+        assert not indexer.running
+        assert await counts(memory) == (1, 0)
+
+
 @pytest.mark.parametrize("delete", ["fact", "expired", "user"])
 async def test_deleting_while_the_fact_indexer_is_mid_batch_does_not_deadlock(
     db_url: str, fake_ollama: FakeOllama, delete: str
