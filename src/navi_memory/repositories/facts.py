@@ -238,13 +238,12 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
           AND NOT EXISTS (SELECT 1 FROM memory_fact_vector_queue p
                           WHERE p.fact_id = m.fact_id)"""
     head = f":limit * {FACT_SCAN_HEAD}"
-    mine = "v.user_id = :uid" if by_user else "TRUE"
     kept_distances = "MATERIALIZED" if by_user else "NOT MATERIALIZED"
     nearest = f"""
     mine AS {kept_distances} (
         SELECT v.fact_id, v.embedding <=> (SELECT {unit}) AS approx
         FROM memory_fact_vectors v
-        WHERE {mine}
+        WHERE {owner.replace("f.", "v.")}
     ),
     head AS MATERIALIZED (
         SELECT fact_id, approx FROM mine ORDER BY approx, fact_id LIMIT {head}
