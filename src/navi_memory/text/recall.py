@@ -115,7 +115,7 @@ def recall_query(
         for m in sorted(context, key=lambda m: m.seq)
         if m.kind == "message" and m.role in ("user", "assistant") and m.content.strip()
     ]
-    recent = spoken[len(spoken) - messages :] if messages > 0 else []
+    recent = spoken[max(0, len(spoken) - messages) :] if messages > 0 else []
     parts = [incoming, *(m.content for m in reversed(recent))]
     return "\n".join(part.strip()[:message_max_chars].strip() for part in parts if part.strip())
 

@@ -15,6 +15,7 @@ from navi_memory.text.hits import format_hits
 from navi_memory.text.recall import (
     RECALL_HEADER,
     RECALL_QUERY_MESSAGE_MAX_CHARS,
+    RECALL_QUERY_MESSAGES,
     context_seqs,
     extend_ledger,
     ledger_ids,
@@ -59,6 +60,15 @@ def test_query_is_the_incoming_then_the_last_four_spoken_messages_newest_first()
     """The query holds the incoming message and the last four user/assistant messages."""
     context = [message(i, f"m{i}", role="user" if i % 2 else "assistant") for i in range(1, 8)]
     assert recall_query(context, "now").splitlines() == ["now", "m7", "m6", "m5", "m4"]
+
+
+@pytest.mark.parametrize("spoken", range(7))
+def test_query_holds_every_spoken_message_when_there_are_fewer_than_four(spoken: int) -> None:
+    """Fewer spoken messages than the query takes: all of them, newest first. (The slice once
+    counted from the end past the start: three messages gave the newest one alone.)"""
+    context = [message(i, f"m{i}", role="user" if i % 2 else "assistant") for i in range(spoken)]
+    expected = [f"m{i}" for i in reversed(range(spoken))][:RECALL_QUERY_MESSAGES]
+    assert recall_query(context, "now").splitlines() == ["now", *expected]
 
 
 def test_query_skips_summaries_system_tool_and_empty_messages() -> None:
