@@ -120,6 +120,48 @@ async def test_a_categorys_case_does_not_make_a_second_fact(memory: Memory) -> N
     assert await facts_in_db(memory) == 0
 
 
+async def test_a_category_the_application_stored_with_capitals_is_the_tools_too(
+    memory: Memory,
+) -> None:
+    """upsert_fact keeps a category's case ("Technical", as an application or an operator
+    wrote it), and list shows it so: the tool's save replaces the value there rather than
+    starting a second "technical" fact beside it, and forget under any case finds it."""
+    ctx = await user_and_session(memory)
+    assert ctx.user_id is not None
+    await memory.store.upsert_fact("Technical", "server_port", "8099", user_id=ctx.user_id)
+    listed = await memory.tools.call("memory", {"action": "list"}, ctx)
+    assert "• Technical: 1" in listed
+    saved = await memory.tools.call(
+        "memory",
+        {"action": "save", "category": "technical", "key": "server_port", "value": "9000"},
+        ctx,
+    )
+    assert "[Technical] server_port → 9000" in saved
+    facts = await memory.store.get_all_facts(user_id=ctx.user_id, include_merged=True)
+    assert [(f.category, f.key, f.value) for f in facts] == [("Technical", "server_port", "9000")]
+    answer = await memory.tools.call(
+        "memory", {"action": "forget", "key": "server_port", "category": "Technical"}, ctx
+    )
+    assert answer == "memory: forgot 1 fact: [Technical] server_port"
+    assert await facts_in_db(memory) == 0
+
+
+async def test_forget_by_category_reaches_every_case_it_is_stored_under(memory: Memory) -> None:
+    """Two spellings of one category already stored (an application wrote both): forget with
+    the category removes the key from each, and says so; another category's keeps it."""
+    ctx = await user_and_session(memory)
+    assert ctx.user_id is not None
+    for category in ("Work", "WORK", "home"):
+        await memory.store.upsert_fact(category, "desk", f"{category} desk", user_id=ctx.user_id)
+    answer = await memory.tools.call(
+        "memory", {"action": "forget", "key": "desk", "category": "work"}, ctx
+    )
+    assert answer.startswith("memory: forgot 2 facts: ")
+    assert {"[Work] desk", "[WORK] desk"} == set(answer.split(": ", 2)[2].split(", "))
+    left = await memory.store.get_all_facts(user_id=ctx.user_id)
+    assert [(f.category, f.key) for f in left] == [("home", "desk")]
+
+
 async def test_save_keeps_expiry_and_source_context(memory: Memory) -> None:
     """expires_days and source_context reach the stored fact; the answer says the expiry."""
     ctx = await user_and_session(memory)

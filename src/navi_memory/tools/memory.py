@@ -264,9 +264,20 @@ def memory_tool(store: FactStore) -> Tool:
     )
 
 
+async def _stored_spellings(store: FactStore, category: str) -> list[str]:
+    """The user's categories that are ``category`` (lower-cased) but for case, the fullest
+    first: what an application or an operator wrote as "Technical" is the tool's
+    "technical"."""
+    return [name for name, _ in await store.fact_categories() if name.lower() == category]
+
+
 async def _save(store: FactStore, request: SaveFact) -> str:
+    # Into the category as it is stored, if the user has it under another case: a save then
+    # replaces the value there, rather than starting a second fact beside it.
+    spellings = await _stored_spellings(store, request.category)
+    category = request.category if request.category in spellings or not spellings else spellings[0]
     fact = await store.upsert_fact(
-        request.category,
+        category,
         request.key,
         request.value,
         source=request.source,
@@ -296,7 +307,12 @@ async def _search(store: FactStore, request: SearchFacts) -> str:
 
 
 async def _forget(store: FactStore, request: ForgetFact) -> str:
-    removed = await store.delete_facts(request.key, request.category)
+    if request.category is None:
+        removed = await store.delete_facts(request.key)
+    else:  # the category under every case it is stored in (see _save)
+        removed = []
+        for category in await _stored_spellings(store, request.category) or [request.category]:
+            removed += await store.delete_facts(request.key, category)
     if not removed:
         scope = f" in category {request.category!r}" if request.category is not None else ""
         return f"memory: nothing to forget, no stored fact has the key {request.key!r}{scope}."
