@@ -44,6 +44,31 @@ async def test_the_tool_answers_format_hits_of_unified_search(memory: Memory) ->
     assert MEMORY_SEARCH in [spec["function"]["name"] for spec in memory.tools.specs()]
 
 
+@pytest.mark.parametrize("query", ["the of it", "%", "?!"])
+async def test_a_query_without_words_answers_recent_items_and_says_so(
+    memory: Memory, query: str
+) -> None:
+    """Stop words or punctuation only: unified search answers the most recent items, and the
+    tool says they are not matches (the agent would otherwise take them for hits of its
+    query); so does the memory tool's search for punctuation only."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    await seed(memory, uid, sid, "mine")
+    ctx = ToolContext(uid, sid)
+    answer = await memory.tools.memory_search.call({"query": query}, ctx)
+    assert answer.splitlines()[0].endswith(
+        "the query has no word to search for; here are the 3 most recent item(s)"
+    ), answer
+    assert "alpha deploy mine" in answer
+    facts = await memory.tools.call("memory", {"action": "search", "query": query}, ctx)
+    if query == "the of it":  # search_facts searches stop words when there is nothing else
+        assert facts == 'memory search "the of it": no stored fact matches.'
+    else:
+        assert facts.splitlines()[0].endswith(
+            "the query has no word to search for; here are the 1 most recent fact(s)"
+        ), facts
+
+
 @pytest.mark.parametrize(
     ("arguments", "starts"),
     [

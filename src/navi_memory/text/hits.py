@@ -147,7 +147,9 @@ def _body(hit: MemoryHit) -> list[str]:
 
 def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
     """The ``memory_search`` answer: a header, a blank line, one numbered entry per hit (times
-    in UTC), in the order given; with no hits, one line saying nothing was found.
+    in UTC), in the order given; with no hits, one line saying nothing was found. When every
+    hit is a recent item (``via="recent"``: the query held no word to search for), the header
+    says so rather than counting hits.
 
     An unknown ``scope`` shows as ``all``, as search treats it. Texts longer than
     HIT_TEXT_MAX_CHARS are cut, and the cut is marked. Whatever a stored text holds, each
@@ -161,7 +163,13 @@ def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
     head = f'memory_search "{_echo(query)}" (scope={shown})'
     if not hits:
         return f"{head}: nothing found in {_WHERE[shown]}."
-    lines = [f"{head}: {len(hits)} hit(s)", ""]
+    if all(hit.via == "recent" for hit in hits):
+        # No word to search for (blank, stop words or punctuation only): the most recent
+        # items, which match nothing; said so, or the model takes them for matches.
+        count = f"{len(hits)} most recent item(s)"
+        lines = [f"{head}: the query has no word to search for; here are the {count}", ""]
+    else:
+        lines = [f"{head}: {len(hits)} hit(s)", ""]
     lines.extend(format_hit(number, hit) for number, hit in enumerate(hits, start=1))
     return "\n".join(lines)
 

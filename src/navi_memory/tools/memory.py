@@ -301,7 +301,11 @@ async def _search(store: FactStore, request: SearchFacts) -> str:
     if not hits:
         return f'memory search "{echo}": no stored fact matches.'
     now = datetime.now(UTC)
-    lines = [f'memory search "{echo}": {len(hits)} fact(s)', ""]
+    if all(hit.via == "recent" for hit in hits):  # no word to search for: see format_hits
+        head = f"the query has no word to search for; here are the {len(hits)} most recent fact(s)"
+    else:
+        head = f"{len(hits)} fact(s)"
+    lines = [f'memory search "{echo}": {head}', ""]
     lines.extend(fact_line(hit, now=now, text_max_chars=HIT_TEXT_MAX_CHARS) for hit in hits)
     return "\n".join(lines)
 

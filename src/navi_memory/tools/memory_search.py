@@ -67,7 +67,7 @@ MEMORY_SEARCH_PARAMETERS: Final[Mapping[str, Any]] = {
     "required": ["query"],
 }
 
-_INTEGER_TEXT = re.compile(r"\s*[+-]?\d{1,9}\s*")
+_INTEGER_TEXT = re.compile(r"\s*([+-]?)(\d+)\s*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +120,12 @@ def _k(value: Any) -> int:
         return clamp_k(value)
     if isinstance(value, float) and value.is_integer():
         return clamp_k(int(value))
-    if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):
-        return clamp_k(int(value))
+    if isinstance(value, str) and (whole := _INTEGER_TEXT.fullmatch(value)):
+        sign, digits = whole.groups()
+        digits = digits.lstrip("0") or "0"
+        if len(digits) > 9:  # clamped as an int of that size is, without converting it
+            return SEARCH_K_MIN if sign == "-" else SEARCH_K_MAX
+        return clamp_k(int(sign + digits))
     raise InvalidTypeError(
         f"k must be a whole number from {SEARCH_K_MIN} to {SEARCH_K_MAX}, got {json_type(value)}"
     )

@@ -156,6 +156,21 @@ def test_no_hits_is_one_line_naming_query_and_scope() -> None:
     assert "\n" not in format_hits("zebra", "all", [])
 
 
+def test_recent_items_for_a_query_without_words_are_not_called_hits() -> None:
+    """A query with no word to search for (stop words, punctuation) finds the most recent
+    items: the header says so, rather than counting them as hits of the query."""
+    recent = [fact_hit(via="recent", terms_hit=0, score=0.0), sketch_hit(via="recent")]
+    answer = format_hits("the %", "all", recent)
+    assert answer.splitlines()[0] == (
+        'memory_search "the %" (scope=all): the query has no word to search for; here are '
+        "the 2 most recent item(s)"
+    )
+    assert "1. fact [technical]" in answer and "2. sketch" in answer
+    # One real hit among them is a search: counted as hits.
+    mixed = format_hits("port", "all", [fact_hit(), sketch_hit(via="recent")])
+    assert mixed.splitlines()[0] == 'memory_search "port" (scope=all): 2 hit(s)'
+
+
 def test_an_unknown_scope_is_shown_as_all() -> None:
     """The header shows scope=all for a scope search treats as all."""
     assert format_hits("zebra", "everything", []).startswith('memory_search "zebra" (scope=all)')

@@ -145,13 +145,19 @@ def test_spec_returns_a_fresh_copy() -> None:
         ({"query": "port", "k": 10**40}, MemorySearchArguments("port", "all", 20)),
         ({"query": "port", "k": 7.0}, MemorySearchArguments("port", "all", 7)),
         ({"query": "port", "k": " 8 "}, MemorySearchArguments("port", "all", 8)),
+        ({"query": "port", "k": "+007"}, MemorySearchArguments("port", "all", 7)),
+        ({"query": "port", "k": "99999999999"}, MemorySearchArguments("port", "all", 20)),
+        ({"query": "port", "k": "-99999999999"}, MemorySearchArguments("port", "all", 1)),
+        ({"query": "port", "k": "9" * 50_000}, MemorySearchArguments("port", "all", 20)),
+        ({"query": "port", "k": "0" * 30 + "3"}, MemorySearchArguments("port", "all", 3)),
         ({"query": "port", "limit": 3}, MemorySearchArguments("port", "all", 5)),
     ],
 )
 def test_arguments_are_normalised(
     arguments: dict[str, Any], expected: MemorySearchArguments
 ) -> None:
-    """Unknown scope → all, k clamped to 1–20, whole numbers as float or text taken."""
+    """Unknown scope → all, k clamped to 1–20, whole numbers as float or text taken (text of
+    any length: clamped as the same int would be)."""
     assert parse_memory_search_arguments(arguments) == expected
 
 
@@ -172,6 +178,8 @@ def test_arguments_are_normalised(
         ({"query": "port", "k": float("nan")}, "k must be a whole number"),
         ({"query": "port", "k": float("inf")}, "k must be a whole number"),
         ({"query": "port", "k": "five"}, "k must be a whole number"),
+        ({"query": "port", "k": "5.5"}, "k must be a whole number"),
+        ({"query": "port", "k": "1e3"}, "k must be a whole number"),
         ({"query": "port", "k": [5]}, "k must be a whole number"),
     ],
 )
