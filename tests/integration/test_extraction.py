@@ -715,6 +715,20 @@ async def test_progress_is_reported_per_session(memory: Memory, model: Extractio
     assert seen == [(1, 3), (2, 3), (3, 3)]
 
 
+@pytest.mark.parametrize("progress", [5, "print", [print]])
+async def test_a_progress_that_is_no_function_is_refused_before_any_work(
+    memory: Memory, model: ExtractionModel, progress: Any
+) -> None:
+    """A progress that cannot be called is an InvalidTypeError before the first session: it
+    once failed after the first one, with a bare TypeError that stopped the sweep half way."""
+    uid = await new_user(memory)
+    sids = [await conversation(memory, uid, "hello") for _ in range(2)]
+    with pytest.raises(InvalidTypeError, match="progress must be a function"):
+        await memory.extractor.process_stale_sessions(uid, progress=progress)
+    assert [await memory.store.get_extracted_at(sid, uid) for sid in sids] == [None, None]
+    assert model.extraction_calls == 0
+
+
 # --- the mark -----------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 
 from navi_memory.constants import MAX_LIMIT
-from navi_memory.errors import NotFoundError
+from navi_memory.errors import InvalidTypeError, NotFoundError
 from navi_memory.jobs.stale_sessions import (
     BackgroundExtraction,
     ExtractionProgressCallback,
@@ -55,6 +55,12 @@ class Extractor:
         scope = current_user_id() if user_id is None else write_scope(user_id)
         if limit is not None:
             limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
+        if progress is not None and not callable(progress):
+            # Refused before any work: called after the first session, it would stop the
+            # sweep half way with a TypeError of its own.
+            raise InvalidTypeError(
+                f"progress must be a function of ExtractionProgress, got {type(progress).__name__}"
+            )
         return await self._sweep.run(scope, limit=limit, progress=progress)
 
     async def extract_session(
