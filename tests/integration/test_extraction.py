@@ -504,6 +504,31 @@ async def test_reply_without_json_is_a_failure_that_is_retried(
     assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"facts": [{"category": "preferences", "key": "edi',
+        '[{"category": "work", "key": "employer", "value": "Acme"',
+    ],
+)
+async def test_a_reply_cut_off_before_its_first_fact_is_a_failure_that_is_retried(
+    memory: Memory, model: ExtractionModel, reply: str
+) -> None:
+    """A reply the model could not finish before its first complete fact (its output limit)
+    is no answer: the session is left unmarked, and the next run extracts its facts. It was
+    once marked as extracted with nothing written, its facts lost for good."""
+    uid = await new_user(memory)
+    model.facts = reply
+    sid = await conversation(memory, uid, "I work at Acme")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.failures) == (0, 1)
+    assert await memory.store.get_extracted_at(sid, uid) is None
+    model.facts = facts_json(("work", "employer", "Acme", "user_explicit"))
+    again = await memory.extractor.process_stale_sessions(uid)
+    assert (again.sessions_extracted, again.facts_written) == (1, 1)
+    assert await visible_facts(memory, uid) == {("work", "employer"): "Acme"}
+
+
 async def test_a_reply_with_an_integer_too_long_for_python_is_extracted_as_text(
     memory: Memory, model: ExtractionModel
 ) -> None:

@@ -204,7 +204,8 @@ class ExtractionService:
 
     async def ask_facts(self, transcript: SessionTranscript) -> ParsedFacts:
         """The facts the model finds in the transcript. ChatModelError when the model fails,
-        ExtractionError when its reply holds no JSON; unusable items are only counted."""
+        ExtractionError when its reply holds no JSON, or was cut off before its first complete
+        fact; unusable items are only counted."""
         reply = await self.chat_model.complete(
             extraction_messages(transcript.text), json_format=True
         )

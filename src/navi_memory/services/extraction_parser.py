@@ -1,7 +1,8 @@
 """Reading the extractor's model replies: fact drafts out of whatever JSON a model returns.
 
 Models asked for JSON answer in many shapes. Everything readable is taken, every unusable item
-is skipped and counted; only a reply with no JSON in it at all is a failure.
+is skipped and counted. A failure is a reply with no JSON in it at all, or one cut off before its
+first complete fact (parse_extracted_facts).
 """
 
 from __future__ import annotations
@@ -407,8 +408,10 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     one (the same category, key and value; models do repeat themselves) is left out uncounted:
     writing it again would only re-verify the fact. Not when a fact of another value for the
     key, or for another spelling of it, came in between: written after that, the item changes
-    the fact back, as the reply's order says, so it is kept. Raises ``ExtractionError`` only
-    when the reply holds no JSON at all.
+    the fact back, as the reply's order says, so it is kept. Raises ``ExtractionError`` when
+    the reply holds no JSON at all, or was cut off before its first complete fact (the model
+    ran out of room: not an answer of "nothing to remember", as ``[]`` is). Items that are
+    all unusable are counted, not a failure: asked again, a model gives the same shape.
     """
     found = _locate(reply)
     if found is None:
@@ -435,6 +438,13 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
             continue
         latest[slot] = (draft.key, draft.value)
         facts.append(draft)
+    if not facts and found.truncated:
+        # The model ran out of room before its first fact was complete: an answer cut off,
+        # not "nothing to remember" (the session is left for the next run).
+        raise ExtractionError(
+            "the model's reply was cut off before its first complete fact: "
+            f"{elide_middle(reply.strip(), 200)!r}"
+        )
     return ParsedFacts(tuple(facts), skipped, truncated=found.truncated)
 
 

@@ -332,10 +332,27 @@ def test_truncated_wrapper_inside_an_unclosed_fence() -> None:
     assert (parsed.skipped, parsed.truncated) == (1, True)
 
 
-def test_truncated_single_object_yields_nothing_but_is_counted() -> None:
-    """A lone object cut off before its end is one skipped item, not a failure."""
-    parsed = parse_extracted_facts('{"category": "work", "key": "empl')
-    assert (parsed.facts, parsed.skipped, parsed.truncated) == ((), 1, True)
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"category": "work", "key": "empl',
+        '{"facts": [{"category": "preferences", "key": "edi',
+        '[{"category": "work", "key": "employer", "value": "Acme"',
+    ],
+)
+def test_a_reply_cut_off_before_its_first_complete_fact_is_a_failure(reply: str) -> None:
+    """The model ran out of room before one fact was complete: that is no answer, and no
+    "nothing to remember" either (the session was once marked extracted, its facts lost for
+    good); the session stays for the next run."""
+    with pytest.raises(ExtractionError, match="cut off before its first complete fact"):
+        parse_extracted_facts(reply)
+
+
+@pytest.mark.parametrize("reply", ["[]", "{}", '{"facts": []}', "null"])
+def test_an_empty_answer_is_nothing_to_remember(reply: str) -> None:
+    """A whole, empty answer is not a failure: there was nothing to extract."""
+    parsed = parse_extracted_facts(reply)
+    assert (parsed.facts, parsed.skipped, parsed.truncated) == ((), 0, False)
 
 
 def test_broken_item_in_the_middle_does_not_lose_the_items_after_it() -> None:
@@ -412,9 +429,17 @@ def test_duplicate_items_are_all_returned_in_reply_order() -> None:
 
 def test_thousands_of_broken_starts_are_one_skipped_item() -> None:
     """A reply of 20,000 broken JSON starts is given up on after a few (each try reads to the
-    end, so trying all would be quadratic) and counts as one unusable item."""
+    end, so trying all would be quadratic): one unusable item, and with no complete fact
+    before it, a failure."""
     reply = '{"a": x ' * 20_000
-    assert parse_extracted_facts(reply) == ParsedFacts(facts=(), skipped=1, truncated=True)
+    started = time.perf_counter()
+    with pytest.raises(ExtractionError, match="cut off before its first complete fact"):
+        parse_extracted_facts(reply)  # no complete fact: a failure, the session kept
+    assert time.perf_counter() - started < 1.0
+    # Beside a complete fact, the broken rest is one unusable item.
+    parsed = parse_extracted_facts(json.dumps([EDITOR])[:-1] + ", " + reply)
+    assert parsed == ParsedFacts(facts=parsed.facts, skipped=1, truncated=True)
+    assert triples(parsed) == [("preferences", "editor", "neovim")]
 
 
 # --- the summary reply --------------------------------------------------------------------
@@ -474,10 +499,10 @@ def test_broken_first_item_does_not_lose_the_items_after_it() -> None:
 
 @pytest.mark.parametrize("reply", ["[" * 100_000, '{"a": ' * 100_000, "[{" * 50_000])
 def test_absurdly_deep_nesting_is_junk_not_a_crash(reply: str) -> None:
-    """JSON nested deeper than Python's stack gives no facts and no RecursionError."""
-    parsed = parse_extracted_facts(reply)
-    assert parsed.facts == ()
-    assert parsed.skipped >= 1
+    """JSON nested deeper than Python's stack, never closed: an ExtractionError (no complete
+    fact), not a RecursionError."""
+    with pytest.raises(ExtractionError, match="cut off before its first complete fact"):
+        parse_extracted_facts(reply)
 
 
 # --- generated replies --------------------------------------------------------------------
@@ -594,6 +619,10 @@ def test_a_runaway_reply_is_read_in_a_moment(reply: str) -> None:
     tries, and the complete items before that count. (Such a reply is parsed in a worker
     thread now, past 64 K characters; it still must not take seconds.)"""
     started = time.perf_counter()
-    parsed = parse_extracted_facts(reply)
+    if reply.startswith('{"facts": [{"key": "k", "value": "v"}'):  # one complete fact first
+        parsed = parse_extracted_facts(reply)
+        assert len(parsed.facts) == 1 and parsed.skipped >= 1
+    else:  # no complete fact in it: a failure
+        with pytest.raises(ExtractionError, match="cut off before its first complete fact"):
+            parse_extracted_facts(reply)
     assert time.perf_counter() - started < 1.0
-    assert len(parsed.facts) <= 1 and parsed.skipped >= 1
