@@ -26,7 +26,7 @@ from navi_memory.schemas import Fact
 from navi_memory.testing import FakeOllama
 from navi_memory.text.terms import query_terms
 from tests.conftest import make_settings
-from tests.integration.factories import new_session_row, new_user, scalar
+from tests.integration.factories import execute, new_session_row, new_user, scalar
 
 
 async def expire_now(memory: Memory, fact_id: int) -> None:
@@ -343,6 +343,33 @@ async def test_delete_filters_by_category_and_counts_visible_facts(memory: Memor
     assert [f.category for f in await store.get_all_facts(user_id=uid)] == ["home"]
     assert await store.delete_fact("city", user_id=uid) == 1
     assert await store.delete_fact("city", user_id=uid) == 0
+
+
+async def test_deleting_an_expired_fact_frees_it_but_counts_no_visible_fact(
+    memory: Memory,
+) -> None:
+    """An expired fact is invisible to every read: deleting its key removes the row, but
+    neither counts nor returns it as a visible fact deleted, and leaves the summary alone (a
+    summary goes only with a fact it may tell). It once said "forgot 1 fact" and dropped the
+    summary."""
+    uid = await new_user(memory)
+    store = memory.store
+    await store.upsert_fact("plans", "trip", "Rome", user_id=uid)
+    await store.upsert_fact("plans", "hotel", "Hotel Roma", user_id=uid)
+    await store.set_summary("Goes to Rome.", user_id=uid)
+    await execute(
+        memory,
+        "UPDATE memory_facts SET expires_at = now() - interval '1 second'"
+        " WHERE user_id = :u AND key = 'trip'",
+        u=uid,
+    )
+    assert await store.fact_count(user_id=uid) == 1
+    assert await store.delete_facts("trip", user_id=uid) == []
+    assert await store.fact_count(user_id=uid, include_merged=True) == 1  # the row is gone
+    assert await store.get_summary(user_id=uid) == "Goes to Rome."
+    # A visible fact deleted still takes the summary with it.
+    assert [f.key for f in await store.delete_facts("hotel", user_id=uid)] == ["hotel"]
+    assert await store.get_summary(user_id=uid) is None
 
 
 # --- listing --------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from sqlalchemy import (
     and_,
     column,
     delete,
+    false,
     func,
     literal,
     or_,
@@ -641,12 +642,14 @@ class FactRepository:
 
     async def delete_with_hidden(self, ids: Sequence[int]) -> list[RowMapping]:
         """Delete the hidden rows pointing at ``ids`` first, then the rows. Returns the rows of
-        ``ids`` deleted (the Fact columns and ``has_embedding``), by category and key."""
+        ``ids`` deleted (the Fact columns, ``has_embedding``, and ``expired``: past its expiry,
+        by the server's clock), by category and key."""
         if not ids:
             return []
         await self.session.execute(delete(FactRow).where(FactRow.merged_into.in_(ids)))
+        expired = func.coalesce(FactRow.expires_at <= func.now(), false()).label("expired")
         result = await self.session.execute(
-            delete(FactRow).where(FactRow.id.in_(ids)).returning(*fact_columns())
+            delete(FactRow).where(FactRow.id.in_(ids)).returning(*fact_columns(), expired)
         )
         return sorted(result.mappings(), key=lambda row: (row["category"], row["key"], row["id"]))
 

@@ -268,7 +268,13 @@ class FactService:
         for name in sorted(categories):
             await locks.lock_category(user_id, name)
         ids = await facts.ids_for_delete(user_id, key, categories)
-        removed = [to_fact(row) for row in await facts.delete_with_hidden(ids)]
+        # An expired fact goes too (its row is freed), but it was not visible: it is neither
+        # returned nor counted, and takes no summary with it (expiry took it out already).
+        removed = [
+            to_fact({name: value for name, value in row.items() if name != "expired"})
+            for row in await facts.delete_with_hidden(ids)
+            if not row["expired"]
+        ]
         if removed:
             # The summary rides in every prompt and may tell the forgotten fact; prose cannot
             # be edited, so it goes too, under the lock the extractor writes it under (so no
