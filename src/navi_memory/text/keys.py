@@ -92,6 +92,11 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("user", "name"): ("username",),
     ("nick", "name"): ("nickname",),
     ("preferred", "name"): ("nickname",),
+    # a preferred first, given or full name is the name one goes by, not the legal one: with
+    # "preferred" dropped it would merge with first_name / full_name and hide it
+    ("preferred", "first", "name"): ("nickname",),
+    ("preferred", "given", "name"): ("nickname",),
+    ("preferred", "full", "name"): ("nickname",),
     ("given", "name"): ("first", "name"),
     ("family", "name"): ("last", "name"),
     ("phone", "number"): ("phone",),
