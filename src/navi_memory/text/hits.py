@@ -114,10 +114,12 @@ def _echo(query: str) -> str:
     return one_line
 
 
-def _title(hit: MemoryHit) -> str:
+def _title(hit: MemoryHit, *, show_user: bool = False) -> str:
     # Stored names (a session id, a category, a sketch's section) may hold line breaks (a
     # model names scratchpad sections): on the title line they are spaces.
     session = f" · session {one_line(hit.session_id)}" if hit.session_id else ""
+    if show_user:  # hits of several users (a read_all search): whose each one is
+        session = f" · user {hit.user_id or 'none'}{session}"
     if hit.source_type == "fact":
         category = one_line(hit.category or "")
         return f"fact [{category}]{session} · updated {_when(hit.timestamp)}"
@@ -149,7 +151,8 @@ def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
     """The ``memory_search`` answer: a header, a blank line, one numbered entry per hit (times
     in UTC), in the order given; with no hits, one line saying nothing was found. When every
     hit is a recent item (``via="recent"``: the query held no word to search for), the header
-    says so rather than counting hits.
+    says so rather than counting hits. Hits of more than one user (a read_all search) name
+    their user on the title line (`` · user <id>``, before the session).
 
     An unknown ``scope`` shows as ``all``, as search treats it. Texts longer than
     HIT_TEXT_MAX_CHARS are cut, and the cut is marked. Whatever a stored text holds, each
@@ -170,7 +173,12 @@ def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
         lines = [f"{head}: the query has no word to search for; here are the {count}", ""]
     else:
         lines = [f"{head}: {len(hits)} hit(s)", ""]
-    lines.extend(format_hit(number, hit) for number, hit in enumerate(hits, start=1))
+    # Hits of more than one user (a search across every user, read_all): each names whose
+    # it is, or the model would take another user's fact for this one's.
+    show_user = len({hit.user_id for hit in hits}) > 1
+    lines.extend(
+        format_hit(number, hit, show_user=show_user) for number, hit in enumerate(hits, start=1)
+    )
     return "\n".join(lines)
 
 
@@ -188,7 +196,8 @@ def _check_arguments(query: object, scope: object, hits: object) -> None:
             )
 
 
-def format_hit(number: int, hit: MemoryHit) -> str:
+def format_hit(number: int, hit: MemoryHit, *, show_user: bool = False) -> str:
     """One numbered entry of ``format_hits`` (its title line, then its indented body); the
-    context builder's recall message renders its excerpts with it too."""
-    return "\n".join([f"{number}. {_title(hit)}", *_body(hit)])
+    context builder's recall message renders its excerpts with it too. ``show_user``: the
+    title names the hit's user too."""
+    return "\n".join([f"{number}. {_title(hit, show_user=show_user)}", *_body(hit)])

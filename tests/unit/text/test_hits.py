@@ -171,6 +171,22 @@ def test_recent_items_for_a_query_without_words_are_not_called_hits() -> None:
     assert mixed.splitlines()[0] == 'memory_search "port" (scope=all): 2 hit(s)'
 
 
+def test_hits_of_several_users_name_whose_each_one_is() -> None:
+    """A search across every user (read_all) mixes users' hits: each title line then names
+    the hit's user, before the session; one user's hits (every search of a user) do not."""
+    other = uuid.UUID(int=8)
+    answer = format_hits(
+        "server port", "all", [fact_hit(), raw_hit(user_id=other), sketch_hit(user_id=None)]
+    )
+    titles = [line for line in answer.splitlines() if line[:1].isdigit()]
+    assert titles == [
+        f"1. fact [technical] · user {UID} · session s1 · updated 2026-11-09 12:00",
+        f"2. raw · user {other} · session s1 · turn 12–14 · 2026-11-06 18:41",
+        "3. sketch · user none · session s1 · topic",
+    ]
+    assert "· user " not in format_hits("server port", "all", [fact_hit(), raw_hit()])
+
+
 def test_an_unknown_scope_is_shown_as_all() -> None:
     """The header shows scope=all for a scope search treats as all."""
     assert format_hits("zebra", "everything", []).startswith('memory_search "zebra" (scope=all)')
