@@ -76,6 +76,14 @@ def _checked(vector: object, *, dim: int, subject: str, where: str) -> array[flo
             f"use a {dim}-dimensional model (with Ollama: set EMBEDDING_MODEL to one, such as "
             "nomic-embed-text), or re-embed the stored vectors for the new model"
         )
+    if type(items[0]) is bool or type(items[-1]) is bool:
+        # array("f") takes True and False for 1.0 and 0.0: a list of flags (an adapter's
+        # mistake) would be stored as a vector. Its ends are looked at, not every value: a
+        # list of flags has them everywhere, and a full pass costs ~13 µs a vector.
+        raise EmbeddingError(
+            f"{subject} returned a vector of booleans{where}, not of numbers: check the "
+            "embedder (or its adapter) returns the model's floats"
+        )
     try:
         # Converted and type-checked in C, to float32 as pgvector stores it; a value beyond
         # float32's range becomes an infinity here, caught with NaN below.

@@ -155,8 +155,9 @@ async def test_each_batch_gets_the_whole_timeout() -> None:
         (lambda texts: [[1e39] * EMBEDDING_DIM] * len(texts), "beyond float32"),
         (lambda texts: [["0.1"] * EMBEDDING_DIM] * len(texts), "non-numbers"),
         (lambda texts: [[0.0] * EMBEDDING_DIM] * len(texts), "all-zero"),
+        (lambda texts: [[True, False] * (EMBEDDING_DIM // 2)] * len(texts), "of booleans"),
     ],
-    ids=["none", "none-vector", "string", "dim", "nan", "inf", "huge", "text", "zero"],
+    ids=["none", "none-vector", "string", "dim", "nan", "inf", "huge", "text", "zero", "flags"],
 )
 @CALLS
 async def test_junk_answers_are_embedding_errors_naming_the_model_class(

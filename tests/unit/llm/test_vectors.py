@@ -64,6 +64,8 @@ def test_any_ordered_iterable_of_numbers_is_accepted(vector: Any) -> None:
         (["0.1"] * EMBEDDING_DIM, "non-numbers"),
         ([None] * EMBEDDING_DIM, "non-numbers"),
         ([[0.1]] * EMBEDDING_DIM, "non-numbers"),
+        ([True] + [False] * (EMBEDDING_DIM - 1), "a vector of booleans"),
+        ([*GOOD[:-1], True], "a vector of booleans"),
         ([GOOD], "a list holding a list where one vector of 768 numbers was expected"),
         ([None], "a list holding None where one vector"),
         ([10**400, *GOOD[1:]], "non-numbers"),
