@@ -72,8 +72,9 @@ class ChunkDraft(_Model):
 
     content: str
     content_hash: str = Field(description="sha256 hex digest of content")
-    start_seq: int
-    end_seq: int
+    # Strict: pydantic would otherwise take True, 1.0 or "2" for a position in a session.
+    start_seq: int = Field(strict=True)
+    end_seq: int = Field(strict=True)
     started_at: datetime
     ended_at: datetime
     breadcrumbs: list[str] = Field(default_factory=list)
@@ -128,8 +129,9 @@ class Chunk(_Model):
     session_id: str
     content: str
     content_hash: str
-    start_seq: int
-    end_seq: int
+    # Strict: pydantic would otherwise take True, 1.0 or "2" for a position in a session.
+    start_seq: int = Field(strict=True)
+    end_seq: int = Field(strict=True)
     started_at: datetime
     ended_at: datetime
     breadcrumbs: list[str] = Field(default_factory=list)
@@ -426,8 +428,9 @@ class ExportChunk(_Record):
     session_id: str
     content: str
     content_hash: str
-    start_seq: int
-    end_seq: int
+    # Strict: pydantic would otherwise take True, 1.0 or "2" for a position in a session.
+    start_seq: int = Field(strict=True)
+    end_seq: int = Field(strict=True)
     started_at: datetime
     ended_at: datetime
     breadcrumbs: list[str] = Field(default_factory=list)

@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import text
 
 from navi_memory import (
@@ -88,6 +89,26 @@ async def test_add_chunks_refuses_another_users_session_and_bad_chunks(memory: M
     nul = draft("User: a NUL \x00 byte")
     with pytest.raises(InvalidInputError, match="NUL"):
         await memory.store.add_chunks([nul], user_id=alice, session_id=sid)
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
+
+
+@pytest.mark.parametrize("seq", [True, 1.0, "2", None])
+async def test_a_chunks_seq_must_be_an_int(memory: Memory, seq: object) -> None:
+    """start_seq and end_seq are positions in a session: True, 1.0 or "2" (which pydantic
+    would have converted quietly) is an InvalidTypeError naming the field, in a dict or in a
+    ChunkDraft, and nothing is stored."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    fields = PORT.model_dump()
+    for name in ("start_seq", "end_seq"):
+        with pytest.raises(InvalidTypeError, match=f"{name}: Input should be a valid integer"):
+            await memory.store.add_chunks(
+                [fields | {name: seq}],  # type: ignore[list-item]
+                user_id=uid,
+                session_id=sid,
+            )
+        with pytest.raises(ValidationError):
+            ChunkDraft.model_validate(fields | {name: seq})
     assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
 
 

@@ -52,7 +52,11 @@ def checked_draft(chunk: object) -> ChunkDraft:
         try:
             chunk = ChunkDraft.model_validate(chunk)
         except ValidationError as exc:
-            raise InvalidInputError(f"a chunk is malformed: {exc.errors()[0]['msg']}") from exc
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            # A value of the wrong type (pydantic's "..._type" errors) is an InvalidTypeError.
+            kind = InvalidTypeError if error["type"].endswith("_type") else InvalidInputError
+            raise kind(f"a chunk is malformed: {where}: {error['msg']}") from exc
     if not isinstance(chunk, ChunkDraft):
         raise InvalidTypeError(f"chunks must be ChunkDraft objects, got {type(chunk).__name__}")
     check_text("chunk content", chunk.content, max_chars=MAX_TEXT_CHARS)
