@@ -21,6 +21,7 @@ from navi_memory.constants import (
     CHUNK_CHARS_MIN,
     CHUNK_GRAPH_FROM,
     CHUNK_MAX_DISTANCE,
+    MAX_TEXT_CHARS,
     TEXT_ONLY_EMBEDDING_MODEL,
 )
 from navi_memory.errors import ConfigError
@@ -120,7 +121,7 @@ class Settings(BaseSettings):
     memory_recall_k: int = Field(default=2, ge=0, le=20)
     memory_recall_min_similarity: float = Field(default=0.55, ge=0, le=1)
     memory_prompt_max_facts: int = Field(default=50, ge=0, le=1000)
-    memory_compress_keep_last: int = Field(default=20, ge=0)
+    memory_compress_keep_last: int = Field(default=20, ge=0, le=PG_INT_MAX)  # compress's bound
     memory_stale_minutes: int = Field(default=30, ge=0, le=PG_INT_MAX)  # make_interval(mins)
     memory_extract_on_create: bool = Field(
         default=True,
@@ -129,8 +130,14 @@ class Settings(BaseSettings):
             "hosts that run `navi-memory extract` as a job instead."
         ),
     )
-    chunk_max_chars: int = Field(default=DEFAULT_CHUNK_MAX_CHARS, ge=CHUNK_CHARS_MIN)
-    chunk_message_max_chars: int = Field(default=DEFAULT_MESSAGE_MAX_CHARS, ge=CHUNK_CHARS_MIN)
+    # At most MAX_TEXT_CHARS, the chunk add_chunks stores: a bigger one (a huge tool result)
+    # made a tsvector over PostgreSQL's 1 MB, and every search of the user's chunks failed.
+    chunk_max_chars: int = Field(
+        default=DEFAULT_CHUNK_MAX_CHARS, ge=CHUNK_CHARS_MIN, le=MAX_TEXT_CHARS
+    )
+    chunk_message_max_chars: int = Field(
+        default=DEFAULT_MESSAGE_MAX_CHARS, ge=CHUNK_CHARS_MIN, le=MAX_TEXT_CHARS
+    )
     hnsw_ef_search: int = Field(default=100, ge=10, le=1000)
     chunk_index_in_background: bool = Field(
         default=True,
@@ -186,6 +193,20 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_host(cls, value: str) -> str:
         return value.strip().rstrip("/")
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _empty_url_is_unset(cls, value: object) -> object:
+        # DATABASE_URL= (a .env line left empty) is unset, the embedded server, everywhere:
+        # the engine treated "" so, while `server` and `doctor` took it for a URL.
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("navi_memory_data_dir", mode="before")
+    @classmethod
+    def _empty_data_dir_is_the_default(cls, value: object) -> object:
+        # NAVI_MEMORY_DATA_DIR= would be Path(""): the current directory, a new empty
+        # cluster in each directory a process starts from. Empty is the default instead.
+        return default_data_dir() if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _indexers_fit_the_pool(self) -> Settings:

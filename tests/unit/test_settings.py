@@ -84,6 +84,41 @@ def test_malformed_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         settings_from(monkeypatch, BACKFILL_BATCH_SIZE="0")
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        # a chunk bigger than add_chunks stores: its text index entry may pass PostgreSQL's 1 MB
+        ("CHUNK_MAX_CHARS", "100001"),
+        ("CHUNK_MESSAGE_MAX_CHARS", "1000000"),
+        # accepted, then every compress() failed on it
+        ("MEMORY_COMPRESS_KEEP_LAST", "2147483648"),
+    ],
+)
+def test_values_the_store_cannot_use_are_refused_when_read(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    with pytest.raises(ValidationError, match=name.lower()):
+        settings_from(monkeypatch, **{name: value})
+
+
+def test_the_largest_chunk_sizes_are_the_largest_chunk_add_chunks_stores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = settings_from(monkeypatch, CHUNK_MAX_CHARS="100000", CHUNK_MESSAGE_MAX_CHARS="100000")
+    assert (s.chunk_max_chars, s.chunk_message_max_chars) == (100_000, 100_000)
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_url_or_data_dir_is_unset(monkeypatch: pytest.MonkeyPatch, empty: str) -> None:
+    """DATABASE_URL= and NAVI_MEMORY_DATA_DIR= (a .env line left empty) mean the defaults: the
+    embedded server in the default data directory — not a URL of nothing, not the current
+    directory (a new empty cluster wherever a process starts)."""
+    s = settings_from(monkeypatch, DATABASE_URL=empty, NAVI_MEMORY_DATA_DIR=empty)
+    assert s.database_url is None
+    assert s.navi_memory_data_dir == default_data_dir()
+    assert s.navi_memory_data_dir.is_absolute()
+
+
 def test_root_keeps_the_embedded_data_out_of_its_home(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.geteuid", lambda: 0)
     assert default_data_dir() == Path("/var/lib/navi-memory")

@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Final
 
+from navi_memory.constants import MAX_TEXT_CHARS
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import ChunkDraft, Message
 
@@ -148,10 +149,12 @@ def build_chunks(
     ``max_chars`` after capping forms a chunk of its own, so such a chunk may exceed
     ``max_chars`` (never ``message_max_chars``). Breadcrumbs are left empty for the caller.
     """
-    if max_chars < 1 or message_max_chars < 1:
+    if not (1 <= max_chars <= MAX_TEXT_CHARS and 1 <= message_max_chars <= MAX_TEXT_CHARS):
+        # A chunk holds at most max(max_chars, message_max_chars): no more than add_chunks
+        # stores (MAX_TEXT_CHARS), whose text index entry PostgreSQL can hold.
         raise InvalidInputError(
-            f"chunk sizes must be positive (max_chars={max_chars}, "
-            f"message_max_chars={message_max_chars})"
+            f"chunk sizes must be from 1 to {MAX_TEXT_CHARS:,} characters (max_chars="
+            f"{max_chars}, message_max_chars={message_max_chars})"
         )
     chunks: list[ChunkDraft] = []
     current: list[tuple[Message, str]] = []

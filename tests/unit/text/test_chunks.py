@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from navi_memory.constants import MAX_TEXT_CHARS
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import Message
 from navi_memory.text.chunks import (
@@ -239,10 +240,26 @@ def test_lone_surrogates_are_replaced_so_content_is_valid_utf8() -> None:
     chunk.content.encode("utf-8")
 
 
-@pytest.mark.parametrize(("max_chars", "message_max_chars"), [(0, 10), (10, 0), (-1, -1)])
-def test_non_positive_sizes_are_refused(max_chars: int, message_max_chars: int) -> None:
-    with pytest.raises(InvalidInputError):
+@pytest.mark.parametrize(
+    ("max_chars", "message_max_chars"),
+    [(0, 10), (10, 0), (-1, -1), (MAX_TEXT_CHARS + 1, 10), (10, 10**6)],
+)
+def test_sizes_outside_what_a_chunk_may_hold_are_refused(
+    max_chars: int, message_max_chars: int
+) -> None:
+    """Non-positive sizes, and sizes past MAX_TEXT_CHARS (a chunk add_chunks would refuse,
+    whose text index entry may pass PostgreSQL's 1 MB)."""
+    with pytest.raises(InvalidInputError, match="chunk sizes must be from 1 to"):
         build_chunks([message(1)], max_chars=max_chars, message_max_chars=message_max_chars)
+
+
+def test_a_huge_message_makes_a_chunk_no_bigger_than_the_store_takes() -> None:
+    """A 950,000-character tool result, at the largest sizes allowed: its chunk is cut to
+    MAX_TEXT_CHARS, which add_chunks (and the text index) take."""
+    chunks = build_chunks(
+        [message(1, "word " * 190_000)], max_chars=MAX_TEXT_CHARS, message_max_chars=MAX_TEXT_CHARS
+    )
+    assert [len(c.content) <= MAX_TEXT_CHARS for c in chunks] == [True]
 
 
 def test_whitespace_is_every_character_strip_removes() -> None:
