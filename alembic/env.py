@@ -132,8 +132,17 @@ def do_run_migrations(connection: Connection) -> None:
             context.run_migrations()
 
 
+def connect_timeout() -> float:
+    """DB_CONNECT_TIMEOUT_SECONDS: the caller's settings' (navi_memory.migrations.upgrade), else
+    the environment's; asyncpg's own default is 60 s."""
+    given = config.attributes.get("connect_timeout")
+    return float(given) if given is not None else Settings().db_connect_timeout_seconds
+
+
 async def run_async_migrations(url: str) -> None:
     driver_url, connect_args = connect_options(url)  # libpq options as asyncpg's arguments
+    # A server that accepts connections and never answers gives up as the engine's would.
+    connect_args.setdefault("timeout", connect_timeout())
     engine = async_engine_from_config(
         {"sqlalchemy.url": driver_url},
         prefix="sqlalchemy.",

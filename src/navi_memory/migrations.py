@@ -94,10 +94,15 @@ def upgrade(
     itself with ``sql=True``, which touches no database). Raises SchemaError with one line when
     Alembic refuses (pgvector missing, unknown revision)."""
     if url is None and not sql:
-        url = resolve_database_url(settings or Settings())
+        settings = settings or Settings()
+        url = resolve_database_url(settings)
     elif url is None:
         url = "postgresql+asyncpg://offline/navi_memory"
     cfg = alembic_config(url)
+    if settings is not None:
+        # DB_CONNECT_TIMEOUT_SECONDS as the engine takes it (a URL's connect_timeout wins);
+        # without it env.py reads the environment's settings.
+        cfg.attributes["connect_timeout"] = settings.db_connect_timeout_seconds
     try:
         return _run(lambda: command.upgrade(cfg, revision, sql=sql), url)
     except SchemaError as exc:

@@ -169,3 +169,19 @@ def test_migrate_takes_the_same_options(db_url: str) -> None:
 
     url = with_options(db_url, "sslmode=disable&connect_timeout=5&application_name=migrator")
     upgrade(url=url)  # at head already: a no-op that connects
+
+
+async def test_migrate_gives_up_after_the_connect_timeout_setting(
+    silent_server: SilentServer, fake_ollama: FakeOllama
+) -> None:
+    """A server that accepts connections and never answers: the migration gives up after
+    DB_CONNECT_TIMEOUT_SECONDS, as every other connection does (it waited asyncpg's own 60 s)."""
+    from navi_memory.migrations import upgrade
+
+    url = f"postgresql://u:msecret@127.0.0.1:{silent_server.port}/db?sslmode=disable"
+    settings = make_settings(url, fake_ollama, db_connect_timeout_seconds=1)
+    started = time.monotonic()
+    with pytest.raises(NaviMemoryError) as caught:
+        await asyncio.to_thread(upgrade, settings)
+    assert time.monotonic() - started < 15
+    assert "msecret" not in str(caught.value)
