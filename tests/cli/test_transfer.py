@@ -102,6 +102,13 @@ def test_file_mistakes_of_export_and_import_are_one_line_exit_2(navi: Navi, tmp_
     assert done.returncode == 2, done.stdout + done.stderr
     line = done.stderr.strip()
     assert len(line.splitlines()) == 1 and "not UTF-8" in line and "unexpected" not in line
+    # JSON nested deeper than the decoder goes (it ended in "unexpected RecursionError").
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"type": "header", "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    done = navi("import", str(deep), env=unreachable)
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = done.stderr.strip()
+    assert len(line.splitlines()) == 1 and "line 1" in line and "nested too deeply" in line
 
 
 def test_text_only_mode_as_doctor_and_backfill_report_it(

@@ -154,6 +154,8 @@ async def test_a_malformed_export_is_refused_whole(
     [
         ("fact", {"category": "c" * 100_000}, "category"),
         ("fact", {"key": ""}, "key"),
+        ("fact", {"key": "editor "}, "key"),  # upsert_fact stores it trimmed
+        ("fact", {"category": " preferences"}, "category"),
         ("fact", {"value": "a\ud800b"}, "value"),
         ("fact", {"confidence": 10**6}, "confidence"),
         ("fact", {"confidence": -5}, "confidence"),

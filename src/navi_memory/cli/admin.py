@@ -229,6 +229,10 @@ def read_export(file: IO[str]) -> Iterator[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidInputError(f"line {number} is not JSON: {exc.msg}") from exc
+        except RecursionError as exc:  # json's C decoder refuses to nest past the stack
+            raise InvalidInputError(
+                f"line {number} is JSON nested too deeply to be a record of an export"
+            ) from exc
         if not isinstance(record, dict):
             raise InvalidInputError(f"line {number} is not a JSON object")
         yield record

@@ -132,6 +132,14 @@ def _check_record(record: ExportRecord) -> None:
             check_text("ref", record.ref, max_chars=SESSION_ID_MAX_CHARS)
             check_text("category", record.category, max_chars=FACT_CATEGORY_MAX_CHARS)
             check_text("key", record.key, max_chars=FACT_KEY_MAX_CHARS)
+            for name, text in (("category", record.category), ("key", record.key)):
+                # upsert_fact stores both trimmed: "editor " beside "editor" would be two
+                # visible facts of one key, a state the live API never makes.
+                if text != text.strip() or not text:
+                    raise InvalidInputError(
+                        f"a fact's {name} {text!r} has blanks around it (or is empty): "
+                        "upsert_fact stores it trimmed; trim it in the file"
+                    )
             check_text("value", record.value)
             check_optional_text("source_context", record.source_context)
             check_optional_session_id(record.session_id)
