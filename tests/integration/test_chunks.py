@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -22,6 +24,7 @@ from navi_memory import (
     request_context,
 )
 from navi_memory.constants import MAX_BREADCRUMBS
+from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
@@ -110,6 +113,40 @@ async def test_a_chunks_seq_must_be_an_int(memory: Memory, seq: object) -> None:
         with pytest.raises(ValidationError):
             ChunkDraft.model_validate(fields | {name: seq})
     assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
+
+
+async def test_add_chunks_racing_a_create_of_its_session_id_never_writes_under_it(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alice's sessions.create("shared") has inserted its row and not committed; Bob's
+    add_chunks under "shared" waits for the id's lock (revision 0021), then sees Alice's row
+    and is refused. It used to see no row (not yet committed) and write Bob's chunk under
+    Alice's new session."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    inserted, release = asyncio.Event(), asyncio.Event()
+    original = SessionRepository.insert_session
+
+    async def paused(self: SessionRepository, *args: Any, **kwargs: Any) -> Any:
+        row = await original(self, *args, **kwargs)
+        inserted.set()
+        await release.wait()
+        return row
+
+    monkeypatch.setattr(SessionRepository, "insert_session", paused)
+    create = asyncio.create_task(memory.sessions.create("shared", user_id=alice))
+    await asyncio.wait_for(inserted.wait(), 10)
+    write = asyncio.create_task(
+        memory.store.add_chunks([draft("User: bob's secret")], user_id=bob, session_id="shared")
+    )
+    await asyncio.sleep(0.5)
+    assert not write.done()  # waiting for the create's lock on the id
+    release.set()
+    assert (await create).user_id == alice
+    with pytest.raises(NotFoundError):
+        await write
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
+    # Another user's add_chunks under an id nobody holds is not held up (shared locks).
+    assert await memory.store.add_chunks([draft("User: a")], user_id=bob, session_id="b1") == 1
 
 
 async def test_add_chunks_refuses_more_breadcrumbs_than_a_chunk_carries(memory: Memory) -> None:

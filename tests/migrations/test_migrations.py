@@ -1018,3 +1018,38 @@ def test_0020_drops_the_fact_vectors_graph_and_search_stays_exact(
         ).fetchall()
         assert any("ix_memory_fact_vectors_embedding_hnsw" in str(row[0]) for row in plan)
     dbtools.upgrade(url)
+
+
+def test_0021_add_chunks_claims_the_session_id_as_a_create_does(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0021's navi_session_claim(sid) reads the session's owner under the id's lock, shared:
+    a create's exclusive lock on the id cannot be taken meanwhile, another claim's can; the
+    downgrade drops the function."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0020")
+    uid = uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        conn.execute("INSERT INTO sessions (id, user_id) VALUES ('s1', %s)", (uid,))
+    dbtools.upgrade(url, "0021")
+    key = "hashtextextended('sessions.id:' || %s, 0)"
+    with connect(pg_server, scratch_db) as claim, connect(pg_server, scratch_db) as other:
+        claim.autocommit = False
+        assert claim.execute("SELECT user_id FROM navi_session_claim('s1')").fetchall() == [(uid,)]
+        assert claim.execute("SELECT * FROM navi_session_claim('nobody')").fetchall() == []
+        for sid in ("s1", "nobody"):  # held until the claim's transaction ends
+            assert other.execute(f"SELECT pg_try_advisory_xact_lock({key})", (sid,)).fetchone() == (
+                False,
+            )
+            assert other.execute(
+                f"SELECT pg_try_advisory_xact_lock_shared({key})", (sid,)
+            ).fetchone() == (True,)
+        claim.rollback()
+        assert other.execute(f"SELECT pg_try_advisory_xact_lock({key})", ("s1",)).fetchone() == (
+            True,
+        )
+    dbtools.downgrade(url, "0020")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT to_regproc('navi_session_claim')").fetchone() == (None,)
+    dbtools.upgrade(url)

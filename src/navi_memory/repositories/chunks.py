@@ -72,8 +72,11 @@ _INSERT = text(
     WITH owner AS (
         -- The session's row, if it has one, share-locked: a session delete that has not
         -- committed makes this wait and then see no row (refused if require_session), and one
-        -- that starts after waits for this statement, so it deletes these chunks too.
-        SELECT user_id FROM sessions WHERE id = :sid FOR SHARE
+        -- that starts after waits for this statement, so it deletes these chunks too. Read
+        -- under the id's lock (shared; revision 0021): a create of the id, which checks for
+        -- another user's chunks under that lock, waits for this statement, or this one for
+        -- the create's commit, and then sees its row.
+        SELECT user_id FROM navi_session_claim(:sid)
     ),
     allowed AS (
         SELECT NOT EXISTS (SELECT 1 FROM owner WHERE user_id <> :uid)
