@@ -96,6 +96,7 @@ def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.cli  # the console script in subprocesses: make test-cli (CI runs it)
 async def test_backfill_command_reports_progress_and_fails_clearly_without_the_embedder(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:

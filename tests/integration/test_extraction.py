@@ -1090,6 +1090,7 @@ async def test_another_users_extraction_state_for_a_session_is_never_read_or_ove
 # --- the command --------------------------------------------------------------------------------
 
 
+@pytest.mark.cli  # the console script in subprocesses: make test-cli (CI runs it)
 async def test_extract_command_shows_progress_and_reports(
     memory: Memory, fake_ollama: FakeOllama, model: ExtractionModel
 ) -> None:
