@@ -249,11 +249,7 @@ async def test_the_small_statements_generic_plan_reads_no_index_of_everyones_row
     try:
         for setting in off:
             await conn.execute(f"SET {setting} = off")
-        await conn.execute(f"PREPARE small_statement AS {found.sql}")
-        arguments = ", ".join(literal(values[name]) for name in found.names)
-        plan = await conn.fetchval(
-            f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE small_statement({arguments})"
-        )
+        plan = await explain_prepared(conn, "small_statement", found, values)
         # The control: the plain statement's generic plan under the same settings.
         plain = _driver_text(
             statement(
@@ -267,11 +263,7 @@ async def test_the_small_statements_generic_plan_reads_no_index_of_everyones_row
             manual.engine.dialect,
         )
         assert plain is not None
-        await conn.execute(f"PREPARE plain_statement AS {plain.sql}")
-        plain_arguments = ", ".join(literal(values[name]) for name in plain.names)
-        control = await conn.fetchval(
-            f"EXPLAIN (FORMAT JSON) EXECUTE plain_statement({plain_arguments})"
-        )
+        control = await explain_prepared(conn, "plain_statement", plain, values, analyze=False)
     finally:
         await conn.close()
     plain_used = {n["Index Name"] for n in plan_of(control) if "Index Name" in n}
@@ -285,6 +277,23 @@ async def test_the_small_statements_generic_plan_reads_no_index_of_everyones_row
         if node.get("Relation Name") in ("memory_chunk_vectors", "memory_chunk_terms"):
             read = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
             assert read * node.get("Actual Loops", 1) <= 8, node
+
+
+async def explain_prepared(
+    conn: asyncpg.Connection,
+    name: str,
+    found: Any,
+    values: dict[str, Any],
+    *,
+    analyze: bool = True,
+) -> Any:
+    """EXPLAIN (FORMAT JSON) of the driver text ``found`` prepared as ``name`` on ``conn`` (its
+    plan_cache_mode decides custom or generic) and executed on ``values`` by name; with
+    ANALYZE, as it ran."""
+    await conn.execute(f"PREPARE {name} AS {found.sql}")
+    arguments = ", ".join(literal(values[parameter]) for parameter in found.names)
+    options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+    return await conn.fetchval(f"EXPLAIN ({options}) EXECUTE {name}({arguments})")
 
 
 def plan_of(explained: Any) -> list[dict[str, Any]]:

@@ -19,7 +19,11 @@ from navi_memory.repositories.facts import _SEARCH
 from navi_memory.repositories.like import contains_pattern
 from navi_memory.repositories.statements import _driver_text
 from tests.integration.factories import execute, new_user
-from tests.integration.test_chunk_small_statement import literal, plan_of, raw_connection
+from tests.integration.test_chunk_small_statement import (
+    explain_prepared,
+    plan_of,
+    raw_connection,
+)
 
 OTHERS_FACTS = 3_000
 OTHER_USERS = 300
@@ -70,11 +74,7 @@ async def explain(
     try:
         for setting in off:
             await conn.execute(f"SET {setting} = off")
-        await conn.execute(f"PREPARE fact_search AS {found.sql}")
-        arguments = ", ".join(literal(values[name]) for name in found.names)
-        return plan_of(
-            await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE fact_search({arguments})")
-        )
+        return plan_of(await explain_prepared(conn, "fact_search", found, values))
     finally:
         await conn.close()
 
