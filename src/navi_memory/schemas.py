@@ -129,9 +129,8 @@ class Chunk(_Model):
     session_id: str
     content: str
     content_hash: str
-    # Strict: pydantic would otherwise take True, 1.0 or "2" for a position in a session.
-    start_seq: int = Field(strict=True)
-    end_seq: int = Field(strict=True)
+    start_seq: int
+    end_seq: int
     started_at: datetime
     ended_at: datetime
     breadcrumbs: list[str] = Field(default_factory=list)
