@@ -368,7 +368,7 @@ class ExportFact(_Record):
     key: str
     value: str
     source: str | None = None
-    confidence: int | None = None
+    confidence: int | None = Field(default=None, strict=True)  # not "90", true or 90.0
     expires_at: datetime | None = None
     last_verified_at: datetime | None = None
     source_context: str | None = None
@@ -401,7 +401,7 @@ class ExportSession(_Record):
 class ExportMessage(_Record):
     type: Literal["message"] = "message"
     session_id: str
-    seq: int
+    seq: int = Field(strict=True)
     role: MessageRole
     content: str = ""
     tool_name: str | None = None

@@ -195,6 +195,35 @@ async def test_an_import_checks_every_record_as_the_live_api_checks_its_input(
         assert await memory.users.get(target) is None
 
 
+@pytest.mark.parametrize(
+    ("kind", "change", "field"),
+    [
+        ("fact", {"confidence": "90"}, "confidence"),
+        ("fact", {"confidence": True}, "confidence"),
+        ("fact", {"confidence": 90.0}, "confidence"),
+        ("message", {"seq": 1.0}, "seq"),
+        ("chunk", {"start_seq": "0"}, "start_seq"),
+    ],
+)
+async def test_an_import_refuses_a_number_given_as_another_type(
+    memory: Memory, fake_ollama: FakeOllama, kind: str, change: dict[str, Any], field: str
+) -> None:
+    """A confidence or a seq given as text, a boolean or a float was converted quietly: it is
+    refused, naming the record and the field, and nothing is written."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-bad")
+    with admin():
+        records = dumped(await memory.admin.export_user(uid, with_vectors=False))
+        number = next(n for n, r in enumerate(records, 1) if r["type"] == kind)
+        records[number - 1] = {**records[number - 1], **change}
+        target = uuid.uuid4()
+        with pytest.raises(
+            InvalidInputError, match=rf"record {number} .*{kind}\.{field}: .*valid integer"
+        ):
+            await memory.admin.import_user(records, user_id=target, session_prefix="p-")
+        assert await memory.users.get(target) is None
+
+
 async def test_an_import_keeps_chunks_and_kv_entries_out_of_sessions_not_theirs(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:
