@@ -246,6 +246,23 @@ async def test_a_backfill_never_mixes_its_models_vectors_with_another_models(
     assert await scalar(memory, missing) == 1
 
 
+async def test_a_backfill_of_a_changed_model_is_refused_before_the_model_is_asked(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama
+) -> None:
+    """The model changed and is down: the backfill says the model changed (ConfigError naming
+    both models and the fix: `navi-memory backfill` exits 2), not that the model cannot be
+    reached, and asks it nothing."""
+    await _stored_memory(memory)
+    uid = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
+    fake_ollama.mode = "fail"
+    await memory.store.upsert_fact("tools", "browser", "firefox", user_id=uid)  # type: ignore[arg-type]
+    async with open_memory(_other(settings, fake_ollama)) as changed:
+        asked = len(fake_ollama.requests_to("/api/embed"))
+        with pytest.raises(ConfigError, match=rf"{OTHER_MODEL}.*reembed"):
+            await changed.store.backfill_embeddings()
+        assert len(fake_ollama.requests_to("/api/embed")) == asked
+
+
 async def test_a_backfill_stops_when_a_reembed_changes_the_model_meanwhile(
     memory: Memory,
 ) -> None:

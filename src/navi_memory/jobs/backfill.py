@@ -78,6 +78,11 @@ class BackfillRecorder(VectorRecorder, Protocol):
         model of record's."""
         ...
 
+    async def refuse_if_changed(self) -> None:
+        """Raise ConfigError when the stored vectors are another model's (before any call of
+        the model)."""
+        ...
+
 
 ProgressCallback = Callable[[BackfillProgress], Awaitable[None] | None]
 """Called after every batch (a progress bar); may be a coroutine function."""
@@ -205,6 +210,8 @@ async def run_backfill(
     batches stored stay, and a rerun resumes.
     """
     result = BackfillResult()
+    if recorder is not None:
+        await recorder.refuse_if_changed()  # before the model is asked (it may be down)
     model = _ModelCalls(embedder)
     first_batch = True
     for source in sources:

@@ -51,12 +51,23 @@ class EmbeddingModelRecord:
         and one of a changed model is refused while the old model's vectors are stored."""
         recorded = await EmbeddingModelRepository(session=session).recorded()
         if recorded is not None and recorded != self.model:
-            raise ConfigError(
-                f"the stored vectors are {recorded!r}'s, the configured embedding model is "
-                f"{self.model!r}: a backfill would mix two models' vectors. Run `navi-memory "
-                f"reembed` (memory.admin.reembed()) to embed everything with {self.model!r}, "
-                f"or set EMBEDDING_MODEL back to {recorded!r}"
-            )
+            raise self._mixing(recorded)
+
+    async def refuse_if_changed(self) -> None:
+        """check_recorded's ConfigError before a backfill asks the model for anything, when
+        the stored vectors are another model's: the refusal does not wait for (or hide behind)
+        a model that is down."""
+        recorded = await self.changed_from()
+        if recorded is not None:
+            raise self._mixing(recorded)
+
+    def _mixing(self, recorded: str) -> ConfigError:
+        return ConfigError(
+            f"the stored vectors are {recorded!r}'s, the configured embedding model is "
+            f"{self.model!r}: a backfill would mix two models' vectors. Run `navi-memory "
+            f"reembed` (memory.admin.reembed()) to embed everything with {self.model!r}, "
+            f"or set EMBEDDING_MODEL back to {recorded!r}"
+        )
 
     async def changed_from(self) -> str | None:
         """The model of record when it is another than ``model`` and vectors are stored (they
