@@ -283,9 +283,15 @@ def _parse_url(url: str | URL) -> URL:
     try:
         return make_url(url)
     except ValueError as exc:  # make_url's int(port)
+        several = "," in str(url).partition("?")[0]
         raise ConfigError(
             f"DATABASE_URL's port is not a number: {redact_text(str(url))}: write "
-            "postgresql://user:password@host:5432/database"
+            + (
+                "several hosts as postgresql://user:password@/database?host=h1:5432&host=h2:5432 "
+                "(every host with its port)"
+                if several
+                else "postgresql://user:password@host:5432/database"
+            )
         ) from exc
     except ArgumentError as exc:
         raise ConfigError(

@@ -8,11 +8,13 @@ import struct
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from navi_memory import ConfigError, NaviMemoryError, StorageError, open_memory
+from navi_memory.db import connect_options
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.factories import new_user
@@ -185,3 +187,24 @@ async def test_migrate_gives_up_after_the_connect_timeout_setting(
         await asyncio.to_thread(upgrade, settings)
     assert time.monotonic() - started < 15
     assert "msecret" not in str(caught.value)
+
+
+def socket_port(socket_dir: str) -> str:
+    """The port of the server listening in ``socket_dir`` (its socket's name ends with it)."""
+    return next(Path(socket_dir).glob(".s.PGSQL.*")).suffix.lstrip(".")
+
+
+async def test_several_hosts_are_tried_in_turn(db_url: str, fake_ollama: FakeOllama) -> None:
+    """?host=h1:p1&host=h2:p2 (docs/config.md): a first host that refuses, then the server."""
+    base, _, query = db_url.partition("?")
+    socket_dir = dict(part.split("=", 1) for part in query.split("&"))["host"]
+    port = socket_port(socket_dir)
+    url = f"{base}?host=127.0.0.1:1&host={socket_dir}:{port}&target_session_attrs=primary"
+    async with open_memory(make_settings(url, fake_ollama)) as memory, memory.engine.connect() as c:
+        assert (await c.execute(text("SELECT 1"))).scalar() == 1
+
+
+def test_libpqs_comma_hosts_are_refused_with_the_form_that_works() -> None:
+    with pytest.raises(ConfigError, match=r"host=h1:5432&host=h2:5432") as caught:
+        connect_options("postgresql://u:pwsecret@db1:5432,db2:5432/navi")
+    assert "pwsecret" not in str(caught.value)
