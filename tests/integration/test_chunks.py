@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import random
+import string
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -147,6 +149,44 @@ async def test_add_chunks_racing_a_create_of_its_session_id_never_writes_under_i
     assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
     # Another user's add_chunks under an id nobody holds is not held up (shared locks).
     assert await memory.store.add_chunks([draft("User: a")], user_id=bob, session_id="b1") == 1
+
+
+async def test_a_chunk_too_big_for_a_tsvector_stops_neither_the_indexer_nor_search(
+    memory: Memory,
+) -> None:
+    """A 950,000-character chunk written by SQL of its own (or by compression before the chunk
+    sizes were bounded) made a tsvector over PostgreSQL's 1 MB: the text indexer failed every
+    batch holding it, for every user, and every search of its user failed. Its text is read
+    from its first 150,000 characters (revision 0022): it is indexed and found by a word
+    there, and another user's chunk after it is indexed too."""
+    big_user, other = await new_user(memory), await new_user(memory)
+    rng = random.Random(5)
+    words = " ".join(
+        "".join(rng.choice(string.ascii_lowercase) for _ in range(7)) for _ in range(120_000)
+    )
+    content = "User: zebra " + words[:950_000]
+    async with memory.engine.begin() as conn:
+        chunk_id = (
+            await conn.execute(
+                text(
+                    "INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
+                    " start_seq, end_seq, started_at, ended_at)"
+                    " VALUES (:u, 'big', :c, :h, 1, 1, now(), now()) RETURNING id"
+                ),
+                {"u": big_user, "c": content, "h": hashlib.sha256(content.encode()).hexdigest()},
+            )
+        ).scalar_one()
+        await conn.execute(
+            text("INSERT INTO memory_chunk_text_queue (chunk_id, user_id) VALUES (:id, :u)"),
+            {"id": chunk_id, "u": big_user},
+        )
+    # Queued, its text is read exactly by search: found, no error.
+    assert [h.id for h in await memory.store.search_chunks("zebra", user_id=big_user)] == [chunk_id]
+    assert await memory.store.add_chunks([draft("User: okapi")], user_id=other, session_id="o")
+    await memory.store.index_pending_chunks()
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunk_text_queue") == 0
+    assert [h.id for h in await memory.store.search_chunks("zebra", user_id=big_user)] == [chunk_id]
+    assert len(await memory.store.search_chunks("okapi", user_id=other)) == 1
 
 
 async def test_add_chunks_refuses_more_breadcrumbs_than_a_chunk_carries(memory: Memory) -> None:

@@ -1053,3 +1053,26 @@ def test_0021_add_chunks_claims_the_session_id_as_a_create_does(
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute("SELECT to_regproc('navi_session_claim')").fetchone() == (None,)
     dbtools.upgrade(url)
+
+
+def test_0022_reads_a_chunks_text_from_its_first_150000_characters(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0022's navi_chunk_tsv gives 0006's tsvector for a chunk up to 150,000 characters, and
+    one (not an error) for a chunk whose whole text passes a tsvector's 1 MB; the downgrade
+    brings back the unbounded function."""
+    url = pg_server.url(scratch_db)
+    words = " ".join(f"w{i:06d}x" for i in range(120_000))  # 1.2 M characters, all distinct
+    small = "User: harbor lantern keeper"
+    same = "SELECT navi_chunk_tsv(%s, ARRAY['k']) = navi_text_tsv(%s || E'\\n' || 'k')"
+    dbtools.upgrade(url, "0022")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute(same, (small, small)).fetchone() == (True,)
+        size = conn.execute("SELECT length(navi_chunk_tsv(%s, ARRAY[]::text[]))", (words,))
+        assert 0 < size.fetchone()[0] < 120_000  # type: ignore[index]
+    dbtools.downgrade(url, "0021")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute(same, (small, small)).fetchone() == (True,)
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded):
+            conn.execute("SELECT navi_chunk_tsv(%s, ARRAY[]::text[])", (words,))
+    dbtools.upgrade(url)
