@@ -39,7 +39,15 @@ def _function(content: str) -> str:
 
 
 def upgrade() -> None:
-    op.execute(_function(f"left(content, {CHUNK_TSV_CHARS})"))
+    # octet_length first: O(1), where left() counts the characters of every chunk (5 % more
+    # time making a tsvector, measured); a text of at most that many bytes has at most that
+    # many characters.
+    op.execute(
+        _function(
+            f"CASE WHEN octet_length(content) > {CHUNK_TSV_CHARS} "
+            f"THEN left(content, {CHUNK_TSV_CHARS}) ELSE content END"
+        )
+    )
 
 
 def downgrade() -> None:
