@@ -433,36 +433,6 @@ async def test_recall_never_injects_a_superseded_excerpt(
     assert "server port is 8098" not in texts(prompt.messages)
 
 
-VAULT = padded("The staging database password rotates weekly through vault on Fridays")
-
-
-async def test_recall_never_injects_an_excerpt_a_newer_fact_overrides_off_the_query(
-    small_chunks: Memory, fake_ollama: FakeOllama
-) -> None:
-    """The newer fact that overrides an excerpt need not match the query: search marks an
-    excerpt against the facts matching the query only, but recall compares the prompt's facts
-    too, so the excerpt is not injected (spec: never). The fact shares "vault" and "rotates"
-    with the excerpt and no word with the query ("staging database")."""
-    memory = small_chunks
-    uid = await new_user(memory)
-    sid = await conversation(
-        memory, fake_ollama, uid, [("user", VAULT), ("user", DEPLOY), ("user", "ok")], keep_last=1
-    )
-    query = "what about the staging database?"
-    # Control: before the fact, the excerpt qualifies and is injected.
-    before = await memory.context.build_prompt(sid, query, system_prompt=HOST, user_id=uid)
-    assert [hit.text for hit in before.recalled] == [f"User: {VAULT}"]
-    await execute(memory, "UPDATE sessions SET session_metadata = '{}' WHERE id = :s", s=sid)
-    await memory.store.upsert_fact("security", "vault_rotation", "rotates monthly", user_id=uid)
-    with request_context(user_id=uid):
-        searched = await memory.search.search(query, "raw", current_session_id=sid)
-    vault = [hit for hit in searched if hit.text == f"User: {VAULT}"]
-    assert vault and vault[0].superseded_by is None  # not a fact of the query: search misses it
-    prompt = await memory.context.build_prompt(sid, query, system_prompt=HOST, user_id=uid)
-    assert prompt.recalled == []
-    assert "rotates weekly" not in texts(prompt.messages)
-
-
 async def test_recall_never_repeats_an_excerpt_in_the_ledger(
     small_chunks: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -34,7 +34,6 @@ from navi_memory.text.recall import (
     recall_message_text,
     recall_query,
     repeats_context,
-    superseded_by_facts,
 )
 from navi_memory.unit_of_work import LaneEngines, engine_of, unit_of_work
 from navi_memory.validation import check_session_id, check_text
@@ -225,18 +224,11 @@ class ContextBuilder:
         hits = await self._search.search(self._engines.run, request)
         minimum = self._settings.memory_recall_min_similarity
         in_context = context_seqs(snapshot.messages)
-        found = [
+        return [
             hit
             for hit in hits
             if qualifies(hit, min_similarity=minimum) and not repeats_context(hit, in_context)
         ]
-        # Search marked them against the facts matching the query; the prompt's facts are
-        # compared too, so an excerpt a newer fact overrides is never injected, whatever the
-        # query (spec). Those marked now no longer qualify.
-        marked = superseded_by_facts(
-            found, snapshot.facts, skip=snapshot.ledger, known=self._search.excerpt_words
-        )
-        return [hit for hit in marked if hit.superseded_by is None]
 
 
 def _summary_at(snapshot: ContextSnapshot) -> datetime | None:

@@ -13,8 +13,7 @@ from datetime import datetime
 from typing import Final, Literal, Protocol, TypeVar
 
 from navi_memory.constants import INJECTED_LEDGER_MAX
-from navi_memory.schemas import Fact, MemoryHit, Message
-from navi_memory.text.freshness import ExcerptWords, FactVersion, RawExcerpt, mark_freshness
+from navi_memory.schemas import MemoryHit, Message
 from navi_memory.text.hits import format_hit
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
     "repeats_context",
     "select_recall",
     "similarity",
-    "superseded_by_facts",
 ]
 
 LEDGER_KEY: Final = "injected_chunk_ids"
@@ -165,57 +163,6 @@ def repeats_context(hit: RecallCandidate, in_context: Sequence[int]) -> bool:
         return False
     held = bisect.bisect_right(in_context, end) - bisect.bisect_left(in_context, start)
     return held == end - start + 1
-
-
-def superseded_by_facts(
-    hits: Sequence[MemoryHit],
-    facts: Iterable[Fact],
-    *,
-    skip: Collection[int] = (),
-    known: ExcerptWords | None = None,
-) -> list[MemoryHit]:
-    """``hits`` with their ``superseded_by`` marks computed again against ``facts`` too (the
-    freshness rule, text.freshness), a mark search set kept as it was.
-
-    Search compares an excerpt with the facts matching its query only; recall must never
-    inject an excerpt a newer fact overrides (spec), matching or not. The prompt's facts (the
-    user's most recently verified, which holds every fact written since a recent excerpt but
-    on a user writing more than the cap meanwhile) are at hand: they are compared too. Hits
-    already marked, and those whose chunk id is in ``skip`` (delivered before: never chosen),
-    are left as they are."""
-    versions = [
-        FactVersion(user_id=f.user_id, key=f.key, value=f.value, updated_at=f.updated_at)
-        for f in facts
-        if f.updated_at is not None
-    ]
-    open_hits = [
-        i
-        for i, hit in enumerate(hits)
-        if hit.source_type == "raw" and hit.superseded_by is None and hit.chunk_id not in skip
-    ]
-    if not versions or not open_hits:
-        return list(hits)
-    marks = mark_freshness(
-        [
-            RawExcerpt(
-                user_id=hits[i].user_id,
-                session_id=hits[i].session_id or "",
-                ended_at=hits[i].timestamp,
-                content=hits[i].text,
-                breadcrumbs=hits[i].breadcrumbs,
-                chunk_id=hits[i].chunk_id,
-            )
-            for i in open_hits
-        ],
-        versions,
-        {},
-        known=known,
-    )
-    marked = list(hits)
-    for i, mark in zip(open_hits, marks, strict=True):
-        if mark.superseded_by is not None:
-            marked[i] = hits[i].model_copy(update={"superseded_by": mark.superseded_by})
-    return marked
 
 
 def select_recall(

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from navi_memory.constants import INJECTED_LEDGER_MAX
-from navi_memory.schemas import Fact, MemoryHit, Message
+from navi_memory.schemas import MemoryHit, Message
 from navi_memory.text.hits import format_hits
 from navi_memory.text.recall import (
     RECALL_HEADER,
@@ -25,7 +24,6 @@ from navi_memory.text.recall import (
     recall_query,
     repeats_context,
     select_recall,
-    superseded_by_facts,
 )
 
 T0 = datetime(2026, 11, 6, 18, 41, tzinfo=UTC)
@@ -191,43 +189,6 @@ def raw_hit(chunk_id: int, **fields: Any) -> MemoryHit:
         "end_seq": 14,
     }
     return MemoryHit(**(values | fields))
-
-
-def fact(key: str, value: str, *, user_id: uuid.UUID | None = None, **fields: Any) -> Fact:
-    values: dict[str, Any] = {
-        "id": 1,
-        "user_id": user_id,
-        "category": "technical",
-        "key": key,
-        "value": value,
-        "updated_at": T0 + timedelta(days=1),
-    }
-    return Fact(**(values | fields))
-
-
-def test_superseded_by_facts_marks_excerpts_a_newer_fact_overrides() -> None:
-    """The freshness rule against the facts given: a newer fact sharing two content words
-    marks the excerpt; an older one, or one sharing a word, does not; search's own mark, the
-    ledger's excerpts and other hits stay as they were."""
-    uid = uuid.uuid4()
-    hits = [
-        raw_hit(1, user_id=uid),
-        raw_hit(2, user_id=uid, text="User: the port of call is Lisbon"),
-        raw_hit(3, user_id=uid, superseded_by="old_mark"),
-        raw_hit(4, user_id=uid),
-        raw_hit(5, user_id=None),
-    ]
-    facts = [
-        fact("server_port", "8099 since the move", user_id=uid),
-        fact("port", "8098", user_id=uid, updated_at=T0 - timedelta(days=1)),
-    ]
-    marked = superseded_by_facts(hits, facts, skip={4})
-    assert [hit.superseded_by for hit in marked] == [None, None, "old_mark", None, None]
-    facts.append(fact("api_port", "8098 on the API server", user_id=uid))
-    marked = superseded_by_facts(hits, facts, skip={4})
-    assert [hit.superseded_by for hit in marked] == ["api_port", None, "old_mark", None, None]
-    assert marked[1] is hits[1] and marked[3] is hits[3]
-    assert superseded_by_facts(hits, []) == hits
 
 
 def test_recall_message_renders_excerpts_like_raw_search_hits() -> None:
