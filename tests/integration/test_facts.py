@@ -349,9 +349,9 @@ async def test_deleting_an_expired_fact_frees_it_but_counts_no_visible_fact(
     memory: Memory,
 ) -> None:
     """An expired fact is invisible to every read: deleting its key removes the row, but
-    neither counts nor returns it as a visible fact deleted, and leaves the summary alone (a
-    summary goes only with a fact it may tell). It once said "forgot 1 fact" and dropped the
-    summary."""
+    neither counts nor returns it as a visible fact deleted (it once said "forgot 1 fact"). The
+    summary still goes with it: expiry never touched the summary, which may tell the fact the
+    user asked to forget."""
     uid = await new_user(memory)
     store = memory.store
     await store.upsert_fact("plans", "trip", "Rome", user_id=uid)
@@ -366,8 +366,11 @@ async def test_deleting_an_expired_fact_frees_it_but_counts_no_visible_fact(
     assert await store.fact_count(user_id=uid) == 1
     assert await store.delete_facts("trip", user_id=uid) == []
     assert await store.fact_count(user_id=uid, include_merged=True) == 1  # the row is gone
-    assert await store.get_summary(user_id=uid) == "Goes to Rome."
-    # A visible fact deleted still takes the summary with it.
+    assert await store.get_summary(user_id=uid) is None
+    # Nothing deleted (no row holds the key): the summary stays.
+    await store.set_summary("Stays at Hotel Roma.", user_id=uid)
+    assert await store.delete_facts("trip", user_id=uid) == []
+    assert await store.get_summary(user_id=uid) == "Stays at Hotel Roma."
     assert [f.key for f in await store.delete_facts("hotel", user_id=uid)] == ["hotel"]
     assert await store.get_summary(user_id=uid) is None
 

@@ -269,13 +269,15 @@ class FactService:
             await locks.lock_category(user_id, name)
         ids = await facts.ids_for_delete(user_id, key, categories)
         # An expired fact goes too (its row is freed), but it was not visible: it is neither
-        # returned nor counted, and takes no summary with it (expiry took it out already).
+        # returned nor counted. It still takes the summary with it: expiry never touched the
+        # summary, which may tell the fact the user asked to forget.
+        deleted = await facts.delete_with_hidden(ids)
         removed = [
             to_fact({name: value for name, value in row.items() if name != "expired"})
-            for row in await facts.delete_with_hidden(ids)
+            for row in deleted
             if not row["expired"]
         ]
-        if removed:
+        if deleted:
             # The summary rides in every prompt and may tell the forgotten fact; prose cannot
             # be edited, so it goes too, under the lock the extractor writes it under (so no
             # summary read before this delete is written after it). The next extraction
