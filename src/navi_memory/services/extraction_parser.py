@@ -134,6 +134,44 @@ class _Found:
     truncated: bool = False
     lost: int = 0
     """Items seen but unreadable while salvaging a broken array."""
+    opened_at: tuple[str, int] | None = None
+    """Where salvaged JSON started (the text, the index): ``cut_off`` reads from there."""
+
+    @property
+    def cut_off(self) -> bool:
+        """The salvaged JSON was still open where the reply ended (a string or a bracket not
+        closed): the model stopped mid-answer, not "broken JSON" such as a bad escape. Read
+        on demand: a pass over the rest of the reply, for the one JSON value kept."""
+        return self.opened_at is not None and _ends_open(*self.opened_at)
+
+
+# A JSON string (closed, or running to the end of the text) or a bracket: what decides whether
+# the text ends inside an open value. Strings are matched whole, so brackets in them do not
+# count; one regex pass, C speed even over a runaway reply.
+_OPEN_TOKEN: Final = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
+
+
+def _ends_open(text: str, start: int) -> bool:
+    """Whether the JSON value starting at ``start`` is still open where ``text`` ends."""
+    depth = 0
+    for token in _OPEN_TOKEN.finditer(text, start):
+        lexeme = token.group()
+        if lexeme[0] == '"':
+            if len(lexeme) == 1 or lexeme[-1] != '"' or _escaped_end(lexeme):
+                return True  # a string running to the end of the text
+        elif lexeme in "[{":
+            depth += 1
+        else:
+            depth -= 1
+            if depth <= 0:
+                return False  # the value closed (what follows is prose, or another value)
+    return depth > 0
+
+
+def _escaped_end(lexeme: str) -> bool:
+    """A string token whose closing quote is escaped (``"ab\\"`` read to the end)."""
+    backslashes = len(lexeme) - 1 - len(lexeme[:-1].rstrip("\\"))
+    return backslashes % 2 == 1
 
 
 def _holds_facts(value: Any) -> bool:
@@ -193,7 +231,7 @@ def _salvage_array(text: str, start: int) -> _Found:
             pos = resume.end() - 1
             continue
         items.append(item)
-    return _Found(items, truncated=True, lost=lost)
+    return _Found(items, truncated=True, lost=lost, opened_at=(text, start))
 
 
 def _salvage(text: str, start: int) -> _Found:
@@ -204,7 +242,7 @@ def _salvage(text: str, start: int) -> _Found:
     # as a Python loop over the rest of the reply.
     inner = _ARRAY_START.search(text, start + 1)
     if inner is None:
-        return _Found([], truncated=True, lost=1)
+        return _Found([], truncated=True, lost=1, opened_at=(text, start))
     return _salvage_array(text, inner.start())
 
 
@@ -409,8 +447,10 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     writing it again would only re-verify the fact. Not when a fact of another value for the
     key, or for another spelling of it, came in between: written after that, the item changes
     the fact back, as the reply's order says, so it is kept. Raises ``ExtractionError`` when
-    the reply holds no JSON at all, or was cut off before its first complete fact (the model
-    ran out of room: not an answer of "nothing to remember", as ``[]`` is). Items that are
+    the reply holds no JSON at all, or was cut off before its first complete fact (it ends
+    inside an open string or bracket: the model ran out of room, which is not an answer of
+    "nothing to remember", as ``[]`` is; JSON that is broken but closed, a bad escape say, is
+    an unusable item counted). Items that are
     all unusable are counted, not a failure: asked again, a model gives the same shape.
     """
     found = _locate(reply)
@@ -438,9 +478,10 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
             continue
         latest[slot] = (draft.key, draft.value)
         facts.append(draft)
-    if not facts and found.truncated:
+    if not facts and found.cut_off:
         # The model ran out of room before its first fact was complete: an answer cut off,
-        # not "nothing to remember" (the session is left for the next run).
+        # not "nothing to remember" (the session is left for the next run). Broken JSON that
+        # is complete (a bad escape, a bracket in prose) is not: asked again, the same.
         raise ExtractionError(
             "the model's reply was cut off before its first complete fact: "
             f"{elide_middle(reply.strip(), 200)!r}"

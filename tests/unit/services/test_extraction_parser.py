@@ -348,6 +348,35 @@ def test_a_reply_cut_off_before_its_first_complete_fact_is_a_failure(reply: str)
         parse_extracted_facts(reply)
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # a bad escape in a complete reply (a Windows path, unescaped)
+        r'[{"category": "technical", "key": "project_path", "value": "C:\Users\me\proj"}]',
+        "Nothing to remember [none].",  # a bracket in prose
+        '[{"category": "a", "key": oops}]',  # a complete array, its one item unusable
+    ],
+)
+def test_broken_json_that_is_complete_is_counted_not_a_failure(reply: str) -> None:
+    """Broken but not cut off (the reply's JSON closes): no fact, the unusable item counted,
+    no failure (asked again, a model writes the same). Only a reply that ends inside an open
+    string or bracket was cut off by the model's output limit."""
+    assert parse_extracted_facts(reply) == ParsedFacts(facts=(), skipped=1, truncated=True)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"facts": [{"key": "k", "value": "ends in an escaped quote \\"',
+        '[{"key": "k", "value": "v"',
+        '[{"key": "k", "value": ["a", "b"',
+    ],
+)
+def test_a_reply_ending_inside_an_open_string_or_bracket_is_cut_off(reply: str) -> None:
+    with pytest.raises(ExtractionError, match="cut off before its first complete fact"):
+        parse_extracted_facts(reply)
+
+
 @pytest.mark.parametrize("reply", ["[]", "{}", '{"facts": []}', "null"])
 def test_an_empty_answer_is_nothing_to_remember(reply: str) -> None:
     """A whole, empty answer is not a failure: there was nothing to extract."""
