@@ -15,6 +15,7 @@ from logging.config import fileConfig
 
 from alembic import context
 from alembic.util import CommandError
+from pydantic import ValidationError
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -134,9 +135,15 @@ def do_run_migrations(connection: Connection) -> None:
 
 def connect_timeout() -> float:
     """DB_CONNECT_TIMEOUT_SECONDS: the caller's settings' (navi_memory.migrations.upgrade), else
-    the environment's; asyncpg's own default is 60 s."""
+    the environment's, else its default (asyncpg's own is 60 s). Only that setting is read: a
+    migration given its URL must not fail on another setting of the environment."""
     given = config.attributes.get("connect_timeout")
-    return float(given) if given is not None else Settings().db_connect_timeout_seconds
+    if given is not None:
+        return float(given)
+    try:
+        return Settings().db_connect_timeout_seconds
+    except ValidationError:  # a malformed setting: not this migration's to refuse
+        return float(Settings.model_fields["db_connect_timeout_seconds"].default)
 
 
 async def run_async_migrations(url: str) -> None:

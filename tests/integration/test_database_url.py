@@ -208,3 +208,15 @@ def test_libpqs_comma_hosts_are_refused_with_the_form_that_works() -> None:
     with pytest.raises(ConfigError, match=r"host=h1:5432&host=h2:5432") as caught:
         connect_options("postgresql://u:pwsecret@db1:5432,db2:5432/navi")
     assert "pwsecret" not in str(caught.value)
+
+
+def test_migrate_given_its_url_does_not_read_the_other_settings(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """upgrade(url=...) takes DB_CONNECT_TIMEOUT_SECONDS from the environment: a malformed
+    setting of another kind there is not the migration's to refuse (it once raised pydantic's
+    ValidationError)."""
+    from navi_memory.migrations import upgrade
+
+    monkeypatch.setenv("CHUNK_MAX_CHARS", "200000")  # beyond its bound
+    upgrade(url=db_url)  # at head already: a no-op that connects
