@@ -157,7 +157,7 @@ async def test_a_chunk_too_big_for_a_tsvector_stops_neither_the_indexer_nor_sear
     """A 950,000-character chunk written by SQL of its own (or by compression before the chunk
     sizes were bounded) made a tsvector over PostgreSQL's 1 MB: the text indexer failed every
     batch holding it, for every user, and every search of its user failed. Its text is read
-    from its first 150,000 characters (revision 0022): it is indexed and found by a word
+    from its first 120,000 characters (revision 0022): it is indexed and found by a word
     there, and another user's chunk after it is indexed too."""
     big_user, other = await new_user(memory), await new_user(memory)
     rng = random.Random(5)

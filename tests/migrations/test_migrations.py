@@ -1055,10 +1055,10 @@ def test_0021_add_chunks_claims_the_session_id_as_a_create_does(
     dbtools.upgrade(url)
 
 
-def test_0022_reads_a_chunks_text_from_its_first_150000_characters(
+def test_0022_reads_a_chunks_text_from_its_first_120000_characters(
     pg_server: dbtools.EmbeddedServer, scratch_db: str
 ) -> None:
-    """0022's navi_chunk_tsv gives 0006's tsvector for a chunk up to 150,000 characters, and
+    """0022's navi_chunk_tsv gives 0006's tsvector for a chunk up to 120,000 characters, and
     one (not an error) for a chunk whose whole text passes a tsvector's 1 MB; the downgrade
     brings back the unbounded function."""
     url = pg_server.url(scratch_db)
@@ -1070,6 +1070,12 @@ def test_0022_reads_a_chunks_text_from_its_first_150000_characters(
         assert conn.execute(same, (small, small)).fetchone() == (True,)
         size = conn.execute("SELECT length(navi_chunk_tsv(%s, ARRAY[]::text[]))", (words,))
         assert 0 < size.fetchone()[0] < 120_000  # type: ignore[index]
+        # The breadcrumbs are bounded too, and the worst text measured (one-character words
+        # of three-byte letters, ≈ 6 bytes a character) fits in both.
+        cjk = " ".join(chr(0x4E00 + i % 20_000) for i in range(200_000))
+        assert conn.execute(
+            "SELECT length(navi_chunk_tsv(%s, ARRAY[%s, %s])) > 0", (cjk, words, cjk)
+        ).fetchone() == (True,)
     dbtools.downgrade(url, "0021")
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute(same, (small, small)).fetchone() == (True,)
