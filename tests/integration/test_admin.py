@@ -159,6 +159,12 @@ async def test_a_malformed_export_is_refused_whole(
         ("fact", {"value": "a\ud800b"}, "value"),
         ("fact", {"confidence": 10**6}, "confidence"),
         ("fact", {"confidence": -5}, "confidence"),
+        # a number given as another type was once converted quietly
+        ("fact", {"confidence": "90"}, "confidence"),
+        ("fact", {"confidence": True}, "confidence"),
+        ("fact", {"confidence": 90.0}, "confidence"),
+        ("message", {"seq": 1.0}, "seq"),
+        ("chunk", {"start_seq": "0"}, "start_seq"),
         ("fact", {"source": "bogus"}, "source"),
         ("fact", {"created_at": "2024-01-01T00:00:00"}, "created_at"),
         ("fact", {"created_at": "0001-01-01T00:00:00+01:00"}, "created_at"),
@@ -190,36 +196,7 @@ async def test_an_import_checks_every_record_as_the_live_api_checks_its_input(
         number = next(n for n, r in enumerate(records, 1) if r["type"] == kind)
         records[number - 1] = {**records[number - 1], **change}
         target = uuid.uuid4()
-        with pytest.raises(InvalidInputError, match=rf"record {number} \({kind}.*{field}"):
-            await memory.admin.import_user(records, user_id=target, session_prefix="p-")
-        assert await memory.users.get(target) is None
-
-
-@pytest.mark.parametrize(
-    ("kind", "change", "field"),
-    [
-        ("fact", {"confidence": "90"}, "confidence"),
-        ("fact", {"confidence": True}, "confidence"),
-        ("fact", {"confidence": 90.0}, "confidence"),
-        ("message", {"seq": 1.0}, "seq"),
-        ("chunk", {"start_seq": "0"}, "start_seq"),
-    ],
-)
-async def test_an_import_refuses_a_number_given_as_another_type(
-    memory: Memory, fake_ollama: FakeOllama, kind: str, change: dict[str, Any], field: str
-) -> None:
-    """A confidence or a seq given as text, a boolean or a float was converted quietly: it is
-    refused, naming the record and the field, and nothing is written."""
-    uid = uuid.uuid4()
-    await seed_user(memory, fake_ollama, uid, "s-bad")
-    with admin():
-        records = dumped(await memory.admin.export_user(uid, with_vectors=False))
-        number = next(n for n, r in enumerate(records, 1) if r["type"] == kind)
-        records[number - 1] = {**records[number - 1], **change}
-        target = uuid.uuid4()
-        with pytest.raises(
-            InvalidInputError, match=rf"record {number} .*{kind}\.{field}: .*valid integer"
-        ):
+        with pytest.raises(InvalidInputError, match=rf"record {number}\b.*{kind}.*{field}"):
             await memory.admin.import_user(records, user_id=target, session_prefix="p-")
         assert await memory.users.get(target) is None
 
