@@ -103,6 +103,20 @@ async def test_save_dedupes_another_spelling_of_a_held_key(memory: Memory) -> No
     assert len(every) == 2
 
 
+async def only_fact_then_forgotten(
+    memory: Memory, ctx: ToolContext, fact: tuple[str, str, str], category: str
+) -> None:
+    """The user's one row (hidden ones included) is ``fact`` (category, key, value); the
+    tool's forget of its key under ``category`` removes it and names it."""
+    facts = await memory.store.get_all_facts(user_id=ctx.user_id, include_merged=True)
+    assert [(f.category, f.key, f.value) for f in facts] == [fact]
+    answer = await memory.tools.call(
+        "memory", {"action": "forget", "key": fact[1], "category": category}, ctx
+    )
+    assert answer == f"memory: forgot 1 fact: [{fact[0]}] {fact[1]}"
+    assert await facts_in_db(memory) == 0
+
+
 async def test_a_categorys_case_does_not_make_a_second_fact(memory: Memory) -> None:
     """The extractor stores categories lower-cased; the tool does too, so "Preferences"
     today and "preferences" tomorrow (or from the extractor) are one category: the second
@@ -111,13 +125,7 @@ async def test_a_categorys_case_does_not_make_a_second_fact(memory: Memory) -> N
     ctx = await user_and_session(memory)
     await memory.tools.call("memory", SAVE | {"category": " Preferences ", "value": "vim"}, ctx)
     await memory.tools.call("memory", SAVE | {"category": "PREFERENCES", "value": "helix"}, ctx)
-    facts = await memory.store.get_all_facts(user_id=ctx.user_id, include_merged=True)
-    assert [(f.category, f.key, f.value) for f in facts] == [("preferences", "editor", "helix")]
-    answer = await memory.tools.call(
-        "memory", {"action": "forget", "key": "editor", "category": "Preferences"}, ctx
-    )
-    assert answer == "memory: forgot 1 fact: [preferences] editor"
-    assert await facts_in_db(memory) == 0
+    await only_fact_then_forgotten(memory, ctx, ("preferences", "editor", "helix"), "Preferences")
 
 
 async def test_a_category_the_application_stored_with_capitals_is_the_tools_too(
@@ -137,13 +145,7 @@ async def test_a_category_the_application_stored_with_capitals_is_the_tools_too(
         ctx,
     )
     assert "[Technical] server_port → 9000" in saved
-    facts = await memory.store.get_all_facts(user_id=ctx.user_id, include_merged=True)
-    assert [(f.category, f.key, f.value) for f in facts] == [("Technical", "server_port", "9000")]
-    answer = await memory.tools.call(
-        "memory", {"action": "forget", "key": "server_port", "category": "Technical"}, ctx
-    )
-    assert answer == "memory: forgot 1 fact: [Technical] server_port"
-    assert await facts_in_db(memory) == 0
+    await only_fact_then_forgotten(memory, ctx, ("Technical", "server_port", "9000"), "Technical")
 
 
 async def test_forget_by_category_reaches_every_case_it_is_stored_under(memory: Memory) -> None:
