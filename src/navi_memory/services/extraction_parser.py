@@ -148,7 +148,7 @@ class _Found:
 # A JSON string (closed, or running to the end of the text) or a bracket: what decides whether
 # the text ends inside an open value. Strings are matched whole, so brackets in them do not
 # count; one regex pass, C speed even over a runaway reply.
-_OPEN_TOKEN: Final = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
+_OPEN_TOKEN: Final = re.compile(r'"(?:[^"\\]|\\.)*(")?|[\[\]{}]', re.DOTALL)
 
 
 def _ends_open(text: str, start: int) -> bool:
@@ -157,7 +157,7 @@ def _ends_open(text: str, start: int) -> bool:
     for token in _OPEN_TOKEN.finditer(text, start):
         lexeme = token.group()
         if lexeme[0] == '"':
-            if len(lexeme) == 1 or lexeme[-1] != '"' or _escaped_end(lexeme):
+            if token.group(1) is None:  # no closing quote (an escaped one is not)
                 return True  # a string running to the end of the text
         elif lexeme in "[{":
             depth += 1
@@ -166,12 +166,6 @@ def _ends_open(text: str, start: int) -> bool:
             if depth <= 0:
                 return False  # the value closed (what follows is prose, or another value)
     return depth > 0
-
-
-def _escaped_end(lexeme: str) -> bool:
-    """A string token whose closing quote is escaped (``"ab\\"`` read to the end)."""
-    backslashes = len(lexeme) - 1 - len(lexeme[:-1].rstrip("\\"))
-    return backslashes % 2 == 1
 
 
 def _holds_facts(value: Any) -> bool:
@@ -450,8 +444,8 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     the reply holds no JSON at all, or was cut off before its first complete fact (it ends
     inside an open string or bracket: the model ran out of room, which is not an answer of
     "nothing to remember", as ``[]`` is; JSON that is broken but closed, a bad escape say, is
-    an unusable item counted). Items that are
-    all unusable are counted, not a failure: asked again, a model gives the same shape.
+    an unusable item counted). Items that are all unusable are counted, not a failure: asked
+    again, a model gives the same shape.
     """
     found = _locate(reply)
     if found is None:
