@@ -16,7 +16,7 @@ from navi_memory.constants import (
     SEARCH_K_MIN,
 )
 from navi_memory.errors import InvalidTypeError
-from navi_memory.schemas import MemoryHit
+from navi_memory.schemas import FactHit, MemoryHit
 
 __all__ = [
     "BEFORE_SUMMARY_LINE",
@@ -29,6 +29,7 @@ __all__ = [
     "format_hits",
     "normalize_scope",
     "one_line",
+    "recent_only_head",
 ]
 
 SearchScope = Literal["all", "facts", "raw", "sketches"]
@@ -166,13 +167,8 @@ def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
     head = f'memory_search "{_echo(query)}" (scope={shown})'
     if not hits:
         return f"{head}: nothing found in {_WHERE[shown]}."
-    if all(hit.via == "recent" for hit in hits):
-        # No word to search for (blank, stop words or punctuation only): the most recent
-        # items, which match nothing; said so, or the model takes them for matches.
-        count = f"{len(hits)} most recent item(s)"
-        lines = [f"{head}: the query has no word to search for; here are the {count}", ""]
-    else:
-        lines = [f"{head}: {len(hits)} hit(s)", ""]
+    recent = recent_only_head(hits, "item(s)")
+    lines = [f"{head}: {recent or f'{len(hits)} hit(s)'}", ""]
     # Hits of more than one user (a search across every user, read_all): each names whose
     # it is, or the model would take another user's fact for this one's.
     show_user = len({hit.user_id for hit in hits}) > 1
@@ -194,6 +190,15 @@ def _check_arguments(query: object, scope: object, hits: object) -> None:
             raise InvalidTypeError(
                 f"hits must be MemoryHit objects (memory.search's), got {type(hit).__name__}"
             )
+
+
+def recent_only_head(hits: Sequence[MemoryHit | FactHit], noun: str) -> str | None:
+    """What a search answer's header says when every hit is a recent item (``via="recent"``:
+    the query held no word to search for, so they match nothing; said so, or the model takes
+    them for matches); None when there is a real hit."""
+    if not hits or any(hit.via != "recent" for hit in hits):
+        return None
+    return f"the query has no word to search for; here are the {len(hits)} most recent {noun}"
 
 
 def format_hit(number: int, hit: MemoryHit, *, show_user: bool = False) -> str:

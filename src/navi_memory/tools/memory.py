@@ -22,6 +22,7 @@ from navi_memory.constants import (
 from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.facts import SOURCES
 from navi_memory.text.context import fact_line
+from navi_memory.text.hits import recent_only_head
 from navi_memory.tools.arguments import (
     choice,
     optional_int,
@@ -301,10 +302,7 @@ async def _search(store: FactStore, request: SearchFacts) -> str:
     if not hits:
         return f'memory search "{echo}": no stored fact matches.'
     now = datetime.now(UTC)
-    if all(hit.via == "recent" for hit in hits):  # no word to search for: see format_hits
-        head = f"the query has no word to search for; here are the {len(hits)} most recent fact(s)"
-    else:
-        head = f"{len(hits)} fact(s)"
+    head = recent_only_head(hits, "fact(s)") or f"{len(hits)} fact(s)"
     lines = [f'memory search "{echo}": {head}', ""]
     lines.extend(fact_line(hit, now=now, text_max_chars=HIT_TEXT_MAX_CHARS) for hit in hits)
     return "\n".join(lines)
