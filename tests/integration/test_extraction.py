@@ -1123,6 +1123,7 @@ async def test_extract_command_shows_progress_and_reports(
     bad = await asyncio.to_thread(run_cli, "extract", "--user", "not-a-uuid", **env)
     assert bad.returncode == 2
     assert "user_id" in bad.stderr
+    assert bad.stdout == ""  # refused before the progress bar is drawn
 
 
 # --- bad input ----------------------------------------------------------------------------------

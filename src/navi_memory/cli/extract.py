@@ -17,6 +17,7 @@ from navi_memory.cli.output import (
 )
 from navi_memory.config import load_settings
 from navi_memory.jobs.stale_sessions import ExtractionProgress
+from navi_memory.request_context import as_user_id
 from navi_memory.schemas import ExtractionReport
 
 __all__ = ["extract", "register"]
@@ -53,11 +54,13 @@ def extract(
         progress.update(task, completed=step.done, total=step.total)
 
     async def work() -> ExtractionReport:
+        # A bad --user is refused before the server is reached and the bar drawn.
+        user_id = None if user is None else as_user_id(user)
         async with admin_memory(settings) as memory:
             if as_json:
-                return await memory.extractor.process_stale_sessions(user)
+                return await memory.extractor.process_stale_sessions(user_id)
             with progress:
-                return await memory.extractor.process_stale_sessions(user, progress=advance)
+                return await memory.extractor.process_stale_sessions(user_id, progress=advance)
 
     try:
         report = run(work)
