@@ -117,6 +117,10 @@ FACT_CATEGORY_MAX_CHARS: Final = 100
 FACT_KEY_MAX_CHARS: Final = 200
 FACT_EXPIRES_MAX_DAYS: Final = 36_500
 """``expires_days`` may reach a hundred years; beyond that a fact should not expire at all."""
+TOOL_EXPIRES_MIN_DAYS: Final = 0.001
+"""The memory tool's shortest ``expires_days`` (86.4 seconds): less, and the fact a model asked
+to save would have expired by the time the tool says "saved" (the API itself takes any
+positive number)."""
 
 DEFAULT_CONFIDENCE: Final = 70
 """A fact's confidence when the caller gives none and its source has no default of its own."""

@@ -285,6 +285,8 @@ BAD_MEMORY_CALLS: list[tuple[str, Any, str]] = [
     ("mistyped value", SAVE | {"value": 42}, "value must be text"),
     ("confidence out of range", SAVE | {"confidence": 150}, "from 0 to 100"),
     ("negative expiry", SAVE | {"expires_days": -3}, "expires_days"),
+    # Under the tool's minute and a half the fact would have expired before "saved".
+    ("expiry gone before the answer", SAVE | {"expires_days": 1e-9}, "from 0.001 to 36500 days"),
     ("unknown source", SAVE | {"source": "rumour"}, "source must be one of"),
     ("NUL in value", SAVE | {"value": "ne\x00ovim"}, "NUL byte"),
     ("NUL in key", SAVE | {"key": "ed\x00itor"}, "NUL byte"),

@@ -104,11 +104,13 @@ def optional_number(
     arguments: Mapping[str, Any],
     name: str,
     *,
-    above: float,
+    minimum: float,
     maximum: float,
+    unit: str = "",
 ) -> float | None:
-    """A number greater than ``above`` and at most ``maximum`` (``30``, ``0.5`` or ``"30"``), or
-    None when left out. NaN and infinities are refused with the rest that is out of range."""
+    """A number from ``minimum`` to ``maximum`` (``30``, ``0.5`` or ``"30"``), or None when left
+    out. NaN and infinities are refused with the rest that is out of range; ``unit`` follows
+    the bounds in the error."""
     value = arguments.get(name)
     if value is None:
         return None
@@ -117,9 +119,9 @@ def optional_number(
     if not (numeric or number_text):
         raise InvalidTypeError(f"{name} must be a number, got {json_type(value)}")
     number = float(value)
-    if not above < number <= maximum:  # False for NaN as well
+    if not minimum <= number <= maximum:  # False for NaN as well
         raise InvalidInputError(
-            f"{name} must be greater than {above:g} and at most {maximum:g}, got {value!r}"
+            f"{name} must be from {minimum:g} to {maximum:g}{unit}, got {value!r}"
         )
     return number
 

@@ -18,6 +18,7 @@ from navi_memory.constants import (
     FACT_KEY_MAX_CHARS,
     HIT_TEXT_MAX_CHARS,
     QUERY_ECHO_MAX_CHARS,
+    TOOL_EXPIRES_MIN_DAYS,
 )
 from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.facts import SOURCES
@@ -108,8 +109,11 @@ MEMORY_PARAMETERS: Final[Mapping[str, Any]] = {
         },
         "expires_days": {
             "type": "number",
+            "minimum": TOOL_EXPIRES_MIN_DAYS,
+            "maximum": FACT_EXPIRES_MAX_DAYS,
             "description": (
-                f"save: forget the fact after this many days (at most {FACT_EXPIRES_MAX_DAYS}); "
+                "save: forget the fact after this many days (from "
+                f"{TOOL_EXPIRES_MIN_DAYS:g} to {FACT_EXPIRES_MAX_DAYS}); "
                 "leave out for a lasting fact."
             ),
         },
@@ -182,7 +186,11 @@ def parse_memory_arguments(arguments: Mapping[str, Any]) -> MemoryRequest:
             source=choice(arguments, "source", SOURCES, default="conversation"),
             confidence=optional_int(arguments, "confidence", minimum=0, maximum=100),
             expires_days=optional_number(
-                arguments, "expires_days", above=0, maximum=FACT_EXPIRES_MAX_DAYS
+                arguments,
+                "expires_days",
+                minimum=TOOL_EXPIRES_MIN_DAYS,
+                maximum=FACT_EXPIRES_MAX_DAYS,
+                unit=" days",
             ),
             source_context=optional_text(arguments, "source_context"),
         )
