@@ -148,6 +148,36 @@ async def test_a_category_the_application_stored_with_capitals_is_the_tools_too(
     await only_fact_then_forgotten(memory, ctx, ("Technical", "server_port", "9000"), "Technical")
 
 
+async def test_save_goes_to_the_spelling_of_the_category_that_holds_the_key(
+    memory: Memory,
+) -> None:
+    """Two capitalisations of one category stored, neither lower case: save replaces the key
+    where it is held, not in the fuller spelling beside it (which would hold it twice)."""
+    ctx = await user_and_session(memory)
+    assert ctx.user_id is not None
+    for key in ("os", "shell"):
+        await memory.store.upsert_fact("Technical", key, "x", user_id=ctx.user_id)
+    await memory.store.upsert_fact("TECHNICAL", "editor", "vim", user_id=ctx.user_id)
+    saved = await memory.tools.call(
+        "memory",
+        {"action": "save", "category": "technical", "key": "editor", "value": "helix"},
+        ctx,
+    )
+    assert "[TECHNICAL] editor → helix" in saved
+    facts = await memory.store.get_all_facts(user_id=ctx.user_id, include_merged=True)
+    assert sorted((f.category, f.key, f.value) for f in facts) == [
+        ("TECHNICAL", "editor", "helix"),
+        ("Technical", "os", "x"),
+        ("Technical", "shell", "x"),
+    ]
+    # A key neither holds goes to the fuller one.
+    await memory.tools.call(
+        "memory", {"action": "save", "category": "technical", "key": "font", "value": "mono"}, ctx
+    )
+    font = await memory.store.get_all_facts(user_id=ctx.user_id, search="mono")
+    assert [(f.category, f.key) for f in font] == [("Technical", "font")]
+
+
 async def test_forget_by_category_reaches_every_case_it_is_stored_under(memory: Memory) -> None:
     """Two spellings of one category already stored (an application wrote both): forget with
     the category removes the key from each, and says so; another category's keeps it."""

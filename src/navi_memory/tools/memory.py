@@ -24,6 +24,7 @@ from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.facts import SOURCES
 from navi_memory.text.context import fact_line
 from navi_memory.text.hits import recent_only_head
+from navi_memory.text.keys import normalize_key
 from navi_memory.tools.arguments import (
     choice,
     optional_int,
@@ -248,6 +249,8 @@ class FactStore(Protocol):
         self, user_id: uuid.UUID | str | None = None
     ) -> list[tuple[str, int]]: ...
 
+    async def get_all_facts(self, *, category: str | None = None) -> list[Fact]: ...
+
 
 def memory_tool(store: FactStore) -> Tool:
     """The ``memory`` tool on ``store``: every action acts for the context's user (the request
@@ -280,11 +283,24 @@ async def _stored_spellings(store: FactStore, category: str) -> list[str]:
     return [name for name, _ in await store.fact_categories() if name.lower() == category]
 
 
-async def _save(store: FactStore, request: SaveFact) -> str:
-    # Into the category as it is stored, if the user has it under another case: a save then
-    # replaces the value there, rather than starting a second fact beside it.
+async def _save_category(store: FactStore, request: SaveFact) -> str:
+    """The category to save into: as it is stored, if the user has it under another case (a
+    save then replaces the value there, rather than starting a second fact beside it); of
+    several such spellings, the one holding a spelling of the key, else the fullest."""
     spellings = await _stored_spellings(store, request.category)
-    category = request.category if request.category in spellings or not spellings else spellings[0]
+    if request.category in spellings or not spellings:
+        return request.category
+    if len(spellings) > 1:
+        key = normalize_key(request.key)
+        for name in spellings:
+            facts = await store.get_all_facts(category=name)
+            if any(normalize_key(fact.key) == key for fact in facts):
+                return name
+    return spellings[0]
+
+
+async def _save(store: FactStore, request: SaveFact) -> str:
+    category = await _save_category(store, request)
     fact = await store.upsert_fact(
         category,
         request.key,
