@@ -376,3 +376,33 @@ async def test_bm25_scores_are_okapi_with_the_configured_k1_and_b(memory: Memory
     assert (k1, b) == (1.5, 0.75)
     assert {r["id"]: r["score"] for r in rows} == pytest.approx(expected, rel=1e-12)
     assert [r["id"] for r in rows] == sorted(expected, key=lambda c: -expected[c])
+
+
+@pytest.mark.parametrize(
+    ("query", "wanted", "other"),
+    [
+        # A signed number is one lexeme of the text index: "0.5" alone would not match it.
+        ("-0.5", "User: set the similarity threshold to -0.5 for the ranker.", "User: hello"),
+        # Digit groups: "4" and "5" alone were dropped as one-letter terms, leaving "GB".
+        ("4,5 GB", "User: the old box has 4,5 GB free.", "User: the new box has 8 GB free."),
+        ("$1,200", "User: the laptop cost $1,200 in May.", "User: the desk cost $3,200 in June."),
+    ],
+)
+async def test_numbers_are_searched_whole_before_and_after_indexing(
+    db_url: str, fake_ollama: FakeOllama, query: str, wanted: str, other: str
+) -> None:
+    """A number in the query finds the chunk that holds it, first, whether the indexer has
+    reached the chunk or not (the newer chunk holding the rest of the query comes after)."""
+    settings = make_settings(db_url, fake_ollama, chunk_index_in_background=False)
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        chunks = [draft(wanted, 1), draft(other, 2)]
+        await memory.store.add_chunks(chunks, user_id=uid, session_id="s")
+        fake_ollama.mode = "fail"  # the text path alone
+        queued = await memory.store.search_chunks(query, user_id=uid)
+        await memory.store.index_pending_chunks()
+        assert await scalar(memory, "SELECT count(*) FROM memory_chunk_terms") == 2
+        indexed = await memory.store.search_chunks(query, user_id=uid)
+    for hits in (queued, indexed):
+        assert hits and hits[0].content == wanted
+        assert hits[0].terms_hit == len(query.split())

@@ -272,6 +272,25 @@ async def test_search_with_the_embedder_down_answers_by_text(
     assert [r for r in caplog.records if "memory.embedding_failed" in r.getMessage()]
 
 
+@pytest.mark.parametrize(
+    ("query", "key"), [("C++ programming", "main_language"), ("C#", "second_language")]
+)
+async def test_a_name_of_a_letter_and_symbols_is_searched_whole(
+    memory: Memory, fake_ollama: FakeOllama, query: str, key: str
+) -> None:
+    """ "C++" and "C#" are terms of their own: not the letter "c", which every fact of a
+    category "technical" holds (the newer ones then pushed the fact out of the 15), nor
+    dropped beside another word (then nothing was found)."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("technical", "main_language", "C++", user_id=uid)
+    await memory.store.upsert_fact("technical", "second_language", "C#", user_id=uid)
+    for i in range(20):
+        await memory.store.upsert_fact("technical", f"tool_{i}", f"value {i}", user_id=uid)
+    fake_ollama.mode = "fail"  # the text pass alone
+    hits = await memory.store.search_facts(query, user_id=uid)
+    assert [h.key for h in hits] == [key]
+
+
 async def test_trigram_indexes_serve_the_text_search_when_pg_trgm_is_installed(
     trgm_memory: Memory,
 ) -> None:

@@ -50,9 +50,17 @@ def combining_marks() -> str:
 def _term_pattern(marks: str) -> re.Pattern[str]:
     """A term: a run of word characters (and ``marks``), keeping the inner punctuation of
     identifiers, paths, versions and addresses together: "server_port", "v1.2.3",
-    "/etc/nginx.conf", "a@b.c"."""
+    "/etc/nginx.conf", "a@b.c", ".NET", "C++", "C#"; and a number whole, as the text index
+    reads it: its sign ("-0.5", "+49": the parser's lexemes, which "0.5" would not match)
+    and its digit groups ("4,5", "1,200": one term whose lexemes a chunk must all hold,
+    where "4" and "5" alone would be dropped as one-letter terms)."""
     word = rf"[\w{marks}]"
-    return re.compile(rf"{word}[\w{marks}.\-/@:#]*{word}|{word}")
+    # A leading "." before a letter (".NET", ".env"); a sign before a digit.
+    head = r"(?:(?<![\w.\-/@:#,+])(?:\.(?=[^\W\d_])|[-+](?=[0-9])))?"
+    inner = rf"(?:[\w{marks}.\-/@:#]|(?<=[0-9]),(?=[0-9]))"
+    # Trailing "+" and "#" of a name ("C++", "C#", "F#", "g++"): without them "C" alone.
+    tail = r"(?:[+#]+(?![\w+#]))?"
+    return re.compile(rf"{head}(?:{word}{inner}*{word}|{word}){tail}")
 
 
 _ASCII_TERM: Final = _term_pattern("")

@@ -40,6 +40,11 @@ FOUND = [
     ("see ../docs/memory.md", "../docs/memory.md"),
     ("my ~/.bashrc has it", "~/.bashrc"),
     (r"saved to C:\Users\ana\notes.txt.", r"C:\Users\ana\notes.txt"),
+    # folders with spaces (Windows' own: each word after a space capitalised), "/" after a drive
+    (r"edit C:\Program Files\App\config.ini now", r"C:\Program Files\App\config.ini"),
+    (r"open C:\Users\bob\My Documents\report.xlsx", r"C:\Users\bob\My Documents\report.xlsx"),
+    (r"C:\Program Files (x86)\Steam\steam.exe", r"C:\Program Files (x86)\Steam\steam.exe"),
+    ("copy C:/Users/bob/file.txt over", "C:/Users/bob/file.txt"),
     (r"share \\fileserver\public\q3.xlsx here", r"\\fileserver\public\q3.xlsx"),
     ("change config.yaml and restart", "config.yaml"),
     ("the docker-compose.yml file", "docker-compose.yml"),
@@ -70,6 +75,12 @@ FOUND = [
     ("a 7B model", "7B"),
     ("timeout 30s then retry", "30s"),
     ("it's 20 °C outside", "20 °C"),
+    # signs, and thousands grouped by a plain space
+    ("it's -5 °C outside", "-5 °C"),
+    ("growth -12% this year", "-12%"),
+    ("−3.5% and rising", "−3.5%"),
+    ("the fee is 1 234,56 € now", "1 234,56 €"),
+    ("raised 1 000 000 USD", "1 000 000 USD"),
     ("we need 4 cores", "4 cores"),
     ("drove at 60 km/h", "60 km/h"),
     ("link is 100 Mb/s", "100 Mb/s"),
@@ -111,6 +122,10 @@ NOT_FOUND = [
     ("see https://example.com/a_b/c.py", "a_b"),
     ("see https://example.com/a_b/c.py", "c.py"),
     ("the ticket PROJ-812", "812"),
+    # a path's folder ends where prose (lower case) goes on, and a range is not a sign
+    (r"in C:\Temp then I ran it", r"C:\Temp then"),
+    ("3-5% more", "-5%"),
+    ("growth -12% this year", "12%"),
     ("a </div> tag", "/div"),
 ]
 
@@ -202,6 +217,12 @@ def test_empty_text_gives_nothing() -> None:
         "https://a" + ")" * 100_000,
         "see /x" + "." * 100_000,
         "1" * 100_000 + " GB",
+        # a number may start after a space: groups of three after spaces are read four at most
+        "123 " * 25_000,
+        "123\u00a0" * 25_000,
+        "-1 " * 30_000,
+        "C:\\a " * 20_000,
+        "C:\\A B\\" * 10_000,
         # "+" continues a relative path's first segment: each one restarted the scan
         "a+" * 50_000,
         "1+" * 50_000,
@@ -350,6 +371,19 @@ def test_a_prose_keys_line_stays_in_a_summary_that_has_no_keys_line() -> None:
 def test_keys_are_trimmed_deduped_and_empties_dropped() -> None:
     _, keys = split_keys_line('KEYS:  a ,, A, `b`, "c d" ,  , b ')
     assert keys == ["a", "b", "c d"]
+
+
+def test_a_comma_inside_an_item_does_not_split_it() -> None:
+    """Items are separated by ", " (a blank beside the comma): "4,5 GB", "$1,200" and a
+    URL's commas stay whole; a line with no blank beside any comma splits at each one."""
+    line = "KEYS: port 8099, 4,5 GB, $1,200, https://maps.example.com/@52.5,13.4,12z"
+    assert split_keys_line(line)[1] == [
+        "port 8099",
+        "4,5 GB",
+        "$1,200",
+        "https://maps.example.com/@52.5,13.4,12z",
+    ]
+    assert split_keys_line("KEYS: a,b,c")[1] == ["a", "b", "c"]
 
 
 def test_keys_are_capped_at_summary_max_keys() -> None:

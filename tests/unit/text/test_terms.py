@@ -18,6 +18,32 @@ def test_identifiers_paths_and_addresses_stay_whole() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # A number's sign is the text index's too ("-0.5" is one lexeme; "0.5" would not match).
+        ("-0.5", ["-0.5"]),
+        ("exit code -1", ["exit", "code", "-1"]),
+        ("call +49 30", ["call", "+49", "30"]),
+        # A sign only where a number starts: inner hyphens stay the identifier's.
+        ("a-5 and 2026-12-07", ["a-5", "2026-12-07"]),
+        # Digit groups are one term, not one-letter terms dropped ("4", "5").
+        ("4,5 GB", ["4,5", "GB"]),
+        ("$1,200 a year", ["1,200", "year"]),
+        ("a,b", ["a", "b"]),
+        # Names that are a letter and symbols are not one letter, nor dropped beside words.
+        ("C++", ["C++"]),
+        ("C# dev", ["C#", "dev"]),
+        ("F# and .NET", ["F#", ".NET"]),
+        ("g++ flags", ["g++", "flags"]),
+        ("a+b", ["a", "b"]),
+        ("...hello", ["hello"]),
+    ],
+)
+def test_numbers_and_symbol_names_stay_whole(query: str, expected: list[str]) -> None:
+    assert query_terms(query) == expected
+
+
 def test_stop_words_and_single_letters_go_unless_nothing_else_is_left() -> None:
     assert query_terms("what is the port of x") == ["port"]
     assert query_terms("the a") == ["the"]
