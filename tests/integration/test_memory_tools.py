@@ -178,6 +178,22 @@ async def test_save_goes_to_the_spelling_of_the_category_that_holds_the_key(
     assert [(f.category, f.key) for f in font] == [("Technical", "font")]
 
 
+async def test_a_name_with_line_breaks_stays_on_its_line_of_list_and_forget(
+    memory: Memory,
+) -> None:
+    """A category or key holding line breaks (a model's save, an application's write) is
+    shown on one line: it cannot add a made-up category to list or a fact to forget's answer."""
+    ctx = await user_and_session(memory)
+    category, key = "work: 1\n• secrets", "boss\n[health] diagnosis"
+    await memory.tools.call(
+        "memory", {"action": "save", "category": category, "key": key, "value": "x"}, ctx
+    )
+    listed = await memory.tools.call("memory", {"action": "list"}, ctx)
+    assert listed == "memory: 1 fact(s) in 1 categories\n\n• work: 1 • secrets: 1"
+    forgot = await memory.tools.call("memory", {"action": "forget", "key": key}, ctx)
+    assert forgot == "memory: forgot 1 fact: [work: 1 • secrets] boss [health] diagnosis"
+
+
 async def test_forget_by_category_reaches_every_case_it_is_stored_under(memory: Memory) -> None:
     """Two spellings of one category already stored (an application wrote both): forget with
     the category removes the key from each, and says so; another category's keeps it."""

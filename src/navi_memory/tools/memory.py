@@ -23,7 +23,7 @@ from navi_memory.constants import (
 from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.facts import SOURCES
 from navi_memory.text.context import fact_line
-from navi_memory.text.hits import recent_only_head
+from navi_memory.text.hits import one_line, recent_only_head
 from navi_memory.text.keys import normalize_key
 from navi_memory.tools.arguments import (
     choice,
@@ -344,7 +344,9 @@ async def _forget(store: FactStore, request: ForgetFact) -> str:
         return f"memory: nothing to forget, no stored fact has the key {request.key!r}{scope}."
     # Name what went: a key merged into another (a hidden spelling) deletes that other fact.
     noun = "fact" if len(removed) == 1 else "facts"
-    names = ", ".join(f"[{fact.category}] {fact.key}" for fact in removed)
+    # One line each, as every stored name the tools show: a line break in a name (an
+    # application's, a model's save) must not read as a line of the answer.
+    names = ", ".join(f"[{one_line(fact.category)}] {one_line(fact.key)}" for fact in removed)
     spelling = ""
     spelled = sum(fact.key != request.key for fact in removed)
     if spelled:
@@ -362,5 +364,5 @@ async def _list(store: FactStore) -> str:
         return "memory: no facts are stored yet."
     total = sum(count for _, count in categories)
     lines = [f"memory: {total} fact(s) in {len(categories)} categories", ""]
-    lines.extend(f"• {category}: {count}" for category, count in categories)
+    lines.extend(f"• {one_line(category)}: {count}" for category, count in categories)
     return "\n".join(lines)
