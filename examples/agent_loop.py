@@ -10,9 +10,9 @@ environment, see docs/config.md):
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import uuid
+from typing import Any
 
 from navi_memory import (
     MEMORY_USAGE_GUIDELINES,
@@ -32,6 +32,19 @@ COMPRESS_AT = 40
 """Compress the session once its context holds more messages than this."""
 
 
+def storable(value: Any) -> Any:
+    """A model's output as the session can hold it: NUL bytes, junk that text and jsonb
+    columns refuse (sessions.append raises InvalidInputError), dropped, in nested arguments
+    too, as the package drops them from its own models' summaries and extractions."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    return value
+
+
 async def agent_turn(
     memory: Memory,
     model: ToolChatModel,
@@ -44,21 +57,24 @@ async def agent_turn(
     messages = await memory.context.build(session_id, user_text, system_prompt=SYSTEM_PROMPT)
     await memory.sessions.append(session_id, "user", user_text)
     tools, context = memory.tools.specs(), ToolContext(session_id=session_id)
+    offered = {spec["function"]["name"] for spec in tools}
     reply = None
     for _ in range(MAX_TOOL_ROUNDS):
         reply = await model.chat(messages, tools=tools)
         messages.append(reply.as_turn())
         if reply.text:
-            await memory.sessions.append(session_id, "assistant", reply.text)
+            await memory.sessions.append(session_id, "assistant", storable(reply.text))
         for call in reply.tool_calls:
-            args = (
-                call.arguments if isinstance(call.arguments, dict) else json.loads(call.arguments)
-            )
+            # The call as the model made it goes to the tools, which answer junk (an unknown
+            # tool, arguments that are not JSON, NUL bytes) with an error text the model reads;
+            # the session keeps a copy it can store.
+            result = await memory.tools.call(call.name, call.arguments, context)
+            name = call.name if call.name in offered else "unknown_tool"
+            args = call.arguments if isinstance(call.arguments, dict) else {"text": call.arguments}
             await memory.sessions.append(
-                session_id, "tool_call", tool_name=call.name, tool_args=args
+                session_id, "tool_call", tool_name=name, tool_args=storable(args)
             )
-            result = await memory.tools.call(call.name, args, context)
-            await memory.sessions.append(session_id, "tool", result, tool_name=call.name)
+            await memory.sessions.append(session_id, "tool", result, tool_name=name)
             messages.append(ChatTurn.tool_result(call, result))
         if not reply.tool_calls:
             break

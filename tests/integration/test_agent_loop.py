@@ -129,3 +129,37 @@ async def test_the_agent_loop_remembers_across_compression(
     outdated = search[raw_at:]
     assert "⚠ outdated: a newer curated fact overrides this" in outdated
     assert "8098" in outdated
+
+
+async def test_junk_from_the_model_is_answered_and_stored_and_the_turn_completes(
+    memory: Memory, model: OllamaChatModel, fake_ollama: FakeOllama
+) -> None:
+    """NUL bytes in a tool call's arguments and in the reply, a tool name past what a session
+    row holds: the tools answer the model with an error text, the session keeps a storable
+    copy of each message, and the turn ends with the model's answer (not an exception that
+    leaves the user's message alone in the session)."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        sid = (await memory.sessions.create()).id
+        fake_ollama.script_chat(
+            tool_calls=[
+                {"name": "memory_search", "arguments": {"query": "port\u0000"}},
+                {"name": "x" * 300, "arguments": {}},
+            ]
+        )
+        fake_ollama.script_chat("hello\u0000world")
+        answer = await agent_turn(memory, model, sid, "hi")
+        history = await memory.sessions.history(sid)
+    assert answer == "hello\u0000world"
+    assert [(m.role, m.tool_name) for m in history] == [
+        ("user", None),
+        ("tool_call", "memory_search"),
+        ("tool", "memory_search"),
+        ("tool_call", "unknown_tool"),
+        ("tool", "unknown_tool"),
+        ("assistant", None),
+    ]
+    assert history[1].tool_args == {"query": "port"}
+    assert "NUL" in history[2].content  # the tool's error text, as the model read it
+    assert "there is no tool" in history[4].content
+    assert history[-1].content == "helloworld"
