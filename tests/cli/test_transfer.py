@@ -7,10 +7,11 @@ import json
 import uuid
 from pathlib import Path
 
-from navi_memory import Memory
+from navi_memory import Memory, request_context
 from navi_memory.constants import EXPORT_FORMAT, EXPORT_FORMAT_VERSION, INJECTED_LEDGER_KEY
 from navi_memory.testing import FakeOllama
 from tests.cli.conftest import Navi
+from tests.integration.factories import execute, new_user
 from tests.seed import seed_user
 
 
@@ -127,3 +128,21 @@ def test_text_only_mode_as_doctor_and_backfill_report_it(
     assert backfill.returncode == 0, backfill.stderr
     assert "text-only mode" in backfill.stdout
     assert fake_ollama.requests_to("/api/embed") == []
+
+
+async def test_export_warns_of_the_records_an_import_would_refuse(
+    navi: Navi, memory: Memory, tmp_path: Path
+) -> None:
+    """A legacy row that breaks today's write rules is exported as it is (exit 0), and stderr
+    says which record the import will refuse, so the backup is fixed when it is made."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("p", "editor", "vim")
+    await execute(memory, "UPDATE memory_facts SET value = '' WHERE key = 'editor'")
+    env = {"DATABASE_URL": memory.settings.database_url or ""}
+    done = navi("export", "--user", str(uid), "--output", str(tmp_path / "u.jsonl"), env=env)
+    assert done.returncode == 0, done.stderr
+    assert "export: 2 record(s)" in done.stdout
+    warning = " ".join(done.stderr.split())
+    assert "warning: 1 record(s)" in warning
+    assert "record 2 (fact f1): value must not be empty" in warning

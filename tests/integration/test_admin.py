@@ -22,6 +22,7 @@ from navi_memory import (
 )
 from navi_memory.constants import EXPORT_FORMAT, EXPORT_FORMAT_VERSION, INJECTED_LEDGER_KEY
 from navi_memory.schemas import ExportChunk, ExportFact, ExportSession
+from navi_memory.services.transfer import import_refusals
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_session_row, new_user, scalar
@@ -727,3 +728,29 @@ async def test_an_import_is_refused_a_session_id_another_user_keeps_chunks_or_sk
     with admin():
         await memory.admin.import_user(records, session_prefix="kim-")
     assert [s.id for s in await memory.sessions.list(user_id=kim)] == ["kim-ext-1"]
+
+
+async def test_an_export_names_the_legacy_rows_an_import_would_refuse(memory: Memory) -> None:
+    """Rows a legacy table held (an empty value, blanks around a key: revision 0002 keeps
+    them) are exported as they are; import_refusals names each as the import would, and an
+    export of what the package writes has none."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("p", "editor", "vim")
+        await memory.store.upsert_fact("p", "shell", "fish")
+    with admin():
+        assert import_refusals(await memory.admin.export_user(uid)) == []
+    await execute(memory, "UPDATE memory_facts SET value = '' WHERE key = 'editor'")
+    await execute(memory, "UPDATE memory_facts SET key = ' shell ' WHERE key = 'shell'")
+    with admin():
+        records = await memory.admin.export_user(uid)
+        refusals = import_refusals(records)
+        assert [line.split(":")[0] for line in refusals] == [
+            "record 2 (fact f1)",
+            "record 3 (fact f2)",
+        ]
+        assert "value must not be empty" in refusals[0]
+        assert "has blanks around it" in refusals[1]
+        with pytest.raises(InvalidInputError) as refused:
+            await memory.admin.import_user(records, user_id=uuid.uuid4())
+        assert str(refused.value) == refusals[0]

@@ -14,16 +14,20 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from navi_memory.cli.output import admin_memory, out, print_json, printable, run
+from navi_memory.cli.output import admin_memory, err, out, print_json, printable, run
 from navi_memory.config import load_settings
 from navi_memory.constants import STATS_USERS_DEFAULT
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import ExportRecord, ImportResult, MemoryStats, PurgeResult
+from navi_memory.services.transfer import import_refusals
 
 __all__ = ["export_line", "read_export", "register"]
 
 UserOption = Annotated[uuid.UUID | None, typer.Option("--user", "-u", help="Only this user.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+_REFUSALS_SHOWN = 5
+"""How many of the records an import would refuse the export names (then a count)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -193,6 +197,25 @@ def export(
                 f"cannot write the export to {output}: {exc.strerror or exc}"
             ) from exc
         out.print(f"export: {len(records)} record(s) of user {user} in {output}", markup=False)
+    warn_unimportable(records)
+
+
+def warn_unimportable(records: list[ExportRecord]) -> None:
+    """Say on stderr which records an import will refuse (rows a legacy table held that break
+    today's write rules), so a backup is known to need fixing when it is made, not restored."""
+    refusals = import_refusals(records)
+    if not refusals:
+        return
+    shown = "; ".join(refusals[:_REFUSALS_SHOWN])
+    more = (
+        f"; and {len(refusals) - _REFUSALS_SHOWN} more" if len(refusals) > _REFUSALS_SHOWN else ""
+    )
+    err.print(
+        f"export: warning: {len(refusals)} record(s) break the rules writes follow today, and "
+        f"`navi-memory import` will refuse the file until they are fixed (in the file or in the "
+        f"database): {shown}{more}",
+        markup=False,
+    )
 
 
 def check_output(output: Path) -> None:

@@ -62,7 +62,7 @@ from navi_memory.validation import (
     holds_nul,
 )
 
-__all__ = ["TransferService", "export_header", "parse_records"]
+__all__ = ["TransferService", "export_header", "import_refusals", "parse_records"]
 
 _RECORD: TypeAdapter[ExportRecord] = TypeAdapter(ExportRecord)
 
@@ -99,6 +99,20 @@ def parse_records(records: object) -> list[ExportRecord]:
             raise type(exc)(f"record {number} ({_name(record)}): {exc}") from exc
         parsed.append(record)
     return parsed
+
+
+def import_refusals(records: Sequence[ExportRecord]) -> list[str]:
+    """What ``parse_records`` would refuse in ``records`` (an export just made), one line a
+    record, as the import would name it. Empty for everything this package writes; rows a
+    legacy table held (an empty value, blanks around a key, text over today's limits) are
+    exported as they are, and an import refuses them until they are fixed."""
+    refusals = []
+    for number, record in enumerate(records, 1):
+        try:
+            _check_record(record)
+        except InvalidInputError as exc:
+            refusals.append(f"record {number} ({_name(record)}): {exc}")
+    return refusals
 
 
 _RECORD_TYPES: Final = (
