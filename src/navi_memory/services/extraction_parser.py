@@ -136,6 +136,9 @@ class _Found:
     """Items seen but unreadable while salvaging a broken array."""
     opened_at: tuple[str, int] | None = None
     """Where salvaged JSON started (the text, the index): ``cut_off`` reads from there."""
+    more: tuple[Any, ...] = ()
+    """Complete values holding facts that follow ``value`` in the reply ("Preferences: [...]
+    Environment: [...]"): read too, not dropped uncounted."""
 
     @property
     def cut_off(self) -> bool:
@@ -265,10 +268,26 @@ def _find_json(text: str) -> _Found | None:
             pos = start + 1
             continue
         if _holds_facts(value):
-            return _Found(value)
+            return _Found(value, more=_more_facts(text, end))
         fallback = fallback or _Found(value)
         pos = end
     return fallback or broken
+
+
+def _more_facts(text: str, pos: int) -> tuple[Any, ...]:
+    """The complete JSON values after ``pos`` that are lists of objects or fact objects, up to
+    the first that does not decode (the rest of the reply is prose or junk then)."""
+    more = []
+    while (match := _START.search(text, pos)) is not None:
+        try:
+            value, pos = _DECODER.raw_decode(text, match.start())
+        except (json.JSONDecodeError, RecursionError):
+            break
+        if (isinstance(value, list) and any(isinstance(v, dict) for v in value)) or (
+            _looks_like_fact(value)
+        ):
+            more.append(value)
+    return tuple(more)
 
 
 def _candidates(reply: str) -> Iterator[str]:
@@ -429,23 +448,23 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
     """The facts in a model's extraction reply, and how many items were skipped.
 
     Accepted: a JSON array of fact objects; an object holding one (``{"facts": [...]}``, or
-    lists under category names); a single fact object; categories mapping keys to values; any
-    of these inside code fences, with prose around them, as a JSON string, or written as a
-    Python literal. JSON cut off part-way keeps its complete items. Per item: ``key`` and
-    ``value`` are required (a number, a boolean or a list of them becomes text); ``category``
-    defaults to "general" and is lower-cased; whitespace runs in a category or key become one
-    space; an unknown ``source`` becomes "conversation"; extra fields are ignored. An item that
-    is not an object, lacks a field, has a field of the wrong type or beyond the store's limits
-    is skipped and counted; so is every item past ``max_facts``. An item repeating an earlier
-    one (the same category, key and value; models do repeat themselves) is left out uncounted:
-    writing it again would only re-verify the fact. Not when a fact of another value for the
-    key, or for another spelling of it, came in between: written after that, the item changes
-    the fact back, as the reply's order says, so it is kept. Raises ``ExtractionError`` when
-    the reply holds no JSON at all, or was cut off before its first complete fact (it ends
-    inside an open string or bracket: the model ran out of room, which is not an answer of
-    "nothing to remember", as ``[]`` is; JSON that is broken but closed, a bad escape say, is
-    an unusable item counted). Items that are all unusable are counted, not a failure: asked
-    again, a model gives the same shape.
+    lists under category names); a single fact object; categories mapping keys to values; any of
+    these inside code fences, with prose around them, as a JSON string, or written as a Python
+    literal; and arrays of facts or fact objects that follow the first, in order. JSON cut off
+    part-way keeps its complete items. Per item: ``key`` and ``value`` are required (a number, a
+    boolean or a list of them becomes text); ``category`` defaults to "general" and is
+    lower-cased; whitespace runs in a category or key become one space; an unknown ``source``
+    becomes "conversation"; extra fields are ignored. An item that is not an object, lacks a
+    field, has a field of the wrong type or beyond the store's limits is skipped and counted; so
+    is every item past ``max_facts``. An item repeating an earlier one (the same category, key
+    and value; models do repeat themselves) is left out uncounted: writing it again would only
+    re-verify the fact. Not when a fact of another value for the key, or for another spelling of
+    it, came in between: written after that, the item changes the fact back, as the reply's
+    order says, so it is kept. Raises ``ExtractionError`` when the reply holds no JSON at all,
+    or was cut off before its first complete fact (it ends inside an open string or bracket: the
+    model ran out of room, which is not an answer of "nothing to remember", as ``[]`` is; JSON
+    that is broken but closed, a bad escape say, is an unusable item counted). Items that are
+    all unusable are counted, not a failure: asked again, a model gives the same shape.
     """
     found = _locate(reply)
     if found is None:
@@ -453,6 +472,10 @@ def parse_extracted_facts(reply: str, *, max_facts: int = EXTRACTION_MAX_FACTS) 
             f"the model's reply holds no JSON: {elide_middle(reply.strip(), 200)!r}"
         )
     items, skipped = _items(found.value)
+    for value in found.more:
+        more, stray = _items(value)
+        items += more
+        skipped += stray
     skipped += found.lost
     facts: list[FactDraft] = []
     # The last fact kept for each (category, key spelling): an item is a repeat only when it

@@ -147,6 +147,20 @@ def test_prose_list_before_the_facts_does_not_hide_them() -> None:
     assert triples(parse_extracted_facts(reply)) == [("preferences", "editor", "neovim")]
 
 
+def test_arrays_one_after_another_are_all_read() -> None:
+    """A reply of several JSON values ("Preferences: [...]", then "Environment: [...]", or
+    one fact object after another) is read whole, in order: none of them is lost uncounted.
+    What follows that holds no facts (a citation, a count) is not read as facts."""
+    reply = f"Preferences: {json.dumps([EDITOR])}\nEnvironment: {json.dumps([OS])}"
+    parsed = parse_extracted_facts(reply)
+    assert [f.key for f in parsed.facts] == [EDITOR["key"], OS["key"]]
+    assert parsed.skipped == 0
+    objects = parse_extracted_facts(f"{json.dumps(EDITOR)}\n{json.dumps(OS)}")
+    assert [f.key for f in objects.facts] == [EDITOR["key"], OS["key"]]
+    prose = parse_extracted_facts(f'{json.dumps([EDITOR])} (see [1]) {{"count": 1}}')
+    assert (len(prose.facts), prose.skipped) == (1, 0)
+
+
 def test_one_object_instead_of_an_array() -> None:
     """A single fact object is one fact."""
     parsed = parse_extracted_facts(json.dumps(EDITOR))
