@@ -18,6 +18,8 @@ from typing import Final
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.environment import EnvironmentContext
+from alembic.runtime.migration import MigrationContext, RevisionStep
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy.exc import DBAPIError
@@ -30,11 +32,12 @@ from navi_memory.db import (
     redact_url,
     resolve_database_url,
 )
-from navi_memory.errors import ConfigError, SchemaError, StorageError
+from navi_memory.errors import ConfigError, InvalidInputError, SchemaError, StorageError
 
 __all__ = [
     "MIGRATION_LOCK",
     "alembic_config",
+    "current_revision",
     "head_revision",
     "revisions",
     "script_location",
@@ -92,7 +95,13 @@ def upgrade(
 ) -> str:
     """Bring the database to ``revision`` (default head); returns what Alembic printed (the SQL
     itself with ``sql=True``, which touches no database). Raises SchemaError with one line when
-    Alembic refuses (pgvector missing, unknown revision)."""
+    Alembic refuses (pgvector missing, unknown revision), InvalidInputError for an empty
+    ``revision`` or one the database is already past: this only upgrades."""
+    if not revision.strip():
+        raise InvalidInputError(
+            "the revision to migrate to is empty: name one (head, or a revision such as "
+            f"{head_revision()})"
+        )
     if url is None and not sql:
         settings = settings or Settings()
         url = resolve_database_url(settings)
@@ -103,8 +112,14 @@ def upgrade(
         # DB_CONNECT_TIMEOUT_SECONDS as the engine takes it (a URL's connect_timeout wins);
         # without it env.py reads the environment's settings.
         cfg.attributes["connect_timeout"] = settings.db_connect_timeout_seconds
+    action = (
+        # No database to be past (--sql), or a range, which Alembic refuses without --sql.
+        (lambda: command.upgrade(cfg, revision, sql=sql))
+        if sql or ":" in revision
+        else (lambda: _upgrade_only(cfg, revision, url))
+    )
     try:
-        return _run(lambda: command.upgrade(cfg, revision, sql=sql), url)
+        return _run(action, url)
     except SchemaError as exc:
         # Alembic's "Can't locate revision" for the database's own revision, not for --to:
         # a newer release migrated it, and upgrading navi-memory is the fix.
@@ -112,6 +127,55 @@ def upgrade(
         if missing and missing[1] != revision and missing[1] not in SCHEMA_REVISIONS:
             raise newer_schema_error(missing[1], url) from exc
         raise
+
+
+def current_revision(settings: Settings | None = None, *, url: str | None = None) -> str | None:
+    """The revision the database is at (None: no schema yet). Like a migration, it waits for
+    one that is running (env.py's lock), so it reads where that one left the database."""
+    if url is None:
+        url = resolve_database_url(settings or Settings())
+    cfg = alembic_config(url)
+    if settings is not None:
+        cfg.attributes["connect_timeout"] = settings.db_connect_timeout_seconds
+    script = ScriptDirectory.from_config(cfg)
+    found: list[str] = []
+
+    def read(heads: tuple[str, ...], context: MigrationContext) -> list[RevisionStep]:
+        found.extend(heads)
+        return []
+
+    def action() -> None:
+        with EnvironmentContext(cfg, script, fn=read, dont_mutate=True):
+            script.run_env()
+
+    _run(action, url)
+    return ",".join(found) or None
+
+
+def _upgrade_only(cfg: Config, revision: str, url: str) -> None:
+    """Alembic's ``upgrade``, refusing a target the database is past: Alembic's own finds no
+    step to run then, and would report success at the revision it was asked for. The
+    database's revision is read under the migration lock (env.py), so no other migration
+    moves it between the check and the steps."""
+    script = ScriptDirectory.from_config(cfg)
+
+    def steps(heads: tuple[str, ...], context: MigrationContext) -> list[RevisionStep]:
+        # What Alembic's upgrade command runs (it passes the heads tuple too; the private
+        # method's ``str`` annotation is narrower than what it takes).
+        todo: list[RevisionStep] = script._upgrade_revs(revision, heads)  # type: ignore[arg-type]
+        if not todo and heads:
+            wanted = {rev.revision for rev in script.get_revisions(revision) if rev is not None}
+            if not wanted or not wanted <= set(heads):  # none: base
+                current = ",".join(heads)
+                raise InvalidInputError(
+                    f"the database at {redact_url(url)} is at {current}, past {revision}: "
+                    f"migrate only upgrades; to go back, run `alembic downgrade {revision}` "
+                    "in a checkout of navi-memory (it drops what the later revisions added)"
+                )
+        return todo
+
+    with EnvironmentContext(cfg, script, fn=steps, destination_rev=revision):
+        script.run_env()
 
 
 _UNKNOWN_REVISION: Final = re.compile(r"Can't locate revision identified by '([^']+)'")

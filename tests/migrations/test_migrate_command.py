@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from sqlalchemy import make_url
 
-from navi_memory import SchemaError, Settings
+from navi_memory import InvalidInputError, SchemaError, Settings
 from navi_memory.cli import main
 from navi_memory.db import SCHEMA_HEAD, SCHEMA_REVISIONS
 from navi_memory.migrations import (
@@ -68,6 +68,67 @@ def test_migrate_to_a_revision_stops_there(
     upgrade(_settings(pg_server.url(scratch_db)))
     with pg_server.admin(scratch_db) as conn:
         assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (SCHEMA_HEAD,)
+
+
+def test_migrate_to_a_revision_says_the_revision_it_reached(
+    pg_server: dbtools.EmbeddedServer,
+    scratch_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The line names the revision the database is at afterwards, not the argument: `+1` from
+    0002 reaches 0003, and `heads` is head."""
+    monkeypatch.setenv("DATABASE_URL", pg_server.url(scratch_db))
+    assert main(["migrate", "--to", "0002"]) == 0
+    assert capsys.readouterr().out.strip() == "migrate: the database is at 0002"
+    assert main(["migrate", "--to", "+1"]) == 0
+    assert capsys.readouterr().out.strip() == "migrate: the database is at 0003"
+    assert main(["migrate", "--to", "heads"]) == 0
+    assert capsys.readouterr().out.strip() == f"migrate: the database is at head ({SCHEMA_HEAD})"
+
+
+@pytest.mark.parametrize("to", ["base", "0001", SCHEMA_REVISIONS[-2]])
+def test_migrate_to_an_older_revision_is_refused_and_changes_nothing(
+    db_url: str,
+    pg_server: dbtools.EmbeddedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    to: str,
+) -> None:
+    """migrate only upgrades: a target behind the database's revision is one line (exit 2)
+    naming both and the command that goes back, and the database stays where it was."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    assert main(["migrate", "--to", to]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"is at {SCHEMA_HEAD}, past {to}" in err
+    assert f"alembic downgrade {to}" in err
+    assert captured.out == ""
+    with pg_server.admin(str(make_url(db_url).database)) as conn:
+        version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    assert version == (SCHEMA_HEAD,)
+
+
+def test_upgrade_to_an_older_revision_is_refused(db_url: str) -> None:
+    """The same refusal for a host calling upgrade() itself."""
+    with pytest.raises(InvalidInputError, match=f"is at {SCHEMA_HEAD}, past 0002"):
+        upgrade(_settings(db_url), revision="0002")
+
+
+@pytest.mark.parametrize("to", ["", "  "])
+def test_migrate_to_an_empty_revision_is_refused(
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    to: str,
+) -> None:
+    """An empty --to is a usage error in one line (exit 2), not a crash."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    assert main(["migrate", "--to", to]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--to" in err and "unexpected" not in err
 
 
 def test_migrate_sql_prints_the_ddl_and_touches_no_database(

@@ -10,7 +10,8 @@ import typer
 
 from navi_memory.cli.output import EXIT_INTERRUPTED, TableProgress, admin_memory, err, out, run
 from navi_memory.config import load_settings
-from navi_memory.migrations import head_revision, upgrade
+from navi_memory.errors import InvalidInputError
+from navi_memory.migrations import current_revision, head_revision, upgrade
 
 __all__ = ["backfill", "migrate", "reembed", "register"]
 
@@ -28,18 +29,26 @@ def migrate(
         typer.Option("--sql", help="Print the SQL instead of running it (touches no database)."),
     ] = False,
 ) -> None:
-    """Bring the database schema to head, or to `--to REV`.
+    """Bring the database schema to head, or to `--to REV`, and say which revision it is at.
 
     The revisions ship with the package. Safe to run again: a database at head is left as it
-    is. A server without pgvector, or a role that may not create the `vector` extension, is
-    refused before anything changes.
+    is. It only upgrades: a `--to` the database is already past is refused (exit 2). A server
+    without pgvector, or a role that may not create the `vector` extension, is refused before
+    anything changes.
     """
+    if not to.strip():
+        raise InvalidInputError(
+            f"--to is empty: name the revision to reach (head, the default, or one such as "
+            f"{head_revision()})"
+        )
     settings = load_settings()
     output = upgrade(settings, revision=to, sql=sql)
     if sql:
         sys.stdout.write(output)
         return
-    reached = f"head ({head_revision()})" if to == "head" else to
+    reached = current_revision(settings) or "base"
+    if reached == head_revision():
+        reached = f"head ({reached})"
     out.print(f"migrate: the database is at {reached}")
 
 
