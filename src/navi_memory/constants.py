@@ -122,6 +122,11 @@ TOOL_EXPIRES_MIN_DAYS: Final = 0.001
 to save would have expired by the time the tool says "saved" (the API itself takes any
 positive number)."""
 
+EXTRACTED_MARK_MAX_AHEAD_SECONDS: Final = 300
+"""How far ahead of this host's clock ``mark_session_extracted(at=...)`` may be: a clock (the
+database's, another host's) a little ahead; more, and the session's later activity would go
+unextracted until the clock passed the mark."""
+
 DEFAULT_CONFIDENCE: Final = 70
 """A fact's confidence when the caller gives none and its source has no default of its own."""
 

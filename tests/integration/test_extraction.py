@@ -311,6 +311,61 @@ async def test_other_spellings_of_a_key_are_merged(memory: Memory, model: Extrac
     assert {f.key for f in hidden if f.merged_into is not None} == {"time_zone"}
 
 
+async def test_a_category_stored_under_another_case_is_written_into_and_merged(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The application's `Preferences` is the extractor's `preferences`: the fact goes into the
+    stored spelling and merges `editor` there, instead of sitting beside the stale value; its
+    vector is of the text it is stored under."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("Preferences", "editor", "vim", user_id=uid)
+    model.facts = facts_json(("preferences", "preferred_editor", "helix", "user_explicit"))
+    await conversation(memory, uid, "I use helix now")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.facts_written, report.facts_merged) == (0, 1)
+    assert await visible_facts(memory, uid) == {("Preferences", "preferred_editor"): "helix"}
+    stored = await scalar(
+        memory,
+        "SELECT embedding::text FROM memory_facts WHERE key = 'preferred_editor'",
+    )
+    want = await memory.store._embedding.document(
+        embedding_text_for_fact("Preferences", "preferred_editor", "helix")
+    )
+    assert stored is not None and want is not None
+    got = [float(x) for x in str(stored).strip("[]").split(",")]
+    assert max(abs(x - y) for x, y in zip(got, want, strict=True)) < 1e-5
+
+
+async def test_of_several_stored_cases_the_one_holding_the_key_is_written_into(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Of `Work` and `WORK`, the fact goes where a spelling of its key is (the smaller one
+    here); a key in neither goes to the fullest; a category the user holds in lower case
+    already stays as it is."""
+    uid = await new_user(memory)
+    store = memory.store
+    await store.upsert_fact("Work", "employer", "Acme", user_id=uid)
+    await store.upsert_fact("Work", "team", "Search", user_id=uid)
+    await store.upsert_fact("WORK", "job_title", "Engineer", user_id=uid)
+    await store.upsert_fact("location", "city", "Lisbon", user_id=uid)
+    await store.upsert_fact("Location", "country", "Portugal", user_id=uid)
+    model.facts = facts_json(
+        ("work", "JobTitle", "Staff engineer", "user_explicit"),
+        ("work", "office", "Porto", "user_explicit"),
+        ("location", "city", "Porto", "user_explicit"),
+    )
+    await conversation(memory, uid, "I am a staff engineer in the Porto office now")
+    await memory.extractor.process_stale_sessions(uid)
+    assert await visible_facts(memory, uid) == {
+        ("Work", "employer"): "Acme",
+        ("Work", "team"): "Search",
+        ("Work", "office"): "Porto",
+        ("WORK", "JobTitle"): "Staff engineer",
+        ("location", "city"): "Porto",
+        ("Location", "country"): "Portugal",
+    }
+
+
 @pytest.mark.parametrize("spelling", ["editor", "Editor"])
 async def test_a_value_the_reply_returns_to_after_another_is_the_one_kept(
     memory: Memory, model: ExtractionModel, spelling: str
@@ -788,6 +843,42 @@ async def test_mark_refuses_an_at_that_is_not_an_aware_datetime(
     assert await memory.store.get_extracted_at(sid, uid) is None
 
 
+@pytest.mark.parametrize(
+    ("at", "message"),
+    [
+        (datetime.now(UTC) + timedelta(days=365), "in the future"),
+        (datetime(1, 1, 1, tzinfo=UTC), "before 1970"),
+        (datetime(1969, 12, 31, 23, 59, tzinfo=UTC), "before 1970"),
+    ],
+    ids=["next-year", "year-1", "just-before-1970"],
+)
+async def test_mark_refuses_an_at_in_the_future_or_before_1970(
+    memory: Memory, at: datetime, message: str
+) -> None:
+    """A mark ahead of the clock would leave the session's later activity unextracted until
+    the clock passed it, and year 1 would be stored as -infinity: both are refused, and
+    nothing is written."""
+    uid = await new_user(memory)
+    sid = (await memory.sessions.create(user_id=uid)).id
+    with pytest.raises(InvalidInputError, match=message):
+        await memory.store.mark_session_extracted(sid, uid, at=at)
+    assert await memory.store.get_extracted_at(sid, uid) is None
+
+
+async def test_mark_takes_an_at_within_the_clock_skew_allowance_and_from_1970(
+    memory: Memory,
+) -> None:
+    """A clock a minute ahead of this one (the database's, another host's) is no error, and
+    1970-01-01 itself is the earliest mark taken."""
+    uid = await new_user(memory)
+    sid = (await memory.sessions.create(user_id=uid)).id
+    ahead = datetime.now(UTC) + timedelta(minutes=1)
+    assert await memory.store.mark_session_extracted(sid, uid, at=ahead) == ahead
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert await memory.store.mark_session_extracted(sid, uid, at=epoch) == epoch
+    assert await memory.store.get_extracted_at(sid, uid) == epoch
+
+
 # --- two processes ------------------------------------------------------------------------------
 
 
@@ -1041,14 +1132,14 @@ async def test_a_session_id_another_user_marked_cannot_be_created(memory: Memory
     create a session with that id (session ids are unique across users), so Kim never reads
     Sam's mark nor has a session counted as extracted by it."""
     sam, kim = await new_user(memory), await new_user(memory)
-    future = datetime.now(UTC) + timedelta(days=365)
+    marked = datetime(2026, 1, 2, tzinfo=UTC)
     with request_context(user_id=sam):
-        await memory.store.mark_session_extracted("shared-id", at=future)
+        await memory.store.mark_session_extracted("shared-id", at=marked)
     with request_context(user_id=kim):
         with pytest.raises(InvalidInputError, match="already taken"):
             await memory.sessions.create("shared-id")
         assert await memory.store.get_extracted_at("shared-id") is None
-    assert await memory.store.get_extracted_at("shared-id", sam) == future
+    assert await memory.store.get_extracted_at("shared-id", sam) == marked
     # The owner itself may still create it (its application moving into ``sessions``).
     assert (await memory.sessions.create("shared-id", user_id=sam)).user_id == sam
 

@@ -21,6 +21,7 @@ from navi_memory.constants import (
     BATCH_SIZE_MAX,
     BIGINT_MAX,
     DEFAULT_CONFIDENCE,
+    EXTRACTED_MARK_MAX_AHEAD_SECONDS,
     FACT_CATEGORY_MAX_CHARS,
     FACT_EXPIRES_MAX_DAYS,
     FACT_KEY_MAX_CHARS,
@@ -381,14 +382,33 @@ class MemoryStore:
         """Record that the user's session was processed ``at`` (default: now); returns the time.
 
         The extractor passes the ``last_active`` it read with the transcript, so activity
-        during its model call leaves the session stale. ``at`` must carry a time zone. The
-        session need not be a row of ``sessions`` (an application may keep its own); when it
-        is, or when it was marked before, it must be the user's (else NotFoundError).
+        during its model call leaves the session stale. ``at`` must carry a time zone, be no
+        more than 5 minutes ahead of this host's clock and not before 1970. The session need
+        not be a row of ``sessions`` (an application may keep its own); when it is, or when it
+        was marked before, it must be the user's (else NotFoundError).
         """
         uid = write_scope(user_id)
         session_id = check_session_id(session_id)
         if at is not None:
             at = check_aware_datetime("at", at)
+            # A mark ahead of the clock would leave the session's later activity unextracted
+            # until the clock passed it; 5 minutes allow for a clock (the database's, another
+            # host's) a little ahead of this one. Before 1970 no extraction ran: such a time is
+            # a bug (and year 1 would be stored as -infinity, read back naive).
+            seconds = at.timestamp()  # since 1970-01-01 UTC, whatever at's zone
+            ahead = seconds - datetime.now(at.tzinfo).timestamp()
+            if ahead > EXTRACTED_MARK_MAX_AHEAD_SECONDS:
+                raise InvalidInputError(
+                    f"at {at.isoformat()} is in the future, more than "
+                    f"{EXTRACTED_MARK_MAX_AHEAD_SECONDS // 60} minutes ahead of this "
+                    "host's clock: pass the time of the activity the extraction covered (its "
+                    "last_active), or leave at out to record now"
+                )
+            if seconds < 0:
+                raise InvalidInputError(
+                    f"at {at.isoformat()} is before 1970: pass the time of the activity the "
+                    "extraction covered (its last_active), or leave at out to record now"
+                )
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.mark_extracted(session, uid, session_id, at=at)
 

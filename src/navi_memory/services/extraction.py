@@ -37,6 +37,7 @@ from navi_memory.services.extraction_parser import (
 from navi_memory.services.extraction_prompts import extraction_messages, summary_messages
 from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.services.sessions import to_message
+from navi_memory.text.keys import normalize_key
 from navi_memory.text.transcript import render_transcript
 
 __all__ = [
@@ -81,9 +82,10 @@ class FactsWritten:
     merged: int
     """Facts whose key merged other spellings of it (``dedupe``)."""
     unembedded: tuple[Fact, ...] = ()
-    """Facts written through a hidden spelling: the value went to the row it was merged into,
-    which the statement left without a vector (the one computed embeds the spelling's key,
-    not the row's); ``own_key_vectors`` and ``store_vectors`` give them theirs."""
+    """Facts written under another text than the one embedded — through a hidden spelling of
+    the key (the value went to the row it was merged into), or into the user's spelling of the
+    category — and left without a vector by the write; ``own_key_vectors`` and
+    ``store_vectors`` give them theirs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,43 +242,96 @@ class ExtractionService:
         drafts: Sequence[FactDraft],
         vectors: Sequence[array[float] | None],
     ) -> FactsWritten | None:
-        """Upsert the drafts for the session's owner, each with ``dedupe=True``. Under the
-        session's extraction-state lock the mark is checked again first: None, writing nothing,
-        when another extraction has covered this activity meanwhile. NotFoundError when the
-        session was deleted meanwhile (its facts are not wanted then)."""
+        """Upsert the drafts for the session's owner, each with ``dedupe=True``, into the
+        user's spelling of its category (``_stored_categories``). Under the session's
+        extraction-state lock the mark is checked again first: None, writing nothing, when
+        another extraction has covered this activity meanwhile. NotFoundError when the session
+        was deleted meanwhile (its facts are not wanted then)."""
         repo = SessionRepository(session=session)
         mark = await _lock_state(repo, transcript)
         if _already_covered(mark, transcript):
             return None
+        categories = await self._stored_categories(session, transcript.user_id, drafts)
         written = merged = 0
         # Upserts lock (user, category); one order for every extractor keeps two extractions
         # of one user's sessions, in two processes, from deadlocking on each other.
-        ordered = sorted(zip(drafts, vectors, strict=True), key=lambda pair: pair[0].category)
+        ordered = sorted(zip(categories, drafts, vectors, strict=True), key=lambda item: item[0])
         unembedded: list[Fact] = []
-        for draft, vector in ordered:
+        for category, draft, vector in ordered:
+            # The vector embeds the draft's category: a row stored under another spelling of
+            # it gets the vector of its own text afterwards (``unembedded``).
+            embedding = vector if category == draft.category else None
             fact, outcome = await self.facts.upsert(
                 session,
                 FactWrite(
                     user_id=transcript.user_id,
-                    category=draft.category,
+                    category=category,
                     key=draft.key,
                     value=draft.value,
                     source=draft.source,
                     confidence=draft.confidence,
                     expires_days=None,
                     source_context=draft.source_context,
-                    embedding=vector,
+                    embedding=embedding,
                     session_id=transcript.session_id,
                 ),
                 dedupe=True,
             )
-            if fact.key != draft.key and not fact.has_embedding and vector is not None:
+            embedded_text = (draft.category, draft.key)
+            if (
+                (fact.category, fact.key) != embedded_text
+                and not fact.has_embedding
+                and vector is not None
+            ):
                 unembedded.append(fact)
             if outcome == "merged":
                 merged += 1
             else:
                 written += 1
         return FactsWritten(written=written, merged=merged, unembedded=tuple(unembedded))
+
+    async def _stored_categories(
+        self, session: AsyncSession, user_id: uuid.UUID, drafts: Sequence[FactDraft]
+    ) -> list[str]:
+        """Each draft's category as the user stores it, as the memory tool's save picks it:
+        the draft's own (lower-cased) when the user holds it so or under no other case; else
+        the stored spelling ("Preferences", an application's write), so the write lands in
+        it and dedupe merges the key's other spellings there instead of leaving the stale
+        value visible beside it. Of several stored spellings, the one holding a spelling of
+        the draft's key (``normalize_key``), else the fullest."""
+        # (name, visible facts), the fullest first.
+        stored = [name for name, _ in await self.facts.categories(session, user_id)]
+        keys: dict[str, set[str]] = {}  # a stored spelling's keys, normalised; read once
+        chosen: list[str] = []
+        for draft in drafts:
+            spellings = [name for name in stored if name.lower() == draft.category.lower()]
+            if draft.category in spellings or not spellings:
+                chosen.append(draft.category)
+                continue
+            category = spellings[0]
+            if len(spellings) > 1:
+                key = normalize_key(draft.key)
+                for name in spellings:
+                    if name not in keys:
+                        keys[name] = {
+                            normalize_key(fact.key)
+                            for fact in await self.facts.list_facts(
+                                session,
+                                user_id,
+                                search=None,
+                                include_merged=False,
+                                sort_by="id",
+                                descending=False,
+                                limit=None,
+                                offset=0,
+                                category=name,
+                            )
+                        }
+                    if key in keys[name]:
+                        category = name
+                        break
+            chosen.append(category)
+        return chosen
 
     async def own_key_vectors(
         self, facts: Sequence[Fact]
