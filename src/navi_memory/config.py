@@ -6,12 +6,14 @@ Every name is documented in docs/config.md; nothing else in the package reads ``
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import platformdirs
 from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from navi_memory.constants import (
@@ -189,10 +191,34 @@ class Settings(BaseSettings):
         default=2.0, ge=0, le=BACKFILL_PAUSE_MAX_SECONDS, allow_inf_nan=False
     )
 
+    @field_validator("*")
+    @classmethod
+    def _utf8_text(cls, value: object) -> object:
+        # The environment hands bytes that are not UTF-8 over as lone surrogates
+        # (surrogateescape): such a value failed far from here, where it was encoded.
+        if isinstance(value, str):
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                raise PydanticCustomError(
+                    NOT_UTF8,
+                    "is not UTF-8 text (an undecodable byte at character {position}): write "
+                    "it in UTF-8",
+                    {"position": exc.start + 1},
+                ) from None
+        return value
+
     @field_validator("ollama_host", "embedding_ollama_host")
     @classmethod
     def _strip_host(cls, value: str) -> str:
-        return value.strip().rstrip("/")
+        host = value.strip().rstrip("/")
+        if host and not _is_ollama_host(host):
+            # Not the value: a host URL may carry user:password@.
+            raise ValueError(
+                "is not an Ollama URL (a malformed host, or a port that is not a number from "
+                "1 to 65535): write it as http://host:11434 or https://host"
+            )
+        return host
 
     @field_validator("database_url", mode="before")
     @classmethod
@@ -243,6 +269,23 @@ class Settings(BaseSettings):
         return self.ollama_api_key
 
 
+def _is_ollama_host(host: str) -> bool:
+    """Whether the ollama client can parse ``host``: what it accepts (``host``, ``host:port``,
+    ``[v6]:port``, with or without http:// or https://), read as it reads it."""
+    scheme, _, rest = host.partition("://")
+    if not rest:
+        scheme, rest = "http", host
+    try:
+        parts = urllib.parse.urlsplit(f"{scheme}://{rest}")
+        port = parts.port  # ValueError when it is not a number from 0 to 65535
+    except ValueError:
+        return False
+    return scheme.lower() in ("http", "https") and port != 0
+
+
+NOT_UTF8: Final = "not_utf8"
+"""The error type of a setting holding bytes that are not UTF-8: reported without its value."""
+
 SECRET_BEARING = frozenset(
     {
         "database_url",
@@ -273,9 +316,13 @@ def _redacted(name: str, value: Any) -> Any:
 def load_settings(**overrides: Any) -> Settings:
     """``Settings(**overrides)``, with a malformed value reported as one ConfigError line that
     names the environment variable and its value (``DB_POOL_SIZE='abc'``; a SECRET_BEARING
-    one without its value), not as pydantic's report."""
+    one, or one that is not UTF-8, without its value), not as pydantic's report. A settings
+    file that is not UTF-8 is named with the line it fails on."""
     try:
         return Settings(**overrides)
+    except UnicodeDecodeError as exc:  # reading the .env file
+        env_file = overrides.get("_env_file", Settings.model_config.get("env_file"))
+        raise ConfigError(_not_utf8_file(env_file)) from exc
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
@@ -283,6 +330,27 @@ def load_settings(**overrides: Any) -> Settings:
                 problems.append(str(error["msg"]).removeprefix("Value error, "))
                 continue
             field = ".".join(str(part) for part in error["loc"])
-            value = "" if field in SECRET_BEARING else f"={error.get('input')!r}"
-            problems.append(f"{field.upper()}{value}: {error['msg']}")
+            shown = field not in SECRET_BEARING and error["type"] != NOT_UTF8
+            value = f"={error.get('input')!r}" if shown else ""
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problems.append(f"{field.upper()}{value}: {message}")
         raise ConfigError("bad setting " + "; ".join(problems)) from exc
+
+
+def _not_utf8_file(env_file: Any) -> str:
+    """The message for a settings file that is not UTF-8: which one, at which line."""
+    files = [env_file] if isinstance(env_file, str | os.PathLike) else list(env_file or ())
+    for name in files:
+        path = Path(name).expanduser()
+        try:
+            path.read_bytes().decode()
+        except UnicodeDecodeError as exc:
+            line = exc.object[: exc.start].count(b"\n") + 1
+            return (
+                f"the settings file {path.resolve()} is not UTF-8 text (line {line}): save it "
+                "as UTF-8"
+            )
+        except OSError:
+            continue
+    named = ", ".join(str(name) for name in files)
+    return f"a settings file ({named}) is not UTF-8 text: save it as UTF-8"

@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlencode
 import asyncpg
 from pgvector import Vector
 from sqlalchemy import Executable, Result, event, text
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -240,8 +241,11 @@ _DRIVER_KEYWORDS: Final = ("target_session_attrs", "passfile", "krbsrvname", "gs
 """libpq options asyncpg.connect takes under the same name."""
 _SERVER_SETTINGS: Final = ("application_name", "options")
 """libpq options that are startup parameters: they go into asyncpg's server_settings."""
-_SQLALCHEMY_READS: Final = ("host", "port", "user", "password", "database")
+_SQLALCHEMY_READS: Final = ("host", "port", "user", "password")
 """Query keys SQLAlchemy's asyncpg dialect turns into connect() arguments itself."""
+_DATABASE_OPTIONS: Final = ("dbname", "database")
+"""libpq's and SQLAlchemy's name of the database option: it becomes the URL's database, the
+one connected to and named in errors."""
 _DIALECT_OPTIONS: Final = ("prepared_statement_cache_size",)
 """Query keys SQLAlchemy's asyncpg dialect takes for itself (left in the URL): a cache of 0 is
 what a pooler that cannot keep prepared statements (PgBouncer in transaction mode) needs."""
@@ -251,7 +255,7 @@ URL_OPTIONS: Final = tuple(
             *_SSL_OPTIONS,
             "ssl",
             "connect_timeout",
-            "dbname",
+            *_DATABASE_OPTIONS,
             *_DRIVER_KEYWORDS,
             *_SERVER_SETTINGS,
             *_SQLALCHEMY_READS,
@@ -281,6 +285,15 @@ def to_async_url(url: str) -> str:
 
 
 def _parse_url(url: str | URL) -> URL:
+    try:
+        # Bytes that are not UTF-8 reach a URL as lone surrogates (the environment's
+        # surrogateescape): SQLAlchemy's rendering of it raised UnicodeEncodeError.
+        str(url).encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"DATABASE_URL is not UTF-8 text (an undecodable byte at character {exc.start + 1}): "
+            "write it in UTF-8, percent-encoding (%XX) what is not ASCII"
+        ) from None
     try:
         return make_url(url)
     except ValueError as exc:  # make_url's int(port)
@@ -365,10 +378,42 @@ def connect_options(url: str | URL) -> tuple[URL, dict[str, Any]]:
             f"DATABASE_URL's prepared_statement_cache_size={cache!r} is not a whole number "
             "(0: no prepared statements, as PgBouncer in transaction mode needs)"
         )
-    if "dbname" in query:
-        parsed = parsed.set(database=query.pop("dbname"))
+    if set(_DATABASE_OPTIONS) <= set(query):
+        raise ConfigError("DATABASE_URL has both dbname and database: keep one of them")
+    for key in _DATABASE_OPTIONS:
+        if key in query:
+            parsed = parsed.set(database=query.pop(key))
     kept = {key: value for key, value in parsed.query.items() if key in query}
-    return parsed.set(query=kept), args
+    driver_url = parsed.set(query=kept)
+    _check_hosts_and_ports(driver_url)
+    return driver_url, args
+
+
+_PORTS: Final = range(1, 65536)
+
+
+def _check_hosts_and_ports(url: URL) -> None:
+    """Refuse, as a ConfigError naming DATABASE_URL, the hosts and ports SQLAlchemy's asyncpg
+    dialect would refuse only once the engine is built (an ArgumentError: a port that is not a
+    number, hosts and ports that do not pair up), and a port past 65535, which it passes on to
+    be taken modulo 65536 (70000 reached port 4464)."""
+    dialect = PGDialect_asyncpg()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
+    try:
+        _, options = dialect.create_connect_args(url)  # type: ignore[no-untyped-call]
+    except (ArgumentError, ValueError) as exc:
+        raise ConfigError(
+            f"DATABASE_URL's hosts and ports do not fit together ({_first_line(exc)}): write "
+            "postgresql://user:password@host:5432/database, or several hosts as "
+            "postgresql://user:password@/database?host=h1:5432&host=h2:5432 (every host with "
+            "its port)"
+        ) from exc
+    port = options.get("port")
+    # The URL's own port too: SQLAlchemy drops a port 0 as if none were given.
+    for number in [url.port, *(port if isinstance(port, list) else [port])]:
+        if number is not None and int(number) not in _PORTS:
+            raise ConfigError(
+                f"DATABASE_URL's port {number} is out of range: a port is a number from 1 to 65535"
+            )
 
 
 def redact_url(url: str | URL) -> str:
@@ -671,22 +716,33 @@ async def probe(engine: AsyncEngine) -> Capabilities:
         async with engine.connect() as conn:
             return await _probe(conn)
     except DRIVER_ERRORS as exc:
-        raise connection_error(exc, engine.url) from exc
+        raise connection_error(exc, engine.url, probing=True) from exc
 
 
 _MISSING_DATABASE = "3D000"
 _LOGIN_REFUSED = frozenset({"28000", "28P01"})  # no such role / wrong password
+_NO_PRIVILEGE = "42501"
+_STARTUP_OPTION_REFUSED = frozenset({"42704", "22023"})  # unknown parameter / bad value
+_CANCELLED = "57014"  # a statement timeout, or a cancel request
 
 
-def connection_error(exc: BaseException, url: str | URL) -> ConfigError | StorageError:
+def connection_error(
+    exc: BaseException, url: str | URL, *, probing: bool = False
+) -> ConfigError | StorageError:
     """What a failed connection means, for a person: a database that does not exist and a
     refused login are configuration errors (DATABASE_URL names the wrong thing), anything else
-    is a server that cannot be reached."""
+    is a server that cannot be reached.
+
+    ``probing``: ``exc`` came from probe's few reads, so the server was reached if it answered
+    with an error: a role without grants and a startup option it refuses (DATABASE_URL's
+    ``options``) are configuration errors too; a cancelled or refused probe is a StorageError
+    saying so. Elsewhere (a migration's DDL) the same SQLSTATEs mean other things."""
     where = redact_url(url)
-    orig = getattr(exc, "orig", None)
-    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    sqlstate = _sqlstate(exc)
+    detail = getattr(exc, "orig", None) or exc  # the driver's error, without SQLAlchemy's
+    reason = _first_line(detail)
     if sqlstate == _MISSING_DATABASE:
-        database = make_url(url).database or "<database>"
+        database = _database_name(url)
         return ConfigError(
             f"the database {database!r} does not exist on the server at {where}: create it "
             f"(createdb {database}, or CREATE DATABASE as a superuser), or point DATABASE_URL at "
@@ -694,13 +750,65 @@ def connection_error(exc: BaseException, url: str | URL) -> ConfigError | Storag
         )
     if sqlstate in _LOGIN_REFUSED:
         return ConfigError(
-            f"the server at {where} refused the login ({_first_line(orig or exc)}): check the "
-            "user and password in DATABASE_URL"
+            f"the server at {where} refused the login ({reason}): check the user and password "
+            "in DATABASE_URL"
         )
-    error = ConnectionLostError if is_connection_lost(exc) else StorageError
-    return error(
-        f"cannot reach PostgreSQL at {where}: {exc.__class__.__name__}: {_first_line(exc)}"
+    if probing and sqlstate == _NO_PRIVILEGE:
+        parsed = make_url(url)
+        role = _query_value(parsed, "user") or parsed.username or "<role>"
+        grant = (
+            f"GRANT CONNECT ON DATABASE {_database_name(url)} TO {role}"
+            if "for database" in reason
+            else f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; "
+            f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}"
+        )
+        return ConfigError(
+            f"the role {role!r} may not use the database at {where} ({reason}): connect as "
+            f"the role that ran `navi-memory migrate`, or grant this one access as that role: "
+            f"{grant}"
+        )
+    if probing and sqlstate in _STARTUP_OPTION_REFUSED:
+        return ConfigError(
+            f"the server at {where} refused a startup option ({reason}): correct or remove it "
+            "in DATABASE_URL's options parameter (options=-c%20name%3Dvalue)"
+        )
+    if probing and sqlstate == _CANCELLED:
+        hint = (
+            ": statement_timeout is too short for navi-memory's statements; raise it (in "
+            "DATABASE_URL's options parameter, or ALTER ROLE / ALTER DATABASE ... SET "
+            "statement_timeout)"
+            if "statement timeout" in reason
+            else ""
+        )
+        return StorageError(f"the server at {where} cancelled the start-up probe ({reason}){hint}")
+    if is_connection_lost(exc):
+        return ConnectionLostError(
+            f"cannot reach PostgreSQL at {where}: {detail.__class__.__name__}: {reason}"
+        )
+    if probing and sqlstate is not None:  # the server was reached, and refused
+        return StorageError(
+            f"the server at {where} refused the start-up probe: "
+            f"{detail.__class__.__name__}: {reason}"
+        )
+    return StorageError(
+        f"cannot reach PostgreSQL at {where}: {detail.__class__.__name__}: {reason}"
     )
+
+
+def _query_value(url: URL, key: str) -> str | None:
+    """The URL's query option ``key`` (its last value when given more than once)."""
+    value = url.query.get(key)
+    return value if value is None or isinstance(value, str) else value[-1]
+
+
+def _database_name(url: str | URL) -> str:
+    """The database ``url`` connects to: its ``dbname`` or ``database`` option, else its
+    path's (as connect_options reads them)."""
+    parsed = make_url(url)
+    for key in _DATABASE_OPTIONS:
+        if value := _query_value(parsed, key):
+            return value
+    return parsed.database or "<database>"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -772,7 +880,7 @@ def check_capabilities(caps: Capabilities, url: str | URL) -> None:
         )
     if caps.hnsw_iterative_scan not in ("relaxed_order", "strict_order"):
         # Without it a per-user HNSW scan silently returns too few hits.
-        database = make_url(url).database or "<database>"
+        database = _database_name(url)
         raise ConfigError(
             f"the connections to {where} do not carry hnsw.iterative_scan = relaxed_order "
             f"(found {caps.hnsw_iterative_scan or 'nothing'}): a pooler dropping startup "

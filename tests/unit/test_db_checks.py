@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
+from sqlalchemy.exc import DBAPIError
 
 from navi_memory import SchemaError
 from navi_memory.db import (
@@ -10,6 +12,7 @@ from navi_memory.db import (
     Capabilities,
     check_capabilities,
     connect_options,
+    connection_error,
     redact_text,
     redact_url,
     to_async_url,
@@ -169,3 +172,58 @@ def test_a_schema_newer_than_the_code_says_to_upgrade_navi_memory_not_to_migrate
 def test_a_schema_behind_the_code_says_to_migrate(revision: str | None) -> None:
     with pytest.raises(SchemaError, match="run `navi-memory migrate`"):
         check_capabilities(caps(revision=revision), URL)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:pwsecret@/db1?host=/sock&port=abc",
+        "postgresql://u:pwsecret@/db1?host=/sock&port=5432&port=5433",
+        "postgresql://u:pwsecret@/db1?host=/sock&host=/sock",
+        "postgresql://u:pwsecret@/db1?host=h1:5432&host=h2",
+        "postgresql://u:pwsecret@localhost:70000/db1",
+        "postgresql://u:pwsecret@localhost:0/db1",
+        "postgresql://u:pwsecret@/db1?host=/sock&port=70000",
+        "postgresql://u:pwsecret@/db1?host=/sock&port=-1",
+        "postgresql://u:pwsecret@/db1?host=h1:5432&host=h2:99999",
+    ],
+)
+def test_hosts_and_ports_that_cannot_be_connected_to_are_a_config_error(url: str) -> None:
+    """SQLAlchemy refused these only when the engine was built, with an ArgumentError the
+    command called a bug; a port past 65535 was taken modulo 65536 (70000 reached 4464)."""
+    for check in (to_async_url, connect_options):
+        with pytest.raises(ConfigError, match="DATABASE_URL") as caught:
+            check(url)
+        message = str(caught.value)
+        assert "pwsecret" not in message and "\n" not in message
+
+
+def test_ports_in_range_and_several_hosts_with_theirs_are_taken() -> None:
+    assert connect_options("postgresql://u@h:65535/db")[0].port == 65535
+    url, _ = connect_options("postgresql://u@/db?host=h1:1&host=h2:5432")
+    assert url.query["host"] == ("h1:1", "h2:5432")
+    assert connect_options("postgresql://u@/db?host=/sock&port=5433")[0].query["port"] == "5433"
+
+
+def test_a_url_that_is_not_utf8_is_a_config_error_without_its_password() -> None:
+    """Bytes that are not UTF-8 reach a URL as lone surrogates: they failed in SQLAlchemy's
+    rendering of the URL as an UnicodeEncodeError the command called a bug."""
+    with pytest.raises(ConfigError, match=r"DATABASE_URL.*UTF-8") as caught:
+        to_async_url("postgresql://postgres:pwsecret@/db1\udcff?host=/x")
+    assert "pwsecret" not in str(caught.value) and "\\udcff" not in str(caught.value)
+
+
+def test_the_database_option_names_the_database_as_dbname_does() -> None:
+    """?database=name (SQLAlchemy's spelling of libpq's dbname) is the database connected
+    to: it must be the one a missing-database error names, not the URL path's."""
+    for key in ("dbname", "database"):
+        url, _ = connect_options(f"postgresql://postgres@/db1?host=/sock&{key}=other")
+        assert url.database == "other" and dict(url.query) == {"host": "/sock"}
+        missing = DBAPIError(
+            "connect", {}, asyncpg.exceptions.InvalidCatalogNameError("no such database")
+        )
+        error = connection_error(missing, f"postgresql://postgres@/db1?host=/sock&{key}=other")
+        assert isinstance(error, ConfigError)
+        assert "'other' does not exist" in str(error) and "'db1'" not in str(error)
+    with pytest.raises(ConfigError, match="dbname and database"):
+        connect_options("postgresql://postgres@/db1?dbname=a&database=b")

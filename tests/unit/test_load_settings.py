@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from navi_memory.config import load_settings
@@ -93,3 +95,79 @@ def test_a_graph_threshold_postgresql_cannot_take_is_refused_at_load(
         load_settings(_env_file=None)
     monkeypatch.setenv("CHUNK_GRAPH_FROM", str(2**31 - 1))
     assert load_settings(_env_file=None).chunk_graph_from == 2**31 - 1
+
+
+def test_a_settings_file_that_is_not_utf8_is_named_not_a_bug(tmp_path: Path) -> None:
+    """A .env saved in another encoding made Settings() raise UnicodeDecodeError, which the
+    command reported as "unexpected UnicodeDecodeError (a bug in navi-memory)", exit 1."""
+    env_file = tmp_path / ".env"
+    env_file.write_bytes(b"DB_POOL_SIZE=7\nDATABASE_URL=postgresql://u:pw\xff\xfe@h/db\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(_env_file=env_file)
+    message = str(caught.value)
+    assert str(env_file) in message and "UTF-8" in message and "line 2" in message
+    assert "pw" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["DATABASE_URL", "EMBEDDING_MODEL", "OLLAMA_API_KEY"])
+def test_a_variable_holding_bytes_that_are_not_utf8_is_named_without_them(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The environment hands undecodable bytes over as lone surrogates: such a DATABASE_URL
+    failed in SQLAlchemy's URL rendering as "unexpected UnicodeEncodeError ... (a bug)"."""
+    monkeypatch.setenv(name, "postgresql://postgres@/db1\udcff?host=/x")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(_env_file=None)
+    message = str(caught.value)
+    assert name in message and "UTF-8" in message
+    assert "db1" not in message and "\\udcff" not in message
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "http://127.0.0.1:99999",
+        "::::",
+        "http://[::1",
+        "http://bob:hostsecret",  # a password where the port goes
+        "ftp://ollama.example",
+    ],
+)
+@pytest.mark.parametrize("name", ["OLLAMA_HOST", "EMBEDDING_OLLAMA_HOST"])
+def test_a_malformed_ollama_host_is_named_without_its_value(
+    monkeypatch: pytest.MonkeyPatch, name: str, host: str
+) -> None:
+    """A host the ollama client cannot parse surfaced as "unexpected ValueError: Port out of
+    range" from doctor (exit 1), or as an obscure failure of every embedding call."""
+    monkeypatch.setenv(name, host)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(_env_file=None)
+    message = str(caught.value)
+    assert name in message and "http://host:11434" in message
+    assert "hostsecret" not in message and host not in message
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "http://127.0.0.1:11434",
+        "127.0.0.1",
+        "ollama.example:8080/",
+        "https://bob:pw@ollama.example",
+        "http://[::1]:11434",
+        "[::1]",
+    ],
+)
+def test_the_host_forms_the_ollama_client_takes_are_kept(host: str) -> None:
+    settings = load_settings(_env_file=None, ollama_host=host, embedding_ollama_host=host)
+    assert settings.ollama_host == host.rstrip("/")
+
+
+def test_a_host_given_in_code_wins_over_a_malformed_one_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/config.md: keyword arguments win over the environment."""
+    monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:99999")
+    assert load_settings(_env_file=None, ollama_host="http://127.0.0.1:9").ollama_host == (
+        "http://127.0.0.1:9"
+    )

@@ -6,6 +6,9 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+import threading
 import urllib.parse
 from collections.abc import Generator
 from types import TracebackType
@@ -33,6 +36,32 @@ __all__ = [
 _MAX_REASON_CHARS: Final = 300
 """Server bodies and validation errors can be long; the first lines say what went wrong."""
 
+_IMPORT_LOCK: Final = threading.Lock()
+
+
+def _import_ollama() -> None:
+    """``import ollama``, whatever the environment's ``OLLAMA_HOST`` holds.
+
+    The import builds the library's default client from ``OLLAMA_HOST``, and a malformed one
+    there (``http://h:99999``) failed it, and with it every client of this package, whose host
+    always comes from Settings (where keyword arguments win over the environment). Such an
+    import is made again with the variable out of the environment: only that default client,
+    which nothing here uses, reads it.
+    """
+    if "ollama" in sys.modules:
+        return
+    with _IMPORT_LOCK:
+        try:
+            import ollama
+        except ValueError:  # the default client's parse of OLLAMA_HOST
+            host = os.environ.pop("OLLAMA_HOST", None)
+            if host is None:
+                raise
+            try:
+                import ollama  # noqa: F401
+            finally:
+                os.environ["OLLAMA_HOST"] = host
+
 
 class _NoAuthorization(httpx.Auth):
     """Drop an Authorization header the ollama client took from ``OLLAMA_API_KEY`` on its own.
@@ -51,7 +80,8 @@ def new_async_client(host: str, api_key: str, timeout: float) -> ollama.AsyncCli
     The host is always explicit (the client would otherwise read ``OLLAMA_HOST`` itself), and the
     key travels as ``Authorization: Bearer <key>``, which is how Ollama Cloud expects it.
     """
-    import ollama  # deferred on purpose: see the module docstring
+    _import_ollama()  # deferred on purpose: see the module docstring
+    import ollama
 
     if api_key:
         return ollama.AsyncClient(
@@ -82,14 +112,21 @@ def redact_host(host: str) -> str:
 def failure_types() -> tuple[type[BaseException], ...]:
     """The exceptions a call through the ollama client raises when the server fails us.
 
-    A function, not a constant, so that ``except failure_types()`` imports ollama only once a
-    call has actually raised.
+    A function, not a constant: ``except failure_types()`` is evaluated once a call has raised,
+    and it imports nothing (an import failing there would hide the call's error). Nothing of
+    ollama's can have raised before ollama was imported (``new_async_client`` imports it).
     """
-    import ollama  # deferred on purpose: see the module docstring
-
+    ollama = sys.modules.get("ollama")
+    ollama_errors: tuple[type[BaseException], ...] = (
+        ()
+        if ollama is None
+        else (
+            ollama.ResponseError,  # the server answered an HTTP error status
+            ollama.RequestError,  # the client refused to build the request
+        )
+    )
     return (
-        ollama.ResponseError,  # the server answered an HTTP error status
-        ollama.RequestError,  # the client refused to build the request
+        *ollama_errors,
         httpx.HTTPError,  # transport errors, httpx's own timeouts
         OSError,  # ConnectionError (the client's translation of ConnectError), TimeoutError
         ValueError,  # a 200 whose body is not JSON, or JSON of the wrong shape (pydantic)
@@ -99,13 +136,13 @@ def failure_types() -> tuple[type[BaseException], ...]:
 
 def describe_failure(exc: BaseException, timeout: float) -> str:
     """One clause saying what went wrong, for "<model> at <host> <clause>"."""
-    import ollama  # deferred on purpose: see the module docstring
+    ollama = sys.modules.get("ollama")  # as in failure_types: no import here
 
     if isinstance(exc, TimeoutError | httpx.TimeoutException):
         return f"did not answer within {timeout:g} s (timeout)"
     if isinstance(exc, ConnectionError | httpx.ConnectError):
         return "could not be reached (connection failed: is Ollama running there?)"
-    if isinstance(exc, ollama.ResponseError):
+    if ollama is not None and isinstance(exc, ollama.ResponseError):
         return f"answered HTTP {exc.status_code}: {shorten(str(exc.error))}"
     if isinstance(exc, json.JSONDecodeError):
         return f"answered something that is not JSON ({exc.msg})"

@@ -85,3 +85,37 @@ def test_importing_and_configuring_builds_no_client() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("environment_host", ["http://127.0.0.1:99999", "::::", "http://[::1"])
+def test_a_malformed_ollama_host_in_the_environment_does_not_break_a_host_given_in_code(
+    environment_host: str,
+) -> None:
+    """``import ollama`` builds a client from OLLAMA_HOST at import: a malformed one there
+    failed every call of a client given its host in Settings (docs/config.md: keyword
+    arguments win over the environment), first in new_async_client, then again in
+    failure_types() while the error was being translated."""
+    code = (
+        "import asyncio\n"
+        "from navi_memory.config import Settings\n"
+        "from navi_memory.errors import EmbeddingError\n"
+        "from navi_memory.llm import OllamaEmbedder\n"
+        "from navi_memory.testing import FakeOllama\n"
+        "async def embed(host):\n"
+        "    settings = Settings(_env_file=None, ollama_host=host)\n"
+        "    async with OllamaEmbedder.from_settings(settings) as embedder:\n"
+        "        return await embedder.embed_query('where does Ana live')\n"
+        "with FakeOllama() as fake:\n"
+        "    assert len(asyncio.run(embed(fake.url))) == 768\n"
+        "try:\n"
+        "    asyncio.run(embed('http://127.0.0.1:9'))\n"
+        "except EmbeddingError as exc:\n"
+        "    assert 'could not be reached' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('no EmbeddingError')\n"
+    )
+    environment = dict(os.environ, OLLAMA_HOST=environment_host)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment
+    )
+    assert result.returncode == 0, result.stderr
