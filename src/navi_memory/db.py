@@ -900,13 +900,32 @@ def newer_schema_error(revision: str, url: str | URL) -> SchemaError:
     )
 
 
+TRGM_LOCK: Final = 7_265_310_442_517_000_001
+"""The transaction-level advisory lock (a bigint key, per database) the process creating the
+pg_trgm indexes holds: processes starting together do not build them twice."""
+
+
 async def ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
-    """Create the pg_trgm indexes that are missing, when pg_trgm is installed. Returns created."""
+    """Create the pg_trgm indexes that are missing, when pg_trgm is installed. Returns created.
+
+    Best effort: the indexes only speed up the fact listings' text filter, which works without
+    them, so a start-up never fails for them. A role that does not own memory_facts (CREATE
+    INDEX needs the owner), or any other refusal, is logged (``db.trgm_indexes_skipped``) and
+    start-up goes on; a process that finds another one creating them leaves it to that one."""
     try:
         created = await _ensure_trgm_indexes(engine)
     except DRIVER_ERRORS as exc:
-        # Each index is CREATE INDEX IF NOT EXISTS: doing it again is always safe.
-        raise translate_driver_error(exc, engine, committing=False) from exc
+        # Each index is CREATE INDEX IF NOT EXISTS: the next start tries again.
+        reason = translate_driver_error(exc, engine, committing=False)
+        logger.warning(
+            "db.trgm_indexes_skipped: pg_trgm is installed but its indexes on memory_facts "
+            "could not be created (%s); the fact listings' text filter works without them, "
+            "only slower. Start navi-memory once as the role that owns memory_facts (the one "
+            "that ran `navi-memory migrate`) to create them",
+            reason,
+            extra={"event": "db.trgm_indexes_skipped", "reason": str(reason)},
+        )
+        return []
     if created:
         logger.info("db.trgm_indexes_created", extra={"indexes": created})
     return created
@@ -927,13 +946,19 @@ async def _ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
                 )
             ).scalars()
         )
-        for name, column in TRGM_INDEXES.items():
-            if name in present:
-                continue
+        missing = [name for name in TRGM_INDEXES if name not in present]
+        if not missing:
+            return created
+        # Two processes creating one index at once: one of them failed on the catalog's
+        # unique name (IF NOT EXISTS checks before it inserts). One builds, the others go on.
+        locked = await conn.execute(text(f"SELECT pg_try_advisory_xact_lock({TRGM_LOCK})"))
+        if not locked.scalar():
+            return created
+        for name in missing:
             await conn.execute(
                 text(
                     f"CREATE INDEX IF NOT EXISTS {name} ON memory_facts "
-                    f"USING gin ({column} gin_trgm_ops)"
+                    f"USING gin ({TRGM_INDEXES[name]} gin_trgm_ops)"
                 )
             )
             created.append(name)

@@ -3,6 +3,8 @@ errors naming what to fix; only a server that cannot be reached is a StorageErro
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,3 +116,80 @@ async def test_a_statement_timeout_that_cancels_the_probe_is_named(
     assert "statement timeout" in message and "statement_timeout" in message
     assert "cannot reach" not in message and "sqlalchemy" not in message
 
+
+@pytest.fixture
+def pg_trgm_installed_later(
+    db_url: str, pg_server: dbtools.EmbeddedServer
+) -> Iterator[tuple[str, str]]:
+    """A database at head whose pg_trgm was installed after the migration (its indexes not
+    made), and a role that may use the tables but does not own them: (database url, role)."""
+    dbname = db_url.split("@/", 1)[1].split("?", 1)[0]
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    with pg_server.admin(dbname) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        for grant in (
+            "SELECT, INSERT, UPDATE, DELETE ON ALL TABLES",
+            "USAGE, SELECT ON ALL SEQUENCES",
+            "EXECUTE ON ALL FUNCTIONS",
+        ):
+            conn.execute(f'GRANT {grant} IN SCHEMA public TO "{role}"')
+        conn.execute("CREATE EXTENSION pg_trgm")
+    yield db_url, role
+    with pg_server.admin(dbname) as conn:
+        conn.execute(f'DROP OWNED BY "{role}"')
+        conn.execute(f'DROP ROLE "{role}"')
+
+
+def trgm_indexes(pg_server: dbtools.EmbeddedServer, db_url: str) -> int:
+    dbname = db_url.split("@/", 1)[1].split("?", 1)[0]
+    with pg_server.admin(dbname) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE tablename = 'memory_facts'"
+            " AND indexname LIKE '%_trgm'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_role_that_does_not_own_the_tables_starts_when_pg_trgm_came_later(
+    pg_trgm_installed_later: tuple[str, str],
+    pg_server: dbtools.EmbeddedServer,
+    fake_ollama: FakeOllama,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Creating the trigram indexes needs the tables' owner: the start-up said "must be owner
+    of table memory_facts" and every call failed. The indexes only speed up a filter, so
+    start-up logs why they were not made and goes on; the owner's next start makes them."""
+    db_url, role = pg_trgm_installed_later
+    url = db_url.replace("postgresql+asyncpg://postgres@", f"postgresql://{role}@")
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        async with open_memory(make_settings(url, fake_ollama)) as memory:
+            uid = uuid.uuid4()
+            await memory.users.ensure(uid, "app")
+            await memory.store.upsert_fact("p", "editor", "vim", user_id=uid)
+            listed = await memory.store.get_all_facts(user_id=uid, search="vi")
+    assert [f.value for f in listed] == ["vim"]
+    [skipped] = [r for r in caplog.records if r.getMessage().startswith("db.trgm_indexes_skipped")]
+    assert "must be owner of table memory_facts" in skipped.getMessage()
+    assert trgm_indexes(pg_server, db_url) == 0
+    async with open_memory(make_settings(db_url, fake_ollama)):
+        pass
+    assert trgm_indexes(pg_server, db_url) == 3
+
+
+async def test_processes_starting_together_make_the_trigram_indexes_once(
+    pg_trgm_installed_later: tuple[str, str],
+    pg_server: dbtools.EmbeddedServer,
+    fake_ollama: FakeOllama,
+) -> None:
+    """Four processes opening at once where pg_trgm came later: three of four failed on the
+    catalog's unique index (two CREATE INDEX IF NOT EXISTS of one name). Now all open, and
+    the indexes are made."""
+    db_url, _ = pg_trgm_installed_later
+
+    async def start() -> None:
+        async with open_memory(make_settings(db_url, fake_ollama)):
+            pass
+
+    await asyncio.gather(*(start() for _ in range(4)))
+    assert trgm_indexes(pg_server, db_url) == 3
