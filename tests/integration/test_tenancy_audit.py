@@ -14,7 +14,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from navi_memory import PERMISSION_READ_ALL, Memory, PermissionDeniedError, request_context
+from navi_memory import (
+    PERMISSION_READ_ALL,
+    Memory,
+    PermissionDeniedError,
+    ToolContext,
+    request_context,
+)
 from navi_memory.schemas import ChunkDraft
 from tests.integration.factories import execute, new_user, scalar
 
@@ -156,3 +162,28 @@ async def test_the_backfill_acting_for_a_user_is_refused_and_embeds_nobodys_rows
         missing = "SELECT embedding IS NULL FROM memory_facts WHERE id = :i"
         assert await scalar(memory, missing, i=fact.id) is True
     assert await memory.store.backfill_embeddings() == 1
+
+
+async def test_acting_for_a_user_a_tool_context_naming_another_changes_nothing_of_theirs(
+    memory: Memory,
+) -> None:
+    """Inside Alice's request context, ToolContext(user_id=Bob) made the tools save, forget
+    and write Bob's memory, which upsert_fact(user_id=Bob) there refuses: now each call is
+    the tool's error text and Bob's rows are as they were."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    bsid = (await memory.sessions.create(user_id=bob)).id
+    await memory.store.upsert_fact("tools", "editor", "vim", user_id=bob)
+    save = {"action": "save", "category": "x", "key": "k", "value": "from alice"}
+    write = {"action": "write", "section": "s", "text": "alice was here"}
+    with request_context(user_id=alice):
+        answers = [
+            await memory.tools.call("memory", save, ToolContext(user_id=bob)),
+            await memory.tools.call(
+                "memory", {"action": "forget", "key": "editor"}, ToolContext(user_id=bob)
+            ),
+            await memory.tools.call("scratchpad", write, ToolContext(user_id=bob, session_id=bsid)),
+        ]
+    assert all(" error: this request acts for user " in answer for answer in answers), answers
+    facts = await memory.store.get_all_facts(user_id=bob)
+    assert [(f.key, f.value) for f in facts] == [("editor", "vim")]
+    assert await scalar(memory, "SELECT count(*) FROM kv_store") == 0

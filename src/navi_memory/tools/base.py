@@ -49,7 +49,10 @@ IDENTITY_ARGUMENTS: Final = ("user_id", "session_id")
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """Who a tool call acts for. A field left None falls back to the request context
-    (``navi_memory.request_context``) at the moment of the call."""
+    (``navi_memory.request_context``) at the moment of the call. Inside a request context that
+    acts for a user, the tool context may not name another user nor grant a permission the
+    request does not hold (PermissionDeniedError, answered as the tool's error text): the
+    tenancy rule of every other call (docs/architecture.md, "Identity and tenancy")."""
 
     user_id: uuid.UUID | str | None = None
     session_id: str | None = None
@@ -57,12 +60,25 @@ class ToolContext:
 
     def resolved(self) -> ToolContext:
         """This context with every None field taken from the request context."""
+        acting_for = current_user_id()
+        held = current_permissions()
+        user_id = acting_for if self.user_id is None else as_user_id(self.user_id)
+        permissions = held if self.permissions is None else frozenset(self.permissions)
+        if acting_for is not None:
+            if user_id != acting_for:
+                raise PermissionDeniedError(
+                    f"this request acts for user {acting_for}, and a tool call acts for it "
+                    f"only: the ToolContext names user {user_id} (leave its user_id out)"
+                )
+            if not permissions <= held:
+                raise PermissionDeniedError(
+                    f"the ToolContext grants {', '.join(sorted(permissions - held))}, which "
+                    "this request does not hold"
+                )
         return ToolContext(
-            user_id=current_user_id() if self.user_id is None else as_user_id(self.user_id),
+            user_id=user_id,
             session_id=current_session_id() if self.session_id is None else self.session_id,
-            permissions=(
-                current_permissions() if self.permissions is None else frozenset(self.permissions)
-            ),
+            permissions=permissions,
         )
 
     @contextmanager

@@ -249,12 +249,37 @@ async def test_empty_context_fields_fall_back_to_the_request_context() -> None:
     with request_context(user_id=BOB, session_id="s7", permissions=[PERMISSION_READ_ALL]):
         await tool.call({"query": "x"})
         await tool.call({"query": "x"}, ToolContext(session_id="s8"))
-        await tool.call({"query": "x"}, ToolContext(user_id=ALICE, permissions=frozenset()))
+        await tool.call({"query": "x"}, ToolContext(user_id=BOB, permissions=frozenset()))
     first, second, third = searcher.calls
     assert (first["user"], first["session"]) == (BOB, "s7")
     assert first["permissions"] == {PERMISSION_READ_ALL}
     assert (second["user"], second["session"]) == (BOB, "s8")
-    assert (third["user"], third["session"], third["permissions"]) == (ALICE, "s7", frozenset())
+    assert (third["user"], third["session"], third["permissions"]) == (BOB, "s7", frozenset())
+
+
+async def test_acting_for_a_user_a_tool_context_cannot_name_another_or_grant_more() -> None:
+    """Inside a request context acting for Bob, a ToolContext naming Alice, or granting
+    read_all Bob's request does not hold, is refused as the tool's error text, as the API
+    refuses Bob's code naming Alice's id; with no request context the ToolContext decides."""
+    searcher = RecordingSearcher()
+    tool = memory_search_tool(searcher)
+    with request_context(user_id=BOB, session_id="s7"):
+        other = await tool.call({"query": "x"}, ToolContext(user_id=ALICE))
+        more = await tool.call(
+            {"query": "x"}, ToolContext(permissions=frozenset({PERMISSION_READ_ALL}))
+        )
+    assert other.startswith("memory_search error: this request acts for user ")
+    assert str(ALICE) in other
+    assert more == (
+        f"memory_search error: the ToolContext grants {PERMISSION_READ_ALL}, which this "
+        "request does not hold"
+    )
+    assert searcher.calls == []
+    await tool.call(
+        {"query": "x"}, ToolContext(user_id=ALICE, permissions=frozenset({PERMISSION_READ_ALL}))
+    )
+    [alone] = searcher.calls
+    assert (alone["user"], alone["permissions"]) == (ALICE, {PERMISSION_READ_ALL})
 
 
 @given(
