@@ -105,8 +105,9 @@ def plan_compression(context: Sequence[Message], keep_last: int) -> CompressionP
     The boundary never parts a tool result from its call (a prompt with a result the model did
     not ask for is refused by OpenAI-style APIs): a kept ``tool`` row keeps the ``tool_call``
     rows of its turn, or, when that would keep every message, the results leave with them.
-    Calls still waiting for their results (the conversation ends with them) are always kept,
-    even with ``keep_last`` 0: their results arrive next, and must find them in the context.
+    Calls still waiting for their results (the conversation ends with their turn, with fewer
+    results than calls) are always kept with that turn, even with ``keep_last`` 0: their
+    results arrive next, and must find them in the context.
     """
     ordered = sorted(context, key=lambda m: m.seq)
     conversation = [m for m in ordered if m.kind == "message"]
@@ -120,12 +121,19 @@ def plan_compression(context: Sequence[Message], keep_last: int) -> CompressionP
 
 
 def _pending(conversation: Sequence[Message]) -> int:
-    """Where the trailing run of ``tool_call`` rows (calls with no result yet) starts;
-    ``len(conversation)`` when the conversation does not end with a call."""
-    start = len(conversation)
-    while start > 0 and conversation[start - 1].role == "tool_call":
-        start -= 1
-    return start
+    """Where the last tool-call turn starts when some of its calls still wait for a result
+    (the conversation ends with the turn's calls, then fewer results than calls: "a", "b",
+    result of "a"); ``len(conversation)`` when nothing waits."""
+    end = len(conversation)
+    results = end
+    while results > 0 and conversation[results - 1].role == "tool":
+        results -= 1
+    calls = results
+    while calls > 0 and conversation[calls - 1].role == "tool_call":
+        calls -= 1
+    if results - calls > end - results:  # more calls than results: the turn is open
+        return calls
+    return end
 
 
 def _keep_start(conversation: Sequence[Message], start: int) -> int:

@@ -80,3 +80,11 @@ def test_a_call_still_waiting_for_its_result_is_never_demoted() -> None:
     assert kept_roles(context("user", "tool_call", "tool"), 0) == []
     # Nothing else to demote: no compression at all.
     assert kept_roles(context("tool_call"), 0) is None
+    # Two calls, one result so far: the turn is open, and the second result must find its call.
+    assert kept_roles(context("user", "tool_call", "tool_call", "tool"), 0) == [
+        "tool_call",
+        "tool_call",
+        "tool",
+    ]
+    # Every call of the turn answered: it leaves.
+    assert kept_roles(context("user", "tool_call", "tool_call", "tool", "tool"), 0) == []
