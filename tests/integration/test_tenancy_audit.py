@@ -17,6 +17,7 @@ import pytest
 from navi_memory import (
     PERMISSION_READ_ALL,
     Memory,
+    NotFoundError,
     PermissionDeniedError,
     ToolContext,
     request_context,
@@ -187,3 +188,21 @@ async def test_acting_for_a_user_a_tool_context_naming_another_changes_nothing_o
     facts = await memory.store.get_all_facts(user_id=bob)
     assert [(f.key, f.value) for f in facts] == [("editor", "vim")]
     assert await scalar(memory, "SELECT count(*) FROM kv_store") == 0
+
+
+async def test_another_user_cannot_take_a_session_kept_outside_sessions_by_marking_it(
+    memory: Memory,
+) -> None:
+    """Bob keeps his session "ext-1" outside `sessions` (his chunks name it). Alice's mark of
+    the id was taken, and then Bob could neither mark nor create his own session: her mark is
+    refused as another user's session (NotFoundError), and his go through."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    await memory.store.add_chunks(
+        [chunk("User: bob external", T0)], user_id=bob, session_id="ext-1"
+    )
+    with request_context(user_id=alice), pytest.raises(NotFoundError):
+        await memory.store.mark_session_extracted("ext-1")
+    with request_context(user_id=bob):
+        marked = await memory.store.mark_session_extracted("ext-1")
+        assert await memory.store.get_extracted_at("ext-1") == marked
+        await memory.sessions.create("ext-1")

@@ -446,7 +446,12 @@ class FactService:
         someone else's."""
         repo = SessionRepository(session=session)
         await repo.lock_session_id(session_id)  # a create of the id waits, then sees the row
-        if await repo.extraction_owner(session_id) not in (None, user_id):
+        owner = await repo.extraction_owner(session_id)
+        if owner not in (None, user_id) or (
+            # No row says whose it is: a session kept outside ``sessions`` is the user's
+            # whose chunks or sketches it holds (as create reads it), not the first marker's.
+            owner is None and await repo.rows_of_others(session_id, user_id)
+        ):
             raise NotFoundError(f"no session {session_id!r} for this user")
         marked = await repo.mark_extracted(session_id, user_id, at=at)
         if marked is None:  # the state row is another user's (their session has this id)
