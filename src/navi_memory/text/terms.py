@@ -57,10 +57,13 @@ def _term_pattern(marks: str) -> re.Pattern[str]:
     word = rf"[\w{marks}]"
     # A leading "." before a letter (".NET", ".env"); a sign before a digit.
     head = r"(?:(?<![\w.\-/@:#,+])(?:\.(?=[^\W\d_])|[-+](?=[0-9])))?"
-    inner = rf"(?:[\w{marks}.\-/@:#]|(?<=[0-9]),(?=[0-9]))"
+    # Runs of inner characters, a comma only between digits (a run per group: one character
+    # class a run, which keeps the scan as fast as it was without commas).
+    run = rf"[\w{marks}.\-/@:#]*"
+    inner = rf"{run}(?:(?<=[0-9]),(?=[0-9]){run})*"
     # Trailing "+" and "#" of a name ("C++", "C#", "F#", "g++"): without them "C" alone.
     tail = r"(?:[+#]+(?![\w+#]))?"
-    return re.compile(rf"{head}(?:{word}{inner}*{word}|{word}){tail}")
+    return re.compile(rf"{head}(?:{word}{inner}{word}|{word}){tail}")
 
 
 _ASCII_TERM: Final = _term_pattern("")
