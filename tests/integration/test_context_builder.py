@@ -156,6 +156,7 @@ async def test_text_on_a_tool_call_reaches_the_prompt_chunks_and_summary(
     await sessions.append("s1", "tool_call", said, tool_name="kv", tool_args={"a": 1}, user_id=uid)
     await sessions.append("s1", "tool_call", tool_name="kv", tool_args={"b": 2}, user_id=uid)
     await sessions.append("s1", "tool", "9931", tool_name="kv", user_id=uid)
+    await sessions.append("s1", "tool", "done", tool_name="kv", user_id=uid)
 
     turns = await memory.context.build("s1", "hi", system_prompt="", user_id=uid)
 
@@ -163,8 +164,10 @@ async def test_text_on_a_tool_call_reaches_the_prompt_chunks_and_summary(
         ("user", "what port?", 0),
         ("assistant", said, 2),
         ("tool", "9931", 0),
+        ("tool", "done", 0),
         ("user", "hi", 0),
     ]
+    # Both calls answered: the turn is closed, and keep_last=0 demotes all of it.
     fake_ollama.chat_replies.append("Port looked up.\nKEYS: NONE")
     await sessions.compress("s1", keep_last=0, user_id=uid)
     assert said in json.dumps(fake_ollama.chat_requests[-1], ensure_ascii=False)
