@@ -4,6 +4,7 @@ statement runs where, and that a generic plan returns the rows a custom one does
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import text
 
 from navi_memory import Memory
@@ -75,6 +76,7 @@ async def test_fact_and_sketch_reads_use_cached_plans_and_the_raw_history_custom
     assert not touching(custom, "FROM kv_store k,")
 
 
+@pytest.mark.slow  # 4-8 s: make test-slow (CI runs it)
 async def test_a_generic_plan_finds_what_a_custom_plan_finds_for_small_and_large_users(
     memory: Memory,
 ) -> None:

@@ -366,6 +366,7 @@ async def test_a_user_who_shrinks_keeps_their_rows_in_the_graph_and_found(manual
     assert {h.via for h in found} >= {"vector"}
 
 
+@pytest.mark.slow  # 4-8 s: make test-slow (CI runs it)
 async def test_a_user_the_graph_holds_fewer_rows_of_than_its_threshold_is_not_walked_for(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:

@@ -132,6 +132,7 @@ async def both(
         await generic.close()
 
 
+@pytest.mark.slow  # 4-8 s: make test-slow (CI runs it)
 async def test_the_small_statement_returns_the_plain_statements_rows_wherever_the_chunks_are(
     manual: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -200,6 +200,7 @@ async def test_bm25_scores_and_order_are_the_same_before_during_and_after_indexi
     )
 
 
+@pytest.mark.slow  # 4-8 s: make test-slow (CI runs it)
 async def test_fused_search_gives_the_same_hits_before_and_after_indexing(
     manual: Memory, fake_ollama: FakeOllama
 ) -> None:
