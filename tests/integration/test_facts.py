@@ -291,6 +291,24 @@ async def test_a_name_of_a_letter_and_symbols_is_searched_whole(
     assert [h.key for h in hits] == [key]
 
 
+async def test_numbers_listed_with_commas_are_searched_each(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """ "8080,8081" is two numbers, each its own ILIKE pattern ("%8080,8081%" matches no
+    stored 8080); "1,200" is one number and finds itself, not "200"."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("technical", "port", "8080", user_id=uid)
+    await memory.store.upsert_fact("places", "home", "52.5, 13.4", user_id=uid)
+    await memory.store.upsert_fact("budget", "laptop", "$1,200", user_id=uid)
+    await memory.store.upsert_fact("budget", "desk", "$200", user_id=uid)
+    fake_ollama.mode = "fail"  # the text pass alone
+    assert [h.key for h in await memory.store.search_facts("ports 8080,8081", user_id=uid)] == [
+        "port"
+    ]
+    assert [h.key for h in await memory.store.search_facts("at 52.5,13.4", user_id=uid)] == ["home"]
+    assert [h.key for h in await memory.store.search_facts("1,200", user_id=uid)] == ["laptop"]
+
+
 async def test_trigram_indexes_serve_the_text_search_when_pg_trgm_is_installed(
     trgm_memory: Memory,
 ) -> None:

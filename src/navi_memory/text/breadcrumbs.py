@@ -62,14 +62,17 @@ _HOME_PATH = re.compile(r"(?<![\w.~/\\:<>-])~[\w.-]*/(?:" + _SEG + r"+/)*" + _SE
 # "+" is in the lookbehind too: it continues the first segment, and a run of "a+a+…" without
 # a "/" was otherwise rescanned from every "+" (quadratic: 80 s on 100k characters).
 _REL_PATH = re.compile(r"(?<![\w.~/\\:<>@#+-])[\w.@+-]+(?:/" + _SEG + r"+)+/?")
-# A drive path, with "\\" or "/": a folder's name may hold spaces ("Program Files", "My
-# Documents") when a separator follows it and each word after a space starts with a capital, a
-# digit or "(" (Windows' own folders; prose after a path is mostly lower case); at most four
-# such words, and no ":" in a name, so a scan ends at the next drive and stays linear.
+# A drive path, with "\\" or "/" ("/" only after a capital drive letter and with two
+# separators at least: "a:/b" in prose is not a path): a folder's name may hold spaces
+# ("Program Files", "My Documents") when a separator follows it and each word after a space
+# starts with a capital, a digit or "(" (Windows' own folders; prose after a path is mostly
+# lower case); at most four such words, and no ":" in a name, so a scan ends at the next
+# drive and stays linear. A ":42" after the file is its line.
 _WIN_CHAR = r"[^\s\"'<>|*?`,;:\\/]"
+_WIN_NAME = rf"{_WIN_CHAR}+(?: [A-Z0-9(]{_WIN_CHAR}*){{0,4}}"
 _WIN_PATH = re.compile(
-    r"(?<![\w\\])[A-Za-z]:[\\/]"
-    rf"(?:{_WIN_CHAR}+(?: [A-Z0-9(]{_WIN_CHAR}*){{0,4}}[\\/])*(?:{_WIN_CHAR}+)?"
+    rf"(?<![\w\\/])(?:[A-Za-z]:\\(?:{_WIN_NAME}\\)*|[A-Z]:/(?:{_WIN_NAME}/)+)"
+    rf"(?:{_WIN_CHAR}+(?::[0-9]+(?![\w:]))?)?"
 )
 _UNC_PATH = re.compile(r"(?<![\w\\])\\\\[\w.$-]+\\[^\s\"'<>|*?`,;]+")
 _FILE_EXTENSIONS: Final = (
@@ -95,14 +98,9 @@ _NAMED_FILE = re.compile(
 _HASH_TICKET = re.compile(r"(?<![\w&#/.-])(?:[\w.-]+/[\w.-]+)?#[0-9]{1,9}(?!\w)")
 _KEY_TICKET = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]{1,9}-[0-9]{1,7}(?![\w-]|\.[0-9])")
 
-# A number: grouped thousands (1,200 · 1.200 · 1'200 · 1 200, the space plain or no-break) or
-# plain, with an optional decimal part in either convention (4,5 · 4.5). Groups after spaces
-# are at most four: a number may start after a space, and a run of "123 456 …" would otherwise
-# be rescanned from each group (quadratic).
-_NUM = (
-    r"(?:(?:[0-9]{1,3}(?:[,.'][0-9]{3})+|[0-9]{1,3}(?:[ \u00a0\u202f][0-9]{3}){1,4}(?![0-9]))"
-    r"(?:[.,][0-9]+)?|[0-9]+(?:[.,][0-9]+)?)"
-)
+# A number: grouped thousands (1,200 · 1.200 · 1'200 · 1 200 with a no-break space) or plain,
+# with an optional decimal part in either convention (4,5 · 4.5).
+_NUM = r"(?:[0-9]{1,3}(?:[,.'\u00a0\u202f][0-9]{3})+(?:[.,][0-9]+)?|[0-9]+(?:[.,][0-9]+)?)"
 _SPACE = r"[ \u00a0\u202f]?"
 _UNIT_WORDS = (
     # Rates first: "km" must not win over "km/h", nor "Mb" over "Mb/s".
@@ -126,10 +124,18 @@ _UNIT_AFTER = (
     # one-letter units only when glued on (5s, 10m, 7B, 2x): "5 s" is more often prose
     r"|[smhdwykKMBGTgLlVWx](?!\w)"
 )
+# Thousands grouped by a plain space, only before a currency: in prose "2 500 GB" is more often
+# two numbers. Not after "digit space": a run of "123 456 …" is read from its first group only.
+_SPACED_AMOUNT = (
+    rf"(?<![0-9] )[0-9]{{1,3}}(?: [0-9]{{3}})+(?![0-9])(?:[.,][0-9]+)?"
+    rf"{_SPACE}(?:[€£$¥₹]|(?i:{_CURRENCY_WORD}|jpy|cad|aud))(?!\w)"
+)
 # With its sign: "-5 °C", "−12%", "+3%" are not "5 °C", "12%", "3%" (a "-" after a word
-# character is a range's or a date's: "3-5%" is "5%").
+# character is a range's or a date's: "3-5%" is "5%"). Never after "digit, no-break space": the
+# number's own group ("1 000 000" read from its first group only, in linear time).
 _AMOUNT = re.compile(
-    rf"(?<![\w.,])(?:[-−+](?=[0-9$€£¥₹]))?(?:{_CURRENCY_FIRST}|{_NUM}(?:{_UNIT_AFTER}))"
+    r"(?<![\w.,])(?<![0-9][\u00a0\u202f])(?:[-−+](?=[0-9$€£¥₹]))?"
+    rf"(?:{_CURRENCY_FIRST}|{_SPACED_AMOUNT}|{_NUM}(?:{_UNIT_AFTER}))"
 )
 _VERSION = re.compile(
     r"(?<![\w.])(?:v[0-9]+(?:\.[0-9]+)*|[0-9]+\.[0-9]+\.[0-9]+(?:\.[0-9]+)*)"
@@ -381,7 +387,7 @@ def _unwrap(item: str) -> str:
     return item
 
 
-_KEYS_SEPARATOR = re.compile(r"(?<!\S),|,(?!\S)")
+_KEYS_SEPARATOR = re.compile(r"(?<![0-9]),|,(?![0-9])")
 
 
 def split_keys_line(summary: str) -> tuple[str, list[str]]:
@@ -390,9 +396,9 @@ def split_keys_line(summary: str) -> tuple[str, list[str]]:
     The KEYS line is the one the summary ends with (spec), so only the last non-blank line
     can be it: a line like it anywhere else ("Keys: rotate them monthly") is summary text.
     The line may be indented or in markdown bold (``**KEYS:**``). Keys are the comma-separated
-    items (a comma inside an item, as in "4,5 GB", stays), trimmed, empties dropped, deduped
-    ignoring case, capped at SUMMARY_MAX_KEYS; ``KEYS: NONE`` means no keys. Without a KEYS
-    line the summary comes back stripped with [].
+    items (a comma between two digits, as in "4,5 GB", is the item's), trimmed, empties
+    dropped, deduped ignoring case, capped at SUMMARY_MAX_KEYS; ``KEYS: NONE`` means no keys.
+    Without a KEYS line the summary comes back stripped with [].
     """
     lines = summary.splitlines(keepends=True)
     last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
@@ -404,11 +410,9 @@ def split_keys_line(summary: str) -> tuple[str, list[str]]:
     for bold in ("**", "__"):
         body = body.removesuffix(bold)
     body = body.strip().removesuffix(".")
-    # Items are separated by commas with a blank on one side at least; a comma between two
-    # characters is an item's ("4,5 GB", "$1,200", a URL's "@52.5,13.4"), unless the
-    # line separates nothing that way ("a,b,c").
-    separated = _KEYS_SEPARATOR.split(body) if _KEYS_SEPARATOR.search(body) else body.split(",")
-    items = [_unwrap(item) for item in separated]
+    # A comma between two digits is an item's ("4,5 GB", "$1,200", a URL's "@52.5,13.4");
+    # every other comma separates items.
+    items = [_unwrap(item) for item in _KEYS_SEPARATOR.split(body)]
     if len(items) == 1 and items[0].casefold() == "none":
         return rest, []
     return rest, _dedupe(items, SUMMARY_MAX_KEYS)

@@ -61,8 +61,9 @@ def _term_pattern(marks: str) -> re.Pattern[str]:
     # class a run, which keeps the scan as fast as it was without commas).
     run = rf"[\w{marks}.\-/@:#]*"
     inner = rf"{run}(?:(?<=[0-9]),(?=[0-9]){run})*"
-    # Trailing "+" and "#" of a name ("C++", "C#", "F#", "g++"): without them "C" alone.
-    tail = r"(?:[+#]+(?![\w+#]))?"
+    # Trailing "+" and "#" of a name ("C++", "C#", "F#", "g++"): without them "C" alone. After
+    # a letter only: "10+ years" is 10.
+    tail = r"(?:(?<=[^\W\d_])[+#]+(?![\w+#]))?"
     return re.compile(rf"{head}(?:{word}{inner}{word}|{word}){tail}")
 
 
@@ -72,6 +73,27 @@ _ASCII_TERM: Final = _term_pattern("")
 @functools.cache
 def _unicode_term() -> re.Pattern[str]:
     return _term_pattern(combining_marks())
+
+
+# A number whose commas are its own: thousands ("1,200", "-12,345,678.5") or a decimal comma
+# with one or two decimals ("4,5", "3,14"). Other commas between digits separate numbers.
+_COMMA_NUMBER: Final = re.compile(
+    r"[-+]?(?:[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+,[0-9]{1,2})"
+)
+
+
+def _numbers_apart(words: list[str]) -> list[str]:
+    """``words`` with a comma-joined term that is not one number ("8080,8081", "52.5,13.4")
+    split back at its commas: each number is its own term (and its own ILIKE pattern)."""
+    if not any("," in word for word in words):
+        return words
+    apart: list[str] = []
+    for word in words:
+        if "," in word and _COMMA_NUMBER.fullmatch(word) is None:
+            apart.extend(part for part in word.split(",") if part)
+        else:
+            apart.append(word)
+    return apart
 
 
 def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
@@ -89,7 +111,7 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
         words = _unicode_term().findall(unicodedata.normalize("NFC", query))
     seen: set[str] = set()
     terms: list[str] = []
-    for word in words:
+    for word in _numbers_apart(words):
         folded = word.casefold()
         if folded in seen:
             continue

@@ -45,6 +45,7 @@ FOUND = [
     (r"open C:\Users\bob\My Documents\report.xlsx", r"C:\Users\bob\My Documents\report.xlsx"),
     (r"C:\Program Files (x86)\Steam\steam.exe", r"C:\Program Files (x86)\Steam\steam.exe"),
     ("copy C:/Users/bob/file.txt over", "C:/Users/bob/file.txt"),
+    (r"error at C:\src\main.c:42 again", r"C:\src\main.c:42"),
     (r"share \\fileserver\public\q3.xlsx here", r"\\fileserver\public\q3.xlsx"),
     ("change config.yaml and restart", "config.yaml"),
     ("the docker-compose.yml file", "docker-compose.yml"),
@@ -81,6 +82,7 @@ FOUND = [
     ("−3.5% and rising", "−3.5%"),
     ("the fee is 1 234,56 € now", "1 234,56 €"),
     ("raised 1 000 000 USD", "1 000 000 USD"),
+    ("worth 1\u00a0000\u00a0000\u00a0000\u00a0000\u00a0000 USD", "1 000 000 000 000 000 USD"),
     ("we need 4 cores", "4 cores"),
     ("drove at 60 km/h", "60 km/h"),
     ("link is 100 Mb/s", "100 Mb/s"),
@@ -126,6 +128,11 @@ NOT_FOUND = [
     (r"in C:\Temp then I ran it", r"C:\Temp then"),
     ("3-5% more", "-5%"),
     ("growth -12% this year", "12%"),
+    # a plain space between numbers groups thousands only before a currency
+    ("buy 2 500 GB drives", "2 500 GB"),
+    ("I paid $5 100 times", "$5 100"),
+    # "/" after a drive letter: a capital one, and two separators at least
+    ("see a:/b", "a:/b"),
     ("a </div> tag", "/div"),
 ]
 
@@ -374,8 +381,8 @@ def test_keys_are_trimmed_deduped_and_empties_dropped() -> None:
 
 
 def test_a_comma_inside_an_item_does_not_split_it() -> None:
-    """Items are separated by ", " (a blank beside the comma): "4,5 GB", "$1,200" and a
-    URL's commas stay whole; a line with no blank beside any comma splits at each one."""
+    """A comma between two digits is the item's: "4,5 GB", "$1,200" and a URL's "@52.5,13.4"
+    stay whole; every other comma separates items."""
     line = "KEYS: port 8099, 4,5 GB, $1,200, https://maps.example.com/@52.5,13.4,12z"
     assert split_keys_line(line)[1] == [
         "port 8099",
@@ -384,6 +391,9 @@ def test_a_comma_inside_an_item_does_not_split_it() -> None:
         "https://maps.example.com/@52.5,13.4,12z",
     ]
     assert split_keys_line("KEYS: a,b,c")[1] == ["a", "b", "c"]
+    # Only a comma between two digits is an item's: a line mixing ", " and "," splits at both.
+    assert split_keys_line("KEYS: Paris,London, budget")[1] == ["Paris", "London", "budget"]
+    assert split_keys_line("KEYS: $1,200")[1] == ["$1,200"]
 
 
 def test_keys_are_capped_at_summary_max_keys() -> None:

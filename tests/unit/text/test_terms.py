@@ -31,6 +31,12 @@ def test_identifiers_paths_and_addresses_stay_whole() -> None:
         ("4,5 GB", ["4,5", "GB"]),
         ("$1,200 a year", ["1,200", "year"]),
         ("a,b", ["a", "b"]),
+        # Commas between numbers that are not one number's: each number its own term (and
+        # its own ILIKE pattern: "%8080,8081%" matches no stored "8080").
+        ("ports 8080,8081", ["ports", "8080", "8081"]),
+        ("at 52.5,13.4", ["52.5", "13.4"]),
+        ("12,345,678.5 rows", ["12,345,678.5", "rows"]),
+        ("10+ years", ["10", "years"]),
         # Names that are a letter and symbols are not one letter, nor dropped beside words.
         ("C++", ["C++"]),
         ("C# dev", ["C#", "dev"]),
