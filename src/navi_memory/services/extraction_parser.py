@@ -12,8 +12,8 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from navi_memory.constants import (
@@ -268,34 +268,56 @@ def _find_json(text: str) -> _Found | None:
             pos = start + 1
             continue
         if _holds_facts(value):
-            return _Found(value, more=_more_facts(text, end))
+            more, lost = _more_facts(text, end)
+            return _Found(value, lost=lost, more=more)
         fallback = fallback or _Found(value)
         pos = end
     return fallback or broken
 
 
-def _more_facts(text: str, pos: int) -> tuple[Any, ...]:
-    """The complete JSON values after ``pos`` that are lists of objects or fact objects, up to
-    the first that does not decode (the rest of the reply is prose or junk then)."""
+def _more_facts(text: str, pos: int) -> tuple[tuple[Any, ...], int]:
+    """The JSON values after ``pos`` that are lists of objects or fact objects, and how many
+    items of theirs were lost: an array cut off or broken keeps its complete items (as the
+    first one does), and the values end there (the rest is prose or junk)."""
     more = []
+    lost = 0
     while (match := _START.search(text, pos)) is not None:
         try:
             value, pos = _DECODER.raw_decode(text, match.start())
         except (json.JSONDecodeError, RecursionError):
+            if text[match.start()] == "[":
+                salvaged = _salvage_array(text, match.start())
+                if any(isinstance(v, dict) for v in salvaged.value):
+                    more.append(salvaged.value)
+                    lost += salvaged.lost
             break
-        if (isinstance(value, list) and any(isinstance(v, dict) for v in value)) or (
-            _looks_like_fact(value)
-        ):
+        if _holds_more_facts(value):
             more.append(value)
-    return tuple(more)
+    return tuple(more), lost
 
 
-def _candidates(reply: str) -> Iterator[str]:
-    # Fenced blocks first (the first few: a reply of thousands is junk, and each costs a
-    # search), the prose around them may hold brackets of its own.
-    for match in itertools.islice(_FENCE.finditer(reply), _MAX_FENCES):
-        yield match.group(1).strip()
-    yield reply
+def _holds_more_facts(value: Any) -> bool:
+    return (isinstance(value, list) and any(isinstance(v, dict) for v in value)) or (
+        _looks_like_fact(value)
+    )
+
+
+def _fenced_more(fences: Sequence[str]) -> tuple[tuple[Any, ...], int]:
+    """The facts of the fenced blocks after the one read ("```json [...]```" twice)."""
+    more: list[Any] = []
+    lost = 0
+    for fence in fences:
+        try:
+            value = _DECODER.decode(fence)
+        except (json.JSONDecodeError, RecursionError):
+            found = _find_json(fence)
+            if found is not None and _holds_more_facts(found.value):
+                more += [found.value, *found.more]
+                lost += found.lost
+            continue
+        if _holds_more_facts(value):
+            more.append(value)
+    return tuple(more), lost
 
 
 def _locate(reply: str) -> _Found | None:
@@ -304,14 +326,19 @@ def _locate(reply: str) -> _Found | None:
         return _Found(_DECODER.decode(reply))
     except (json.JSONDecodeError, RecursionError):
         pass
+    # Fenced blocks first (the first few: a reply of thousands is junk, and each costs a
+    # search), the prose around them may hold brackets of its own.
+    fences = [m.group(1).strip() for m in itertools.islice(_FENCE.finditer(reply), _MAX_FENCES)]
     best: _Found | None = None
-    for candidate in _candidates(reply):
+    for index, candidate in enumerate([*fences, reply]):
         try:
-            return _Found(_DECODER.decode(candidate))
+            found: _Found | None = _Found(_DECODER.decode(candidate))
         except (json.JSONDecodeError, RecursionError):
-            pass
-        found = _find_json(candidate)
+            found = _find_json(candidate)
         if found is not None and not found.truncated:
+            if index < len(fences) - 1:  # the fences after it may hold facts too
+                more, lost = _fenced_more(fences[index + 1 :])
+                found = replace(found, more=found.more + more, lost=found.lost + lost)
             return found
         best = best or found
     return best

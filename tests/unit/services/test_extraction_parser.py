@@ -159,6 +159,16 @@ def test_arrays_one_after_another_are_all_read() -> None:
     assert [f.key for f in objects.facts] == [EDITOR["key"], OS["key"]]
     prose = parse_extracted_facts(f'{json.dumps([EDITOR])} (see [1]) {{"count": 1}}')
     assert (len(prose.facts), prose.skipped) == (1, 0)
+    # Each in a fence of its own.
+    fenced = parse_extracted_facts(
+        f"```json\n{json.dumps([EDITOR])}\n```\nand\n```json\n{json.dumps([OS])}\n```"
+    )
+    assert [f.key for f in fenced.facts] == [EDITOR["key"], OS["key"]]
+    # The second cut off: its complete items kept, the cut one counted.
+    cut = parse_extracted_facts(
+        f'Preferences: {json.dumps([EDITOR])}\nEnvironment: [{json.dumps(OS)}, {{"category": "en'
+    )
+    assert ([f.key for f in cut.facts], cut.skipped) == ([EDITOR["key"], OS["key"]], 1)
 
 
 def test_one_object_instead_of_an_array() -> None:
