@@ -163,15 +163,16 @@ def _upgrade_only(cfg: Config, revision: str, url: str) -> None:
         # What Alembic's upgrade command runs (it passes the heads tuple too; the private
         # method's ``str`` annotation is narrower than what it takes).
         todo: list[RevisionStep] = script._upgrade_revs(revision, heads)  # type: ignore[arg-type]
-        if not todo and heads:
-            wanted = {rev.revision for rev in script.get_revisions(revision) if rev is not None}
-            if not wanted or not wanted <= set(heads):  # none: base
-                current = ",".join(heads)
-                raise InvalidInputError(
-                    f"the database at {redact_url(url)} is at {current}, past {revision}: "
-                    f"migrate only upgrades; to go back, run `alembic downgrade {revision}` "
-                    "in a checkout of navi-memory (it drops what the later revisions added)"
-                )
+        # Nothing to run: at the target, or past it. Past it, a downgrade would have steps;
+        # Alembic resolves the target as for a downgrade (a relative one, "head-1" or
+        # "0020+1", from the database's heads), which naming its revisions would not.
+        if not todo and heads and script._downgrade_revs(revision, heads):  # type: ignore[arg-type]
+            current = ",".join(heads)
+            raise InvalidInputError(
+                f"the database at {redact_url(url)} is at {current}, past {revision}: "
+                f"migrate only upgrades; to go back, run `alembic downgrade {revision}` "
+                "in a checkout of navi-memory (it drops what the later revisions added)"
+            )
         return todo
 
     with EnvironmentContext(cfg, script, fn=steps, destination_rev=revision):

@@ -87,7 +87,7 @@ def test_migrate_to_a_revision_says_the_revision_it_reached(
     assert capsys.readouterr().out.strip() == f"migrate: the database is at head ({SCHEMA_HEAD})"
 
 
-@pytest.mark.parametrize("to", ["base", "0001", SCHEMA_REVISIONS[-2]])
+@pytest.mark.parametrize("to", ["base", "0001", SCHEMA_REVISIONS[-2], "head-1", "0020+1"])
 def test_migrate_to_an_older_revision_is_refused_and_changes_nothing(
     db_url: str,
     pg_server: dbtools.EmbeddedServer,
@@ -108,6 +108,19 @@ def test_migrate_to_an_older_revision_is_refused_and_changes_nothing(
     with pg_server.admin(str(make_url(db_url).database)) as conn:
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
     assert version == (SCHEMA_HEAD,)
+
+
+@pytest.mark.parametrize("to", ["head-1", f"{SCHEMA_REVISIONS[-3]}+1"])
+def test_migrate_to_a_relative_revision_the_database_is_at_does_nothing(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], to: str
+) -> None:
+    """A relative target (resolved from the database's revision, as Alembic does) that the
+    database is at already is reached: exit 0, nothing to run. Resolving it by name said
+    "Can't locate revision identified by 'head-1'"."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    dbtools.downgrade(db_url, SCHEMA_REVISIONS[-2])
+    assert main(["migrate", "--to", to]) == 0
+    assert capsys.readouterr().out.strip() == f"migrate: the database is at {SCHEMA_REVISIONS[-2]}"
 
 
 def test_upgrade_to_an_older_revision_is_refused(db_url: str) -> None:
