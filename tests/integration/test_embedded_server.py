@@ -226,3 +226,20 @@ def test_a_data_dir_whose_path_has_a_space_starts(tmp_path: Path) -> None:
         assert subprocess.run(psql, capture_output=True, text=True, check=True).stdout == "1\n"
     finally:
         embedded.stop_embedded_server(data_dir)
+
+
+@pytest.mark.parametrize("name", ["josé", "x~y", "a#b", "ünï"])
+def test_a_data_dir_that_is_one_shell_word_keeps_its_socket_in_pgdata(
+    tmp_path: Path, name: str
+) -> None:
+    """Only a path a shell would split moves the socket out of pgdata: letters of any script,
+    and "~" or "#" inside a name, are one word (a socket under /tmp or $XDG_RUNTIME_DIR may be
+    cleaned away while the server runs)."""
+    pgdata = tmp_path / name / "pgdata"
+    pgdata.mkdir(parents=True)
+    assert embedded._socket_dir_for_pg_ctl(pgdata, tmp_path / "runtime") == pgdata
+    spaced = tmp_path / "a b" / "pgdata"
+    spaced.mkdir(parents=True)
+    assert embedded._socket_dir_for_pg_ctl(spaced, tmp_path / "runtime").parent == (
+        tmp_path / "runtime"
+    )
