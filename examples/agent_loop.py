@@ -10,6 +10,7 @@ environment, see docs/config.md):
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import uuid
 from typing import Any
@@ -45,6 +46,18 @@ def storable(value: Any) -> Any:
     return value
 
 
+def arguments_object(arguments: dict[str, Any] | str) -> dict[str, Any]:
+    """A tool call's arguments as the object a session stores: a dict as it is, the JSON text
+    of an object (a custom OpenAI-style model's) parsed, anything else kept under "text"."""
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        parsed = None
+    return parsed if isinstance(parsed, dict) else {"text": arguments}
+
+
 async def agent_turn(
     memory: Memory,
     model: ToolChatModel,
@@ -70,7 +83,7 @@ async def agent_turn(
             # the session keeps a copy it can store.
             result = await memory.tools.call(call.name, call.arguments, context)
             name = call.name if call.name in offered else "unknown_tool"
-            args = call.arguments if isinstance(call.arguments, dict) else {"text": call.arguments}
+            args = arguments_object(call.arguments)
             await memory.sessions.append(
                 session_id, "tool_call", tool_name=name, tool_args=storable(args)
             )
