@@ -528,7 +528,10 @@ async def test_compress_through_the_ollama_client(memory: Memory, fake_ollama: F
     assert isinstance(stored, int) and stored >= 1
 
 
-@pytest.mark.parametrize("mode", ["fail", "junk", "stall"])
+@pytest.mark.parametrize(
+    "mode",
+    ["fail", "junk", pytest.param("stall", marks=pytest.mark.slow)],  # stall: 4 s
+)
 async def test_an_ollama_failure_falls_back_to_truncation(
     memory: Memory, fake_ollama: FakeOllama, mode: str
 ) -> None:

@@ -200,6 +200,7 @@ def _stop_embedded(pgdata: Path) -> None:
     )
 
 
+@pytest.mark.slow  # 6 s: make test-slow (CI runs it; make demo starts the default too)
 def test_embedded_default_is_migrated_by_alembic_then_started_and_reattached(
     tmp_path: Path, fake_ollama: FakeOllama
 ) -> None:

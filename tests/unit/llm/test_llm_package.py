@@ -87,7 +87,15 @@ def test_importing_and_configuring_builds_no_client() -> None:
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("environment_host", ["http://127.0.0.1:99999", "::::", "http://[::1"])
+@pytest.mark.parametrize(
+    "environment_host",
+    [
+        "http://127.0.0.1:99999",
+        # A fresh interpreter each (2-3 s): the other two forms in make test-slow.
+        pytest.param("::::", marks=pytest.mark.slow),
+        pytest.param("http://[::1", marks=pytest.mark.slow),
+    ],
+)
 def test_a_malformed_ollama_host_in_the_environment_does_not_break_a_host_given_in_code(
     environment_host: str,
 ) -> None:
