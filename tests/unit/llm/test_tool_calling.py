@@ -297,7 +297,8 @@ async def test_server_failures_during_a_tool_chat_are_chat_model_errors(
     """A failing, stalling or junk server is a ChatModelError naming host and model."""
     fake.mode = mode  # type: ignore[assignment]
     fake.stall_seconds = 5
-    chat = OllamaChatModel(fake.url, MODEL, timeout=0.3)
+    # Only the stall is about time; a loaded machine must not turn the others into timeouts.
+    chat = OllamaChatModel(fake.url, MODEL, timeout=0.3 if mode == "stall" else 10.0)
     try:
         with pytest.raises(ChatModelError, match=expected) as caught:
             await chat.chat(HELLO, tools=[MEMORY_TOOL])
