@@ -943,6 +943,30 @@ async def test_a_claimed_session_is_skipped_by_another_runner(
         assert model.extraction_calls == 1
 
 
+async def test_another_users_call_for_a_claimed_session_is_not_found(
+    db_url: str, fake_ollama: FakeOllama, model: ExtractionModel
+) -> None:
+    """While Bob's extraction holds his session, Alice's extract_session of its id said it was
+    skipped ("another extractor holds it"), telling her the id exists and is being worked on,
+    and taken first it would have made Bob's own run skip: it is NotFoundError, before any
+    claim."""
+    settings = extraction_settings(db_url, fake_ollama)
+    async with open_memory(settings) as first, open_memory(settings) as second:
+        alice, bob = await new_user(first), await new_user(first)
+        sid = await conversation(first, bob, "hello")
+        model.hold()
+        slow = asyncio.create_task(first.extractor.process_stale_sessions(bob))
+        try:
+            assert await asyncio.to_thread(model.entered.wait, 10)
+            with pytest.raises(NotFoundError):
+                await asyncio.wait_for(
+                    second.extractor.extract_session(sid, user_id=alice), timeout=10
+                )
+        finally:
+            model.release()
+        assert (await slow).sessions_extracted == 1
+
+
 # --- the trigger --------------------------------------------------------------------------------
 
 

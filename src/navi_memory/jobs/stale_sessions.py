@@ -79,6 +79,10 @@ class SessionExtraction:
     """A ``failed`` session's ChatModelError: the chat model, not the session, failed."""
 
 
+def _missing() -> SessionExtraction:
+    return SessionExtraction("missing", ExtractionReport(sessions_seen=1, sessions_skipped=1))
+
+
 def _skipped(session_id: str, why: str, done: ExtractionReport | None = None) -> SessionExtraction:
     """A skipped session; ``done``: the counts of what was written before it was skipped."""
     logger.info(
@@ -153,6 +157,13 @@ class StaleSessionSweep:
         ``stale_only``, if it is still idle for MEMORY_STALE_MINUTES). A model failure, a reply
         with no JSON or a database error is a ``failed`` result (logged), never raised."""
         try:
+            if not stale_only:
+                # A call for one session (extract_session) names it: another user's answers
+                # "missing" before the claim, so it never makes the owner's own run skip, nor
+                # says "another extractor holds it" of a session that is not the caller's.
+                async with unit_of_work(self._sessionmaker) as session:
+                    if not await self._service.owns(session, user_id, session_id):
+                        return _missing()
             async with single_statement(self._engine) as claim:
                 if not await self._service.try_claim(claim, session_id):
                     return _skipped(session_id, "another extractor holds it")
@@ -198,9 +209,7 @@ class StaleSessionSweep:
         async with unit_of_work(self._sessionmaker) as session:
             transcript = await service.transcript(session, user_id, session_id)
         if transcript is None:
-            return SessionExtraction(
-                "missing", ExtractionReport(sessions_seen=1, sessions_skipped=1)
-            )
+            return _missing()
         if not transcript.needs_extraction:
             return _skipped(session_id, "no activity since its last extraction")
         if stale_only and transcript.idle_seconds < self._settings.memory_stale_minutes * 60:

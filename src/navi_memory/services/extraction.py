@@ -183,6 +183,11 @@ class ExtractionService:
 
     # --- reading ----------------------------------------------------------------------------
 
+    async def owns(self, session: AsyncSession, user_id: uuid.UUID, session_id: str) -> bool:
+        """Whether the session is the user's (as ``transcript`` reads it), without its
+        messages: asked before a session is claimed for another user's call."""
+        return await SessionRepository(session=session).activity(session_id, user_id) is not None
+
     async def transcript(
         self, session: AsyncSession, scope: uuid.UUID | None, session_id: str
     ) -> SessionTranscript | None:
