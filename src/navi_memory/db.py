@@ -931,6 +931,17 @@ async def ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
     return created
 
 
+async def _missing_trgm_indexes(conn: AsyncConnection) -> list[str]:
+    present = set(
+        (
+            await conn.execute(
+                text("SELECT indexname FROM pg_indexes WHERE tablename = 'memory_facts'")
+            )
+        ).scalars()
+    )
+    return [name for name in TRGM_INDEXES if name not in present]
+
+
 async def _ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
     created: list[str] = []
     async with engine.begin() as conn:
@@ -939,22 +950,16 @@ async def _ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
         ).scalar()
         if not installed:
             return created
-        present = set(
-            (
-                await conn.execute(
-                    text("SELECT indexname FROM pg_indexes WHERE tablename = 'memory_facts'")
-                )
-            ).scalars()
-        )
-        missing = [name for name in TRGM_INDEXES if name not in present]
-        if not missing:
+        if not await _missing_trgm_indexes(conn):
             return created
         # Two processes creating one index at once: one of them failed on the catalog's
         # unique name (IF NOT EXISTS checks before it inserts). One builds, the others go on.
         locked = await conn.execute(text(f"SELECT pg_try_advisory_xact_lock({TRGM_LOCK})"))
         if not locked.scalar():
             return created
-        for name in missing:
+        # Read again under the lock: a process that held it before may have built them (and
+        # they are not this one's to report as created).
+        for name in await _missing_trgm_indexes(conn):
             await conn.execute(
                 text(
                     f"CREATE INDEX IF NOT EXISTS {name} ON memory_facts "
