@@ -37,7 +37,7 @@ from navi_memory.services.extraction_parser import (
 from navi_memory.services.extraction_prompts import extraction_messages, summary_messages
 from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.services.sessions import to_message
-from navi_memory.text.keys import normalize_key
+from navi_memory.text.keys import stored_category
 from navi_memory.text.transcript import render_transcript
 
 __all__ = [
@@ -298,45 +298,33 @@ class ExtractionService:
     async def _stored_categories(
         self, session: AsyncSession, user_id: uuid.UUID, drafts: Sequence[FactDraft]
     ) -> list[str]:
-        """Each draft's category as the user stores it, as the memory tool's save picks it:
-        the draft's own (lower-cased) when the user holds it so or under no other case; else
-        the stored spelling ("Preferences", an application's write), so the write lands in
-        it and dedupe merges the key's other spellings there instead of leaving the stale
-        value visible beside it. Of several stored spellings, the one holding a spelling of
-        the draft's key (``normalize_key``), else the fullest."""
+        """Each draft's category as the user stores it (``text.keys.stored_category``, the
+        memory tool's rule too): an application's "Preferences" takes the extractor's
+        "preferences", so dedupe merges the key's other spellings there instead of leaving
+        the stale value visible beside it. Each spelling's keys are read once."""
         # (name, visible facts), the fullest first.
         stored = [name for name, _ in await self.facts.categories(session, user_id)]
-        keys: dict[str, set[str]] = {}  # a stored spelling's keys, normalised; read once
-        chosen: list[str] = []
-        for draft in drafts:
-            spellings = [name for name in stored if name.lower() == draft.category.lower()]
-            if draft.category in spellings or not spellings:
-                chosen.append(draft.category)
-                continue
-            category = spellings[0]
-            if len(spellings) > 1:
-                key = normalize_key(draft.key)
-                for name in spellings:
-                    if name not in keys:
-                        keys[name] = {
-                            normalize_key(fact.key)
-                            for fact in await self.facts.list_facts(
-                                session,
-                                user_id,
-                                search=None,
-                                include_merged=False,
-                                sort_by="id",
-                                descending=False,
-                                limit=None,
-                                offset=0,
-                                category=name,
-                            )
-                        }
-                    if key in keys[name]:
-                        category = name
-                        break
-            chosen.append(category)
-        return chosen
+        keys: dict[str, list[str]] = {}  # a stored spelling's keys; read once
+
+        async def keys_of(name: str) -> list[str]:
+            if name not in keys:
+                facts = await self.facts.list_facts(
+                    session,
+                    user_id,
+                    search=None,
+                    include_merged=False,
+                    sort_by="id",
+                    descending=False,
+                    limit=None,
+                    offset=0,
+                    category=name,
+                )
+                keys[name] = [fact.key for fact in facts]
+            return keys[name]
+
+        return [
+            await stored_category(draft.category, draft.key, stored, keys_of) for draft in drafts
+        ]
 
     async def own_key_vectors(
         self, facts: Sequence[Fact]

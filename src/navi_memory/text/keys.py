@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Final
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "PHRASES",
     "normalize_key",
     "same_key",
+    "stored_category",
 ]
 
 # camelCase and PascalCase humps: "preferredLanguage", "HTTPPort" -> "HTTP Port".
@@ -262,3 +263,27 @@ def normalize_key(key: str) -> str:
 def same_key(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` are spellings of the same fact key (equal canonical forms)."""
     return normalize_key(a) == normalize_key(b)
+
+
+async def stored_category(
+    category: str,
+    key: str,
+    stored: Sequence[str],
+    keys_of: Callable[[str], Awaitable[Collection[str]]],
+) -> str:
+    """The category a write of ``key`` under ``category`` goes into, of the user's ``stored``
+    categories (the fullest first): ``category`` when the user holds it so or under no other
+    case; else the stored spelling ("Preferences", an application's write), so the key's
+    other spellings there are merged instead of left beside it; of several stored spellings,
+    the one holding a spelling of ``key`` (``keys_of(name)``: that spelling's keys), else the
+    fullest. The memory tool's save and the extractor both write by it."""
+    folded = category.lower()
+    spellings = [name for name in stored if name.lower() == folded]
+    if category in spellings or not spellings:
+        return category
+    if len(spellings) > 1:
+        wanted = normalize_key(key)
+        for name in spellings:
+            if any(normalize_key(held) == wanted for held in await keys_of(name)):
+                return name
+    return spellings[0]

@@ -24,7 +24,7 @@ from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.facts import SOURCES
 from navi_memory.text.context import fact_line
 from navi_memory.text.hits import one_line, recent_only_head
-from navi_memory.text.keys import normalize_key
+from navi_memory.text.keys import stored_category
 from navi_memory.tools.arguments import (
     choice,
     optional_int,
@@ -283,24 +283,14 @@ async def _stored_spellings(store: FactStore, category: str) -> list[str]:
     return [name for name, _ in await store.fact_categories() if name.lower() == category]
 
 
-async def _save_category(store: FactStore, request: SaveFact) -> str:
-    """The category to save into: as it is stored, if the user has it under another case (a
-    save then replaces the value there, rather than starting a second fact beside it); of
-    several such spellings, the one holding a spelling of the key, else the fullest."""
-    spellings = await _stored_spellings(store, request.category)
-    if request.category in spellings or not spellings:
-        return request.category
-    if len(spellings) > 1:
-        key = normalize_key(request.key)
-        for name in spellings:
-            facts = await store.get_all_facts(category=name)
-            if any(normalize_key(fact.key) == key for fact in facts):
-                return name
-    return spellings[0]
-
-
 async def _save(store: FactStore, request: SaveFact) -> str:
-    category = await _save_category(store, request)
+    # Into the category as the user stores it (text.keys.stored_category).
+    categories = [name for name, _ in await store.fact_categories()]
+
+    async def keys_of(name: str) -> list[str]:
+        return [fact.key for fact in await store.get_all_facts(category=name)]
+
+    category = await stored_category(request.category, request.key, categories, keys_of)
     fact = await store.upsert_fact(
         category,
         request.key,
