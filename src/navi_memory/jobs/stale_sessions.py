@@ -31,8 +31,14 @@ from navi_memory.errors import (
     StorageError,
 )
 from navi_memory.jobs.fact_indexer import FactIndexer
+from navi_memory.repositories.sessions import ExtractionClaim
 from navi_memory.schemas import ExtractionReport
-from navi_memory.services.extraction import ExtractionService, NewSummary, SessionTranscript
+from navi_memory.services.extraction import (
+    ExtractionService,
+    NewSummary,
+    NotWritten,
+    SessionTranscript,
+)
 from navi_memory.services.extraction_parser import ParsedFacts
 from navi_memory.unit_of_work import engine_of, single_statement, unit_of_work
 
@@ -164,13 +170,16 @@ class StaleSessionSweep:
                 async with unit_of_work(self._sessionmaker) as session:
                     if not await self._service.owns(session, user_id, session_id):
                         return _missing()
-            async with single_statement(self._engine) as claim:
-                if not await self._service.try_claim(claim, session_id):
+            async with single_statement(self._engine) as conn:
+                claim = await self._service.try_claim(conn, session_id)
+                if claim is None:
                     return _skipped(session_id, "another extractor holds it")
                 try:
-                    return await self._extract_claimed(user_id, session_id, stale_only=stale_only)
+                    return await self._extract_claimed(
+                        user_id, session_id, claim, stale_only=stale_only
+                    )
                 finally:
-                    await self._release(claim, session_id)
+                    await self._release(conn, claim)
         except (ChatModelError, ExtractionError, StorageError) as exc:
             logger.warning(
                 "extractor.session_failed: %s: %s (left unmarked, retried next run)",
@@ -193,17 +202,28 @@ class StaleSessionSweep:
             )
             return SessionExtraction("failed", ExtractionReport(sessions_seen=1, failures=1))
 
-    async def _release(self, claim: AsyncConnection, session_id: str) -> None:
+    async def _release(self, conn: AsyncConnection, claim: ExtractionClaim) -> None:
+        """Release the claim. One that cannot be released must not go back to the pool still
+        held: closing the connection ends its database session, and the lock with it. A
+        failed release (the connection lost: the lock went with it) is logged and not raised,
+        so the extraction's own result stands; a cancellation still propagates."""
         try:
-            await self._service.release(claim, session_id)
+            await self._service.release(conn, claim)
+        except Exception as exc:
+            await conn.invalidate()
+            logger.warning(
+                "extractor.claim_release_failed: %s: %s (the connection is closed, and the "
+                "claim with it)",
+                claim.session_id,
+                exc,
+                extra={"event": "extractor.claim_release_failed", "session_id": claim.session_id},
+            )
         except BaseException:
-            # A claim that cannot be released must not go back to the pool still held: closing
-            # the connection ends its database session, and the lock with it.
-            await claim.invalidate()
+            await conn.invalidate()
             raise
 
     async def _extract_claimed(
-        self, user_id: uuid.UUID, session_id: str, *, stale_only: bool
+        self, user_id: uuid.UUID, session_id: str, claim: ExtractionClaim, *, stale_only: bool
     ) -> SessionExtraction:
         service = self._service
         async with unit_of_work(self._sessionmaker) as session:
@@ -221,11 +241,13 @@ class StaleSessionSweep:
         vectors = await service.embed(parsed.facts)
         try:
             async with unit_of_work(self._sessionmaker) as session:
-                written = await service.write_facts(session, transcript, parsed.facts, vectors)
+                written = await service.write_facts(
+                    session, transcript, parsed.facts, vectors, claim=claim
+                )
         except NotFoundError as exc:
             return _skipped(session_id, str(exc))  # deleted meanwhile, or not theirs to mark
-        if written is None:
-            return _skipped(session_id, "another extractor covered this activity")
+        if isinstance(written, NotWritten):
+            return _skipped(session_id, written.reason)
         own = await service.own_key_vectors(written.unembedded)
         if own:
             async with unit_of_work(self._sessionmaker) as session:
@@ -254,13 +276,13 @@ class StaleSessionSweep:
             )
         try:
             async with unit_of_work(self._sessionmaker) as session:
-                finished = await service.finish(session, transcript, summary)
+                finished = await service.finish(session, transcript, summary, claim=claim)
         except NotFoundError as exc:
             # Its facts were written before the delete (they are the user's, as if extracted
             # first); no mark is left for an id that is gone.
             return _skipped(session_id, str(exc), report)
-        if finished is None:
-            return _skipped(session_id, "another extractor covered this activity")
+        if isinstance(finished, NotWritten):
+            return _skipped(session_id, finished.reason, report)
         if summary is not None and not finished.summary_written:
             logger.info(
                 "extractor.summary_superseded: %s: the facts changed during the summary call; "

@@ -44,6 +44,7 @@ from navi_memory.models import (
 from navi_memory.text.chunks import WHITESPACE
 
 __all__ = [
+    "ExtractionClaim",
     "ExtractionClaimRepository",
     "SessionActivity",
     "SessionRepository",
@@ -450,6 +451,25 @@ class SessionRepository:
         ).one()
         return row[0], row[1]
 
+    async def claim_held(self, claim: ExtractionClaim) -> bool:
+        """Whether ``claim``'s lock is still held by the server process that took it (a claim
+        dies with its connection: a connection closed by the server, a proxy or a failover
+        takes the lock with it, and another extractor may have claimed the session since).
+        pg_locks shows a bigint advisory key as its high half in ``classid``, its low half in
+        ``objid`` and ``objsubid`` 1."""
+        held = await self.session.scalar(
+            text(
+                f"SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' "
+                f"AND l.granted AND l.pid = :pid AND l.objsubid = 1 "
+                f"AND l.database = (SELECT oid FROM pg_database "
+                f"WHERE datname = current_database()) "
+                f"AND l.classid = (({_CLAIM_KEY} >> 32) & 4294967295)::oid "
+                f"AND l.objid = ({_CLAIM_KEY} & 4294967295)::oid)"
+            ),
+            {"pid": claim.pid, "scope": _claim_scope(claim.session_id)},
+        )
+        return bool(held)
+
     async def extracted_at(self, session_id: str, user_id: uuid.UUID | None) -> datetime | None:
         """The session's mark, if its state row is ``user_id``'s (anyone's for None)."""
         stmt = select(SessionMemoryStateRow.extracted_at).where(
@@ -489,6 +509,22 @@ def _activity_of(row: Row[str, uuid.UUID, datetime, datetime | None, float]) -> 
     return SessionActivity(session_id, user_id, last_active, extracted_at, idle_seconds)
 
 
+@dataclass(frozen=True, slots=True)
+class ExtractionClaim:
+    """A claim taken: the session's id and the server process (backend pid) whose
+    session-level lock it is."""
+
+    session_id: str
+    pid: int
+
+
+_CLAIM_KEY = "hashtextextended(:scope, 0)"
+
+
+def _claim_scope(session_id: str) -> str:
+    return f"session_memory_state:{session_id}"
+
+
 class ExtractionClaimRepository:
     """The claim that keeps two extractors, in any processes, off one session: a session-level
     advisory lock, taken and released on a connection outside any transaction. It blocks no
@@ -498,21 +534,20 @@ class ExtractionClaimRepository:
     def __init__(self, *, connection: AsyncConnection) -> None:
         self.connection = connection
 
-    @staticmethod
-    def _key(session_id: str) -> dict[str, str]:
-        return {"scope": f"session_memory_state:{session_id}"}
+    async def try_claim(self, session_id: str) -> ExtractionClaim | None:
+        """Take the session's claim if no one holds it; None when someone does."""
+        claimed, pid = (
+            await self.connection.execute(
+                text(f"SELECT pg_try_advisory_lock({_CLAIM_KEY}), pg_backend_pid()"),
+                {"scope": _claim_scope(session_id)},
+            )
+        ).one()
+        return ExtractionClaim(session_id, int(pid)) if claimed else None
 
-    async def try_claim(self, session_id: str) -> bool:
-        """Take the session's claim if no one holds it; False when someone does."""
-        claimed = await self.connection.scalar(
-            text("SELECT pg_try_advisory_lock(hashtextextended(:scope, 0))"),
-            self._key(session_id),
-        )
-        return bool(claimed)
-
-    async def release(self, session_id: str) -> None:
+    async def release(self, claim: ExtractionClaim) -> None:
         await self.connection.execute(
-            text("SELECT pg_advisory_unlock(hashtextextended(:scope, 0))"), self._key(session_id)
+            text(f"SELECT pg_advisory_unlock({_CLAIM_KEY})"),
+            {"scope": _claim_scope(claim.session_id)},
         )
 
 

@@ -22,6 +22,7 @@ from navi_memory.constants import SUMMARY_MAX_FACTS
 from navi_memory.errors import NotFoundError
 from navi_memory.llm import ChatModel, embedding_text_for_fact
 from navi_memory.repositories.sessions import (
+    ExtractionClaim,
     ExtractionClaimRepository,
     SessionActivity,
     SessionRepository,
@@ -45,6 +46,7 @@ __all__ = [
     "FactsWritten",
     "Finished",
     "NewSummary",
+    "NotWritten",
     "SessionTranscript",
     "SummaryInput",
     "facts_digest",
@@ -144,8 +146,34 @@ async def _lock_state(repo: SessionRepository, transcript: SessionTranscript) ->
     return mark
 
 
-def _already_covered(mark: datetime | None, transcript: SessionTranscript) -> bool:
-    return mark is not None and mark >= transcript.last_active
+@dataclass(frozen=True, slots=True)
+class NotWritten:
+    """Why a write step of an extraction wrote nothing (``reason``, for the report)."""
+
+    reason: str
+
+
+COVERED = NotWritten("another extractor covered this activity")
+CLAIM_LOST = NotWritten(
+    "its claim was lost with the claim's connection; another extractor may hold the session "
+    "now, and the next run extracts it if none did"
+)
+
+
+async def _may_write(
+    repo: SessionRepository, transcript: SessionTranscript, claim: ExtractionClaim
+) -> NotWritten | None:
+    """Lock the session's state (``_lock_state``) and say why this extraction may not write,
+    None when it may: another extraction covered the activity meanwhile, or ``claim`` is no
+    longer held (its connection closed: another extractor may have claimed the session and be
+    extracting the same activity). Checked under the state row's lock, which every
+    extraction's writes take, so the window left is the rest of this transaction."""
+    mark = await _lock_state(repo, transcript)
+    if mark is not None and mark >= transcript.last_active:
+        return COVERED
+    if not await repo.claim_held(claim):
+        return CLAIM_LOST
+    return None
 
 
 class ExtractionService:
@@ -173,13 +201,14 @@ class ExtractionService:
         whose last activity no extraction covers, longest idle first."""
         return await SessionRepository(session=session).stale_sessions(scope, stale_minutes, limit)
 
-    async def try_claim(self, conn: AsyncConnection, session_id: str) -> bool:
+    async def try_claim(self, conn: AsyncConnection, session_id: str) -> ExtractionClaim | None:
         """Claim the session for this extractor, held by ``conn`` (outside any transaction)
-        until ``release``; False when another extractor, in any process, holds it."""
+        until ``release`` or until ``conn`` closes; None when another extractor, in any
+        process, holds it. The writes (``write_facts``, ``finish``) check it is still held."""
         return await ExtractionClaimRepository(connection=conn).try_claim(session_id)
 
-    async def release(self, conn: AsyncConnection, session_id: str) -> None:
-        await ExtractionClaimRepository(connection=conn).release(session_id)
+    async def release(self, conn: AsyncConnection, claim: ExtractionClaim) -> None:
+        await ExtractionClaimRepository(connection=conn).release(claim)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -246,16 +275,19 @@ class ExtractionService:
         transcript: SessionTranscript,
         drafts: Sequence[FactDraft],
         vectors: Sequence[array[float] | None],
-    ) -> FactsWritten | None:
+        *,
+        claim: ExtractionClaim,
+    ) -> FactsWritten | NotWritten:
         """Upsert the drafts for the session's owner, each with ``dedupe=True``, into the
         user's spelling of its category (``_stored_categories``). Under the session's
-        extraction-state lock the mark is checked again first: None, writing nothing, when
-        another extraction has covered this activity meanwhile. NotFoundError when the session
-        was deleted meanwhile (its facts are not wanted then)."""
+        extraction-state lock the mark and ``claim`` are checked again first (``_may_write``):
+        NotWritten, writing nothing, when another extraction has covered this activity
+        meanwhile or the claim was lost. NotFoundError when the session was deleted meanwhile
+        (its facts are not wanted then)."""
         repo = SessionRepository(session=session)
-        mark = await _lock_state(repo, transcript)
-        if _already_covered(mark, transcript):
-            return None
+        refused = await _may_write(repo, transcript, claim)
+        if refused is not None:
+            return refused
         categories = await self._stored_categories(session, transcript.user_id, drafts)
         written = merged = 0
         # Upserts lock (user, category); one order for every extractor keeps two extractions
@@ -379,22 +411,28 @@ class ExtractionService:
         return SummaryInput(facts=facts, digest=digest, outdated=outdated)
 
     async def finish(
-        self, session: AsyncSession, transcript: SessionTranscript, summary: NewSummary | None
-    ) -> Finished | None:
+        self,
+        session: AsyncSession,
+        transcript: SessionTranscript,
+        summary: NewSummary | None,
+        *,
+        claim: ExtractionClaim,
+    ) -> Finished | NotWritten:
         """Store the new summary (if any; content None removes it) and mark the session
         extracted at the activity the transcript covers, together. Under the extraction-state
-        lock the mark is checked again: None, writing nothing, when another extraction covered
-        this activity meanwhile. NotFoundError, writing nothing, when the session was deleted
-        meanwhile (the model's summary call is long enough for a delete to land in it).
+        lock the mark and ``claim`` are checked again (``_may_write``): NotWritten, writing
+        nothing, when another extraction covered this activity meanwhile or the claim was lost.
+        NotFoundError, writing nothing, when the session was deleted meanwhile (the model's
+        summary call is long enough for a delete to land in it).
 
         The summary is written only if it is of the current facts, checked under the user's
         summary lock: another extraction of the user (or a forget) that changed the facts
         while this one's model wrote has written, or will write, the summary of the facts as
         they are now; this one's, of the facts as they were, must not replace it."""
         repo = SessionRepository(session=session)
-        mark = await _lock_state(repo, transcript)
-        if _already_covered(mark, transcript):
-            return None
+        refused = await _may_write(repo, transcript, claim)
+        if refused is not None:
+            return refused
         written = False
         if summary is not None:
             await self.facts.lock_summary(session, transcript.user_id)
