@@ -197,8 +197,8 @@ def translate_driver_error(
                 "may not have taken effect"
             )
         return ConnectionLostError(
-            f"lost the connection to {where} ({detail}); nothing was committed, so calling "
-            "again is safe"
+            f"lost the connection to {where} ({detail}) before the call's transaction "
+            "committed, so calling again is safe"
         )
     if _sqlstate(exc) == FOREIGN_KEY_VIOLATION and any(
         # The driver's own message names the violated key; SQLAlchemy's wrapper also carries

@@ -17,7 +17,7 @@ from navi_memory import (
 )
 from navi_memory.llm import embedding_text_for_fact
 from navi_memory.repositories.facts import category_lock_scope
-from tests.integration.factories import execute, new_user, scalar
+from tests.integration.factories import execute, new_user, scalar, wait_for_a_sleeping_statement
 
 MERGE = [
     ("language", "preferred_language"),
@@ -356,3 +356,53 @@ async def test_a_write_through_a_hidden_spelling_stores_the_vector_of_the_surviv
     again = await store.upsert_fact("p", "language", "French", user_id=uid, dedupe=dedupe)
     assert again.has_embedding
     assert close(await stored_vector(memory, survivor.id), want)
+
+
+async def test_a_connection_lost_while_embedding_the_survivors_key_keeps_the_committed_write(
+    memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write through a hidden spelling commits the value on the row it was merged into, then
+    gives that row the vector of its own key in a second transaction. A connection lost in
+    the second is not the write's failure: the caller gets the stored fact (without a vector,
+    which backfill gives it), never an error saying nothing was committed."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    survivor = await memory.store.upsert_fact(
+        "p", "preferred_language", "Dutch", user_id=uid, dedupe=True
+    )
+    await execute(
+        memory,
+        "CREATE OR REPLACE FUNCTION navi_test_slow() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$",
+    )
+    await execute(
+        memory,
+        "CREATE TRIGGER slow BEFORE UPDATE OF embedding ON memory_facts FOR EACH ROW"
+        " WHEN (OLD.embedding IS NULL AND NEW.embedding IS NOT NULL)"
+        " EXECUTE FUNCTION navi_test_slow()",
+    )
+
+    async def end_the_sleeper() -> None:
+        await wait_for_a_sleeping_statement(memory)
+        await execute(
+            memory,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE wait_event = 'PgSleep' AND datname = current_database()",
+        )
+
+    ender = asyncio.create_task(end_the_sleeper())
+    try:
+        written = await memory.store.upsert_fact("p", "language", "French", user_id=uid)
+    finally:
+        await ender
+        await execute(memory, "DROP TRIGGER slow ON memory_facts")
+    assert (written.id, written.key, written.value) == (survivor.id, "preferred_language", "French")
+    assert not written.has_embedding
+    assert "memory.fact_vector_failed" in caplog.text
+    assert await scalar(memory, "SELECT value FROM memory_facts WHERE id = :i", i=survivor.id) == (
+        "French"
+    )
+    assert await memory.store.backfill_embeddings() == 1
+    assert await scalar(
+        memory, "SELECT embedding IS NOT NULL FROM memory_facts WHERE id = :i", i=survivor.id
+    )

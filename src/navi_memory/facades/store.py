@@ -34,6 +34,7 @@ from navi_memory.errors import (
     InvalidTypeError,
     NaviMemoryError,
     PermissionDeniedError,
+    StorageError,
 )
 from navi_memory.jobs.backfill import Backfill, ProgressCallback
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
@@ -220,8 +221,21 @@ class MemoryStore:
         vector = await self._embedding.document(embedded)
         if vector is None:
             return fact
-        async with unit_of_work(self._sessionmaker) as session:
-            stored = await self._facts.give_vector(session, fact.id, embedded, vector)
+        try:
+            async with unit_of_work(self._sessionmaker) as session:
+                stored = await self._facts.give_vector(session, fact.id, embedded, vector)
+        except StorageError as exc:
+            # The value is committed already: an error here would tell the caller the write
+            # failed (or, for a lost connection, that it is to be repeated). The vector is
+            # optional; backfill gives the row one.
+            logger.warning(
+                "memory.fact_vector_failed: fact %d: %s (the value is stored; backfill gives "
+                "it its vector)",
+                fact.id,
+                exc,
+                extra={"event": "memory.fact_vector_failed", "fact_id": fact.id},
+            )
+            return fact
         if not stored:
             return fact
         self._fact_indexer.kick()
