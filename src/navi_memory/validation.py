@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from navi_memory.constants import MAX_TEXT_CHARS, SESSION_ID_MAX_CHARS
+from navi_memory.constants import KV_ENTRY_NAME_MAX_BYTES, MAX_TEXT_CHARS, SESSION_ID_MAX_CHARS
 from navi_memory.errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "check_bool",
     "check_int",
     "check_json_object",
+    "check_kv_entry_name",
     "check_number",
     "check_optional_session_id",
     "check_optional_text",
@@ -103,6 +104,17 @@ def check_session_id(session_id: Any) -> str:
 
 def check_optional_session_id(session_id: Any) -> str | None:
     return None if session_id is None else check_session_id(session_id)
+
+
+def check_kv_entry_name(scope: str, session_id: str | None, key: str) -> None:
+    """What names a kv entry fits one row of its unique index (KV_ENTRY_NAME_MAX_BYTES): each
+    part within its character limit can still make a row PostgreSQL refuses."""
+    size = sum(len(part.encode("utf-8")) for part in (scope, session_id or "", key))
+    if size > KV_ENTRY_NAME_MAX_BYTES:
+        raise InvalidInputError(
+            f"scope, session id and key take {size:,} bytes in UTF-8 together; the limit is "
+            f"{KV_ENTRY_NAME_MAX_BYTES:,}: use a shorter key"
+        )
 
 
 def check_aware_datetime(name: str, value: Any) -> datetime:

@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from navi_memory.constants import (
-    KV_ENTRY_NAME_MAX_BYTES,
     KV_KEY_MAX_CHARS,
     KV_SCOPE_MAX_CHARS,
     KV_TERM_MAX_CHARS,
@@ -27,7 +26,12 @@ from navi_memory.schemas import KvEntry, KvHit
 from navi_memory.services.kv import KvService
 from navi_memory.text.terms import MAX_QUERY_TERMS
 from navi_memory.unit_of_work import unit_of_work
-from navi_memory.validation import check_int, check_optional_session_id, check_text
+from navi_memory.validation import (
+    check_int,
+    check_kv_entry_name,
+    check_optional_session_id,
+    check_text,
+)
 
 __all__ = ["KvStore"]
 
@@ -38,16 +42,6 @@ def _check_scope(scope: Any) -> str:
 
 def _check_key(key: Any) -> str:
     return check_text("key", key, max_chars=KV_KEY_MAX_CHARS)
-
-
-def _check_entry_name(scope: str, session_id: str | None, key: str) -> None:
-    """What names an entry fits one row of its unique index (KV_ENTRY_NAME_MAX_BYTES)."""
-    size = sum(len(part.encode("utf-8")) for part in (scope, session_id or "", key))
-    if size > KV_ENTRY_NAME_MAX_BYTES:
-        raise InvalidInputError(
-            f"scope, session id and key take {size:,} bytes in UTF-8 together; at most "
-            f"{KV_ENTRY_NAME_MAX_BYTES:,} fit: use a shorter key"
-        )
 
 
 def _check_terms(terms: Any) -> list[str]:
@@ -91,7 +85,7 @@ class KvStore:
         key = _check_key(key)
         value = check_text("value", value, max_chars=MAX_TEXT_CHARS, allow_empty=True)
         sid = check_optional_session_id(session_id)
-        _check_entry_name(scope, sid, key)
+        check_kv_entry_name(scope, sid, key)
         async with unit_of_work(self._sessionmaker) as session:
             return await self._kv.set(session, uid, scope, sid, key, value)
 

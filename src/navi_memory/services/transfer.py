@@ -55,6 +55,7 @@ from navi_memory.validation import (
     check_aware_datetime,
     check_int,
     check_json_object,
+    check_kv_entry_name,
     check_optional_session_id,
     check_optional_text,
     check_session_id,
@@ -198,10 +199,10 @@ def _check_record(record: ExportRecord) -> None:
         case ExportExtraction():
             check_session_id(record.session_id)
         case ExportKv():
-            check_text("scope", record.scope, max_chars=KV_SCOPE_MAX_CHARS)
-            check_text("key", record.key, max_chars=KV_KEY_MAX_CHARS)
+            scope = check_text("scope", record.scope, max_chars=KV_SCOPE_MAX_CHARS)
+            key = check_text("key", record.key, max_chars=KV_KEY_MAX_CHARS)
             check_text("value", record.value, allow_empty=True)
-            check_optional_session_id(record.session_id)
+            check_kv_entry_name(scope, check_optional_session_id(record.session_id), key)
 
 
 def _check_embedding(embedding: list[float] | None) -> None:
@@ -335,7 +336,7 @@ class TransferService:
         header = export_header(records)
         _no_nul(records)
         target = user_id
-        plan = _Plan(records[1:], session_prefix)
+        plan = _Plan(records, session_prefix)
         repo = TransferRepository(session=session)
 
         existing = await repo.user(target)
@@ -442,8 +443,11 @@ class TransferService:
 class _Plan:
     """The records of one import, checked for consistency before anything is written."""
 
-    def __init__(self, records: Sequence[ExportRecord], session_prefix: str | None) -> None:
+    def __init__(self, export: Sequence[ExportRecord], session_prefix: str | None) -> None:
+        """``export``: every record, the header first (it numbers the records as
+        ``parse_records`` does)."""
         self.prefix = session_prefix or ""
+        records = export[1:]
         self.facts = _of(records, ExportFact)
         summaries = _of(records, ExportSummary)
         if len(summaries) > 1:
@@ -503,6 +507,17 @@ class _Plan:
                 raise InvalidInputError(
                     f"session id {sid[:40]!r} is blank or longer than {SESSION_ID_MAX_CHARS}"
                 )
+        if self.prefix:
+            # The prefix lengthens the session ids parse_records checked the entries with.
+            for number, record in enumerate(export, 1):
+                if isinstance(record, ExportKv) and record.session_id is not None:
+                    try:
+                        check_kv_entry_name(record.scope, self.sid(record.session_id), record.key)
+                    except InvalidInputError as exc:
+                        raise InvalidInputError(
+                            f"record {number} ({_name(record)}): with the session prefix "
+                            f"{self.prefix[:40]!r}, {exc}"
+                        ) from exc
 
     def sid(self, session_id: str) -> str:
         return self.prefix + session_id

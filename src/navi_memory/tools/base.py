@@ -24,12 +24,14 @@ from navi_memory.errors import (
     StorageError,
 )
 from navi_memory.request_context import (
+    _check_permissions,  # the rule request_context applies to the same argument
     as_user_id,
     current_permissions,
     current_session_id,
     current_user_id,
     request_context,
 )
+from navi_memory.validation import check_session_id
 
 __all__ = [
     "IDENTITY_ARGUMENTS",
@@ -59,11 +61,15 @@ class ToolContext:
     permissions: frozenset[str] | None = None
 
     def resolved(self) -> ToolContext:
-        """This context with every None field taken from the request context."""
+        """This context with every None field taken from the request context; a field of the
+        wrong type or shape is an InvalidInputError (InvalidTypeError) saying which."""
         acting_for = current_user_id()
         held = current_permissions()
         user_id = acting_for if self.user_id is None else as_user_id(self.user_id)
-        permissions = held if self.permissions is None else frozenset(self.permissions)
+        permissions = held if self.permissions is None else _check_permissions(self.permissions)
+        session_id = (
+            current_session_id() if self.session_id is None else check_session_id(self.session_id)
+        )
         if acting_for is not None:
             if user_id != acting_for:
                 raise PermissionDeniedError(
@@ -77,7 +83,7 @@ class ToolContext:
                 )
         return ToolContext(
             user_id=user_id,
-            session_id=current_session_id() if self.session_id is None else self.session_id,
+            session_id=session_id,
             permissions=permissions,
         )
 
@@ -157,7 +163,13 @@ class Tool:
         come back as one line of ``tool_error`` text (failures are also logged)."""
         try:
             decoded = decode_arguments(arguments)
-            resolved = (context or ToolContext()).resolved()
+            if context is None:
+                context = ToolContext()
+            elif not isinstance(context, ToolContext):
+                raise InvalidTypeError(
+                    f"context must be a navi_memory.ToolContext, got {type(context).__name__}"
+                )
+            resolved = context.resolved()
             return await self.handler(decoded, resolved)
         except (InvalidInputError, PermissionDeniedError, NotFoundError) as exc:
             return tool_error(self.name, str(exc))

@@ -6,6 +6,7 @@ Its function-calling spec and its argument rules; what each action does is the h
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from navi_memory.constants import (
     QUERY_ECHO_MAX_CHARS,
     TOOL_EXPIRES_MIN_DAYS,
 )
+from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.facts import SOURCES
 from navi_memory.text.context import fact_line
@@ -172,17 +174,17 @@ def parse_memory_arguments(arguments: Mapping[str, Any]) -> MemoryRequest:
     action = choice(arguments, "action", MEMORY_ACTIONS)
     if action == "save":
         return SaveFact(
-            category=required_text(
-                arguments,
-                "category",
-                max_chars=FACT_CATEGORY_MAX_CHARS,
-                why="a category such as preferences, personal, technical or work",
-            )
-            .strip()
-            .lower(),
-            key=required_text(
-                arguments, "key", max_chars=FACT_KEY_MAX_CHARS, why="the fact's name"
-            ).strip(),
+            category=_category(
+                required_text(
+                    arguments,
+                    "category",
+                    max_chars=FACT_CATEGORY_MAX_CHARS,
+                    why="a category such as preferences, personal, technical or work",
+                )
+            ),
+            key=_key(
+                required_text(arguments, "key", max_chars=FACT_KEY_MAX_CHARS, why="the fact's name")
+            ),
             value=required_text(arguments, "value", why="the fact to remember"),
             source=choice(arguments, "source", SOURCES, default="conversation"),
             confidence=optional_int(arguments, "confidence", minimum=0, maximum=100),
@@ -200,21 +202,52 @@ def parse_memory_arguments(arguments: Mapping[str, Any]) -> MemoryRequest:
             query=required_text(arguments, "query", why="keywords to look for among the facts")
         )
     if action == "forget":
+        category = optional_text(arguments, "category", max_chars=FACT_CATEGORY_MAX_CHARS)
         return ForgetFact(
-            key=required_text(
-                arguments, "key", max_chars=FACT_KEY_MAX_CHARS, why="the key of the fact to delete"
-            ).strip(),
-            category=_optional_stripped(
-                optional_text(arguments, "category", max_chars=FACT_CATEGORY_MAX_CHARS)
+            key=_key(
+                required_text(
+                    arguments,
+                    "key",
+                    max_chars=FACT_KEY_MAX_CHARS,
+                    why="the key of the fact to delete",
+                )
             ),
+            category=None if category is None else _category(category),
         )
     return ListCategories()
 
 
-def _optional_stripped(value: str | None) -> str | None:
-    """A category as the tool and the extractor store them: trimmed, lower-cased (a model
-    writes "Preferences" one day and "preferences" the next: two categories, two facts)."""
-    return None if value is None else value.strip().lower()
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+def _category_form(category: str) -> str:
+    """A category as the tool stores and compares it: NFC, trimmed, lower-cased. A model writes
+    "Preferences" one day and "preferences" the next, or "café" composed one day and as "e" plus
+    an accent the next: each pair would be two identical-looking categories, two facts."""
+    # NFC again after lower(): a capital can lower to a base letter and a combining mark.
+    return _nfc(_nfc(category).strip().lower())
+
+
+def _within(name: str, sent: str, stored: str, max_chars: int, how: str) -> str:
+    """``stored`` (``sent`` as the tool stores it) if it is within ``max_chars``. Normalizing can
+    lengthen text ("İ" lowers to "i" and a combining dot): the model hears what it sent."""
+    if len(stored) > max_chars:
+        raise InvalidInputError(
+            f"{name} is {len(sent):,} characters long as sent, {len(stored):,} once {how} "
+            f"(some letters, such as 'İ', grow); the limit is {max_chars:,}: use a shorter {name}"
+        )
+    return stored
+
+
+def _category(sent: str) -> str:
+    form = _category_form(sent)
+    return _within("category", sent, form, FACT_CATEGORY_MAX_CHARS, "lower-cased")
+
+
+def _key(sent: str) -> str:
+    """A key as the tool stores it: NFC and trimmed (its case is kept: dedupe folds it)."""
+    return _within("key", sent, _nfc(sent).strip(), FACT_KEY_MAX_CHARS, "in Unicode NFC")
 
 
 # --- the handler ------------------------------------------------------------------------------
@@ -276,11 +309,17 @@ def memory_tool(store: FactStore) -> Tool:
     )
 
 
+def _spellings(categories: list[str], category: str) -> list[str]:
+    """Of ``categories``, those that are ``category`` (in ``_category_form``) but for case and
+    Unicode form, in their order: what an application or an operator wrote as "Technical", or
+    as a decomposed "Café", is the tool's "technical" and "café"."""
+    return [name for name in categories if _category_form(name) == category]
+
+
 async def _stored_spellings(store: FactStore, category: str) -> list[str]:
-    """The user's categories that are ``category`` (lower-cased) but for case, the fullest
-    first: what an application or an operator wrote as "Technical" is the tool's
-    "technical"."""
-    return [name for name, _ in await store.fact_categories() if name.lower() == category]
+    """The user's categories that are ``category`` but for case and Unicode form, the fullest
+    first."""
+    return _spellings([name for name, _ in await store.fact_categories()], category)
 
 
 async def _save(store: FactStore, request: SaveFact) -> str:
@@ -291,6 +330,10 @@ async def _save(store: FactStore, request: SaveFact) -> str:
         return [fact.key for fact in await store.get_all_facts(category=name)]
 
     category = await stored_category(request.category, request.key, categories, keys_of)
+    if category not in categories:
+        # stored_category matches spellings by case only: a category stored in another Unicode
+        # form (an application's decomposed "café") is still this one; take the fullest.
+        category = next(iter(_spellings(categories, request.category)), category)
     fact = await store.upsert_fact(
         category,
         request.key,

@@ -1,0 +1,230 @@
+"""Input a review found escaping as raw errors or misread: kv entry names too long for their
+index on import, a malformed ToolContext, and the memory tool's category normalization."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any
+
+import pytest
+
+from navi_memory import (
+    PERMISSION_READ_ALL,
+    InvalidInputError,
+    Memory,
+    ToolContext,
+    request_context,
+)
+from navi_memory.constants import KV_ENTRY_NAME_MAX_BYTES
+from navi_memory.tools.memory import ForgetFact, SaveFact, parse_memory_arguments
+from navi_memory.validation import check_kv_entry_name
+from tests.integration.factories import new_user, scalar
+
+WIDE_FIRST, WIDE_LAST = 0x20000, 0x2A6D0  # CJK Extension B: four bytes each in UTF-8
+
+
+def wide(count: int, rng: random.Random) -> str:
+    """``count`` random four-byte characters (random, so PostgreSQL cannot compress them
+    below the btree row limit)."""
+    return "".join(chr(rng.randrange(WIDE_FIRST, WIDE_LAST)) for _ in range(count))
+
+
+def admin() -> request_context:
+    return request_context(permissions=[PERMISSION_READ_ALL])
+
+
+def dumped(records: list[Any]) -> list[dict[str, Any]]:
+    return [record.model_dump(mode="json") for record in records]
+
+
+async def kv_rows(memory: Memory) -> int:
+    return int(str(await scalar(memory, "SELECT count(*) FROM kv_store")))
+
+
+# --- 1. kv entry names on import ----------------------------------------------------------------
+
+
+def test_the_entry_name_check_counts_scope_session_id_and_key_in_utf8_bytes() -> None:
+    """check_kv_entry_name refuses names over KV_ENTRY_NAME_MAX_BYTES, saying how many bytes."""
+    check_kv_entry_name("s", None, "k" * (KV_ENTRY_NAME_MAX_BYTES - 1))
+    with pytest.raises(InvalidInputError, match=r"take 2,601 bytes.*the limit is 2,600"):
+        check_kv_entry_name("s", "ii", "\u00e9" * ((KV_ENTRY_NAME_MAX_BYTES - 1) // 2))
+
+
+async def test_an_import_refuses_a_kv_entry_whose_name_cannot_fit_its_index(
+    memory: Memory,
+) -> None:
+    """A kv record whose scope, session id and key take more bytes than the index row holds is
+    an InvalidInputError naming the record, not a StorageError; nothing is written."""
+    rng = random.Random(1)
+    uid = await new_user(memory)
+    sid = wide(190, rng)
+    with request_context(user_id=uid):
+        await memory.sessions.create(sid)
+        await memory.kv.set("notes", "k", "v", session_id=sid)
+    with admin():
+        records = dumped(await memory.admin.export_user(uid))
+        number = next(n for n, r in enumerate(records, 1) if r["type"] == "kv")
+        records[number - 1] |= {"scope": wide(100, rng), "key": wide(500, rng)}
+        target = uuid.uuid4()
+        with pytest.raises(
+            InvalidInputError,
+            match=rf"^record {number} \(kv\): scope, session id and key take 3,160 bytes .*"
+            r"the limit is 2,600",
+        ):
+            await memory.admin.import_user(records, user_id=target)
+        assert await memory.users.get(target) is None
+
+
+async def test_an_import_refuses_a_kv_entry_the_session_prefix_lengthens_past_its_index(
+    memory: Memory,
+) -> None:
+    """An entry that fits as exported but not once ``session_prefix`` lengthens its session id
+    is refused naming the record and the prefix; nothing is written."""
+    rng = random.Random(2)
+    uid = await new_user(memory)
+    sid = wide(50, rng)  # 400 + 2,000 + 200 bytes: exactly the limit
+    with request_context(user_id=uid):
+        await memory.sessions.create(sid)
+        await memory.kv.set(wide(100, rng), wide(500, rng), "v", session_id=sid)
+    with admin():
+        records = await memory.admin.export_user(uid)
+        number = next(n for n, r in enumerate(records, 1) if r.type == "kv")
+        target = uuid.uuid4()
+        kv_before = await kv_rows(memory)
+        with pytest.raises(
+            InvalidInputError,
+            match=rf"^record {number} \(kv\): with the session prefix .*take 2,840 bytes",
+        ):
+            await memory.admin.import_user(records, user_id=target, session_prefix=wide(60, rng))
+        assert await memory.users.get(target) is None
+        assert await kv_rows(memory) == kv_before
+
+
+# --- 2. a malformed ToolContext ---------------------------------------------------------------
+
+
+async def test_a_context_that_is_not_a_tool_context_is_the_tools_error_text(
+    memory: Memory,
+) -> None:
+    """A dict given as the context is answered as tool-error text naming the type, both by the
+    tool and by the dispatcher, instead of an AttributeError or "failed unexpectedly"."""
+    uid = await new_user(memory)
+    bad: Any = {"user_id": str(uid)}
+    expected = "memory error: context must be a navi_memory.ToolContext, got dict"
+    assert await memory.tools.memory.call({"action": "list"}, bad) == expected
+    assert await memory.tools.call("memory", {"action": "list"}, bad) == expected
+
+
+@pytest.mark.parametrize(
+    ("permissions", "got"),
+    [(5, "int"), (PERMISSION_READ_ALL, "str"), (b"navi.memory.read_all", "bytes")],
+)
+async def test_permissions_that_are_not_a_collection_of_names_are_the_tools_error_text(
+    memory: Memory, permissions: Any, got: str
+) -> None:
+    """ToolContext(permissions=5) or a single name given as text is an InvalidTypeError the
+    dispatcher answers as the tool's error text; nothing is written."""
+    uid = await new_user(memory)
+    ctx = ToolContext(user_id=uid, permissions=permissions)
+    save = {"action": "save", "category": "c", "key": "k", "value": "v"}
+    answer = await memory.tools.call("memory", save, ctx)
+    assert answer.startswith("memory error: permissions must be an iterable of permission names")
+    assert answer.endswith(f"got {got}")
+    assert await memory.store.get_all_facts(user_id=uid) == []
+
+
+async def test_a_permission_that_is_not_text_is_the_tools_error_text(memory: Memory) -> None:
+    """A permission set holding a non-text item is named, not stored."""
+    uid = await new_user(memory)
+    ctx = ToolContext(user_id=uid, permissions=frozenset({5}))  # type: ignore[arg-type]
+    answer = await memory.tools.call("memory", {"action": "list"}, ctx)
+    assert answer == "memory error: permission must be a str, got int"
+
+
+@pytest.mark.parametrize(
+    ("session_id", "message"), [(7, "session_id must be a str"), ("  ", "must not be empty")]
+)
+async def test_a_tool_context_session_id_is_checked_as_every_session_id(
+    memory: Memory, session_id: Any, message: str
+) -> None:
+    """A session id of the wrong type or blank is the tool's error text."""
+    uid = await new_user(memory)
+    ctx = ToolContext(user_id=uid, session_id=session_id)
+    answer = await memory.tools.call("memory", {"action": "list"}, ctx)
+    assert answer.startswith("memory error: ") and message in answer
+
+
+# --- 3. the category's length is what the model sent ------------------------------------------
+
+
+def test_a_category_lowering_lengthens_is_refused_naming_the_length_sent() -> None:
+    """ "İ" lowers to two characters: 100 of them are refused saying 100 were sent, not 200."""
+    with pytest.raises(
+        InvalidInputError, match=r"category is 100 characters long as sent, 200 once lower-cased"
+    ):
+        parse_memory_arguments(
+            {"action": "save", "category": "\u0130" * 100, "key": "k", "value": "v"}
+        )
+
+
+async def test_the_tool_answers_a_category_lowering_lengthens_with_what_was_sent(
+    memory: Memory,
+) -> None:
+    """Through the dispatcher the same refusal is the tool's error text; nothing is written."""
+    uid = await new_user(memory)
+    save = {"action": "save", "category": "\u0130" * 100, "key": "k", "value": "v"}
+    answer = await memory.tools.call("memory", save, ToolContext(user_id=uid))
+    assert answer.startswith("memory error: category is 100 characters long as sent")
+    assert "the limit is 100" in answer
+    assert await memory.store.get_all_facts(user_id=uid) == []
+
+
+# --- 4. categories in one Unicode form --------------------------------------------------------
+
+
+def test_save_and_forget_take_category_and_key_in_nfc() -> None:
+    """A decomposed "café" is parsed as the composed one, category and key alike."""
+    request = parse_memory_arguments(
+        {"action": "save", "category": "Cafe\u0301", "key": "cafe\u0301 ", "value": "v"}
+    )
+    assert isinstance(request, SaveFact)
+    assert (request.category, request.key) == ("caf\u00e9", "caf\u00e9")
+    forget = parse_memory_arguments({"action": "forget", "key": "k", "category": "CAFE\u0301"})
+    assert forget == ForgetFact(key="k", category="caf\u00e9")
+
+
+async def test_composed_and_decomposed_spellings_are_one_category(memory: Memory) -> None:
+    """ "caf\\u00e9" and "cafe\\u0301" look alike: the tool stores them as one category."""
+    uid = await new_user(memory)
+    ctx = ToolContext(user_id=uid)
+    for category, key in (("caf\u00e9", "espresso"), ("cafe\u0301", "latte")):
+        answer = await memory.tools.call(
+            "memory", {"action": "save", "category": category, "key": key, "value": "yes"}, ctx
+        )
+        assert answer.startswith("memory: saved"), answer
+    with request_context(user_id=uid):
+        assert await memory.store.fact_categories() == [("caf\u00e9", 2)]
+    answer = await memory.tools.call("memory", {"action": "list"}, ctx)
+    assert answer.splitlines()[-1] == "• caf\u00e9: 2"
+
+
+async def test_a_category_stored_decomposed_is_the_one_the_tool_saves_into_and_forgets_from(
+    memory: Memory,
+) -> None:
+    """A category an application stored decomposed ("Cafe\\u0301") is the tool's "café": a
+    save goes into it and a forget in that category finds its facts."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("Cafe\u0301", "espresso", "yes")
+    ctx = ToolContext(user_id=uid)
+    save = {"action": "save", "category": "caf\u00e9", "key": "latte", "value": "no"}
+    assert (await memory.tools.call("memory", save, ctx)).startswith("memory: saved")
+    with request_context(user_id=uid):
+        assert await memory.store.fact_categories() == [("Cafe\u0301", 2)]
+    forget = {"action": "forget", "key": "espresso", "category": "caf\u00e9"}
+    answer = await memory.tools.call("memory", forget, ctx)
+    assert answer.startswith("memory: forgot 1 fact"), answer
+    with request_context(user_id=uid):
+        assert [f.key for f in await memory.store.get_all_facts()] == ["latte"]
