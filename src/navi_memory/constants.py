@@ -240,6 +240,15 @@ EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS: Final = 60.0
 """A failing embedding model is reported at most once per this many seconds, with the number of
 failures since the last report (one warning per call would drown the log)."""
 
+EMBEDDING_MODEL_RECHECK_SECONDS: Final = 10.0
+"""A Memory reads the embedding model of record again at most this often (one tiny query, when
+it next makes a vector): a process started before a ``reembed`` with another model stops making
+its model's vectors at most this long after it."""
+
+OLLAMA_DEFAULT_TAG: Final = "latest"
+"""The tag Ollama gives a model named without one: ``nomic-embed-text`` is
+``nomic-embed-text:latest``."""
+
 TEXT_ONLY_EMBEDDING_MODEL: Final = "none"
 """EMBEDDING_MODEL=none: text-only mode, no embedding model at all."""
 

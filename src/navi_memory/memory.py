@@ -18,6 +18,7 @@ from typing import Literal
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
+from navi_memory.constants import EMBEDDING_MODEL_RECHECK_SECONDS
 from navi_memory.db import (
     Capabilities,
     check_capabilities,
@@ -50,6 +51,7 @@ from navi_memory.llm import (
     guard_chat_model,
     guard_embedder,
 )
+from navi_memory.llm.embedder import canonical_model_name
 from navi_memory.services.chunks import ChunkService
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.extraction import ExtractionService
@@ -156,13 +158,20 @@ async def open_memory(
         # One embedding service, one chunk service and one indexer, shared: compression writes
         # its chunks through the same service as add_chunks, their vectors share one queue
         # drain, and a failing model is reported once for all of them.
-        # The model the stored vectors were made by: recorded by the first vector write,
-        # and a change of model with vectors stored reported once here (not refused).
+        # The model the stored vectors were made by: recorded by the first vector write, read
+        # here and again every EMBEDDING_MODEL_RECHECK_SECONDS. Another model's vectors stored
+        # (a model mismatch, logged once): the embedding service makes no vector meanwhile.
         record: EmbeddingModelRecord | None = None
         if guarded is not None:
-            model = settings.embedding_model if embedder is None else embedding_model_name(guarded)
-            record = EmbeddingModelRecord(sessionmaker, model=model)
-            await record.warn_if_changed()
+            model = (
+                canonical_model_name(settings.embedding_model)
+                if embedder is None
+                else embedding_model_name(guarded)
+            )
+            record = EmbeddingModelRecord(
+                sessionmaker, model=model, recheck_seconds=EMBEDDING_MODEL_RECHECK_SECONDS
+            )
+            await record.recheck()
         embedding = EmbeddingService(
             guarded,
             recorder=record,

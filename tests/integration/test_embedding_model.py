@@ -1,5 +1,6 @@
 """The embedding model of record: recorded by the first vector write, a change reported (log
-and doctor), and reembed making every vector again with the configured model."""
+and doctor) and making no vector until reembed makes every vector again with the configured
+model (tests/integration/test_model_mismatch.py: the mismatch in detail)."""
 
 from __future__ import annotations
 
@@ -71,9 +72,11 @@ async def test_another_model_with_vectors_stored_is_logged_once_and_a_doctor_fin
     with caplog.at_level(logging.WARNING, logger="navi_memory"):
         async with open_memory(other) as changed:
             uid = await new_user(changed)
-            # Not refused: writes and searches go on.
-            await changed.store.upsert_fact("tools", "browser", "firefox", user_id=uid)
-            assert await changed.store.search_facts("firefox", user_id=uid)
+            # Not refused: writes and searches go on, without vectors (text search only).
+            fact = await changed.store.upsert_fact("tools", "browser", "firefox", user_id=uid)
+            assert not fact.has_embedding
+            hits = await changed.store.search_facts("firefox", user_id=uid)
+            assert [h.via for h in hits] == ["text"]
     events = [r for r in caplog.records if "memory.embedding_model_changed" in r.getMessage()]
     assert len(events) == 1
     assert settings.embedding_model in events[0].getMessage()

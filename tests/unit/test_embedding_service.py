@@ -1,16 +1,20 @@
-"""EmbeddingService: a failing model is reported at most once per interval, with a count, and
-text-only mode (no embedder) answers "no vector" without a word."""
+"""EmbeddingService: a failing model is reported at most once per interval, with a count,
+text-only mode (no embedder) answers "no vector" without a word, and so does a model mismatch
+(the recorder says another model's vectors are stored); junk answers are no vector."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 
 import pytest
 
+from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.errors import EmbeddingError
-from navi_memory.llm import Embedder, GuardedEmbedder
+from navi_memory.llm import Embedder, GuardedEmbedder, OllamaEmbedder, storable_vector
 from navi_memory.services.embedding import EmbeddingService
+from navi_memory.testing import FakeOllama
 
 
 class Switchable:
@@ -195,3 +199,99 @@ async def test_a_model_that_fails_fast_or_with_the_pause_off_is_asked_every_time
     for _ in range(3):
         assert await service.query("q") is None
     assert (model.calls, service.paused) == (3, False)
+
+
+class Recorder:
+    """A model of record: ``matching`` False is a model mismatch; counts what it was asked."""
+
+    def __init__(self, *, matching: bool = True, store: bool = True) -> None:
+        self.matching = matching
+        self.store = store
+        self.asked = 0
+        self.made = 0
+
+    async def may_embed(self) -> bool:
+        self.asked += 1
+        return self.matching
+
+    async def vectors_made(self) -> bool:
+        self.made += 1
+        return self.store
+
+
+class Counting(Switchable):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+        self.calls = 0
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        return await super().embed_documents(texts)
+
+
+async def test_a_model_mismatch_makes_no_vector_and_asks_no_model(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another model's vectors stored: documents and queries answer "no vector" without asking
+    the model (rows land without one, searches are text searches), and the service logs
+    nothing of its own (the record logs the mismatch, once)."""
+    model, recorder = Counting(), Recorder(matching=False)
+    service = EmbeddingService(model, recorder=recorder)
+    with caplog.at_level(logging.DEBUG, logger="navi_memory"):
+        assert await service.documents(["a", "b"]) is None
+        assert await service.document("a") is None
+        assert await service.query("q") is None
+    assert (model.calls, recorder.asked, recorder.made) == (0, 3, 0)
+    assert caplog.records == []
+    recorder.matching = True  # a reembed recorded the configured model
+    assert await service.documents(["a"]) is not None
+    assert await service.query("q") is not None
+    assert (model.calls, recorder.made) == (2, 1)
+
+
+async def test_vectors_the_record_refuses_after_they_were_made_are_not_stored() -> None:
+    """The record changed between the check and the vectors (a reembed elsewhere): dropped."""
+    model, recorder = Counting(), Recorder(store=False)
+    service = EmbeddingService(model, recorder=recorder)
+    assert await service.documents(["a"]) is None
+    assert model.calls == 1
+
+
+def test_a_wrong_width_is_not_fixed_by_re_embedding() -> None:
+    """The advice "or re-embed the stored vectors for the new model" sent the reader to a
+    reembed that cannot help: the columns are vector(768)."""
+    with pytest.raises(EmbeddingError) as caught:
+        storable_vector([0.5] * 384)
+    message = str(caught.value)
+    assert "384-dimensional embeddings, expected 768" in message
+    assert "re-embed" not in message and "vector(768)" in message
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[True] * EMBEDDING_DIM, [True, False] * (EMBEDDING_DIM // 2)],
+    ids=["all-true", "true-false"],
+)
+async def test_booleans_from_ollama_are_an_embedding_error_not_a_vector(
+    fake_ollama: FakeOllama, values: list[bool]
+) -> None:
+    """The ollama client's pydantic model turned ``true`` into 1.0 before the bool check ran:
+    a vector of booleans was stored as all-1.0. Refused, like any other junk."""
+    fake_ollama.mode = "junk"
+    fake_ollama.junk_body = json.dumps({"model": "m", "embeddings": [values]}).encode()
+    embedder = OllamaEmbedder(
+        fake_ollama.url,
+        "nomic-embed-text:latest",
+        document_prefix="",
+        query_prefix="",
+        batch_size=8,
+        timeout=5.0,
+    )
+    try:
+        with pytest.raises(EmbeddingError, match="booleans"):
+            await embedder.embed_query("a")
+        service = EmbeddingService(GuardedEmbedder(embedder, timeout_seconds=5))
+        assert await service.documents(["a"]) is None
+    finally:
+        await embedder.aclose()

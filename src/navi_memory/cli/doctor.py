@@ -34,6 +34,7 @@ from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.jobs.queue_indexer import QueueIndexer
 from navi_memory.llm import OllamaChatModel, embedder_from_settings
 from navi_memory.llm._ollama import redact_host
+from navi_memory.llm.embedder import canonical_model_name
 from navi_memory.llm.local import local_model_of
 
 __all__ = ["Check", "diagnose", "doctor", "register"]
@@ -262,8 +263,11 @@ async def _fact_queue_check(settings: Settings, engine: AsyncEngine) -> Check:
 
 
 async def _embedding_model_check(settings: Settings, engine: AsyncEngine) -> Check:
-    """A finding when the stored vectors were made by another model than EMBEDDING_MODEL."""
-    record = EmbeddingModelRecord(create_sessionmaker(engine), model=settings.embedding_model)
+    """A finding when the stored vectors were made by another model than EMBEDDING_MODEL
+    (``nomic-embed-text`` and ``nomic-embed-text:latest`` are one model)."""
+    record = EmbeddingModelRecord(
+        create_sessionmaker(engine), model=canonical_model_name(settings.embedding_model)
+    )
     try:
         recorded = await record.changed_from()
     except NaviMemoryError as exc:
@@ -273,7 +277,9 @@ async def _embedding_model_check(settings: Settings, engine: AsyncEngine) -> Che
             "stored vectors",
             "finding",
             f"made by {recorded!r}, but EMBEDDING_MODEL is {settings.embedding_model!r}: "
-            "vectors of two models are not comparable, vector search misses",
+            "vectors of two models are not comparable, so navi-memory makes none meanwhile "
+            "(rows are stored without one, every search is a text search); or set "
+            f"EMBEDDING_MODEL back to {recorded!r}, then navi-memory backfill",
             "navi-memory reembed",
         )
     return Check("stored vectors", "ok", f"none made by another model than {record.model!r}")

@@ -98,7 +98,9 @@ def reembed() -> None:
     Clears every stored vector and the vector indexes in one transaction, records the
     configured model, then runs the backfill's work (same batches and pause). Meanwhile
     search finds the rows by text. Interrupted, `navi-memory backfill` finishes it.
-    Refused in text-only mode (EMBEDDING_MODEL=none).
+    Refused in text-only mode (EMBEDDING_MODEL=none). Running app processes still set to the
+    old model stop making vectors within 10 s (EMBEDDING_MODEL_RECHECK_SECONDS): restart them
+    with the new EMBEDDING_MODEL.
     """
     settings = load_settings()
     bars = TableProgress()

@@ -1,47 +1,178 @@
-"""The embedding model of record: recorded by the first vector write, compared with the
-configured model at start-up, and replaced by ``reembed``, which embeds everything again.
+"""The embedding model of record: recorded by the first vector write, read again at start-up and
+at most every EMBEDDING_MODEL_RECHECK_SECONDS, and replaced by ``reembed``, which embeds
+everything again.
 
-Vectors of two models are not comparable: a model change with vectors stored is reported (log
-event ``memory.embedding_model_changed``, a doctor finding), never refused.
+Vectors of two models are not comparable. While the model of record is another than the
+configured one and its vectors are stored (a model mismatch), the process makes no vector: rows
+land without one and searches are text searches, as with the model down, until a ``reembed``
+records the configured model (or EMBEDDING_MODEL goes back to the recorded one: ``backfill`` then
+fills the rows). Logged once as ``memory.embedding_model_changed``; a doctor finding.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
+from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from navi_memory.constants import EMBEDDING_MODEL_RECHECK_SECONDS
 from navi_memory.errors import ConfigError
 from navi_memory.jobs.backfill import Backfill, ProgressCallback
-from navi_memory.repositories.embedding_model import EmbeddingModelRepository
+from navi_memory.llm.embedder import canonical_model_name
+from navi_memory.repositories.embedding_model import EmbeddingModelRepository, RecordedModel
 from navi_memory.unit_of_work import unit_of_work
 
-__all__ = ["EmbeddingModelRecord", "Reembed"]
+__all__ = ["EmbeddingModelRecord", "Reembed", "same_model"]
 
 logger = logging.getLogger(__name__)
 
 
-class EmbeddingModelRecord:
-    """The model of record of one database, against ``model``, the configured one."""
+def same_model(recorded: str, configured: str) -> bool:
+    """Whether two names are one embedding model: ``nomic-embed-text`` recorded (before names
+    were recorded with their tag) is ``nomic-embed-text:latest`` (canonical_model_name)."""
+    return recorded == configured or canonical_model_name(recorded) == canonical_model_name(
+        configured
+    )
 
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], *, model: str) -> None:
+
+class EmbeddingModelRecord:
+    """The model of record of one database, against ``model``, the configured one, as this
+    process last saw it (read at most every ``recheck_seconds``)."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        model: str,
+        recheck_seconds: float = EMBEDDING_MODEL_RECHECK_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._sessionmaker = sessionmaker
         self.model = model
-        self._recorded = False
+        self._recheck_seconds = recheck_seconds
+        self._clock = clock
+        self._checked_at = -math.inf
+        self._looked = False
+        self._last_seen: RecordedModel | None = None
+        self._ours = False
+        """The last look found ``model`` recorded (or this process recorded it)."""
+        self._mismatch: str | None = None
+        """The other model of record while this process makes no vectors."""
+        self._claimable: RecordedModel | None = None
+        """The record found at this process's first look: when it is another model's, a
+        leftover whose vectors may all be gone (their users deleted), replaced by the first
+        vectors stored then. Forgotten once the record is seen to change (recorded_at too): a
+        model recorded meanwhile was recorded on purpose (a reembed clears every vector and
+        records its model), never taken over by a process that may be stale."""
 
-    async def vectors_made(self) -> None:
-        """Record ``model`` if no model is recorded yet, or if another is and no vector is
-        stored (they all went: the vectors about to be stored are the first ones): called
-        before vectors are stored. Once per process: after the first call, a no-op."""
-        if self._recorded:
+    @property
+    def mismatch(self) -> str | None:
+        """The model of record while it is another than ``model`` and this process makes no
+        vectors (as of the last look); None otherwise."""
+        return self._mismatch
+
+    async def may_embed(self) -> bool:
+        """Whether vectors of ``model`` may be made now: False in a model mismatch. Reads the
+        record again when the last look is ``recheck_seconds`` old (one small query), else
+        answers from memory: no database round trip per call."""
+        now = self._clock()
+        if now - self._checked_at >= self._recheck_seconds:
+            await self._look(now)
+        return self._mismatch is None
+
+    async def recheck(self) -> str | None:
+        """Read the record now (open_memory, at start-up); returns ``mismatch``. Entering a
+        mismatch is logged once, as ``memory.embedding_model_changed``."""
+        await self._look(self._clock())
+        return self._mismatch
+
+    async def _look(self, now: float) -> None:
+        before, self._checked_at = self._checked_at, now  # concurrent callers wait for no read
+        try:
+            async with unit_of_work(self._sessionmaker) as session:
+                repo = EmbeddingModelRepository(session=session)
+                recorded = await repo.record()
+                others = recorded is not None and not same_model(recorded.model, self.model)
+                stored = others and await repo.vectors_exist()
+        except BaseException:
+            self._checked_at = before  # the next call reads again
+            raise
+        self._seen(recorded, vectors_stored=stored)
+
+    def _seen(self, recorded: RecordedModel | None, *, vectors_stored: bool) -> None:
+        """The state ``recorded`` (with another model's vectors stored or not) puts it in."""
+        if not self._looked:
+            self._looked = True
+            self._claimable = recorded
+        elif recorded != self._last_seen:
+            self._claimable = None
+        self._last_seen = recorded
+        self._ours = recorded is not None and same_model(recorded.model, self.model)
+        if recorded is None or self._ours:
+            self._set_mismatch(None)
+        elif recorded == self._claimable and not vectors_stored:
+            self._set_mismatch(None)  # the first vectors stored replace it (vectors_made)
+        else:
+            self._set_mismatch(recorded.model)
+
+    def _set_mismatch(self, recorded: str | None) -> None:
+        if recorded == self._mismatch:
             return
+        if recorded is not None:
+            logger.warning(
+                "memory.embedding_model_changed: the embedding model of record is %r, the "
+                "configured one is %r: vectors of two models are not comparable, so no vector "
+                "is made meanwhile (rows are stored without one, searches are text searches) "
+                "until `navi-memory reembed` (memory.admin.reembed()) has embedded everything "
+                "with %r; or set EMBEDDING_MODEL back to %r and run `navi-memory backfill`",
+                recorded,
+                self.model,
+                self.model,
+                recorded,
+                extra={
+                    "event": "memory.embedding_model_changed",
+                    "recorded": recorded,
+                    "configured": self.model,
+                },
+            )
+        else:
+            logger.info(
+                "memory.embedding_model_matched: the vectors of %r are made again (it is the "
+                "embedding model of record, or no other model's vector is stored)",
+                self.model,
+                extra={"event": "memory.embedding_model_matched", "configured": self.model},
+            )
+        self._mismatch = recorded
+
+    async def vectors_made(self) -> bool:
+        """Whether vectors of ``model``, just made, may be stored: called before they are.
+        Records ``model`` when no model is recorded, or in place of the leftover found at the
+        first look when no vector is stored (they all went: these are the first ones). False
+        in a mismatch (the record changed meanwhile: the vectors are dropped). After the first
+        call that finds ``model`` recorded, no query until the record is seen to change."""
+        if self._ours:
+            return True
+        if self._mismatch is not None:
+            return False
+        if not self._looked:
+            await self._look(self._clock())
+            if self._ours or self._mismatch is not None:
+                return self._ours
         async with unit_of_work(self._sessionmaker) as session:
             repo = EmbeddingModelRepository(session=session)
-            recorded = await repo.record_if_none(self.model)
-            # Kept, the old name would be reported as a model change for every later start.
-            if recorded != self.model and not await repo.vectors_exist():
-                await repo.replace(self.model)
-        self._recorded = True
+            recorded: RecordedModel | None = await repo.record_if_none(self.model)
+            stored = False
+            if recorded is not None and not same_model(recorded.model, self.model):
+                stored = await repo.vectors_exist()
+                # Kept, the leftover would be reported as a model change at every later start.
+                if recorded == self._claimable and not stored:
+                    await repo.replace(self.model)
+                    recorded = await repo.record()
+        self._seen(recorded, vectors_stored=stored)
+        return self._ours
 
     async def check_recorded(self, session: AsyncSession) -> None:
         """Raise ConfigError when another model than ``model`` is recorded, on ``session``:
@@ -50,20 +181,23 @@ class EmbeddingModelRecord:
         backfill of the old model stops at its next batch once a reembed recorded a new one,
         and one of a changed model is refused while the old model's vectors are stored."""
         recorded = await EmbeddingModelRepository(session=session).recorded()
-        if recorded is not None and recorded != self.model:
+        if recorded is not None and not same_model(recorded, self.model):
+            self._checked_at = -math.inf  # the next vector this process makes reads it again
             raise self._mixing(recorded)
 
     async def refuse_if_changed(self) -> None:
-        """check_recorded's ConfigError before a backfill asks the model for anything, when
-        the stored vectors are another model's: the refusal does not wait for (or hide behind)
-        a model that is down."""
-        recorded = await self.changed_from()
+        """check_recorded's ConfigError before a backfill asks the model for anything, in a
+        model mismatch (read now): the refusal does not wait for (or hide behind) a model
+        that is down."""
+        recorded = await self.recheck()
         if recorded is not None:
             raise self._mixing(recorded)
 
     def _mixing(self, recorded: str) -> ConfigError:
+        # Setting the model back is a fix: rows written meanwhile got no vector (may_embed),
+        # and a backfill with the recorded model fills them.
         return ConfigError(
-            f"the stored vectors are {recorded!r}'s, the configured embedding model is "
+            f"the embedding model of record is {recorded!r}, the configured one is "
             f"{self.model!r}: a backfill would mix two models' vectors. Run `navi-memory "
             f"reembed` (memory.admin.reembed()) to embed everything with {self.model!r}, "
             f"or set EMBEDDING_MODEL back to {recorded!r}"
@@ -71,41 +205,24 @@ class EmbeddingModelRecord:
 
     async def changed_from(self) -> str | None:
         """The model of record when it is another than ``model`` and vectors are stored (they
-        are in another model's space); None otherwise."""
+        are in another model's space); None otherwise. Read now; the state is left alone."""
         async with unit_of_work(self._sessionmaker) as session:
             repo = EmbeddingModelRepository(session=session)
             recorded = await repo.recorded()
-            if recorded is None or recorded == self.model:
+            if recorded is None or same_model(recorded, self.model):
                 return None
             return recorded if await repo.vectors_exist() else None
 
-    async def warn_if_changed(self) -> str | None:
-        """``changed_from``, logged once as ``memory.embedding_model_changed`` when set."""
-        recorded = await self.changed_from()
-        if recorded is not None:
-            logger.warning(
-                "memory.embedding_model_changed: the stored vectors were made by %r, the "
-                "configured embedding model is %r: vectors of two models are not comparable, so "
-                "vector search misses until `navi-memory reembed` (or memory.admin.reembed()) "
-                "has embedded everything again with the configured model",
-                recorded,
-                self.model,
-                extra={
-                    "event": "memory.embedding_model_changed",
-                    "recorded": recorded,
-                    "configured": self.model,
-                },
-            )
-        return recorded
-
     async def replace_vectors(self) -> None:
         """In one transaction: clear every stored vector and the vector indexes' copies and
-        queues, and record ``model`` as the model of record."""
+        queues, and record ``model`` as the model of record (a mismatch ends)."""
         async with unit_of_work(self._sessionmaker) as session:
             repo = EmbeddingModelRepository(session=session)
             await repo.clear_vectors()
             await repo.replace(self.model)
-        self._recorded = True
+            recorded = await repo.record()
+        self._checked_at = self._clock()
+        self._seen(recorded, vectors_stored=False)
 
 
 class Reembed:
@@ -125,7 +242,8 @@ class Reembed:
         """Returns how many rows got a vector. The model is asked for a vector first: when it
         cannot answer (EmbeddingError) nothing is cleared. Until it is through, the rows
         without a vector are found by text search; interrupted, ``backfill`` (or this again)
-        finishes it."""
+        finishes it. Other processes still configured with the old model stop making vectors
+        within EMBEDDING_MODEL_RECHECK_SECONDS (docs/operations.md)."""
         if self._record is None:
             raise ConfigError(
                 "text-only mode (EMBEDDING_MODEL=none): there is no embedding model to "

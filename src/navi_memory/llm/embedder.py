@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, Self, runtime_checkable
 
-from navi_memory.constants import EMBEDDING_DIM
+from navi_memory.constants import EMBEDDING_DIM, OLLAMA_DEFAULT_TAG, TEXT_ONLY_EMBEDDING_MODEL
 from navi_memory.errors import ConfigError, EmbeddingError
 from navi_memory.llm._ollama import (
     ClientOwner,
@@ -28,10 +28,14 @@ if TYPE_CHECKING:
 __all__ = [
     "Embedder",
     "OllamaEmbedder",
+    "canonical_model_name",
     "embedder_from_settings",
     "embedding_model_name",
     "embedding_text_for_fact",
 ]
+
+_FLAG_VALUES: Final = frozenset((0.0, 1.0))
+"""What the ollama client makes of JSON booleans: it turns ``true`` into 1.0 before we see it."""
 
 
 @runtime_checkable
@@ -70,15 +74,39 @@ def embedding_text_for_fact(category: str, key: str, value: str) -> str:
     return f"{category} / {key}: {value}"
 
 
+def canonical_model_name(model: str) -> str:
+    """The name an embedding model is recorded and compared as (memory_embedding_model): an
+    Ollama model named without a tag gets the one Ollama gives it, ``nomic-embed-text`` is
+    ``nomic-embed-text:latest`` (one model, two spellings); a tagged name (or one with a
+    digest), ``local``, ``local:<directory>`` and ``none`` are kept as written, stripped.
+
+    Both sides of a comparison go through it: a name recorded untagged (before this rule)
+    equals its ``:latest`` form without any migration."""
+    # Imported here, as in embedder_from_settings: the local module only when it is needed.
+    from navi_memory.llm.local import local_model_of
+
+    name = model.strip()
+    if not name or name.lower() == TEXT_ONLY_EMBEDDING_MODEL or local_model_of(name) is not None:
+        return name
+    # A registry host may carry a port (host:11434/ns/model): the tag is in the last segment.
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last or "@" in last:
+        return name
+    return f"{name}:{OLLAMA_DEFAULT_TAG}"
+
+
 def embedding_model_name(embedder: object) -> str:
-    """The name an embedder gives its model (its ``model`` attribute, inside any guard), else
-    its class name: what the stored vectors are recorded as made by (memory_embedding_model).
-    An embedder built from the settings is named by EMBEDDING_MODEL instead (open_memory)."""
+    """The name an embedder gives its model (its ``model`` attribute, inside any guard; an
+    ``OllamaEmbedder``'s as ``canonical_model_name`` spells it), else its class name: what the
+    stored vectors are recorded as made by (memory_embedding_model). An embedder built from
+    the settings is named by EMBEDDING_MODEL instead (open_memory)."""
     inner = getattr(embedder, "inner", None)
     if inner is not None and inner is not embedder:
         return embedding_model_name(inner)
     model = getattr(embedder, "model", None)
     if isinstance(model, str) and model.strip():
+        if isinstance(embedder, OllamaEmbedder):
+            return canonical_model_name(model)
         return model.strip()
     return type(embedder).__name__
 
@@ -163,7 +191,23 @@ class OllamaEmbedder(ClientOwner):
         # The shared check (count, dimension, finite float32, not all zero); the values go back
         # as the server sent them, not rounded to float32.
         storable_vectors(embeddings, expected, dim=self.dim, subject=self._subject())
-        return [[float(x) for x in embedding] for embedding in embeddings]
+        vectors = [[float(x) for x in embedding] for embedding in embeddings]
+        for index, vector in enumerate(vectors):
+            # The client's pydantic model turned JSON booleans into 1.0 and 0.0 before the
+            # shared check's bool test could see them: what is left to see is a vector of
+            # nothing but 0s and 1s, which no embedding model answers. Its ends are looked at
+            # first: a model's vector fails there, without a pass over every value.
+            if (
+                vector[0] in _FLAG_VALUES
+                and vector[-1] in _FLAG_VALUES
+                and _FLAG_VALUES.issuperset(vector)
+            ):
+                raise self._error(
+                    f"returned a vector of booleans (only 0s and 1s) (#{index}), not a model's "
+                    "floats: check EMBEDDING_MODEL names an embedding model and the host is an "
+                    "Ollama server (or a proxy that passes its answers through)"
+                )
+        return vectors
 
     def _subject(self) -> str:
         return f"embedding model {self.model!r} at {redact_host(self.host)}"

@@ -74,7 +74,7 @@ def _checked(vector: object, *, dim: int, subject: str, where: str) -> array[flo
         raise EmbeddingError(
             f"{subject} returned {len(items)}-dimensional embeddings, expected {dim}{where}: "
             f"use a {dim}-dimensional model (with Ollama: set EMBEDDING_MODEL to one, such as "
-            "nomic-embed-text), or re-embed the stored vectors for the new model"
+            f"nomic-embed-text): the columns are vector({dim}), whatever the model"
         )
     if type(items[0]) is bool or type(items[-1]) is bool:
         # array("f") takes True and False for 1.0 and 0.0: a list of flags (an adapter's

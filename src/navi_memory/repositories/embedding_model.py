@@ -3,7 +3,8 @@ vector with the vector indexes' copies and queues, for a re-embedding."""
 
 from __future__ import annotations
 
-from typing import Final
+from datetime import datetime
+from typing import Final, NamedTuple
 
 from sqlalchemy import exists, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
@@ -11,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import ChunkRow, EmbeddingModelRow, FactRow
 
-__all__ = ["EmbeddingModelRepository"]
+__all__ = ["EmbeddingModelRepository", "RecordedModel"]
 
 # The chunk and fact vector indexes hold copies of the vectors, and their queues (revision 0013)
 # vectors made ahead: both go with the vectors of record.
@@ -19,6 +20,14 @@ _TRUNCATE_VECTOR_INDEXES: Final = text(
     "TRUNCATE memory_chunk_vectors, memory_chunk_vector_queue, "
     "memory_fact_vectors, memory_fact_vector_queue"
 )
+
+
+class RecordedModel(NamedTuple):
+    """The row of record: ``recorded_at`` tells a model recorded again (a reembed with the
+    same name) from the record as it was."""
+
+    model: str
+    recorded_at: datetime
 
 
 class EmbeddingModelRepository:
@@ -29,12 +38,21 @@ class EmbeddingModelRepository:
         """The model of record; None when none was recorded yet."""
         return await self.session.scalar(select(EmbeddingModelRow.model))
 
-    async def record_if_none(self, model: str) -> str:
-        """Record ``model`` unless a model is recorded already; returns the model of record."""
+    async def record(self) -> RecordedModel | None:
+        """The model of record and when it was recorded; None when none was recorded yet."""
+        row = (
+            await self.session.execute(
+                select(EmbeddingModelRow.model, EmbeddingModelRow.recorded_at)
+            )
+        ).first()
+        return None if row is None else RecordedModel(row.model, row.recorded_at)
+
+    async def record_if_none(self, model: str) -> RecordedModel:
+        """Record ``model`` unless a model is recorded already; returns the record."""
         await self.session.execute(
             insert(EmbeddingModelRow).values(model=model).on_conflict_do_nothing()
         )
-        recorded = await self.recorded()
+        recorded = await self.record()
         assert recorded is not None  # inserted above, or there already
         return recorded
 

@@ -10,8 +10,11 @@ first call after the pause asks the model again.
 
 Never call these inside a transaction: the model may take its time.
 
-Documents' vectors are about to be stored: the first ones of a process are announced to the
-``recorder`` (open_memory's: the embedding model of record, jobs/embedding_model.py).
+The ``recorder`` (open_memory's: the embedding model of record, jobs/embedding_model.py) is
+asked before any vector is made: in a model mismatch (another model's vectors are stored) every
+call answers "no vector" at once, as with the model down, so rows land without one and searches
+are text searches until a reembed; the recorder logs the mismatch once. Documents' vectors are
+announced to it before they are stored (their model is recorded by the first ones).
 """
 
 from __future__ import annotations
@@ -33,8 +36,14 @@ logger = logging.getLogger(__name__)
 
 
 class VectorRecorder(Protocol):
-    async def vectors_made(self) -> None:
-        """Called before document vectors are stored; cheap after its first call."""
+    async def may_embed(self) -> bool:
+        """Whether vectors may be made now (False: a model mismatch). Called before every
+        vector is made: answers from memory, with no database round trip per call."""
+        ...
+
+    async def vectors_made(self) -> bool:
+        """Called before document vectors are stored: whether they may be. Cheap once the
+        configured model is found recorded."""
         ...
 
 
@@ -85,6 +94,9 @@ class EmbeddingService:
         embedder = self.embedder
         if embedder is None:
             return None
+        recorder = self._recorder
+        if recorder is not None and not await recorder.may_embed():
+            return None
         if self._skipped():
             return None
         started = self._clock()
@@ -99,13 +111,16 @@ class EmbeddingService:
             self._failed(exc, started)
             return None
         self._succeeded()
-        if self._recorder is not None and vectors:
-            await self._recorder.vectors_made()
+        if recorder is not None and vectors and not await recorder.vectors_made():
+            return None  # the record changed meanwhile: another model's vectors are stored
         return vectors
 
     async def query(self, text: str) -> array[float] | None:
         embedder = self.embedder
         if embedder is None:
+            return None
+        # Against another model's stored vectors, any distance is arbitrary: text search only.
+        if self._recorder is not None and not await self._recorder.may_embed():
             return None
         if self._skipped():
             return None
