@@ -341,6 +341,37 @@ async def test_recall_injects_a_matching_excerpt_and_records_it(
     assert await ledger(memory, sid) == [hit.chunk_id]
 
 
+async def test_a_long_excerpt_is_shown_around_what_matched_in_recall_and_memory_search(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """One compression of a long session is one chunk of up to 4,000 characters; the answer
+    at its end is what recall and memory_search show, not its first 1,500 characters."""
+    uid = await new_user(memory)
+    steps = [
+        ("user", f"Step {n}: check the runbook section {n} and tick it off.") for n in range(40)
+    ]
+    answer = "Finally: the payment keys rotate every ninety days on Sunday night."
+    sid = await conversation(
+        memory, fake_ollama, uid, [*steps, ("user", answer), ("user", "ok")], keep_last=1
+    )
+    [chunk] = await memory.search.search("payment keys", "raw", user_id=uid)
+    assert answer in chunk.text and chunk.text.index(answer) > 1_500
+
+    prompt = await memory.context.build_prompt(
+        sid, "When do the payment keys rotate?", system_prompt=HOST, user_id=uid
+    )
+    assert prompt.recall == "injected"
+    assert prompt.recall_message is not None
+    assert answer in prompt.recall_message.content
+    assert "characters before] …" in prompt.recall_message.content
+
+    with request_context(user_id=uid, session_id=sid):
+        answered = await memory.tools.call(
+            "memory_search", {"query": "when do the payment keys rotate", "scope": "raw"}
+        )
+    assert answer in answered
+
+
 async def test_recall_never_injects_an_excerpt_of_messages_still_in_the_context(
     small_chunks: Memory, fake_ollama: FakeOllama
 ) -> None:

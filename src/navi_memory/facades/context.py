@@ -52,13 +52,15 @@ class ContextPrompt:
     recalled: list[MemoryHit] = field(default_factory=list)
     """The raw excerpts in the recall message (their chunk ids are now in the ledger)."""
     recall: RecallOutcome = "no_summary"
+    recall_terms: tuple[str, ...] = ()
+    """The recall query's terms: a long excerpt is shown around them (text.hits.cut_text)."""
 
     @property
     def recall_message(self) -> ChatTurn | None:
         """The recall message among ``messages``, if recall injected one."""
         if not self.recalled:
             return None
-        text = recall_message_text(self.recalled)
+        text = recall_message_text(self.recalled, self.recall_terms)
         return next((m for m in self.messages if m.content == text), None)
 
 
@@ -142,7 +144,7 @@ class ContextBuilder:
         if snapshot is None:
             raise NotFoundError(f"no session {sid!r} for this user")
 
-        recalled, outcome = await self._recall(uid, sid, snapshot, incoming)
+        recalled, outcome, terms = await self._recall(uid, sid, snapshot, incoming)
 
         messages: list[ChatTurn] = []
         if system_prompt.strip():
@@ -158,25 +160,28 @@ class ContextBuilder:
         )
         if facts_text is not None:
             messages.append(ChatTurn("system", facts_text))
-        recall_text = recall_message_text(recalled)
+        recall_text = recall_message_text(recalled, terms)
         if recall_text is not None:
             messages.append(ChatTurn("system", recall_text))
         messages.extend(context_turns(snapshot.messages))
         messages.append(ChatTurn("user", incoming))
-        return ContextPrompt(messages=messages, recalled=recalled, recall=outcome)
+        return ContextPrompt(
+            messages=messages, recalled=recalled, recall=outcome, recall_terms=terms
+        )
 
     async def _recall(
         self, user_id: uuid.UUID, session_id: str, snapshot: ContextSnapshot, incoming: str
-    ) -> tuple[list[MemoryHit], RecallOutcome]:
+    ) -> tuple[list[MemoryHit], RecallOutcome, tuple[str, ...]]:
+        """The excerpts recall delivers, what it did, and its query's terms."""
         settings = self._settings
         if not settings.memory_recall_enabled or settings.memory_recall_k < 1:
-            return [], "disabled"
+            return [], "disabled", ()
         if not snapshot.has_summary:
-            return [], "no_summary"
+            return [], "no_summary", ()
         try:
-            candidates = await self._candidates(user_id, session_id, snapshot, incoming)
+            candidates, terms = await self._candidates(user_id, session_id, snapshot, incoming)
             if not candidates:
-                return [], "nothing_found"
+                return [], "nothing_found", terms
             async with unit_of_work(self._sessionmaker) as session:
                 chosen = await self._service.deliver(
                     session,
@@ -195,23 +200,23 @@ class ContextBuilder:
                 exc_info=True,
                 extra={"event": "context.recall_failed", "session_id": session_id},
             )
-            return [], "failed"
-        return chosen, "injected" if chosen else "nothing_found"
+            return [], "failed", ()
+        return chosen, "injected" if chosen else "nothing_found", terms
 
     async def _candidates(
         self, user_id: uuid.UUID, session_id: str, snapshot: ContextSnapshot, incoming: str
-    ) -> list[MemoryHit]:
+    ) -> tuple[list[MemoryHit], tuple[str, ...]]:
         """The raw excerpts of this session that qualify for recall and hold more than messages
-        the prompt shows already (``repeats_context``), best first: unified search
-        with scope raw (its freshness marks included), asked for its most hits plus one for
-        every id in the ledger, so excerpts delivered before (left out by ``deliver``) never
-        crowd out the next ones: with the ledger's ids taken out, SEARCH_K_MAX hits remain
-        whenever that many match."""
+        the prompt shows already (``repeats_context``), best first, and the query's terms:
+        unified search with scope raw (its freshness marks included), asked for its most hits
+        plus one for every id in the ledger, so excerpts delivered before (left out by
+        ``deliver``) never crowd out the next ones: with the ledger's ids taken out,
+        SEARCH_K_MAX hits remain whenever that many match."""
         query = recall_query(snapshot.messages, incoming)
         plan = plan_search(query, "raw", SEARCH_K_MAX + len(snapshot.ledger))
         if not plan.terms:
             # Without terms search lists the most recent excerpts: "recent" never qualifies.
-            return []
+            return [], ()
         vector = await self._embedding.query(query) if plan.embed else None
         request = SearchRequest(
             plan=plan,
@@ -224,11 +229,12 @@ class ContextBuilder:
         hits = await self._search.search(self._engines.run, request)
         minimum = self._settings.memory_recall_min_similarity
         in_context = context_seqs(snapshot.messages)
-        return [
+        qualified = [
             hit
             for hit in hits
             if qualifies(hit, min_similarity=minimum) and not repeats_context(hit, in_context)
         ]
+        return qualified, plan.terms
 
 
 def _summary_at(snapshot: ContextSnapshot) -> datetime | None:

@@ -17,6 +17,7 @@ from navi_memory.constants import (
 )
 from navi_memory.errors import InvalidTypeError
 from navi_memory.schemas import FactHit, MemoryHit
+from navi_memory.text.terms import query_terms
 
 __all__ = [
     "BEFORE_SUMMARY_LINE",
@@ -73,12 +74,73 @@ def clamp_k(k: int) -> int:
     return max(SEARCH_K_MIN, min(SEARCH_K_MAX, k))
 
 
-def cut_text(text: str, limit: int = HIT_TEXT_MAX_CHARS) -> str:
-    """``text`` up to ``limit`` characters; a longer one is cut there and the cut is marked
-    with how many characters were left out."""
+def cut_text(text: str, limit: int = HIT_TEXT_MAX_CHARS, terms: Sequence[str] = ()) -> str:
+    """``text`` up to ``limit`` characters; a longer one is cut, and each cut is marked with
+    how many characters were left out.
+
+    The part shown is the start, unless ``terms`` (the query's words, case ignored) occur
+    further on: then it is the stretch of ``limit`` characters holding the most distinct
+    terms (the earliest such), from the start of the line (or word) a little before the
+    first of them. A chunk holds up to CHUNK_MAX_CHARS (4,000): cut at the start only, the
+    excerpt a search found for its last lines would show everything but them."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit].rstrip()} … [cut: {len(text) - limit:,} more characters]"
+    start = _window_start(text, limit, terms) if terms else 0
+    if start == 0:
+        return f"{text[:limit].rstrip()} … [cut: {len(text) - limit:,} more characters]"
+    end = min(len(text), start + limit)
+    shown = text[start:end].rstrip()
+    after = f" … [cut: {len(text) - end:,} more characters]" if end < len(text) else ""
+    return f"[cut: {start:,} characters before] … {shown}{after}"
+
+
+_WINDOW_LEAD: Final = 200
+"""How much of what comes before the first term a window shows (context for the match)."""
+
+_WINDOW_MAX_MATCHES: Final = 500
+"""At most this many term occurrences are weighed when a window is chosen."""
+
+
+def _window_start(text: str, limit: int, terms: Sequence[str]) -> int:
+    """Where the shown part of ``text`` starts (see cut_text): 0 when the start already holds
+    as many distinct terms as any stretch of ``limit`` characters."""
+    words = sorted({term for term in terms if term.strip()}, key=len, reverse=True)
+    if not words:
+        return 0
+    pattern = re.compile("|".join(map(re.escape, words)), re.IGNORECASE)
+    matches: list[tuple[int, int, str]] = []
+    for found in pattern.finditer(text):
+        matches.append((found.start(), found.end(), found.group().casefold()))
+        if len(matches) >= _WINDOW_MAX_MATCHES:
+            break
+    if not matches:
+        return 0
+    head = len({word for begin, end, word in matches if end <= limit})
+    # The stretch (first match to last, within limit - lead) with the most distinct terms.
+    span = max(1, limit - _WINDOW_LEAD)
+    best_count, best_first = 0, 0
+    counts: dict[str, int] = {}
+    left = 0
+    for _, end, word in matches:
+        counts[word] = counts.get(word, 0) + 1
+        while end - matches[left][0] > span:
+            gone = matches[left][2]
+            counts[gone] -= 1
+            if not counts[gone]:
+                del counts[gone]
+            left += 1
+        if len(counts) > best_count:
+            best_count, best_first = len(counts), matches[left][0]
+    if best_count <= head:
+        return 0
+    start = max(0, min(best_first - _WINDOW_LEAD, len(text) - limit))
+    # From the start of a line, else of a word, when one is near: not from inside a word.
+    near = min(best_first, start + _WINDOW_LEAD)
+    line = text.find("\n", start, near)
+    if line >= 0:
+        return line + 1
+    blank = text.find(" ", start, near)
+    return blank + 1 if blank >= 0 else start
 
 
 def _when(moment: datetime) -> str:
@@ -132,11 +194,11 @@ def _title(hit: MemoryHit, *, show_user: bool = False) -> str:
     return f"sketch{session} · {one_line(hit.key or '')}"
 
 
-def _body(hit: MemoryHit) -> list[str]:
+def _body(hit: MemoryHit, terms: Sequence[str] = ()) -> list[str]:
     if hit.source_type == "fact":
-        return _indented(f"{one_line(hit.key or '')}: {cut_text(hit.text)}")
+        return _indented(f"{one_line(hit.key or '')}: {cut_text(hit.text, terms=terms)}")
     if hit.source_type == "sketch":
-        return _indented(cut_text(hit.text))
+        return _indented(cut_text(hit.text, terms=terms))
     lines: list[str] = []
     if hit.superseded_by is not None:
         lines.append(_INDENT + OUTDATED_LINE)
@@ -145,7 +207,7 @@ def _body(hit: MemoryHit) -> list[str]:
     if hit.breadcrumbs:
         keys = ", ".join(one_line(crumb) for crumb in hit.breadcrumbs)
         lines.append(_INDENT + "keys: " + cut_text(keys))
-    return lines + _indented(cut_text(hit.text))
+    return lines + _indented(cut_text(hit.text, terms=terms))
 
 
 def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
@@ -156,9 +218,10 @@ def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
     their user on the title line (`` · user <id>``, before the session).
 
     An unknown ``scope`` shows as ``all``, as search treats it. Texts longer than
-    HIT_TEXT_MAX_CHARS are cut, and the cut is marked. Whatever a stored text holds, each
-    entry starts one numbered line: names on the title line (a session, a category, a section)
-    and breadcrumbs show their line breaks as spaces, and every line of a body is indented.
+    HIT_TEXT_MAX_CHARS are cut around the query's words (cut_text), and the cut is marked.
+    Whatever a stored text holds, each entry starts one numbered line: names on the title line
+    (a session, a category, a section) and breadcrumbs show their line breaks as spaces, and
+    every line of a body is indented.
     A ``query`` or ``scope`` that is not a str, or ``hits`` that are not MemoryHits, is an
     InvalidTypeError.
     """
@@ -172,8 +235,10 @@ def format_hits(query: str, scope: str, hits: Sequence[MemoryHit]) -> str:
     # Hits of more than one user (a search across every user, read_all): each names whose
     # it is, or the model would take another user's fact for this one's.
     show_user = len({hit.user_id for hit in hits}) > 1
+    terms = query_terms(query)
     lines.extend(
-        format_hit(number, hit, show_user=show_user) for number, hit in enumerate(hits, start=1)
+        format_hit(number, hit, show_user=show_user, terms=terms)
+        for number, hit in enumerate(hits, start=1)
     )
     return "\n".join(lines)
 
@@ -201,8 +266,11 @@ def recent_only_head(hits: Sequence[MemoryHit | FactHit], noun: str) -> str | No
     return f"the query has no word to search for; here are the {len(hits)} most recent {noun}"
 
 
-def format_hit(number: int, hit: MemoryHit, *, show_user: bool = False) -> str:
+def format_hit(
+    number: int, hit: MemoryHit, *, show_user: bool = False, terms: Sequence[str] = ()
+) -> str:
     """One numbered entry of ``format_hits`` (its title line, then its indented body); the
     context builder's recall message renders its excerpts with it too. ``show_user``: the
-    title names the hit's user too."""
-    return "\n".join([f"{number}. {_title(hit, show_user=show_user)}", *_body(hit)])
+    title names the hit's user too. ``terms``: the query's words, which a long text is cut
+    around (cut_text)."""
+    return "\n".join([f"{number}. {_title(hit, show_user=show_user)}", *_body(hit, terms)])

@@ -224,11 +224,12 @@ def extend_ledger(
 # --- the message ------------------------------------------------------------------------------
 
 
-def recall_message_text(hits: Sequence[MemoryHit]) -> str | None:
+def recall_message_text(hits: Sequence[MemoryHit], terms: Sequence[str] = ()) -> str | None:
     """The recall message: a header saying these are verbatim excerpts from earlier in the
     conversation, then the excerpts numbered, each as ``memory_search`` shows a raw hit
-    (``format_hit``). None without hits (no message then)."""
+    (``format_hit``; ``terms``, the recall query's, are what a long excerpt is cut around).
+    None without hits (no message then)."""
     if not hits:
         return None
-    entries = [format_hit(number, hit) for number, hit in enumerate(hits, start=1)]
+    entries = [format_hit(number, hit, terms=terms) for number, hit in enumerate(hits, start=1)]
     return "\n".join([RECALL_HEADER, "", RECALL_PREAMBLE, "", *entries])

@@ -6,6 +6,8 @@ import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from navi_memory.constants import HIT_TEXT_MAX_CHARS, QUERY_ECHO_MAX_CHARS
 from navi_memory.errors import InvalidTypeError
@@ -199,6 +201,74 @@ def test_long_text_is_cut_at_the_limit_and_the_cut_is_marked() -> None:
     assert body == "   " + "x" * HIT_TEXT_MAX_CHARS + " … [cut: 250 more characters]"
     assert cut_text("short") == "short"
     assert cut_text("y" * HIT_TEXT_MAX_CHARS) == "y" * HIT_TEXT_MAX_CHARS
+
+
+FILLER = "User: step one of the plan is this and that.\n" * 60  # 2,760 characters
+LATE = "User: Finally: the payment keys rotate every ninety days on Sunday night.\n"
+
+
+def parts_of(cut: str, text: str) -> tuple[int, str, int]:
+    """(characters left out before, the part shown, characters left out after) of a cut text,
+    checked against ``text``: the shown part is the text's own, where the marks say."""
+    before = 0
+    if cut.startswith("[cut: "):
+        mark, _, cut = cut.partition(" characters before] … ")
+        before = int(mark.removeprefix("[cut: ").replace(",", ""))
+    after = 0
+    if cut.endswith(" more characters]"):
+        cut, _, mark = cut.rpartition(" … [cut: ")
+        after = int(mark.removesuffix(" more characters]").replace(",", ""))
+    assert text.startswith(cut, before)
+    assert before + len(cut) <= len(text) - after
+    assert text[before + len(cut) : len(text) - after].strip() == ""
+    return before, cut, after
+
+
+def test_a_long_text_is_shown_around_the_query_words_it_holds_past_the_limit() -> None:
+    """The words a search matched at the end of a 4,000-character chunk are what it shows: the
+    stretch holding them, from a line (or word) start, with both cuts marked."""
+    text = FILLER + LATE + "Assistant: noted.\n" + FILLER
+    cut = cut_text(text, terms=["payment", "keys", "rotate"])
+    before, shown, after = parts_of(cut, text)
+    assert before > 0 and after > 0
+    assert "payment keys rotate every ninety days on Sunday night" in shown
+    assert len(shown) <= HIT_TEXT_MAX_CHARS
+    assert text[before - 1] in "\n "  # not from inside a word
+
+
+def test_the_start_is_shown_when_it_holds_the_words_already() -> None:
+    """Words within the first HIT_TEXT_MAX_CHARS characters (or no words, or none found): the
+    head, as before."""
+    text = LATE + FILLER + "User: payment again\n" + FILLER
+    head = text[:HIT_TEXT_MAX_CHARS].rstrip()
+    for terms in (["payment", "rotate"], [], ["absent"]):
+        before, shown, after = parts_of(cut_text(text, terms=terms), text)
+        assert (before, shown) == (0, head)
+        assert after == len(text) - HIT_TEXT_MAX_CHARS
+
+
+def test_the_stretch_with_the_most_distinct_words_wins() -> None:
+    """One word early, three together late: the late stretch; its words matched case-blind."""
+    text = "User: payment is due.\n" + FILLER + LATE.upper() + FILLER
+    _, shown, _ = parts_of(cut_text(text, terms=["payment", "keys", "Rotate"]), text)
+    assert "PAYMENT KEYS ROTATE" in shown
+
+
+@settings(max_examples=300)
+@given(
+    st.text(alphabet="ab \nxyzé", min_size=0, max_size=400),
+    st.lists(st.text(alphabet="abxyé", min_size=1, max_size=3), max_size=4),
+    st.integers(min_value=20, max_value=120),
+)
+def test_every_cut_shows_the_texts_own_characters_and_counts_the_rest(
+    text: str, terms: list[str], limit: int
+) -> None:
+    cut = cut_text(text, limit, terms)
+    if len(text) <= limit:
+        assert cut == text
+        return
+    _, shown, _ = parts_of(cut, text)
+    assert len(shown) <= limit
 
 
 def test_the_query_is_echoed_on_one_line_and_cut() -> None:
