@@ -256,6 +256,7 @@ async def open_memory(
                 indexer=indexer,
                 fact_indexer=fact_indexer,
                 reembed=Reembed(record=record, backfill=backfill),
+                embedding_model=None if record is None else record.model,
                 backfill_pause_seconds=settings.backfill_pause_seconds,
             ),
         )

@@ -353,6 +353,11 @@ class ExportHeader(_Record):
     name: str | None = None
     created_at: datetime
     with_vectors: bool = False
+    embedding_model: str | None = None
+    """With vectors: the embedding model that made them (the source database's model of
+    record). An import keeps them only into a database whose vectors are that model's (or that
+    holds none yet); an export without it (written before it was carried) imports without
+    vectors, which backfill then makes."""
 
 
 class ExportFact(_Record):
@@ -471,6 +476,10 @@ class ImportResult(_Model):
     """Rows written per record type (fact, session, message, chunk, ...)."""
     replaced: bool
     """True when the user's previous memory was deleted first (``replace=True``)."""
+    vectors_dropped: bool = False
+    """True when the export's vectors were left out: made by another embedding model than
+    this database's vectors (or by a model the export does not name). Backfill (or reembed)
+    gives the rows vectors of this database's model."""
 
 
 class PurgeResult(_Model):

@@ -754,3 +754,98 @@ async def test_an_export_names_the_legacy_rows_an_import_would_refuse(memory: Me
         with pytest.raises(InvalidInputError) as refused:
             await memory.admin.import_user(records, user_id=uuid.uuid4())
         assert str(refused.value) == refusals[0]
+
+
+# --- vectors and the model that made them -----------------------------------------------------
+
+OTHER_MODEL = "mxbai-embed-other:latest"
+
+
+async def vectors_of(memory: Memory, uid: uuid.UUID) -> tuple[int, int]:
+    """(facts with a vector, chunks with a vector) of the user."""
+    facts = await scalar(
+        memory,
+        "SELECT count(*) FROM memory_facts WHERE user_id = :u AND embedding IS NOT NULL",
+        u=uid,
+    )
+    chunks = await scalar(
+        memory,
+        "SELECT count(*) FROM memory_chunks WHERE user_id = :u AND embedding IS NOT NULL",
+        u=uid,
+    )
+    return int(str(facts)), int(str(chunks))
+
+
+async def test_an_export_names_the_model_of_its_vectors_and_the_same_model_keeps_them(
+    memory: Memory, other_memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-model")
+    model = await scalar(memory, "SELECT model FROM memory_embedding_model")
+    with admin():
+        records = await memory.admin.export_user(uid, with_vectors=True)
+        plain = await memory.admin.export_user(uid)
+        result = await other_memory.admin.import_user(records)
+    assert records[0].embedding_model == model  # type: ignore[union-attr]
+    assert plain[0].embedding_model is None  # type: ignore[union-attr]
+    assert not result.vectors_dropped
+    assert await vectors_of(other_memory, uid) == await vectors_of(memory, uid)
+    assert await scalar(other_memory, "SELECT model FROM memory_embedding_model") == model
+
+
+async def test_vectors_of_another_model_are_left_out_of_an_import_for_backfill(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """An export's vectors into a database whose vectors are another model's (here: re-embedded
+    with it since) would mix two models' spaces: the rows land without vectors, the result
+    says so, and backfill gives them the database's model's."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-old")
+    with admin():
+        records = dumped(await memory.admin.export_user(uid, with_vectors=True))
+    async with open_memory(
+        make_settings(str(memory.settings.database_url), fake_ollama, embedding_model=OTHER_MODEL)
+    ) as other:
+        with admin():
+            await other.admin.reembed()
+            copy = uuid.uuid4()
+            result = await other.admin.import_user(records, user_id=copy, session_prefix="c-")
+        assert result.vectors_dropped
+        assert await vectors_of(other, copy) == (0, 0)
+        fake_ollama.clear()
+        assert await other.store.backfill_embeddings() > 0
+        models = {r.json["model"] for r in fake_ollama.requests_to("/api/embed")}
+        assert models == {OTHER_MODEL}
+        assert (await vectors_of(other, copy))[0] > 0
+
+
+async def test_an_export_that_does_not_name_its_model_imports_without_vectors(
+    memory: Memory, other_memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """An export written before the header named the model: its vectors' model is unknown."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-unnamed")
+    with admin():
+        records = dumped(await memory.admin.export_user(uid, with_vectors=True))
+        del records[0]["embedding_model"]
+        result = await other_memory.admin.import_user(records)
+    assert result.vectors_dropped
+    assert await vectors_of(other_memory, uid) == (0, 0)
+
+
+async def test_an_import_into_a_database_of_another_configured_model_leaves_vectors_out(
+    memory: Memory, trgm_db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """No model recorded yet: the importing process's own model decides."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-fresh")
+    with admin():
+        records = await memory.admin.export_user(uid, with_vectors=True)
+    async with open_memory(
+        make_settings(trgm_db_url, fake_ollama, embedding_model=OTHER_MODEL)
+    ) as other:
+        with admin():
+            result = await other.admin.import_user(records)
+        assert result.vectors_dropped
+        assert await vectors_of(other, uid) == (0, 0)
+        assert await scalar(other, "SELECT count(*) FROM memory_embedding_model") == 0

@@ -161,6 +161,7 @@ def export_line(record: ExportRecord, *, with_vectors: bool) -> str:
     data = record.model_dump(mode="json")
     if not with_vectors:
         data.pop("embedding", None)
+        data.pop("embedding_model", None)
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -311,3 +312,10 @@ def import_(
     counts = ", ".join(f"{count} {kind}(s)" for kind, count in result.rows.items())
     note = " (their previous memory replaced)" if result.replaced else ""
     out.print(f"import: user {result.user_id}{note}: {counts}", markup=False)
+    if result.vectors_dropped:
+        out.print(
+            "import: the export's vectors were left out (made by another embedding model than "
+            "this database's, or by one the export does not name): `navi-memory backfill` "
+            "gives the rows vectors of this database's model",
+            markup=False,
+        )

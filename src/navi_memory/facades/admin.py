@@ -66,11 +66,13 @@ class Admin:
         indexer: ChunkIndexer,
         fact_indexer: FactIndexer | None = None,
         reembed: Reembed | None = None,
+        embedding_model: str | None = None,
         backfill_pause_seconds: float = 0.0,
     ) -> None:
         """``reembed`` None: this Admin cannot re-embed (open_memory always passes one)."""
         self._sessionmaker = sessionmaker
         self._reembed = reembed
+        self._embedding_model = embedding_model
         self._pause_seconds = backfill_pause_seconds
         # An export reads many tables: one snapshot, so a concurrent write cannot tear it.
         self._snapshot = async_sessionmaker(
@@ -165,6 +167,7 @@ class Admin:
                 user_id=target,
                 replace=replace,
                 session_prefix=session_prefix,
+                configured_model=self._embedding_model,
             )
         if result.rows.get("chunk"):
             self._indexer.kick()

@@ -34,7 +34,9 @@ from navi_memory.constants import (
     TOOL_NAME_MAX_CHARS,
 )
 from navi_memory.errors import EmbeddingError, InvalidInputError, InvalidTypeError, NotFoundError
+from navi_memory.llm.embedder import canonical_model_name
 from navi_memory.llm.vectors import storable_vector
+from navi_memory.repositories.embedding_model import EmbeddingModelRepository
 from navi_memory.repositories.transfer import TransferRepository, floats
 from navi_memory.schemas import (
     ChunkDraft,
@@ -264,6 +266,9 @@ class TransferService:
         user = await repo.user(user_id)
         if user is None:
             raise NotFoundError(f"no user {user_id}")
+        model = None
+        if with_vectors:
+            model = await EmbeddingModelRepository(session=session).recorded()
         records: list[ExportRecord] = [
             ExportHeader(
                 format=EXPORT_FORMAT,
@@ -272,6 +277,7 @@ class TransferService:
                 name=user.name,
                 created_at=user.created_at,
                 with_vectors=with_vectors,
+                embedding_model=model,
             )
         ]
         facts = await repo.facts(user_id, with_vectors=with_vectors)
@@ -326,9 +332,12 @@ class TransferService:
         user_id: uuid.UUID,
         replace: bool,
         session_prefix: str | None,
+        configured_model: str | None = None,
     ) -> ImportResult:
         """Write ``records`` as the memory of ``user_id`` (the caller resolved it, the header's
-        user by default, and checked that the request may write into it).
+        user by default, and checked that the request may write into it). Vectors only when
+        the export's model is this database's (``_vectors_kept``; ``configured_model``: the
+        importing process's embedding model, None in text-only mode).
 
         Refuses (InvalidInputError, nothing written) a malformed export, a user who holds
         memory already unless ``replace`` (which deletes it first), and session ids another
@@ -358,6 +367,7 @@ class TransferService:
                 "import with a session prefix (session_prefix=..., --session-prefix)"
             )
 
+        with_vectors, vectors_dropped = await _vectors_kept(session, header, configured_model)
         await repo.ensure_user(target, header.name, header.created_at)
         fact_ids = dict(
             zip(
@@ -368,7 +378,7 @@ class TransferService:
         )
         for level in plan.fact_levels():
             await repo.insert_facts(
-                [_fact_row(fact, target, fact_ids, header.with_vectors, plan) for fact in level]
+                [_fact_row(fact, target, fact_ids, with_vectors, plan) for fact in level]
             )
         if plan.summary is not None:
             await repo.insert_summary(target, plan.summary.content, plan.summary.updated_at)
@@ -386,7 +396,7 @@ class TransferService:
                     **chunk.model_dump(exclude={"type", "ref", "embedding"}),
                     "id": chunk_ids[chunk.ref],
                     "session_id": plan.sid(chunk.session_id),
-                    "embedding": chunk.embedding if header.with_vectors else None,
+                    "embedding": chunk.embedding if with_vectors else None,
                 }
                 for chunk in plan.chunks
             ],
@@ -437,6 +447,7 @@ class TransferService:
                 "kv": len(plan.kv),
             },
             replaced=replaced,
+            vectors_dropped=vectors_dropped,
         )
 
 
@@ -539,6 +550,31 @@ class _Plan:
             placed |= {f.ref for f in level}
             left = [f for f in left if f.ref not in placed]
         return levels
+
+
+async def _vectors_kept(
+    session: AsyncSession, header: ExportHeader, configured_model: str | None
+) -> tuple[bool, bool]:
+    """(whether the export's vectors are imported, whether it had vectors that are not).
+
+    Vectors of two models are not comparable: they are kept only when the export names the
+    model that made them and it is this database's model of record — or, none recorded yet,
+    the importing process's configured model (any, in text-only mode: None); the export's
+    model then becomes the record, as a first vector write would make it. Dropped, the rows
+    land without vectors, for backfill or reembed."""
+    if not header.with_vectors:
+        return False, False
+    model = header.embedding_model
+    if model is None:
+        return False, True
+    records = EmbeddingModelRepository(session=session)
+    recorded = await records.recorded()
+    if recorded is None and configured_model is not None:
+        recorded = configured_model
+    if recorded is not None and canonical_model_name(recorded) != canonical_model_name(model):
+        return False, True
+    await records.record_if_none(model)
+    return True, False
 
 
 def _fact_row(
