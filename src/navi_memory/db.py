@@ -657,6 +657,16 @@ class PooledStatements:
                 # dead network path took them too, maybe without an EOF the loop has seen).
                 self.engine.sync_engine.pool._invalidate(fairy, exc)
                 self._held = None
+            elif not isinstance(exc, Exception):
+                # Cancelled (a caller's timeout) mid-statement: the server may be halfway
+                # through it — a statement parsed, its locks taken, its transaction open,
+                # waiting for the rest of the protocol — and the pool's reset sends nothing
+                # on a connection SQLAlchemy did not see used. Back in the pool, it would hold
+                # those locks until its next checkout (DDL, and every reader queued behind
+                # it, would wait). Discarded, as SQLAlchemy discards a connection a
+                # cancellation interrupted: one reconnect. Only this one: the others are fine.
+                fairy.invalidate(exc)
+                self._held = None
             raise
         finally:
             if fairy is not self._held:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -327,3 +327,45 @@ async def test_a_cancelled_lane_gives_its_held_connection_back(quiet_memory: Mem
     for _ in range(3):
         async with pooled_reads(engine, hold=True) as reads:
             assert [row["n"] for row in await fetch_rows(reads, text("SELECT 3 AS n"), {})] == [3]
+
+
+@pytest.mark.parametrize("hold", [False, True])
+async def test_a_read_cancelled_mid_statement_never_goes_back_to_the_pool(
+    quiet_memory: Memory, hold: bool
+) -> None:
+    """A caller's timeout cancels a driver read while the server runs it: the connection may be
+    halfway through the protocol (a statement parsed, its locks and transaction open), and
+    SQLAlchemy's reset on return would send nothing on it. It is closed instead — its server
+    process ends — and the pool serves the next reads."""
+    memory = quiet_memory
+    engine = memory.cached_plans_engine
+    # A search statement's length: the server finds the closed socket when it answers.
+    sleep = "SELECT pg_sleep(0.5) AS n /* cancelled */"
+
+    async def read() -> None:
+        async with pooled_reads(engine, hold=hold) as reads:
+            await fetch_rows(reads, PID, {})
+            await fetch_rows(reads, text(sleep), {})
+
+    task = asyncio.create_task(read())
+    sleeping = "SELECT pid FROM pg_stat_activity WHERE query = :q AND state = 'active'"
+    pid = await poll(lambda: scalar(memory, sleeping, q=sleep))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    gone = "SELECT count(*) = 0 OR NULL FROM pg_stat_activity WHERE pid = :pid"
+    await poll(lambda: scalar(memory, gone, pid=pid))
+    for _ in range(3):
+        async with pooled_reads(engine, hold=True) as reads:
+            assert [row["n"] for row in await fetch_rows(reads, text("SELECT 3 AS n"), {})] == [3]
+
+
+async def poll(read: Callable[[], Awaitable[Any]], seconds: float = 10) -> Any:
+    """``read()`` until it answers something other than None (within ``seconds``)."""
+    async with asyncio.timeout(seconds):
+        while True:
+            answer = await read()
+            if answer is not None:
+                return answer
+            await asyncio.sleep(0.01)
