@@ -194,6 +194,9 @@ async def open_memory(
                 chat_model=chat_model, embedding=embedding, facts=FactService()
             ),
             fact_indexer=fact_indexer,
+            # Claims are held for a whole extraction: on the other pool than the one its
+            # transactions draw from (StaleSessionSweep).
+            claims=cached_plans,
         )
         background = BackgroundExtraction(sweep)
         backfill = Backfill(

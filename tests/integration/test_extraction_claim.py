@@ -131,3 +131,32 @@ async def test_an_extractor_whose_claim_another_took_over_leaves_the_activity_to
         assert model.extraction_calls == 2
         assert await first.store.get_extracted_at(sid, uid) is not None
         assert len(await first.store.get_all_facts(uid)) == 1
+
+
+@pytest.mark.parametrize("pool_size", [2, 3])
+async def test_as_many_extractions_as_the_pool_holds_run_without_jamming_it(
+    db_url: str, fake_ollama: FakeOllama, model: ExtractionModel, pool_size: int
+) -> None:
+    """Each extraction holds its claim's connection while its transactions take others: from
+    one pool, ``pool_size`` extractions at once each held one and waited for another until the
+    pool's 30 s timeout, and failed. Claims come from the other pool, at most DB_POOL_SIZE at
+    once: every extraction goes through, at once."""
+    settings = extraction_settings(
+        db_url, fake_ollama, db_pool_size=pool_size, db_max_overflow=0, chunk_index_workers=1
+    )
+    async with open_memory(settings) as memory:
+        users = [await new_user(memory) for _ in range(pool_size + 2)]
+        sessions = [
+            await conversation(memory, uid, f"fact key{n} value{n}") for n, uid in enumerate(users)
+        ]
+        async with asyncio.timeout(20):  # the pool's timeout is 30 s
+            reports = await asyncio.gather(
+                *(
+                    memory.extractor.extract_session(sid, user_id=uid)
+                    for sid, uid in zip(sessions, users, strict=True)
+                )
+            )
+        assert [(r.sessions_extracted, r.failures) for r in reports] == [(1, 0)] * len(users)
+        for n, uid in enumerate(users):
+            facts = await memory.store.get_all_facts(uid)
+            assert [(f.key, f.value) for f in facts] == [(f"key{n}", f"value{n}")]

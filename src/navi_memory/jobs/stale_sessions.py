@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
 from navi_memory.constants import EXTRACTION_BACKGROUND_CONCURRENCY
@@ -111,9 +111,18 @@ class StaleSessionSweep:
         settings: Settings,
         service: ExtractionService,
         fact_indexer: FactIndexer | None = None,
+        claims: AsyncEngine | None = None,
     ) -> None:
+        """``claims``: the engine whose connections hold the extraction claims (default: the
+        sessionmaker's). A claim is held for the whole extraction while the extraction's own
+        transactions take connections of the sessionmaker's pool: from that same pool, as
+        many extractions at once as it has connections would each hold one and wait for
+        another (until the pool's timeout). open_memory passes its second engine; at most
+        DB_POOL_SIZE claims are held at once (half of that engine's pool), more extractions
+        wait for one to end."""
         self._sessionmaker = sessionmaker
-        self._engine = engine_of(sessionmaker)
+        self._engine = engine_of(sessionmaker) if claims is None else claims
+        self._claim_slots = asyncio.Semaphore(max(1, settings.db_pool_size))
         self._settings = settings
         self._service = service
         self._fact_indexer = fact_indexer
@@ -170,7 +179,7 @@ class StaleSessionSweep:
                 async with unit_of_work(self._sessionmaker) as session:
                     if not await self._service.owns(session, user_id, session_id):
                         return _missing()
-            async with single_statement(self._engine) as conn:
+            async with self._claim_slots, single_statement(self._engine) as conn:
                 claim = await self._service.try_claim(conn, session_id)
                 if claim is None:
                     return _skipped(session_id, "another extractor holds it")
