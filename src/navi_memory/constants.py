@@ -240,6 +240,11 @@ EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS: Final = 60.0
 """A failing embedding model is reported at most once per this many seconds, with the number of
 failures since the last report (one warning per call would drown the log)."""
 
+MEMORY_CLOSE_GRACE_SECONDS: Final = 5.0
+"""A Memory that closes gives the calls still in flight this long to give their connections
+back before its pools are disposed (a connection still out then is closed by the garbage
+collector)."""
+
 EMBEDDING_MODEL_RECHECK_SECONDS: Final = 10.0
 """A Memory reads the embedding model of record again at most this often (one tiny query, when
 it next makes a vector): a process started before a ``reembed`` with another model stops making

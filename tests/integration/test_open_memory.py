@@ -23,6 +23,13 @@ from navi_memory.db import SCHEMA_HEAD, TRGM_INDEXES
 from navi_memory.testing import FakeOllama
 from tests import dbtools
 from tests.conftest import make_settings
+from tests.integration.factories import (
+    execute,
+    new_user,
+    scalar,
+    slow_trigger,
+    wait_for_a_sleeping_statement,
+)
 
 
 async def test_open_memory_reports_server_and_extension_versions(memory: Memory) -> None:
@@ -245,3 +252,50 @@ def test_embedded_default_is_migrated_by_alembic_then_started_and_reattached(
         assert (pgdata / "postmaster.pid").read_text().splitlines()[0] == pid
     finally:
         _stop_embedded(pgdata)
+
+
+async def backends_of_other_processes(memory: Memory) -> int:
+    """Server processes of this database other than ``memory``'s own (the observer's) pools."""
+    return int(
+        str(
+            await scalar(
+                memory,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND application_name = 'closing-memory'",
+            )
+        )
+    )
+
+
+async def test_a_call_in_flight_when_the_memory_closes_ends_before_its_pools_do(
+    memory: Memory, db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """Leaving open_memory waits (a few seconds at most) for the calls still in flight to give
+    their connections back, then disposes the pools: nothing of the closed Memory stays
+    connected (a connection still out at dispose was left to the garbage collector)."""
+    uid = await new_user(memory)
+    await slow_trigger(memory, "kv_store", "INSERT", 0.5)
+    url = make_url(db_url).update_query_dict({"application_name": "closing-memory"})
+    settings = make_settings(url.render_as_string(hide_password=False), fake_ollama)
+    async with open_memory(settings) as closing:
+        call = asyncio.create_task(closing.kv.set("user", "k", "v", user_id=uid))
+        await wait_for_a_sleeping_statement(memory)
+    assert call.done() and call.exception() is None
+    await execute(memory, "DROP TRIGGER slow ON kv_store")
+    assert await backends_of_other_processes(memory) == 0
+
+
+async def test_a_closed_memory_refuses_calls_and_connects_nothing(
+    memory: Memory, db_url: str, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    url = make_url(db_url).update_query_dict({"application_name": "closing-memory"})
+    settings = make_settings(url.render_as_string(hide_password=False), fake_ollama)
+    async with open_memory(settings) as closed:
+        await closed.store.upsert_fact("a", "early", "v", user_id=uid)
+    with pytest.raises(StorageError, match="this Memory is closed"):
+        await closed.store.upsert_fact("a", "late", "v", user_id=uid)
+    with pytest.raises(StorageError, match="this Memory is closed"):
+        await closed.store.search_facts("early", user_id=uid)
+    assert await backends_of_other_processes(memory) == 0
+    assert [f.key for f in await memory.store.get_all_facts(uid)] == ["early"]
