@@ -766,3 +766,35 @@ async def test_generated_builds_are_a_prompt_or_a_navi_memory_error_and_never_al
         assert "alice-secret" not in texts(prompt.messages)
         assert prompt.messages[-1] == ChatTurn("user", incoming)
     assert await ledger(memory, alice_sid) == []
+
+
+async def test_the_words_every_excerpt_is_rendered_with_never_count_for_recall(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """Every excerpt holds "User:" / "Assistant:": a question about "the user" matched every
+    one on that word, so recall's two matched terms were one real word. Without an embedder
+    (the text path alone decides): one real word is not enough, two are."""
+    settings = make_settings(db_url, fake_ollama, chunk_max_chars=200)
+    async with open_memory(settings, embedder=False) as memory:
+        uid = await new_user(memory)
+        lines = [
+            ("user", padded("The tomatoes need water every morning.")),
+            ("assistant", padded("The garage door code is 4411.")),
+            ("user", "ok"),
+        ]
+        sid = await conversation(memory, fake_ollama, uid, lines, keep_last=1)
+        vague = await memory.context.build_prompt(
+            sid,
+            "What did the user say to the assistant about water?",
+            system_prompt=HOST,
+            user_id=uid,
+        )
+        assert vague.recall == "nothing_found"
+        assert "user" not in [t.casefold() for t in vague.recall_terms]
+        clear = await memory.context.build_prompt(
+            sid, "do the tomatoes need water?", system_prompt=HOST, user_id=uid
+        )
+        assert clear.recall == "injected"
+        assert [hit.text for hit in clear.recalled] == [
+            "User: " + padded("The tomatoes need water every morning.")
+        ]

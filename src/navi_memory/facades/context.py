@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -33,6 +33,7 @@ from navi_memory.text.recall import (
     qualifies,
     recall_message_text,
     recall_query,
+    recall_terms,
     repeats_context,
 )
 from navi_memory.unit_of_work import LaneEngines, engine_of, unit_of_work
@@ -217,6 +218,7 @@ class ContextBuilder:
         if not plan.terms:
             # Without terms search lists the most recent excerpts: "recent" never qualifies.
             return [], ()
+        plan = replace(plan, terms=recall_terms(plan.terms))
         vector = await self._embedding.query(query) if plan.embed else None
         request = SearchRequest(
             plan=plan,

@@ -17,12 +17,17 @@ from navi_memory.schemas import ChunkDraft, Message
 __all__ = [
     "DEFAULT_CHUNK_MAX_CHARS",
     "DEFAULT_MESSAGE_MAX_CHARS",
+    "RENDERING_WORDS",
     "WHITESPACE",
     "build_chunks",
     "elide_middle",
     "elided_parts",
     "render_message",
 ]
+
+RENDERING_WORDS: Final = frozenset({"user", "assistant", "tool", "result", "call"})
+"""The words render_message writes into every chunk ("User:", "Assistant:", "Tool result
+(name):", "[Tool call]"): a query word among them matches every excerpt, whatever it says."""
 
 DEFAULT_CHUNK_MAX_CHARS: Final = 4000
 """CHUNK_MAX_CHARS: messages are packed into chunks of up to this many characters."""

@@ -16,6 +16,7 @@ from typing import Final, TypeAlias
 
 from navi_memory.constants import FRESHNESS_EXCERPT_WORDS, FRESHNESS_MIN_SHARED_WORDS
 from navi_memory.errors import InvalidInputError
+from navi_memory.text.chunks import RENDERING_WORDS
 from navi_memory.text.terms import STOP_WORDS, combining_marks
 
 __all__ = [
@@ -30,28 +31,27 @@ __all__ = [
     "mark_freshness",
 ]
 
-FRESHNESS_STOP_WORDS: Final = STOP_WORDS | frozenset(
-    {
-        # build_chunks writes every message with one of these prefixes ("User:", "Assistant:",
-        # "Tool result (name):", "[Tool call]"): shared by every excerpt, they say nothing.
-        "user",
-        "assistant",
-        "tool",
-        "result",
-        "call",
-        # frequent words that carry no subject
-        "all",
-        "also",
-        "any",
-        "just",
-        "no",
-        "not",
-        "now",
-        "ok",
-        "okay",
-        "some",
-        "yes",
-    }
+FRESHNESS_STOP_WORDS: Final = (
+    STOP_WORDS
+    # build_chunks writes every message with one of these prefixes ("User:", "Assistant:",
+    # "Tool result (name):", "[Tool call]"): shared by every excerpt, they say nothing.
+    | RENDERING_WORDS
+    | frozenset(
+        {
+            # frequent words that carry no subject
+            "all",
+            "also",
+            "any",
+            "just",
+            "no",
+            "not",
+            "now",
+            "ok",
+            "okay",
+            "some",
+            "yes",
+        }
+    )
 )
 """Words that never count as shared: the search stop words plus the chunk rendering prefixes."""
 

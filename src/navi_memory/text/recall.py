@@ -14,6 +14,7 @@ from typing import Final, Literal, Protocol, TypeVar
 
 from navi_memory.constants import INJECTED_LEDGER_MAX
 from navi_memory.schemas import MemoryHit, Message
+from navi_memory.text.chunks import RENDERING_WORDS
 from navi_memory.text.hits import format_hit
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "qualifies",
     "recall_message_text",
     "recall_query",
+    "recall_terms",
     "repeats_context",
     "select_recall",
     "similarity",
@@ -118,6 +120,15 @@ def recall_query(
     recent = spoken[max(0, len(spoken) - messages) :] if messages > 0 else []
     parts = [incoming, *(m.content for m in reversed(recent))]
     return "\n".join(part.strip()[:message_max_chars].strip() for part in parts if part.strip())
+
+
+def recall_terms(terms: Sequence[str]) -> tuple[str, ...]:
+    """The recall query's terms without the words every excerpt holds through its rendering
+    ("User:", "Assistant:", …: RENDERING_WORDS): "what did the user say about water" would
+    otherwise match every excerpt on "user", and recall's two matched terms would be one.
+    Kept when nothing else is left."""
+    kept = tuple(term for term in terms if term.casefold() not in RENDERING_WORDS)
+    return kept or tuple(terms)
 
 
 # --- which hits qualify -----------------------------------------------------------------------
