@@ -250,6 +250,12 @@ EMBEDDING_MODEL_RECHECK_SECONDS: Final = 10.0
 it next makes a vector): a process started before a ``reembed`` with another model stops making
 its model's vectors at most this long after it."""
 
+EMBEDDING_MODEL_CLAIM_AFTER_SECONDS: Final = 3600.0
+"""Another model's record with no vector stored is taken over by a process's first vectors
+only when it was recorded at least this long before that process first looked: a leftover
+(its users deleted), not a reembed's record waiting for its first batch, nor another process's
+a moment before its first vectors."""
+
 OLLAMA_DEFAULT_TAG: Final = "latest"
 """The tag Ollama gives a model named without one: ``nomic-embed-text`` is
 ``nomic-embed-text:latest``."""

@@ -21,6 +21,7 @@ from navi_memory import (
 )
 from navi_memory.cli.doctor import diagnose
 from navi_memory.jobs.backfill import BackfillProgress
+from navi_memory.jobs.embedding_model import EmbeddingModelRecord
 from navi_memory.testing import FakeOllama, HashedEmbedder
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_user, scalar
@@ -28,6 +29,8 @@ from tests.integration.test_chunks import draft
 
 OTHER_MODEL = "mxbai-embed-other:768"
 RECORDED = "SELECT model FROM memory_embedding_model"
+LEFTOVER = "UPDATE memory_embedding_model SET recorded_at = now() - interval '2 hours'"
+"""The model of record made a leftover: recorded longer ago than a reembed's first batch."""
 
 
 def _other(settings: Settings, fake: FakeOllama) -> Settings:
@@ -93,9 +96,11 @@ async def test_another_model_with_vectors_stored_is_logged_once_and_a_doctor_fin
 async def test_another_model_without_vectors_stored_is_no_change(
     memory: Memory, settings: Settings, fake_ollama: FakeOllama, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A leftover record (every vector gone, recorded long ago) is not a model change."""
     uid = await new_user(memory)
     await memory.store.upsert_fact("tools", "editor", "neovim", user_id=uid)
     await execute(memory, "UPDATE memory_facts SET embedding = NULL")
+    await execute(memory, LEFTOVER)
     other = _other(settings, fake_ollama)
     with caplog.at_level(logging.WARNING, logger="navi_memory"):
         async with open_memory(other):
@@ -218,6 +223,7 @@ async def test_the_first_vectors_stored_after_every_vector_went_record_their_mod
     await _stored_memory(memory)
     gone = await scalar(memory, "SELECT user_id FROM memory_facts LIMIT 1")
     assert await memory.users.delete(gone)  # type: ignore[arg-type]
+    await execute(memory, LEFTOVER)
     other = _other(settings, fake_ollama)
     async with open_memory(other) as changed:
         uid = await new_user(changed)
@@ -286,3 +292,47 @@ async def test_a_backfill_stops_when_a_reembed_changes_the_model_meanwhile(
     with pytest.raises(ConfigError, match="reembed"):
         await memory.store.backfill_embeddings(batch_size=2, progress=reembed_meanwhile)
     assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 4
+
+
+async def test_a_process_started_during_a_reembed_never_takes_its_record_over(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama
+) -> None:
+    """Between a reembed's clearing (its model recorded, no vector left) and its first batch,
+    a process of the old model starts (a rolling restart, a cron job): the fresh record is not
+    a leftover. It makes no vector, the record stays the reembed's, and the reembed's backfill
+    goes on."""
+    await _stored_memory(memory)
+    await EmbeddingModelRecord(memory.sessionmaker, model=OTHER_MODEL).replace_vectors()
+    async with open_memory(settings) as old:
+        uid = await new_user(old)
+        fake_ollama.clear()
+        fact = await old.store.upsert_fact("tools", "browser", "firefox", user_id=uid)
+        assert not fact.has_embedding
+        assert fake_ollama.requests_to("/api/embed") == []
+    assert await scalar(memory, RECORDED) == OTHER_MODEL
+    async with open_memory(_other(settings, fake_ollama)) as new:
+        assert await new.store.backfill_embeddings() > 0
+    assert await scalar(memory, RECORDED) == OTHER_MODEL
+
+
+async def test_two_processes_first_vectors_never_both_count_as_the_record(
+    memory: Memory, settings: Settings
+) -> None:
+    """A records its model just before storing its first vectors; B, of another model, looks
+    then (no vector stored yet): A's fresh record is not B's to take, so only A's vectors are
+    stored, and a leftover taken over by two at once is taken by one."""
+    a = EmbeddingModelRecord(memory.sessionmaker, model=settings.embedding_model)
+    b = EmbeddingModelRecord(memory.sessionmaker, model=OTHER_MODEL)
+    assert await a.vectors_made()  # recorded; A's vectors are stored in a moment
+    await b.recheck()  # B's first look: A's record, no vector stored yet
+    assert not await b.vectors_made()
+    assert b.mismatch is not None
+    assert await scalar(memory, RECORDED) == settings.embedding_model
+
+    await execute(memory, LEFTOVER)
+    first = EmbeddingModelRecord(memory.sessionmaker, model=OTHER_MODEL)
+    second = EmbeddingModelRecord(memory.sessionmaker, model="third-model:1")
+    await first.recheck()
+    await second.recheck()
+    assert [await first.vectors_made(), await second.vectors_made()] == [True, False]
+    assert await scalar(memory, RECORDED) == OTHER_MODEL

@@ -18,7 +18,10 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from navi_memory.constants import EMBEDDING_MODEL_RECHECK_SECONDS
+from navi_memory.constants import (
+    EMBEDDING_MODEL_CLAIM_AFTER_SECONDS,
+    EMBEDDING_MODEL_RECHECK_SECONDS,
+)
 from navi_memory.errors import ConfigError
 from navi_memory.jobs.backfill import Backfill, ProgressCallback
 from navi_memory.llm.embedder import canonical_model_name
@@ -61,12 +64,16 @@ class EmbeddingModelRecord:
         """The last look found ``model`` recorded (or this process recorded it)."""
         self._mismatch: str | None = None
         """The other model of record while this process makes no vectors."""
+        self._first_seen: RecordedModel | None = None
+        """The record found at this process's first look."""
         self._claimable: RecordedModel | None = None
-        """The record found at this process's first look: when it is another model's, a
-        leftover whose vectors may all be gone (their users deleted), replaced by the first
-        vectors stored then. Forgotten once the record is seen to change (recorded_at too): a
-        model recorded meanwhile was recorded on purpose (a reembed clears every vector and
-        records its model), never taken over by a process that may be stale."""
+        """The record found at this process's first look, once it was recorded at least
+        EMBEDDING_MODEL_CLAIM_AFTER_SECONDS before: when it is another model's, a leftover
+        whose vectors may all be gone (their users deleted), replaced by the first vectors
+        stored then. A younger record is never taken: a reembed clears every vector and
+        records its model, and its first vectors come a batch later; another process may have
+        recorded its model a moment before storing its first vectors. Forgotten once the
+        record is seen to change (recorded_at too)."""
 
     @property
     def mismatch(self) -> str | None:
@@ -97,18 +104,23 @@ class EmbeddingModelRecord:
                 recorded = await repo.record()
                 others = recorded is not None and not same_model(recorded.model, self.model)
                 stored = others and await repo.vectors_exist()
+                old = others and not stored and await _old_enough(repo)
         except BaseException:
             self._checked_at = before  # the next call reads again
             raise
-        self._seen(recorded, vectors_stored=stored)
+        self._seen(recorded, vectors_stored=stored, claimable=old)
 
-    def _seen(self, recorded: RecordedModel | None, *, vectors_stored: bool) -> None:
-        """The state ``recorded`` (with another model's vectors stored or not) puts it in."""
+    def _seen(
+        self, recorded: RecordedModel | None, *, vectors_stored: bool, claimable: bool = False
+    ) -> None:
+        """The state ``recorded`` (with another model's vectors stored or not) puts it in;
+        ``claimable``: the record is old enough to be a leftover (EMBEDDING_MODEL_CLAIM_AFTER_
+        SECONDS), which counts only while it is the record of this process's first look."""
         if not self._looked:
             self._looked = True
-            self._claimable = recorded
-        elif recorded != self._last_seen:
-            self._claimable = None
+            self._first_seen = recorded
+        first = recorded is not None and recorded == self._first_seen
+        self._claimable = recorded if claimable and first else None
         self._last_seen = recorded
         self._ours = recorded is not None and same_model(recorded.model, self.model)
         if recorded is None or self._ours:
@@ -164,14 +176,18 @@ class EmbeddingModelRecord:
         async with unit_of_work(self._sessionmaker) as session:
             repo = EmbeddingModelRepository(session=session)
             recorded: RecordedModel | None = await repo.record_if_none(self.model)
-            stored = False
+            stored = old = False
             if recorded is not None and not same_model(recorded.model, self.model):
                 stored = await repo.vectors_exist()
+                old = not stored and await _old_enough(repo)
                 # Kept, the leftover would be reported as a model change at every later start.
-                if recorded == self._claimable and not stored:
-                    await repo.replace(self.model)
+                if (
+                    old
+                    and recorded == self._first_seen
+                    and await repo.replace_if(recorded, self.model)
+                ):
                     recorded = await repo.record()
-        self._seen(recorded, vectors_stored=stored)
+        self._seen(recorded, vectors_stored=stored, claimable=old)
         return self._ours
 
     async def check_recorded(self, session: AsyncSession) -> None:
@@ -223,6 +239,11 @@ class EmbeddingModelRecord:
             recorded = await repo.record()
         self._checked_at = self._clock()
         self._seen(recorded, vectors_stored=False)
+
+
+async def _old_enough(repo: EmbeddingModelRepository) -> bool:
+    age = await repo.age_seconds()
+    return age is not None and age >= EMBEDDING_MODEL_CLAIM_AFTER_SECONDS
 
 
 class Reembed:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final, NamedTuple
 
-from sqlalchemy import exists, or_, select, text, update
+from sqlalchemy import exists, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -46,6 +46,27 @@ class EmbeddingModelRepository:
             )
         ).first()
         return None if row is None else RecordedModel(row.model, row.recorded_at)
+
+    async def age_seconds(self) -> float | None:
+        """How long ago, by the database's clock, the model of record was recorded."""
+        age = await self.session.scalar(
+            select(func.extract("epoch", func.now() - EmbeddingModelRow.recorded_at))
+        )
+        return None if age is None else float(age)
+
+    async def replace_if(self, expected: RecordedModel, model: str) -> bool:
+        """Make ``model`` the model of record if the record is still ``expected`` (model and
+        time): two processes replacing one leftover at once, only the first does."""
+        replaced = await self.session.scalar(
+            update(EmbeddingModelRow)
+            .where(
+                EmbeddingModelRow.model == expected.model,
+                EmbeddingModelRow.recorded_at == expected.recorded_at,
+            )
+            .values(model=model, recorded_at=func.now())
+            .returning(EmbeddingModelRow.id)
+        )
+        return replaced is not None
 
     async def record_if_none(self, model: str) -> RecordedModel:
         """Record ``model`` unless a model is recorded already; returns the record."""
