@@ -780,7 +780,7 @@ async def test_the_words_every_excerpt_is_rendered_with_never_count_for_recall(
         lines = [
             ("user", padded("The tomatoes need water every morning.")),
             ("assistant", padded("The garage door code is 4411.")),
-            ("user", "ok"),
+            ("user", "user?"),  # kept in the context: a word of the recall query too
         ]
         sid = await conversation(memory, fake_ollama, uid, lines, keep_last=1)
         vague = await memory.context.build_prompt(
@@ -791,6 +791,10 @@ async def test_the_words_every_excerpt_is_rendered_with_never_count_for_recall(
         )
         assert vague.recall == "nothing_found"
         assert "user" not in [t.casefold() for t in vague.recall_terms]
+        only = await memory.context.build_prompt(
+            sid, "user or assistant?", system_prompt=HOST, user_id=uid
+        )
+        assert (only.recall, only.recall_terms) == ("nothing_found", ())
         clear = await memory.context.build_prompt(
             sid, "do the tomatoes need water?", system_prompt=HOST, user_id=uid
         )

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from navi_memory.constants import EMBEDDING_DIM
-from navi_memory.errors import EmbeddingError
+from navi_memory.errors import EmbeddingError, StorageError
 from navi_memory.llm import Embedder, GuardedEmbedder, OllamaEmbedder, storable_vector
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.testing import FakeOllama
@@ -295,3 +295,36 @@ async def test_booleans_from_ollama_are_an_embedding_error_not_a_vector(
         assert await service.documents(["a"]) is None
     finally:
         await embedder.aclose()
+
+
+class Unreadable(Recorder):
+    """A model of record the database cannot be asked for (a lost connection)."""
+
+    def __init__(self, *, fail_at: str) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+
+    async def may_embed(self) -> bool:
+        if self.fail_at == "may_embed":
+            raise StorageError("lost the connection to the database")
+        return await super().may_embed()
+
+    async def vectors_made(self) -> bool:
+        if self.fail_at == "vectors_made":
+            raise StorageError("lost the connection to the database")
+        return await super().vectors_made()
+
+
+@pytest.mark.parametrize("fail_at", ["may_embed", "vectors_made"])
+async def test_a_model_of_record_that_cannot_be_read_is_no_vector_not_an_error(
+    fail_at: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The recheck fails (the database): the call gets no vector and the failure is logged,
+    never raised — a write through a hidden spelling asks for its vector after its value
+    committed, and must not be told it failed."""
+    service = EmbeddingService(Counting(), recorder=Unreadable(fail_at=fail_at))
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        assert await service.documents(["a"]) is None
+        queried = await service.query("q")
+    assert (queried is None) == (fail_at == "may_embed")
+    assert "memory.embedding_record_unreadable" in caplog.text

@@ -215,10 +215,10 @@ class ContextBuilder:
         SEARCH_K_MAX hits remain whenever that many match."""
         query = recall_query(snapshot.messages, incoming)
         plan = plan_search(query, "raw", SEARCH_K_MAX + len(snapshot.ledger))
+        plan = replace(plan, terms=recall_terms(plan.terms))
         if not plan.terms:
             # Without terms search lists the most recent excerpts: "recent" never qualifies.
             return [], ()
-        plan = replace(plan, terms=recall_terms(plan.terms))
         vector = await self._embedding.query(query) if plan.embed else None
         request = SearchRequest(
             plan=plan,

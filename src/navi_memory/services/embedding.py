@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from navi_memory.constants import EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS
-from navi_memory.errors import EmbeddingError
+from navi_memory.errors import EmbeddingError, StorageError
 from navi_memory.llm import Embedder, GuardedEmbedder, storable_vector, storable_vectors
 
 __all__ = ["EmbeddingService", "VectorRecorder", "storable_vector", "storable_vectors"]
@@ -94,8 +94,7 @@ class EmbeddingService:
         embedder = self.embedder
         if embedder is None:
             return None
-        recorder = self._recorder
-        if recorder is not None and not await recorder.may_embed():
+        if not await self._may_embed():
             return None
         if self._skipped():
             return None
@@ -111,7 +110,7 @@ class EmbeddingService:
             self._failed(exc, started)
             return None
         self._succeeded()
-        if recorder is not None and vectors and not await recorder.vectors_made():
+        if vectors and not await self._vectors_made():
             return None  # the record changed meanwhile: another model's vectors are stored
         return vectors
 
@@ -120,7 +119,7 @@ class EmbeddingService:
         if embedder is None:
             return None
         # Against another model's stored vectors, any distance is arbitrary: text search only.
-        if self._recorder is not None and not await self._recorder.may_embed():
+        if not await self._may_embed():
             return None
         if self._skipped():
             return None
@@ -135,6 +134,37 @@ class EmbeddingService:
             return None
         self._succeeded()
         return vector
+
+    async def _may_embed(self) -> bool:
+        """The recorder's may_embed; False (no vector) when the model of record cannot be
+        read (the database failing: the call's own statement will say so, or it has
+        committed already, as a write through a hidden spelling before its vector)."""
+        recorder = self._recorder
+        if recorder is None:
+            return True
+        try:
+            return await recorder.may_embed()
+        except StorageError as exc:
+            self._record_unreadable(exc)
+            return False
+
+    async def _vectors_made(self) -> bool:
+        recorder = self._recorder
+        if recorder is None:
+            return True
+        try:
+            return await recorder.vectors_made()
+        except StorageError as exc:
+            self._record_unreadable(exc)
+            return False
+
+    @staticmethod
+    def _record_unreadable(exc: StorageError) -> None:
+        logger.warning(
+            "memory.embedding_record_unreadable: %s (no vector made; backfill makes it)",
+            exc,
+            extra={"event": "memory.embedding_record_unreadable"},
+        )
 
     def _skipped(self) -> bool:
         """A call the pause answers: counted as a failure (reported with the others)."""

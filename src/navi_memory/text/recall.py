@@ -126,9 +126,9 @@ def recall_terms(terms: Sequence[str]) -> tuple[str, ...]:
     """The recall query's terms without the words every excerpt holds through its rendering
     ("User:", "Assistant:", …: RENDERING_WORDS): "what did the user say about water" would
     otherwise match every excerpt on "user", and recall's two matched terms would be one.
-    Kept when nothing else is left."""
-    kept = tuple(term for term in terms if term.casefold() not in RENDERING_WORDS)
-    return kept or tuple(terms)
+    None left ("user or assistant?"): no terms, so nothing is recalled — those words match
+    every excerpt, whatever it says."""
+    return tuple(term for term in terms if term.casefold() not in RENDERING_WORDS)
 
 
 # --- which hits qualify -----------------------------------------------------------------------
