@@ -392,3 +392,16 @@ def test_times_always_have_four_digit_years() -> None:
     text = format_hits("x", "all", [fact_hit(timestamp=early), raw_hit(timestamp=early)])
     assert "updated 0005-01-02 03:04" in text
     assert "· 0005-01-02 03:04" in text
+
+
+def test_a_term_is_found_as_a_word_before_it_is_found_inside_words() -> None:
+    """ "cat" in "concatenated" and "catalog" does not pull the window away from "my cat"."""
+    text = "x " * 1000 + "we concatenated the catalog files. " + "y " * 800 + "my cat is Tom."
+    _, shown, _ = parts_of(cut_text(text, terms=["cat"]), text)
+    assert "my cat is Tom." in shown
+
+
+def test_a_common_terms_many_occurrences_never_hide_a_rare_one() -> None:
+    text = "data " * 600 + "zebra data"
+    _, shown, _ = parts_of(cut_text(text, terms=["data", "zebra"]), text)
+    assert "zebra" in shown
