@@ -665,8 +665,12 @@ class PooledStatements:
                 # those locks until its next checkout (DDL, and every reader queued behind
                 # it, would wait). Discarded, as SQLAlchemy discards a connection a
                 # cancellation interrupted: one reconnect. Only this one: the others are fine.
-                fairy.invalidate(exc)
+                # Through a greenlet, the driver closes it gracefully (2 s at most): first the
+                # cancel request asyncpg queued reaches the server, which stops the statement
+                # and drops its locks at once; a plain terminate drops that request and the
+                # server runs the statement to its end before it sees the closed socket.
                 self._held = None
+                await greenlet_spawn(fairy.invalidate, exc)
             raise
         finally:
             if fairy is not self._held:

@@ -339,8 +339,8 @@ async def test_a_read_cancelled_mid_statement_never_goes_back_to_the_pool(
     process ends — and the pool serves the next reads."""
     memory = quiet_memory
     engine = memory.cached_plans_engine
-    # A search statement's length: the server finds the closed socket when it answers.
-    sleep = "SELECT pg_sleep(0.5) AS n /* cancelled */"
+    # Long: the server must stop it at once (the cancel request), not run it to its end.
+    sleep = "SELECT pg_sleep(20) AS n /* cancelled */"
 
     async def read() -> None:
         async with pooled_reads(engine, hold=hold) as reads:
@@ -355,7 +355,7 @@ async def test_a_read_cancelled_mid_statement_never_goes_back_to_the_pool(
         await task
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     gone = "SELECT count(*) = 0 OR NULL FROM pg_stat_activity WHERE pid = :pid"
-    await poll(lambda: scalar(memory, gone, pid=pid))
+    await poll(lambda: scalar(memory, gone, pid=pid), seconds=5)
     for _ in range(3):
         async with pooled_reads(engine, hold=True) as reads:
             assert [row["n"] for row in await fetch_rows(reads, text("SELECT 3 AS n"), {})] == [3]
