@@ -273,11 +273,17 @@ async def open_memory(
             finally:
                 await store.aclose()
     finally:
-        if owned_chat:
-            await chat_model.aclose()
-        if owned_embedder and guarded is not None:
-            await guarded.aclose()
-        await _close_engines(engine, cached_plans)
+        try:
+            # The calls still in flight finish first, with the models they may need.
+            await _drained(engine, cached_plans)
+        finally:
+            try:
+                if owned_chat:
+                    await chat_model.aclose()
+                if owned_embedder and guarded is not None:
+                    await guarded.aclose()
+            finally:
+                await _close_engines(engine, cached_plans)
 
 
 class _Closed:
@@ -295,12 +301,10 @@ class _Closed:
             )
 
 
-async def _close_engines(*engines: AsyncEngine) -> None:
-    """Close ``engines`` as a Memory ends: new checkouts and connections refused at once, the
-    calls in flight given up to MEMORY_CLOSE_GRACE_SECONDS to give their connections back
-    (disposing drops only the connections in the pool: one still out would outlive it, to be
-    closed by the garbage collector), then the pools disposed."""
-    gate = _Closed()
+async def _drained(*engines: AsyncEngine) -> None:
+    """Until the calls in flight have given their connections back, MEMORY_CLOSE_GRACE_SECONDS
+    at most: disposing drops only the connections in the pool, and one still out would outlive
+    it, to be closed by the garbage collector."""
     loop = asyncio.get_running_loop()
     drained = asyncio.Event()
 
@@ -311,14 +315,27 @@ async def _close_engines(*engines: AsyncEngine) -> None:
     def checked_in(*_: object) -> None:
         loop.call_soon(check)  # the pool counts the connection back in after its event
 
+    pools = [engine.sync_engine.pool for engine in engines]
+    for pool in pools:
+        event.listen(pool, "checkin", checked_in)
+    try:
+        check()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(drained.wait(), MEMORY_CLOSE_GRACE_SECONDS)
+    finally:
+        for pool in pools:
+            event.remove(pool, "checkin", checked_in)
+
+
+async def _close_engines(*engines: AsyncEngine) -> None:
+    """Close ``engines`` as a Memory ends: from now on every checkout and connection is refused
+    (a call made on the closed Memory is a StorageError saying so, not a fresh pool that
+    nothing disposes), then the pools are disposed."""
+    gate = _Closed()
+    gate.closed = True
     for engine in engines:
         event.listen(engine.sync_engine.pool, "checkout", gate.refuse)
-        event.listen(engine.sync_engine.pool, "checkin", checked_in)
         event.listen(engine.sync_engine, "do_connect", gate.refuse)
-    gate.closed = True
-    check()
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(drained.wait(), MEMORY_CLOSE_GRACE_SECONDS)
     first, *rest = engines
     try:
         await first.dispose()

@@ -299,3 +299,38 @@ async def test_a_closed_memory_refuses_calls_and_connects_nothing(
         await closed.store.search_facts("early", user_id=uid)
     assert await backends_of_other_processes(memory) == 0
     assert [f.key for f in await memory.store.get_all_facts(uid)] == ["early"]
+
+
+async def test_a_close_cancelled_during_its_grace_still_disposes_the_pools(
+    memory: Memory, db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """Shutting down twice (a task group, a second Ctrl-C) while the close waits for a call in
+    flight: the pools are disposed all the same — only the call's own connection is left,
+    not the idle ones — and the Memory refuses calls."""
+    uid = await new_user(memory)
+    await slow_trigger(memory, "kv_store", "INSERT", 1.5)
+    url = make_url(db_url).update_query_dict({"application_name": "closing-memory"})
+    settings = make_settings(url.render_as_string(hide_password=False), fake_ollama)
+    opened: list[Memory] = []
+    calls: list[asyncio.Task[object]] = []
+
+    async def owner() -> None:
+        async with open_memory(settings) as closing:
+            opened.append(closing)
+            await asyncio.gather(*(closing.users.get(uid) for _ in range(3)))  # idle ones
+            calls.append(asyncio.create_task(closing.kv.set("user", "k", "v", user_id=uid)))
+            await wait_for_a_sleeping_statement(memory)
+            started.set()
+
+    started = asyncio.Event()
+    task = asyncio.create_task(owner())
+    await asyncio.wait_for(started.wait(), 10)
+    await asyncio.sleep(0.3)  # the block has ended: the close waits for the call
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await backends_of_other_processes(memory) <= 1  # the call's own, still running
+    with pytest.raises(StorageError, match="this Memory is closed"):
+        await opened[0].users.get(uid)
+    await calls[0]
+    await execute(memory, "DROP TRIGGER slow ON kv_store")
