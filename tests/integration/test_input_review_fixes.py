@@ -228,3 +228,22 @@ async def test_a_category_stored_decomposed_is_the_one_the_tool_saves_into_and_f
     assert answer.startswith("memory: forgot 1 fact"), answer
     with request_context(user_id=uid):
         assert [f.key for f in await memory.store.get_all_facts()] == ["latte"]
+
+
+@pytest.mark.parametrize("sent", ["cafe\u0301", "caf\u00e9"])
+@pytest.mark.parametrize("category", [None, "places"])
+async def test_the_tool_forgets_a_key_an_application_stored_decomposed(
+    memory: Memory, sent: str, category: str | None
+) -> None:
+    """upsert_fact keeps a key as given; the tool reads keys in NFC. Its forget finds a key
+    stored decomposed, whichever form the model types (it reads back what was stored)."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("places", "cafe\u0301", "the blue one")
+    forget: dict[str, str] = {"action": "forget", "key": sent}
+    if category is not None:
+        forget["category"] = category
+    answer = await memory.tools.call("memory", forget, ToolContext(user_id=uid))
+    assert answer == "memory: forgot 1 fact: [places] cafe\u0301", answer
+    with request_context(user_id=uid):
+        assert await memory.store.get_all_facts() == []

@@ -366,12 +366,17 @@ async def _search(store: FactStore, request: SearchFacts) -> str:
 
 
 async def _forget(store: FactStore, request: ForgetFact) -> str:
+    # The key as the tool reads it (NFC), and decomposed: an application may have stored it
+    # so (upsert_fact keeps a key as given), and the model types what it read back.
+    keys = list(dict.fromkeys((request.key, unicodedata.normalize("NFD", request.key))))
+    removed: list[Fact] = []
     if request.category is None:
-        removed = await store.delete_facts(request.key)
+        for key in keys:
+            removed += await store.delete_facts(key)
     else:  # the category under every case it is stored in (see _save)
-        removed = []
         for category in await _stored_spellings(store, request.category) or [request.category]:
-            removed += await store.delete_facts(request.key, category)
+            for key in keys:
+                removed += await store.delete_facts(key, category)
     if not removed:
         scope = f" in category {request.category!r}" if request.category is not None else ""
         return f"memory: nothing to forget, no stored fact has the key {request.key!r}{scope}."
@@ -381,7 +386,7 @@ async def _forget(store: FactStore, request: ForgetFact) -> str:
     # application's, a model's save) must not read as a line of the answer.
     names = ", ".join(f"[{one_line(fact.category)}] {one_line(fact.key)}" for fact in removed)
     spelling = ""
-    spelled = sum(fact.key != request.key for fact in removed)
+    spelled = sum(_nfc(fact.key) != request.key for fact in removed)
     if spelled:
         if spelled == len(removed):
             it = "it" if spelled == 1 else "them"
