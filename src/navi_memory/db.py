@@ -489,7 +489,9 @@ def create_engine(settings: Settings, url: str, *, cached_plans: bool = False) -
         # small reads both its lanes there (raw history's small-user statement, facts and
         # sketches). With one pool's worth, eight callers' sixteen reads went past it, and
         # each overflow connection, closed when given back, cost a connect, the vector codec's
-        # lookups and five custom plans again (searches/s fell from ~340 to ~210).
+        # lookups and five custom plans again (searches/s fell from ~340 to ~210). Extraction
+        # claims come from this pool too (at most DB_POOL_SIZE, held for an extraction each:
+        # StaleSessionSweep), so a burst of extractions takes up to half of it.
         pool_size=settings.db_pool_size * (2 if cached_plans else 1),
         max_overflow=settings.db_max_overflow,
         pool_pre_ping=settings.db_pool_pre_ping,
