@@ -14,11 +14,14 @@ from navi_memory import (
     InvalidInputError,
     Memory,
     ToolContext,
+    open_memory,
     request_context,
 )
 from navi_memory.constants import KV_ENTRY_NAME_MAX_BYTES
+from navi_memory.testing import FakeOllama
 from navi_memory.tools.memory import ForgetFact, SaveFact, parse_memory_arguments
 from navi_memory.validation import check_kv_entry_name
+from tests.conftest import make_settings
 from tests.integration.factories import new_user, scalar
 
 WIDE_FIRST, WIDE_LAST = 0x20000, 0x2A6D0  # CJK Extension B: four bytes each in UTF-8
@@ -247,3 +250,30 @@ async def test_the_tool_forgets_a_key_an_application_stored_decomposed(
     assert answer == "memory: forgot 1 fact: [places] cafe\u0301", answer
     with request_context(user_id=uid):
         assert await memory.store.get_all_facts() == []
+
+
+async def test_text_stored_decomposed_is_found_by_either_form(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """An application may store text decomposed (NFD: a macOS file name, "e" + a combining
+    accent); a chat types it composed. The text searches of facts and sketches find it by
+    either form (the vector pass aside: text-only here)."""
+    composed, decomposed = "Z\u00fcrich cr\u00e8me", "Zu\u0308rich cre\u0300me"
+    async with open_memory(make_settings(db_url, fake_ollama), embedder=False) as memory:
+        uid = await new_user(memory)
+        with request_context(user_id=uid, session_id="s1"):
+            await memory.sessions.create("s1")
+            await memory.store.upsert_fact("food", "dessert", f"a {decomposed} in the old town")
+            await memory.kv.set("scratchpad", "plan", f"visit {decomposed}", session_id="s1")
+            for query in (composed, decomposed):
+                facts = await memory.store.search_facts(query)
+                assert [hit.key for hit in facts] == ["dessert"], query
+                listed = await memory.store.get_all_facts(search=query.split()[0])
+                assert [fact.key for fact in listed] == ["dessert"], query
+                found = await memory.search.search(query, scope="all")
+                assert {(hit.source_type, hit.key) for hit in found} == {
+                    ("fact", "dessert"),
+                    ("sketch", "plan"),
+                }, query
+                sketches = await memory.kv.search_values(None, "scratchpad", query.split())
+                assert [row.key for row in sketches] == ["plan"], query

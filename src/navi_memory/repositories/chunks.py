@@ -21,7 +21,7 @@ from navi_memory.constants import (
 )
 from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow
-from navi_memory.repositories.like import contains_pattern
+from navi_memory.repositories.like import term_patterns
 from navi_memory.repositories.sessions import summary_at_of_chunk
 from navi_memory.repositories.statements import (
     FetchedRow,
@@ -803,7 +803,7 @@ def settled_rows(graph_from: int) -> int:
 
 
 def _patterns(terms: Sequence[str]) -> list[str]:
-    return [contains_pattern(term) for term in terms]
+    return term_patterns(terms)
 
 
 class ChunkSearchRepository:

@@ -36,7 +36,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 from navi_memory.constants import EMBEDDING_DIM, FACT_SCAN_HEAD
 from navi_memory.db import vector_binary
 from navi_memory.models import FactRow, FactVectorQueueRow, SummaryRow
-from navi_memory.repositories.like import contains_pattern
+from navi_memory.repositories.like import contains_pattern, spellings, term_patterns
 from navi_memory.repositories.statements import FetchedRow, Reads, fetch_rows, queue_pop
 
 __all__ = [
@@ -364,8 +364,9 @@ def text_match(terms: Sequence[str]) -> ColumnElement[bool]:
     # this shape, which it cannot do for `ILIKE ANY (array)`.
     return or_(
         *(
-            column.ilike(contains_pattern(term), escape="\\")
+            column.ilike(contains_pattern(spelling), escape="\\")
             for term in terms
+            for spelling in spellings(term)
             for column in (FactRow.category, FactRow.key, FactRow.value)
         )
     )
@@ -890,7 +891,7 @@ class FactSearchRepository:
         is never sent back (only whether there is one). Rows carry ``distance`` (vector hits)
         or ``terms_hit``; the caller orders them.
         """
-        params: dict[str, Any] = {"limit": limit, "patterns": [contains_pattern(t) for t in terms]}
+        params: dict[str, Any] = {"limit": limit, "patterns": term_patterns(terms)}
         if user_id is not None:
             params["uid"] = user_id
         if query_vector is not None:

@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.models import KvRow
-from navi_memory.repositories.like import contains_pattern
+from navi_memory.repositories.like import term_patterns
 from navi_memory.repositories.statements import (
     FetchedRow,
     Reads,
@@ -118,7 +118,7 @@ class KvSearchRepository:
         params: dict[str, Any] = {
             "scope": scope,
             "limit": limit,
-            "patterns": [contains_pattern(term) for term in terms],
+            "patterns": term_patterns(terms),
         }
         where = ["k.scope = :scope", *owner_where("k", user_id, session_id, params)]
         if terms:

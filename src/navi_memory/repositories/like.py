@@ -6,7 +6,10 @@ Patterns here go into arrays (``ILIKE ANY (CAST(:patterns AS text[]))``), which 
 
 from __future__ import annotations
 
-__all__ = ["contains_pattern", "escape_like"]
+import unicodedata
+from collections.abc import Iterator, Sequence
+
+__all__ = ["contains_pattern", "escape_like", "spellings", "term_patterns"]
 
 
 def escape_like(term: str) -> str:
@@ -17,3 +20,23 @@ def escape_like(term: str) -> str:
 def contains_pattern(term: str) -> str:
     """A LIKE pattern matching any text that contains ``term``."""
     return f"%{escape_like(term)}%"
+
+
+def spellings(term: str) -> Iterator[str]:
+    """``term``, then its composed (NFC) and decomposed (NFD) forms where they differ from it:
+    text an application stored decomposed (a macOS file name, say) holds "e" + a combining
+    accent where a query holds "é" (query terms come in NFC: text.terms.query_terms), and
+    LIKE compares code points."""
+    yield term
+    if not term.isascii():
+        for form in ("NFC", "NFD"):
+            other = unicodedata.normalize(form, term)
+            if other != term:
+                yield other
+
+
+def term_patterns(terms: Sequence[str]) -> list[str]:
+    """The LIKE patterns of ``terms``: each term's, then its other Unicode forms' where it has
+    them (``spellings``). A row matching both forms of one term counts it twice: rare (one
+    text holding both forms of a word), and never a miss."""
+    return [contains_pattern(spelling) for term in terms for spelling in spellings(term)]
