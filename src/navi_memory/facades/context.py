@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
-from navi_memory.constants import MESSAGE_MAX_CHARS, SEARCH_K_MAX
+from navi_memory.constants import MESSAGE_MAX_CHARS
 from navi_memory.errors import NotFoundError
 from navi_memory.llm.chat import ChatTurn
 from navi_memory.request_context import write_scope
@@ -23,19 +22,11 @@ from navi_memory.services.context import (
     ContextService,
     ContextSnapshot,
     RecallOutcome,
-    context_turns,
+    prompt_messages,
 )
 from navi_memory.services.embedding import EmbeddingService
-from navi_memory.services.search import SearchRequest, UnifiedSearchService, plan_search
-from navi_memory.text.context import facts_block_text, memory_message_text
-from navi_memory.text.recall import (
-    context_seqs,
-    qualifies,
-    recall_message_text,
-    recall_query,
-    recall_terms,
-    repeats_context,
-)
+from navi_memory.services.search import UnifiedSearchService
+from navi_memory.text.recall import recall_message_text
 from navi_memory.unit_of_work import LaneEngines, engine_of, unit_of_work
 from navi_memory.validation import check_session_id, check_text
 
@@ -146,26 +137,14 @@ class ContextBuilder:
             raise NotFoundError(f"no session {sid!r} for this user")
 
         recalled, outcome, terms = await self._recall(uid, sid, snapshot, incoming)
-
-        messages: list[ChatTurn] = []
-        if system_prompt.strip():
-            messages.append(ChatTurn("system", system_prompt))
-        memory_text = memory_message_text(snapshot.summary)
-        if memory_text is not None:
-            messages.append(ChatTurn("system", memory_text))
-        facts_text = facts_block_text(
-            snapshot.facts,
-            now=snapshot.now,
+        messages = prompt_messages(
+            snapshot,
+            system_prompt=system_prompt,
+            incoming=incoming,
+            recalled=recalled,
+            recall_terms=terms,
             max_facts=settings.memory_prompt_max_facts,
-            total=snapshot.facts_total,
         )
-        if facts_text is not None:
-            messages.append(ChatTurn("system", facts_text))
-        recall_text = recall_message_text(recalled, terms)
-        if recall_text is not None:
-            messages.append(ChatTurn("system", recall_text))
-        messages.extend(context_turns(snapshot.messages))
-        messages.append(ChatTurn("user", incoming))
         return ContextPrompt(
             messages=messages, recalled=recalled, recall=outcome, recall_terms=terms
         )
@@ -173,18 +152,30 @@ class ContextBuilder:
     async def _recall(
         self, user_id: uuid.UUID, session_id: str, snapshot: ContextSnapshot, incoming: str
     ) -> tuple[list[MemoryHit], RecallOutcome, tuple[str, ...]]:
-        """The excerpts recall delivers, what it did, and its query's terms."""
+        """The excerpts recall delivers, what it did, and its query's terms (the rules:
+        ContextService; here the embedding, the search and the ledger's transaction)."""
         settings = self._settings
-        if not settings.memory_recall_enabled or settings.memory_recall_k < 1:
-            return [], "disabled", ()
-        if not snapshot.has_summary:
-            return [], "no_summary", ()
+        service = self._service
+        skipped = service.recall_skipped(
+            snapshot, enabled=settings.memory_recall_enabled, k=settings.memory_recall_k
+        )
+        if skipped is not None:
+            return [], skipped, ()
         try:
-            candidates, terms = await self._candidates(user_id, session_id, snapshot, incoming)
+            search = service.recall_search(snapshot, incoming)
+            if search is None:
+                return [], "nothing_found", ()
+            vector = await self._embedding.query(search.query) if search.plan.embed else None
+            hits = await self._search.search(
+                self._engines.run, search.request(user_id, session_id, snapshot, vector)
+            )
+            candidates = service.recall_candidates(
+                hits, snapshot, min_similarity=settings.memory_recall_min_similarity
+            )
             if not candidates:
-                return [], "nothing_found", terms
+                return [], "nothing_found", search.plan.terms
             async with unit_of_work(self._sessionmaker) as session:
-                chosen = await self._service.deliver(
+                chosen = await service.deliver(
                     session,
                     user_id,
                     session_id,
@@ -202,44 +193,4 @@ class ContextBuilder:
                 extra={"event": "context.recall_failed", "session_id": session_id},
             )
             return [], "failed", ()
-        return chosen, "injected" if chosen else "nothing_found", terms
-
-    async def _candidates(
-        self, user_id: uuid.UUID, session_id: str, snapshot: ContextSnapshot, incoming: str
-    ) -> tuple[list[MemoryHit], tuple[str, ...]]:
-        """The raw excerpts of this session that qualify for recall and hold more than messages
-        the prompt shows already (``repeats_context``), best first, and the query's terms:
-        unified search with scope raw (its freshness marks included), asked for its most hits
-        plus one for every id in the ledger, so excerpts delivered before (left out by
-        ``deliver``) never crowd out the next ones: with the ledger's ids taken out,
-        SEARCH_K_MAX hits remain whenever that many match."""
-        query = recall_query(snapshot.messages, incoming)
-        plan = plan_search(query, "raw", SEARCH_K_MAX + len(snapshot.ledger))
-        plan = replace(plan, terms=recall_terms(plan.terms))
-        if not plan.terms:
-            # Without terms search lists the most recent excerpts: "recent" never qualifies.
-            return [], ()
-        vector = await self._embedding.query(query) if plan.embed else None
-        request = SearchRequest(
-            plan=plan,
-            owner=user_id,
-            query_vector=vector,
-            session_id=session_id,
-            current_session_id=session_id,
-            summary_at=_summary_at(snapshot),
-        )
-        hits = await self._search.search(self._engines.run, request)
-        minimum = self._settings.memory_recall_min_similarity
-        in_context = context_seqs(snapshot.messages)
-        qualified = [
-            hit
-            for hit in hits
-            if qualifies(hit, min_similarity=minimum) and not repeats_context(hit, in_context)
-        ]
-        return qualified, plan.terms
-
-
-def _summary_at(snapshot: ContextSnapshot) -> datetime | None:
-    """When the summary now in the context was written: the session's freshness boundary."""
-    times = [m.created_at for m in snapshot.messages if m.kind == "summary"]
-    return max(times) if times else None
+        return chosen, "injected" if chosen else "nothing_found", search.plan.terms

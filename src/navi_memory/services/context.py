@@ -1,38 +1,53 @@
 """The context builder's rules (spec: "Memory injection into agent context", "Automatic recall"):
-what one turn's prompt is read from, the session's messages as model turns, and the recall
-ledger kept under the session row lock.
+what one turn's prompt is read from and its order, the session's messages as model turns,
+recall's rules (when it runs, what it searches for, which hits qualify) and its ledger, kept
+under the session row lock.
 
-On the session each call is given; the facade (``facades/context.py``) opens the transactions
-and runs the recall search between them.
+On the session each call is given; the facade (``facades/context.py``) opens the transactions,
+embeds recall's query and runs its search between them.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from navi_memory.constants import INJECTED_LEDGER_MAX
+from navi_memory.constants import INJECTED_LEDGER_MAX, SEARCH_K_MAX
 from navi_memory.llm.chat import ChatTurn, ToolCall
 from navi_memory.repositories.facts import FactRepository
 from navi_memory.repositories.sessions import SessionRepository
-from navi_memory.schemas import Fact, Message
+from navi_memory.schemas import Fact, MemoryHit, Message
 from navi_memory.services.facts import to_fact
+from navi_memory.services.search import SearchPlan, SearchRequest, plan_search
 from navi_memory.services.sessions import to_message
-from navi_memory.text.context import prompt_facts
+from navi_memory.text.context import facts_block_text, memory_message_text, prompt_facts
 from navi_memory.text.recall import (
     LEDGER_KEY,
     RecallCandidate,
+    context_seqs,
     extend_ledger,
     metadata_ledger,
+    qualifies,
+    recall_message_text,
+    recall_query,
+    recall_terms,
+    repeats_context,
     select_recall,
 )
 
-__all__ = ["ContextService", "ContextSnapshot", "RecallOutcome", "context_turns"]
+__all__ = [
+    "ContextService",
+    "ContextSnapshot",
+    "RecallOutcome",
+    "RecallSearch",
+    "context_turns",
+    "prompt_messages",
+]
 
 RecallOutcome = Literal["injected", "disabled", "no_summary", "nothing_found", "failed"]
 """What automatic recall did for one prompt: injected excerpts; was switched off
@@ -66,8 +81,76 @@ class ContextSnapshot:
         return any(message.kind == "summary" for message in self.messages)
 
 
+@dataclass(frozen=True, slots=True)
+class RecallSearch:
+    """What automatic recall searches for one prompt: its query (the text to embed) and the
+    raw-history search plan of its terms."""
+
+    query: str
+    plan: SearchPlan
+
+    def request(
+        self,
+        user_id: uuid.UUID,
+        session_id: str,
+        snapshot: ContextSnapshot,
+        vector: Sequence[float] | None,
+    ) -> SearchRequest:
+        """The search: the user's, narrowed to this session, with the context's summary time
+        as the freshness boundary; ``vector``: the query's (None: text only)."""
+        return SearchRequest(
+            plan=self.plan,
+            owner=user_id,
+            query_vector=vector,
+            session_id=session_id,
+            current_session_id=session_id,
+            summary_at=summary_at(snapshot),
+        )
+
+
 class ContextService:
-    """Reads for the prompt and the recall ledger, on the session each call is given."""
+    """Reads for the prompt, recall's rules and its ledger, on the session each call is
+    given; the facade embeds the query and runs the search between them."""
+
+    @staticmethod
+    def recall_skipped(snapshot: ContextSnapshot, *, enabled: bool, k: int) -> RecallOutcome | None:
+        """Why recall does not run for this prompt (switched off; no summary in the context
+        yet: dropped history does not matter before), None when it runs."""
+        if not enabled or k < 1:
+            return "disabled"
+        if not snapshot.has_summary:
+            return "no_summary"
+        return None
+
+    @staticmethod
+    def recall_search(snapshot: ContextSnapshot, incoming: str) -> RecallSearch | None:
+        """The search for the current topic: the incoming message and the last user/assistant
+        messages (recall_query), scope raw, asked for its most hits plus one for every id in
+        the ledger, so excerpts delivered before (left out by ``deliver``) never crowd out the
+        next ones: with the ledger's ids taken out, SEARCH_K_MAX hits remain whenever that
+        many match. Its terms leave out the rendering words (recall_terms). None without a
+        term: search would list the most recent excerpts, and "recent" never qualifies."""
+        query = recall_query(snapshot.messages, incoming)
+        plan = plan_search(query, "raw", SEARCH_K_MAX + len(snapshot.ledger))
+        plan = replace(plan, terms=recall_terms(plan.terms))
+        if not plan.terms:
+            return None
+        return RecallSearch(query=query, plan=plan)
+
+    @staticmethod
+    def recall_candidates(
+        hits: Sequence[MemoryHit], snapshot: ContextSnapshot, *, min_similarity: float
+    ) -> list[MemoryHit]:
+        """The hits that qualify for recall (``qualifies``: similar enough, or enough terms;
+        not superseded, not "recent") and hold more than messages the prompt shows already
+        (``repeats_context``), in search order."""
+        in_context = context_seqs(snapshot.messages)
+        return [
+            hit
+            for hit in hits
+            if qualifies(hit, min_similarity=min_similarity)
+            and not repeats_context(hit, in_context)
+        ]
 
     async def snapshot(
         self, session: AsyncSession, user_id: uuid.UUID, session_id: str, *, max_facts: int
@@ -128,6 +211,43 @@ class ContextService:
             updated = extend_ledger(ledger, delivered, max_ids=INJECTED_LEDGER_MAX)
             await sessions.set_metadata_value(session_id, LEDGER_KEY, updated)
         return chosen
+
+
+def summary_at(snapshot: ContextSnapshot) -> datetime | None:
+    """When the summary now in the context was written: the session's freshness boundary."""
+    times = [m.created_at for m in snapshot.messages if m.kind == "summary"]
+    return max(times) if times else None
+
+
+def prompt_messages(
+    snapshot: ContextSnapshot,
+    *,
+    system_prompt: str,
+    incoming: str,
+    recalled: Sequence[MemoryHit],
+    recall_terms: Sequence[str],
+    max_facts: int,
+) -> list[ChatTurn]:
+    """The prompt, in its order: the host's system prompt (left out when blank), the memory
+    message (the summary), the facts block, the recall message (each left out when empty),
+    the session's context, the incoming message."""
+    messages: list[ChatTurn] = []
+    if system_prompt.strip():
+        messages.append(ChatTurn("system", system_prompt))
+    memory_text = memory_message_text(snapshot.summary)
+    if memory_text is not None:
+        messages.append(ChatTurn("system", memory_text))
+    facts_text = facts_block_text(
+        snapshot.facts, now=snapshot.now, max_facts=max_facts, total=snapshot.facts_total
+    )
+    if facts_text is not None:
+        messages.append(ChatTurn("system", facts_text))
+    recall_text = recall_message_text(recalled, recall_terms)
+    if recall_text is not None:
+        messages.append(ChatTurn("system", recall_text))
+    messages.extend(context_turns(snapshot.messages))
+    messages.append(ChatTurn("user", incoming))
+    return messages
 
 
 def context_turns(messages: Iterable[Message]) -> list[ChatTurn]:
