@@ -20,7 +20,6 @@ from navi_memory.constants import (
     BACKFILL_PAUSE_MAX_SECONDS,
     BATCH_SIZE_MAX,
     BIGINT_MAX,
-    DEFAULT_CONFIDENCE,
     EXTRACTED_MARK_MAX_AHEAD_SECONDS,
     FACT_CATEGORY_MAX_CHARS,
     FACT_EXPIRES_MAX_DAYS,
@@ -51,11 +50,11 @@ from navi_memory.schemas import ChunkDraft, ChunkHit, Fact, FactHit
 from navi_memory.services.chunks import ChunkService, checked_draft
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.facts import (
-    CONFIDENCE_BY_SOURCE,
     FACT_SORT_KEYS,
     SOURCES,
     FactService,
     FactWrite,
+    confidence_for_source,
 )
 from navi_memory.text.terms import query_terms
 from navi_memory.unit_of_work import (
@@ -170,7 +169,7 @@ class MemoryStore:
         if source not in SOURCES:
             raise InvalidInputError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
         if confidence is None:
-            confidence = CONFIDENCE_BY_SOURCE.get(source, DEFAULT_CONFIDENCE)
+            confidence = confidence_for_source(source)
         confidence = check_int("confidence", confidence, minimum=0, maximum=100)
         if expires_days is not None:
             if isinstance(expires_days, bool) or not isinstance(expires_days, int | float):

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from navi_memory.constants import (
-    DEFAULT_CONFIDENCE,
     EXTRACTION_MAX_FACTS,
     FACT_CATEGORY_MAX_CHARS,
     FACT_KEY_MAX_CHARS,
@@ -25,7 +24,7 @@ from navi_memory.constants import (
     MAX_TEXT_CHARS,
 )
 from navi_memory.errors import ExtractionError
-from navi_memory.services.facts import CONFIDENCE_BY_SOURCE, SOURCES
+from navi_memory.services.facts import SOURCES, confidence_for_source
 from navi_memory.text.chunks import elide_middle
 from navi_memory.text.keys import normalize_key
 
@@ -33,7 +32,6 @@ __all__ = [
     "DEFAULT_CATEGORY",
     "FactDraft",
     "ParsedFacts",
-    "confidence_for_source",
     "parse_extracted_facts",
     "parse_summary",
 ]
@@ -113,11 +111,6 @@ class ParsedFacts:
     skipped: int
     truncated: bool = False
     """The JSON was cut off (or broken) part-way; the complete items before the break count."""
-
-
-def confidence_for_source(source: str) -> int:
-    """``tool_call`` / ``auto_discovery`` 95, ``user_explicit`` 90, anything else 70 (spec)."""
-    return CONFIDENCE_BY_SOURCE.get(source, DEFAULT_CONFIDENCE)
 
 
 def _clean(text: str) -> str:

@@ -42,7 +42,7 @@ from typing import Any, Final, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from navi_memory.constants import FACT_MAX_DISTANCE, PERMISSION_READ_ALL
+from navi_memory.constants import DEFAULT_CONFIDENCE, FACT_MAX_DISTANCE, PERMISSION_READ_ALL
 from navi_memory.errors import InvalidInputError, NotFoundError, StorageError
 from navi_memory.models import FactRow
 from navi_memory.repositories.facts import (
@@ -70,6 +70,7 @@ __all__ = [
     "FactWrite",
     "UpsertOutcome",
     "UpsertResult",
+    "confidence_for_source",
     "key_norm",
     "key_rules",
     "upsert_statement",
@@ -83,6 +84,14 @@ SOURCES: Final = ("conversation", "tool_call", "auto_discovery", "user_explicit"
 CONFIDENCE_BY_SOURCE: Final = {"tool_call": 95, "auto_discovery": 95, "user_explicit": 90}
 """Confidence when the caller gives none (spec: extractor); anything else gets
 constants.DEFAULT_CONFIDENCE."""
+
+
+def confidence_for_source(source: str) -> int:
+    """A fact's confidence when none is given: ``tool_call`` / ``auto_discovery`` 95,
+    ``user_explicit`` 90, anything else 70 (spec). One rule for upsert_fact, the memory tool
+    and the extractor."""
+    return CONFIDENCE_BY_SOURCE.get(source, DEFAULT_CONFIDENCE)
+
 
 FACT_SORT_KEYS: Final = frozenset(FACT_SORT_COLUMNS)
 """What get_all_facts may sort by; anything else is refused before SQL is built."""

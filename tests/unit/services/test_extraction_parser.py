@@ -14,10 +14,10 @@ from navi_memory.errors import ExtractionError
 from navi_memory.services.extraction_parser import (
     FactDraft,
     ParsedFacts,
-    confidence_for_source,
     parse_extracted_facts,
     parse_summary,
 )
+from navi_memory.services.facts import confidence_for_source
 
 EDITOR = {"category": "preferences", "key": "editor", "value": "neovim", "source": "user_explicit"}
 OS = {"category": "environment", "key": "os", "value": "Ubuntu 24.04", "source": "tool_call"}
