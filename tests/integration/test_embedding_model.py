@@ -4,6 +4,7 @@ model (tests/integration/test_model_mismatch.py: the mismatch in detail)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -20,8 +21,10 @@ from navi_memory import (
     request_context,
 )
 from navi_memory.cli.doctor import diagnose
+from navi_memory.jobs import embedding_model
 from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.jobs.embedding_model import EmbeddingModelRecord
+from navi_memory.repositories.embedding_model import EmbeddingModelRepository, RecordedModel
 from navi_memory.testing import FakeOllama, HashedEmbedder
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_user, scalar
@@ -329,10 +332,50 @@ async def test_two_processes_first_vectors_never_both_count_as_the_record(
     assert b.mismatch is not None
     assert await scalar(memory, RECORDED) == settings.embedding_model
 
+
+async def test_of_two_processes_taking_a_leftover_over_at_once_one_does(
+    memory: Memory, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both found the same hour-old leftover; the other one's take-over commits between this
+    one's read of the record and its own: this one's (conditional) replace finds the record
+    changed, stores nothing, and is in a mismatch at once (no model call for vectors it would
+    drop)."""
+    leftover = EmbeddingModelRecord(memory.sessionmaker, model=settings.embedding_model)
+    assert await leftover.vectors_made()
     await execute(memory, LEFTOVER)
-    first = EmbeddingModelRecord(memory.sessionmaker, model=OTHER_MODEL)
-    second = EmbeddingModelRecord(memory.sessionmaker, model="third-model:1")
-    await first.recheck()
-    await second.recheck()
-    assert [await first.vectors_made(), await second.vectors_made()] == [True, False]
+    loser = EmbeddingModelRecord(memory.sessionmaker, model="third-model:1")
+    await loser.recheck()
+    assert loser.mismatch is None  # a leftover it may take
+
+    original = EmbeddingModelRepository.replace_if
+
+    async def the_other_first(
+        self: EmbeddingModelRepository, expected: RecordedModel, model: str
+    ) -> bool:
+        await execute(
+            memory,
+            "UPDATE memory_embedding_model SET model = :m, recorded_at = now()",
+            m=OTHER_MODEL,
+        )
+        return await original(self, expected, model)
+
+    monkeypatch.setattr(EmbeddingModelRepository, "replace_if", the_other_first)
+    assert not await loser.vectors_made()
+    assert loser.mismatch == OTHER_MODEL
+    assert await scalar(memory, RECORDED) == OTHER_MODEL
+
+
+async def test_a_record_young_at_the_first_look_is_never_a_leftover_later(
+    memory: Memory, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reembed stalls (its model down) past the leftover age: the process that started
+    during it still does not take its record over."""
+    monkeypatch.setattr(embedding_model, "EMBEDDING_MODEL_CLAIM_AFTER_SECONDS", 1.0)
+    young = EmbeddingModelRecord(memory.sessionmaker, model=OTHER_MODEL)
+    assert await young.vectors_made()  # recorded; no vector stored yet
+    later = EmbeddingModelRecord(memory.sessionmaker, model=settings.embedding_model)
+    assert await later.recheck() == OTHER_MODEL
+    await asyncio.sleep(1.3)
+    assert await later.recheck() == OTHER_MODEL
+    assert not await later.vectors_made()
     assert await scalar(memory, RECORDED) == OTHER_MODEL

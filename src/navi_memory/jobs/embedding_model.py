@@ -104,7 +104,9 @@ class EmbeddingModelRecord:
                 recorded = await repo.record()
                 others = recorded is not None and not same_model(recorded.model, self.model)
                 stored = others and await repo.vectors_exist()
-                old = others and not stored and await _old_enough(repo)
+                # Only the first look's age counts: a record young then (a reembed's, another
+                # process's) was recorded on purpose, whatever its age later.
+                old = others and not self._looked and await _old_enough(repo)
         except BaseException:
             self._checked_at = before  # the next call reads again
             raise
@@ -114,13 +116,14 @@ class EmbeddingModelRecord:
         self, recorded: RecordedModel | None, *, vectors_stored: bool, claimable: bool = False
     ) -> None:
         """The state ``recorded`` (with another model's vectors stored or not) puts it in;
-        ``claimable``: the record is old enough to be a leftover (EMBEDDING_MODEL_CLAIM_AFTER_
-        SECONDS), which counts only while it is the record of this process's first look."""
+        ``claimable``: at this process's first look, the record was old enough to be a
+        leftover (EMBEDDING_MODEL_CLAIM_AFTER_SECONDS); it stays so while it is unchanged."""
         if not self._looked:
             self._looked = True
             self._first_seen = recorded
-        first = recorded is not None and recorded == self._first_seen
-        self._claimable = recorded if claimable and first else None
+            self._claimable = recorded if claimable else None
+        elif recorded != self._first_seen:
+            self._claimable = None
         self._last_seen = recorded
         self._ours = recorded is not None and same_model(recorded.model, self.model)
         if recorded is None or self._ours:
@@ -176,18 +179,17 @@ class EmbeddingModelRecord:
         async with unit_of_work(self._sessionmaker) as session:
             repo = EmbeddingModelRepository(session=session)
             recorded: RecordedModel | None = await repo.record_if_none(self.model)
-            stored = old = False
+            stored = False
             if recorded is not None and not same_model(recorded.model, self.model):
                 stored = await repo.vectors_exist()
-                old = not stored and await _old_enough(repo)
                 # Kept, the leftover would be reported as a model change at every later start.
-                if (
-                    old
-                    and recorded == self._first_seen
-                    and await repo.replace_if(recorded, self.model)
-                ):
+                if recorded == self._claimable and not stored:
+                    await repo.replace_if(recorded, self.model)
+                    # Replaced, or taken by another process first: as it is now.
                     recorded = await repo.record()
-        self._seen(recorded, vectors_stored=stored, claimable=old)
+                    if recorded is not None and not same_model(recorded.model, self.model):
+                        stored = await repo.vectors_exist()
+        self._seen(recorded, vectors_stored=stored)
         return self._ours
 
     async def check_recorded(self, session: AsyncSession) -> None:
