@@ -5,6 +5,7 @@ Nothing here runs at import. Driver errors are translated to navi_memory.errors 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import struct
@@ -613,6 +614,11 @@ def encode_vector(value: object) -> bytes:
     return vector_binary(value)  # type: ignore[arg-type]
 
 
+_CLOSING: set[asyncio.Future[Any]] = set()
+"""Connections a cancelled read is closing (PooledStatements.fetch): a strong reference, so a
+close whose caller stopped waiting is not garbage-collected before it ends."""
+
+
 class PooledStatements:
     """Statements complete in themselves, each its own transaction, on ``engine``'s pool: the
     search paths' reads (unit_of_work.pooled_reads) and upsert_fact's one-statement write
@@ -671,11 +677,17 @@ class PooledStatements:
                 # cancel request asyncpg queued reaches the server, which stops the statement
                 # and drops its locks at once; a plain terminate drops that request and the
                 # server runs the statement to its end before it sees the closed socket.
+                # A task of its own, awaited shielded: a second cancellation ends the wait,
+                # never the close (cut short, the close drops the cancel request too).
                 self._held = None
-                await greenlet_spawn(fairy.invalidate, exc)
+                closing = asyncio.ensure_future(greenlet_spawn(fairy.invalidate, exc))
+                _CLOSING.add(closing)
+                closing.add_done_callback(_CLOSING.discard)
+                fairy = None  # checked in by the invalidation
+                await asyncio.shield(closing)
             raise
         finally:
-            if fairy is not self._held:
+            if fairy is not None and fairy is not self._held:
                 # Through a greenlet: the pool may close the connection (overflow), which
                 # awaits.
                 await greenlet_spawn(fairy.close)

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Integer, bindparam, event, text
 from sqlalchemy.types import TypeDecorator
 
-from navi_memory import Memory, errors
+from navi_memory import Memory, db, errors
 from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.statements import fetch_rows
 from navi_memory.testing import hashed_embedding
@@ -369,3 +369,38 @@ async def poll(read: Callable[[], Awaitable[Any]], seconds: float = 10) -> Any:
             if answer is not None:
                 return answer
             await asyncio.sleep(0.01)
+
+
+async def test_a_second_cancellation_never_cuts_the_graceful_close_short(
+    quiet_memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled again while its connection closes (a task group tearing down, a second
+    timeout): the close goes on by itself, so the cancel request still reaches the server and
+    the statement stops at once."""
+    memory = quiet_memory
+    engine = memory.cached_plans_engine
+    sleep = "SELECT pg_sleep(20) AS n /* cancelled twice */"
+    spawn = db.greenlet_spawn  # type: ignore[attr-defined]
+
+    def cancelled_again(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(fn, "__name__", "") == "invalidate":
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()  # the second cancellation, as the close starts
+        return spawn(fn, *args, **kwargs)
+
+    monkeypatch.setattr(db, "greenlet_spawn", cancelled_again)
+
+    async def read() -> None:
+        async with pooled_reads(engine) as reads:
+            await fetch_rows(reads, text(sleep), {})
+
+    task = asyncio.create_task(read())
+    sleeping = "SELECT pid FROM pg_stat_activity WHERE query = :q AND state = 'active'"
+    pid = await poll(lambda: scalar(memory, sleeping, q=sleep))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gone = "SELECT count(*) = 0 OR NULL FROM pg_stat_activity WHERE pid = :pid"
+    await poll(lambda: scalar(memory, gone, pid=pid), seconds=5)
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
