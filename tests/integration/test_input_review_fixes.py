@@ -277,3 +277,20 @@ async def test_text_stored_decomposed_is_found_by_either_form(
                 }, query
                 sketches = await memory.kv.search_values(None, "scratchpad", query.split())
                 assert [row.key for row in sketches] == ["plan"], query
+
+
+async def test_forget_of_a_key_whose_decomposed_form_is_too_long_forgets_and_says_so(
+    memory: Memory,
+) -> None:
+    """200 characters composed, 201 decomposed: the decomposed form can be no stored key, and
+    must not turn a forget that deleted the fact into an error."""
+    key = "caf\u00e9" + "a" * 196
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("places", key, "the blue one")
+    answer = await memory.tools.call(
+        "memory", {"action": "forget", "key": key}, ToolContext(user_id=uid)
+    )
+    assert answer.startswith("memory: forgot 1 fact"), answer
+    with request_context(user_id=uid):
+        assert await memory.store.get_all_facts() == []

@@ -368,7 +368,12 @@ async def _search(store: FactStore, request: SearchFacts) -> str:
 async def _forget(store: FactStore, request: ForgetFact) -> str:
     # The key as the tool reads it (NFC), and decomposed: an application may have stored it
     # so (upsert_fact keeps a key as given), and the model types what it read back.
-    keys = list(dict.fromkeys((request.key, unicodedata.normalize("NFD", request.key))))
+    # A form longer than a key may be can be no stored key (upsert_fact refuses it).
+    keys = [
+        key
+        for key in dict.fromkeys((request.key, unicodedata.normalize("NFD", request.key)))
+        if len(key) <= FACT_KEY_MAX_CHARS
+    ]
     removed: list[Fact] = []
     if request.category is None:
         for key in keys:
