@@ -97,23 +97,16 @@ def cut_text(text: str, limit: int = HIT_TEXT_MAX_CHARS, terms: Sequence[str] = 
 _WINDOW_LEAD: Final = 200
 """How much of what comes before the first term a window shows (context for the match)."""
 
-_WINDOW_MAX_MATCHES: Final = 2000
-"""At most this many occurrences of each term are weighed when a window is chosen: every one
-in a chunk (4,000 characters), a bound on the work in a 100,000-character fact value."""
-
 
 def _window_start(text: str, limit: int, terms: Sequence[str]) -> int:
     """Where the shown part of ``text`` starts (see cut_text): 0 when the start already holds
-    as many distinct terms as any stretch of ``limit`` characters. Terms are looked for as
-    whole words first ("cat", not the one in "concatenated"), as parts of words when none
-    is found that way."""
-    words = sorted({term for term in terms if term.strip()}, key=len, reverse=True)
-    if not words:
-        return 0
-    alternatives = "|".join(map(re.escape, words))
-    matches = _matches(text, re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE))
-    if not matches:
-        matches = _matches(text, re.compile(alternatives, re.IGNORECASE))
+    as many distinct terms as any stretch of ``limit`` characters. Each term is looked for as
+    a whole word first ("cat", not the one in "concatenated"), else at the start of a word
+    ("zebra" in "zebras"), else anywhere."""
+    distinct = {term.casefold(): term for term in reversed(terms) if term.strip()}
+    matches = sorted(
+        found for key, term in distinct.items() for found in _occurrences(text, term, key)
+    )
     if not matches:
         return 0
     head = len({word for begin, end, word in matches if end <= limit})
@@ -144,18 +137,18 @@ def _window_start(text: str, limit: int, terms: Sequence[str]) -> int:
     return blank + 1 if blank >= 0 else start
 
 
-def _matches(text: str, pattern: re.Pattern[str]) -> list[tuple[int, int, str]]:
-    """(start, end, the term matched, case-folded) of each occurrence, in order, up to
-    _WINDOW_MAX_MATCHES of each term (a common word's thousands never hide a rare one)."""
-    found: list[tuple[int, int, str]] = []
-    seen: dict[str, int] = {}
-    for match in pattern.finditer(text):
-        word = match.group().casefold()
-        count = seen.get(word, 0)
-        if count < _WINDOW_MAX_MATCHES:
-            seen[word] = count + 1
-            found.append((match.start(), match.end(), word))
-    return found
+def _occurrences(text: str, term: str, key: str) -> list[tuple[int, int, str]]:
+    """(start, end, ``key``) of each occurrence of ``term`` (case ignored) in ``text``: as a
+    whole word, else at the start of a word, else anywhere — the first of these that finds
+    any. Every occurrence counts: a common word's thousands never hide a rare one."""
+    escaped = re.escape(term)
+    for pattern in (rf"(?<!\w){escaped}(?!\w)", rf"(?<!\w){escaped}", escaped):
+        found = [
+            (match.start(), match.end(), key) for match in re.finditer(pattern, text, re.IGNORECASE)
+        ]
+        if found:
+            return found
+    return []
 
 
 def _when(moment: datetime) -> str:

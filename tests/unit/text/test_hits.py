@@ -401,7 +401,14 @@ def test_a_term_is_found_as_a_word_before_it_is_found_inside_words() -> None:
     assert "my cat is Tom." in shown
 
 
+def test_an_inflected_word_is_found_while_another_term_is_found_whole() -> None:
+    """ "zebra" matches the start of "zebras" even though "cat" is found as a word."""
+    text = "cat " + "x " * 1000 + "two zebras and a cat" + " y" * 1000
+    _, shown, _ = parts_of(cut_text(text, terms=["cat", "zebra"]), text)
+    assert "two zebras and a cat" in shown
+
+
 def test_a_common_terms_many_occurrences_never_hide_a_rare_one() -> None:
-    text = "data " * 600 + "zebra data"
+    text = "data " * 2500 + "zebra data"
     _, shown, _ = parts_of(cut_text(text, terms=["data", "zebra"]), text)
     assert "zebra" in shown
