@@ -328,3 +328,21 @@ async def test_a_model_of_record_that_cannot_be_read_is_no_vector_not_an_error(
         queried = await service.query("q")
     assert (queried is None) == (fail_at == "may_embed")
     assert "memory.embedding_record_unreadable" in caplog.text
+
+
+async def test_an_unreadable_model_of_record_is_reported_once_an_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A database outage: every call finds the record unreadable; one warning an interval,
+    with the count, not one a call."""
+    clock = Clock()
+    service = EmbeddingService(
+        Counting(), recorder=Unreadable(fail_at="may_embed"), clock=clock, log_interval_seconds=60
+    )
+    with caplog.at_level(logging.WARNING, logger="navi_memory"):
+        for _ in range(50):
+            assert await service.query("q") is None
+        clock.now += 61
+        assert await service.query("q") is None
+    reports = events(caplog, "memory.embedding_record_unreadable")
+    assert [getattr(r, "failures", None) for r in reports] == [1, 50]

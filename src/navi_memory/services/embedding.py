@@ -76,6 +76,8 @@ class EmbeddingService:
         self._pause = pause_seconds
         self._hang = hang_seconds
         self._paused_until = -math.inf
+        self._unreadable = 0
+        self._unreadable_reported_at: float | None = None
 
     @property
     def paused(self) -> bool:
@@ -158,12 +160,21 @@ class EmbeddingService:
             self._record_unreadable(exc)
             return False
 
-    @staticmethod
-    def _record_unreadable(exc: StorageError) -> None:
+    def _record_unreadable(self, exc: StorageError) -> None:
+        """Logged at most once per log interval, with the count since the last report: every
+        call asks again while the database is down, and the caller hears of it anyway."""
+        self._unreadable += 1
+        now = self._clock()
+        last = self._unreadable_reported_at
+        if last is not None and now - last < self._interval:
+            return
+        count, self._unreadable, self._unreadable_reported_at = self._unreadable, 0, now
         logger.warning(
-            "memory.embedding_record_unreadable: %s (no vector made; backfill makes it)",
+            "memory.embedding_record_unreadable: %s (%d time(s) since the last report; no "
+            "vector made meanwhile, backfill makes them)",
             exc,
-            extra={"event": "memory.embedding_record_unreadable"},
+            count,
+            extra={"event": "memory.embedding_record_unreadable", "failures": count},
         )
 
     def _skipped(self) -> bool:
