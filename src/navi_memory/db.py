@@ -6,6 +6,7 @@ Nothing here runs at import. Driver errors are translated to navi_memory.errors 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import struct
@@ -39,7 +40,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.util import greenlet_spawn
 
 from navi_memory.config import Settings
-from navi_memory.constants import MIN_PGVECTOR
+from navi_memory.constants import MEMORY_CLOSE_GRACE_SECONDS, MIN_PGVECTOR
 from navi_memory.errors import (
     ConfigError,
     ConnectionLostError,
@@ -63,6 +64,8 @@ __all__ = [
     "connection_error",
     "create_engine",
     "create_sessionmaker",
+    "dispose_engines",
+    "drain_engines",
     "ensure_trgm_indexes",
     "is_connection_lost",
     "newer_schema_error",
@@ -70,6 +73,7 @@ __all__ = [
     "probe",
     "redact_text",
     "redact_url",
+    "refuse_connections",
     "resolve_database_url",
     "to_async_url",
     "translate_driver_error",
@@ -996,3 +1000,63 @@ async def _ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
             )
             created.append(name)
     return created
+
+
+# --- closing a Memory's engines (open_memory's end) ---------------------------------------
+
+
+def _closed(*_: object, **__: object) -> None:
+    """A checkout or connection of a closed Memory's engines (``refuse_connections``)."""
+    raise StorageError(
+        "this Memory is closed (its open_memory() block has ended): make the call inside the "
+        "block, or open a new Memory"
+    )
+
+
+async def drain_engines(*engines: AsyncEngine) -> None:
+    """Until the calls in flight have given their connections back, MEMORY_CLOSE_GRACE_SECONDS
+    at most: disposing drops only the connections in the pool, and one still out would outlive
+    it, to be closed by the garbage collector."""
+    loop = asyncio.get_running_loop()
+    drained = asyncio.Event()
+
+    def check() -> None:
+        if not any(_checked_out(engine) for engine in engines):
+            drained.set()
+
+    def checked_in(*_: object) -> None:
+        loop.call_soon(check)  # the pool counts the connection back in after its event
+
+    pools = [engine.sync_engine.pool for engine in engines]
+    for pool in pools:
+        event.listen(pool, "checkin", checked_in)
+    try:
+        check()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(drained.wait(), MEMORY_CLOSE_GRACE_SECONDS)
+    finally:
+        for pool in pools:
+            event.remove(pool, "checkin", checked_in)
+
+
+def refuse_connections(*engines: AsyncEngine) -> None:
+    """From now on every checkout and connection of ``engines`` is refused: a call made on
+    the closed Memory is a StorageError saying so, not a fresh pool that nothing disposes."""
+    for engine in engines:
+        event.listen(engine.sync_engine.pool, "checkout", _closed)
+        event.listen(engine.sync_engine, "do_connect", _closed)
+
+
+async def dispose_engines(*engines: AsyncEngine) -> None:
+    """Dispose every one of ``engines``, the others too when one fails."""
+    first, *rest = engines
+    try:
+        await first.dispose()
+    finally:
+        for engine in rest:
+            await engine.dispose()
+
+
+def _checked_out(engine: AsyncEngine) -> int:
+    checked_out = getattr(engine.sync_engine.pool, "checkedout", None)
+    return int(checked_out()) if callable(checked_out) else 0

@@ -9,28 +9,29 @@ except the package itself and the entry points (cli, demo).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
-from navi_memory.constants import EMBEDDING_MODEL_RECHECK_SECONDS, MEMORY_CLOSE_GRACE_SECONDS
+from navi_memory.constants import EMBEDDING_MODEL_RECHECK_SECONDS
 from navi_memory.db import (
     Capabilities,
     check_capabilities,
     create_engine,
     create_sessionmaker,
+    dispose_engines,
+    drain_engines,
     ensure_trgm_indexes,
     probe,
+    refuse_connections,
     resolve_database_url,
 )
-from navi_memory.errors import InvalidTypeError, StorageError
+from navi_memory.errors import InvalidTypeError
 from navi_memory.facades.admin import Admin
 from navi_memory.facades.context import ContextBuilder
 from navi_memory.facades.extractor import Extractor
@@ -275,75 +276,15 @@ async def open_memory(
     finally:
         try:
             # The calls still in flight finish first, with the models they may need.
-            await _drained(engine, cached_plans)
+            await drain_engines(engine, cached_plans)
         finally:
+            refuse_connections(engine, cached_plans)
             try:
-                if owned_chat:
-                    await chat_model.aclose()
-                if owned_embedder and guarded is not None:
-                    await guarded.aclose()
+                try:
+                    if owned_chat:
+                        await chat_model.aclose()
+                finally:
+                    if owned_embedder and guarded is not None:
+                        await guarded.aclose()
             finally:
-                await _close_engines(engine, cached_plans)
-
-
-class _Closed:
-    """Refuses the engines' connections once their Memory is closing: a call still made on it
-    is a StorageError saying so, rather than a fresh pool that nothing disposes."""
-
-    def __init__(self) -> None:
-        self.closed = False
-
-    def refuse(self, *_: object, **__: object) -> None:
-        if self.closed:
-            raise StorageError(
-                "this Memory is closed (its open_memory() block has ended): make the call "
-                "inside the block, or open a new Memory"
-            )
-
-
-async def _drained(*engines: AsyncEngine) -> None:
-    """Until the calls in flight have given their connections back, MEMORY_CLOSE_GRACE_SECONDS
-    at most: disposing drops only the connections in the pool, and one still out would outlive
-    it, to be closed by the garbage collector."""
-    loop = asyncio.get_running_loop()
-    drained = asyncio.Event()
-
-    def check() -> None:
-        if not any(_checked_out(engine) for engine in engines):
-            drained.set()
-
-    def checked_in(*_: object) -> None:
-        loop.call_soon(check)  # the pool counts the connection back in after its event
-
-    pools = [engine.sync_engine.pool for engine in engines]
-    for pool in pools:
-        event.listen(pool, "checkin", checked_in)
-    try:
-        check()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(drained.wait(), MEMORY_CLOSE_GRACE_SECONDS)
-    finally:
-        for pool in pools:
-            event.remove(pool, "checkin", checked_in)
-
-
-async def _close_engines(*engines: AsyncEngine) -> None:
-    """Close ``engines`` as a Memory ends: from now on every checkout and connection is refused
-    (a call made on the closed Memory is a StorageError saying so, not a fresh pool that
-    nothing disposes), then the pools are disposed."""
-    gate = _Closed()
-    gate.closed = True
-    for engine in engines:
-        event.listen(engine.sync_engine.pool, "checkout", gate.refuse)
-        event.listen(engine.sync_engine, "do_connect", gate.refuse)
-    first, *rest = engines
-    try:
-        await first.dispose()
-    finally:
-        for engine in rest:
-            await engine.dispose()
-
-
-def _checked_out(engine: AsyncEngine) -> int:
-    checked_out = getattr(engine.sync_engine.pool, "checkedout", None)
-    return int(checked_out()) if callable(checked_out) else 0
+                await dispose_engines(engine, cached_plans)
