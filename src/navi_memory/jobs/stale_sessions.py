@@ -34,6 +34,7 @@ from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.repositories.sessions import ExtractionClaim
 from navi_memory.schemas import ExtractionReport
 from navi_memory.services.extraction import (
+    CLAIM_LOST,
     ExtractionService,
     NewSummary,
     NotWritten,
@@ -99,6 +100,25 @@ def _skipped(session_id: str, why: str, done: ExtractionReport | None = None) ->
     )
     report = ExtractionReport(sessions_seen=1) if done is None else done
     return SessionExtraction("skipped", report.model_copy(update={"sessions_skipped": 1}))
+
+
+def _not_written(
+    session_id: str, refused: NotWritten, done: ExtractionReport | None = None
+) -> SessionExtraction:
+    """A write step that wrote nothing: skipped when another extraction covered the activity;
+    failed when this extractor's claim was lost with its connection (a database restart, a
+    proxy closing it: the next run extracts the session, and the run reports a failure, not a
+    session there was nothing to do for). ``done``: what was written before."""
+    if refused is not CLAIM_LOST:
+        return _skipped(session_id, refused.reason, done)
+    logger.warning(
+        "extractor.session_failed: %s: %s (left unmarked, retried next run)",
+        session_id,
+        refused.reason,
+        extra={"event": "extractor.session_failed", "session_id": session_id},
+    )
+    report = ExtractionReport(sessions_seen=1) if done is None else done
+    return SessionExtraction("failed", report.model_copy(update={"failures": 1}))
 
 
 class StaleSessionSweep:
@@ -256,7 +276,7 @@ class StaleSessionSweep:
         except NotFoundError as exc:
             return _skipped(session_id, str(exc))  # deleted meanwhile, or not theirs to mark
         if isinstance(written, NotWritten):
-            return _skipped(session_id, written.reason)
+            return _not_written(session_id, written)
         own = await service.own_key_vectors(written.unembedded)
         if own:
             async with unit_of_work(self._sessionmaker) as session:
@@ -291,7 +311,7 @@ class StaleSessionSweep:
             # first); no mark is left for an id that is gone.
             return _skipped(session_id, str(exc), report)
         if isinstance(finished, NotWritten):
-            return _skipped(session_id, finished.reason, report)
+            return _not_written(session_id, finished, report)
         if summary is not None and not finished.summary_written:
             logger.info(
                 "extractor.summary_superseded: %s: the facts changed during the summary call; "

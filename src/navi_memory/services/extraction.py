@@ -42,6 +42,8 @@ from navi_memory.text.keys import stored_category
 from navi_memory.text.transcript import render_transcript
 
 __all__ = [
+    "CLAIM_LOST",
+    "COVERED",
     "ExtractionService",
     "FactsWritten",
     "Finished",
