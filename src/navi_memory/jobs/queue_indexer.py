@@ -33,9 +33,12 @@ CLOSE_GRACE_SECONDS: Final = 10.0
 """How long aclose() waits for the batch in flight before cancelling it (it rolls back; the
 queue keeps its rows for the next indexer)."""
 
-RETRY_DELAYS: Final = (0.25, 1.0, 4.0)
+RETRY_DELAYS: Final = (0.25, 1.0, 4.0, 15.0, 60.0)
 """Seconds before each retry of a failed background drain (a deadlock victim, a dropped
-connection, a database restarting); then it gives up until the next kick."""
+connection, a database restarting or failing over: 80 s in all, the length of an ordinary
+outage); then it gives up until the next kick. A quiet process whose queue a longer outage
+left behind drains at its next write, or by ``navi-memory backfill``; search reads the
+queued rows meanwhile."""
 
 HELPER_REST_SECONDS: Final = 30.0
 """A helper that gave up is not started again by the relay for this long (the indexer that
