@@ -13,6 +13,7 @@ from navi_memory.errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
     "check_aware_datetime",
+    "check_batch_job",
     "check_bool",
     "check_int",
     "check_json_object",
@@ -165,3 +166,17 @@ def holds_nul(value: Any) -> bool:
         elif isinstance(item, str) and "\x00" in item:
             return True
     return False
+
+
+def check_batch_job(
+    batch_size: Any, pause_seconds: Any, progress: Any, *, batch_max: int, pause_max: float
+) -> tuple[int, float]:
+    """A batch job's arguments (backfill, reembed): ``batch_size`` 1..``batch_max``,
+    ``pause_seconds`` 0..``pause_max``, ``progress`` None or a function."""
+    batch_size = check_int("batch_size", batch_size, minimum=1, maximum=batch_max)
+    pause = check_number("pause_seconds", pause_seconds, minimum=0, maximum=pause_max)
+    if progress is not None and not callable(progress):
+        raise InvalidTypeError(
+            f"progress must be a function of BackfillProgress, got {type(progress).__name__}"
+        )
+    return batch_size, pause

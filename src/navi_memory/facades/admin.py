@@ -23,7 +23,7 @@ from navi_memory.constants import (
     PERMISSION_READ_ALL,
     STATS_USERS_DEFAULT,
 )
-from navi_memory.errors import ConfigError, InvalidTypeError, PermissionDeniedError
+from navi_memory.errors import ConfigError, PermissionDeniedError
 from navi_memory.jobs.backfill import ProgressCallback
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.embedding_model import Reembed
@@ -40,7 +40,7 @@ from navi_memory.services.facts import FactService
 from navi_memory.services.stats import StatsService
 from navi_memory.services.transfer import TransferService, export_header, parse_records
 from navi_memory.unit_of_work import engine_of, unit_of_work
-from navi_memory.validation import check_bool, check_int, check_number, check_optional_text
+from navi_memory.validation import check_batch_job, check_bool, check_int, check_optional_text
 
 __all__ = ["Admin"]
 
@@ -196,16 +196,13 @@ class Admin:
                 "reembed re-embeds every user's memory: call it acting for nobody (outside "
                 "request_context(user_id=...)), with navi.memory.read_all"
             )
-        batch_size = check_int("batch_size", batch_size, minimum=1, maximum=BATCH_SIZE_MAX)
-        if pause_seconds is None:
-            pause_seconds = self._pause_seconds
-        pause_seconds = check_number(
-            "pause_seconds", pause_seconds, minimum=0, maximum=BACKFILL_PAUSE_MAX_SECONDS
+        batch_size, pause_seconds = check_batch_job(
+            batch_size,
+            self._pause_seconds if pause_seconds is None else pause_seconds,
+            progress,
+            batch_max=BATCH_SIZE_MAX,
+            pause_max=BACKFILL_PAUSE_MAX_SECONDS,
         )
-        if progress is not None and not callable(progress):
-            raise InvalidTypeError(
-                f"progress must be a function of BackfillProgress, got {type(progress).__name__}"
-            )
         if self._reembed is None:
             raise ConfigError("this Admin was built without a re-embedding job: use open_memory()")
         return await self._reembed.run(

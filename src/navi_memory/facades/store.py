@@ -66,9 +66,9 @@ from navi_memory.unit_of_work import (
 )
 from navi_memory.validation import (
     check_aware_datetime,
+    check_batch_job,
     check_bool,
     check_int,
-    check_number,
     check_optional_session_id,
     check_optional_text,
     check_sequence,
@@ -449,16 +449,13 @@ class MemoryStore:
         Raises EmbeddingError if the model is down (finished batches stay; a rerun resumes).
         Every user's rows: acting for a user it is refused (PermissionDeniedError), read_all or
         not — it would write vectors into other users' rows."""
-        batch_size = check_int("batch_size", batch_size, minimum=1, maximum=BATCH_SIZE_MAX)
-        if pause_seconds is None:
-            pause_seconds = self._settings.backfill_pause_seconds
-        pause_seconds = check_number(
-            "pause_seconds", pause_seconds, minimum=0, maximum=BACKFILL_PAUSE_MAX_SECONDS
+        batch_size, pause_seconds = check_batch_job(
+            batch_size,
+            self._settings.backfill_pause_seconds if pause_seconds is None else pause_seconds,
+            progress,
+            batch_max=BATCH_SIZE_MAX,
+            pause_max=BACKFILL_PAUSE_MAX_SECONDS,
         )
-        if progress is not None and not callable(progress):
-            raise InvalidTypeError(
-                f"progress must be a function of BackfillProgress, got {type(progress).__name__}"
-            )
         if current_user_id() is not None:
             raise PermissionDeniedError(
                 "backfill_embeddings fills every user's rows: call it acting for nobody "
