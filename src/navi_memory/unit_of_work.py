@@ -1,6 +1,8 @@
 """The unit of work every facade call (and every batch of a job) runs in: one AsyncSession, one
 transaction, committed on success and rolled back on any error — or, for a call that is one
-statement, an autocommit connection (``single_statement``, the package's only way to get one).
+statement, an autocommit connection (``single_statement``), or statements each their own
+transaction on a pooled connection's driver (``pooled_reads``, ``pooled_write``: the search
+paths and upsert_fact, db.PooledStatements).
 Both translate driver errors (db.translate_driver_error): a connection lost before the COMMIT
 is a ConnectionLostError, safe to call again. Services and repositories never open either.
 """
