@@ -23,11 +23,12 @@ from navi_memory.constants import (
     CHUNK_CHARS_MIN,
     CHUNK_GRAPH_FROM,
     CHUNK_MAX_DISTANCE,
+    DEFAULT_CHUNK_MAX_CHARS,
+    DEFAULT_MESSAGE_MAX_CHARS,
     MAX_TEXT_CHARS,
     TEXT_ONLY_EMBEDDING_MODEL,
 )
 from navi_memory.errors import ConfigError
-from navi_memory.text.chunks import DEFAULT_CHUNK_MAX_CHARS, DEFAULT_MESSAGE_MAX_CHARS
 
 __all__ = ["SECRET_BEARING", "Settings", "default_data_dir", "load_settings"]
 

@@ -178,6 +178,15 @@ PostgreSQL's timestamp range)."""
 CHUNK_CHARS_MIN: Final = 200
 """Smallest CHUNK_MAX_CHARS / CHUNK_MESSAGE_MAX_CHARS a deployment may set."""
 
+DEFAULT_CHUNK_MAX_CHARS: Final = 4000
+"""CHUNK_MAX_CHARS: messages are packed into chunks of up to this many characters (spec)."""
+
+DEFAULT_MESSAGE_MAX_CHARS: Final = 12000
+"""CHUNK_MESSAGE_MAX_CHARS: one rendered message is capped here, its middle elided (spec)."""
+
+MAX_QUERY_TERMS: Final = 16
+"""A search query's terms beyond this many are left out: more add SQL, not recall."""
+
 # --- unified search (memory.search, the memory_search tool) -----------------------------------
 
 SEARCH_K_MIN: Final = 1

@@ -10,7 +10,11 @@ import json
 from collections.abc import Sequence
 from typing import Final
 
-from navi_memory.constants import MAX_TEXT_CHARS
+from navi_memory.constants import (
+    DEFAULT_CHUNK_MAX_CHARS,
+    DEFAULT_MESSAGE_MAX_CHARS,
+    MAX_TEXT_CHARS,
+)
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import ChunkDraft, Message
 
@@ -28,12 +32,6 @@ __all__ = [
 RENDERING_WORDS: Final = frozenset({"user", "assistant", "tool", "result", "call"})
 """The words render_message writes into every chunk ("User:", "Assistant:", "Tool result
 (name):", "[Tool call]"): a query word among them matches every excerpt, whatever it says."""
-
-DEFAULT_CHUNK_MAX_CHARS: Final = 4000
-"""CHUNK_MAX_CHARS: messages are packed into chunks of up to this many characters."""
-
-DEFAULT_MESSAGE_MAX_CHARS: Final = 12000
-"""CHUNK_MESSAGE_MAX_CHARS: one rendered message is capped here, its middle elided."""
 
 WHITESPACE: Final = (
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"

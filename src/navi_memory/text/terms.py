@@ -8,10 +8,10 @@ import sys
 import unicodedata
 from typing import Final
 
+from navi_memory.constants import MAX_QUERY_TERMS
+
 __all__ = ["MAX_QUERY_TERMS", "STOP_WORDS", "combining_marks", "query_terms"]
 
-MAX_QUERY_TERMS: Final = 16
-"""More terms than this add SQL, not recall."""
 
 # Words that match almost every row as substrings and say nothing about what is wanted.
 # fmt: off
