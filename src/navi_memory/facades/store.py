@@ -204,19 +204,17 @@ class MemoryStore:
         async with pooled_write(self._engine) as conn:
             done = await self._facts.write(conn, write, dedupe=dedupe)
         fact = done.fact
-        if fact.key != key and not fact.has_embedding and embedding is not None:
-            # Written through a hidden spelling: the value went to the row it was merged into,
-            # whose vector must embed that row's own key; the statement stored none.
-            fact = await self._embed_own_key(fact)
+        if done.own_key_text is not None:
+            fact = await self._embed_own_key(fact, done.own_key_text)
         if done.vector_queued:
             self._fact_indexer.kick()
         logger.debug("memory.fact_%s", done.outcome, extra={"fact_id": fact.id})
         return fact
 
-    async def _embed_own_key(self, fact: Fact) -> Fact:
-        """Give ``fact`` the vector of its own text (guarded like backfill's: only if it still
-        has none and still reads so); unchanged when no vector can be had (backfill's job)."""
-        embedded = embedding_text_for_fact(fact.category, fact.key, fact.value)
+    async def _embed_own_key(self, fact: Fact, embedded: str) -> Fact:
+        """Give ``fact`` the vector of ``embedded``, its own text (UpsertResult.own_key_text;
+        guarded like backfill's: only if it still has none and still reads so); unchanged when
+        no vector can be had (backfill's job)."""
         vector = await self._embedding.document(embedded)
         if vector is None:
             return fact

@@ -44,6 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory.constants import DEFAULT_CONFIDENCE, FACT_MAX_DISTANCE, PERMISSION_READ_ALL
 from navi_memory.errors import InvalidInputError, NotFoundError, StorageError
+from navi_memory.llm.embedder import embedding_text_for_fact
 from navi_memory.models import FactRow
 from navi_memory.repositories.facts import (
     FACT_SORT_COLUMNS,
@@ -144,6 +145,10 @@ class UpsertResult:
     fact: Fact
     outcome: UpsertOutcome
     vector_queued: bool
+    own_key_text: str | None = None
+    """Written through a hidden spelling of the key with a vector made for it: the value went
+    to the row it was merged into, whose vector must embed that row's own key and which the
+    statement left without one. The text to embed for it (give_vector), else None."""
 
 
 def to_fact(row: FactRow | FetchedRow) -> Fact:
@@ -227,10 +232,19 @@ class FactService:
         for _ in range(NORMALIZE_ROUNDS):
             done = await repo.upsert(statement)
             if done.row is not None:
+                fact = to_fact(done.row)
+                own = (
+                    embedding_text_for_fact(fact.category, fact.key, fact.value)
+                    if fact.key != write.key
+                    and not fact.has_embedding
+                    and write.embedding is not None
+                    else None
+                )
                 return UpsertResult(
-                    fact=to_fact(done.row),
+                    fact=fact,
                     outcome=_outcome(done),
                     vector_queued=done.action != "verify",
+                    own_key_text=own,
                 )
             if done.unnormalized:
                 # Spellings the statement cannot compare yet: written by an import, the
