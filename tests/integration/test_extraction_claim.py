@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import uuid
 
 import pytest
 
@@ -43,21 +44,29 @@ async def wait_entered(model: ExtractionModel) -> None:
     assert await asyncio.to_thread(model.entered.wait, 10), "the model call never came"
 
 
+async def claim_lost_during(
+    memory: Memory, model: ExtractionModel, uid: uuid.UUID, call: str
+) -> ExtractionReport:
+    """The user's sweep, its claim's connection ended while the model's ``call`` ("facts" or
+    "summary") is held; the sweep's report."""
+    model.hold(call, once=True)
+    running = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
+    try:
+        await wait_entered(model)
+        assert await end_claims(memory) == 1
+    finally:
+        model.release()
+    return await running
+
+
 async def test_a_claim_lost_during_the_fact_call_writes_nothing_and_is_retried(
     db_url: str, fake_ollama: FakeOllama, model: ExtractionModel, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with open_memory(extraction_settings(db_url, fake_ollama)) as memory:
         uid = await new_user(memory)
         sid = await conversation(memory, uid, "fact editor neovim")
-        model.hold(once=True)
-        running = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
-        try:
-            await wait_entered(model)
-            assert await end_claims(memory) == 1
-        finally:
-            model.release()
         with caplog.at_level(logging.INFO, logger="navi_memory"):
-            report = await running
+            report = await claim_lost_during(memory, model, uid, "facts")
         # A failure (the database lost the claim), truly with nothing written, and said so.
         assert (report.failures, report.sessions_skipped, report.facts_written) == (1, 0, 0)
         assert "claim was lost" in caplog.text
@@ -78,14 +87,7 @@ async def test_a_claim_lost_during_the_summary_call_keeps_the_facts_and_leaves_n
     async with open_memory(extraction_settings(db_url, fake_ollama)) as memory:
         uid = await new_user(memory)
         sid = await conversation(memory, uid, "fact editor neovim")
-        model.hold("summary", once=True)
-        running = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
-        try:
-            await wait_entered(model)
-            assert await end_claims(memory) == 1
-        finally:
-            model.release()
-        report = await running
+        report = await claim_lost_during(memory, model, uid, "summary")
         # The facts were written under the claim; the summary and the mark were not.
         assert (report.failures, report.sessions_skipped, report.sessions_extracted) == (1, 0, 0)
         assert report.facts_written == 1

@@ -24,7 +24,7 @@ import math
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 from navi_memory.constants import EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS
 from navi_memory.errors import EmbeddingError, StorageError
@@ -33,6 +33,30 @@ from navi_memory.llm import Embedder, GuardedEmbedder, storable_vector, storable
 __all__ = ["EmbeddingService", "VectorRecorder", "storable_vector", "storable_vectors"]
 
 logger = logging.getLogger(__name__)
+
+
+class _Reports:
+    """Events counted between two reports, reported at most once an interval (with their
+    count): a failing dependency fails every call, one warning a call would drown the log."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.unreported = 0
+        self.reported_at: float | None = None
+
+    def counted(self, now: float) -> int | None:
+        """Count one more; the count to report now (counting starts again), or None while
+        the interval since the last report runs."""
+        self.unreported += 1
+        if self.reported_at is not None and now - self.reported_at < self.interval:
+            return None
+        count, self.unreported, self.reported_at = self.unreported, 0, now
+        return count
+
+    def reset(self) -> int:
+        """The count not reported yet; the next event is reported at once."""
+        count, self.unreported, self.reported_at = self.unreported, 0, None
+        return count
 
 
 class VectorRecorder(Protocol):
@@ -70,14 +94,14 @@ class EmbeddingService:
         self._recorder = recorder
         self._interval = log_interval_seconds
         self._clock = clock
-        self._reported_at: float | None = None
-        self._unreported = 0
+        self._failures = _Reports(log_interval_seconds)
+        """The model's failures (and the calls a pause answered) since the last report."""
         self._failing = False
         self._pause = pause_seconds
         self._hang = hang_seconds
         self._paused_until = -math.inf
-        self._unreadable = 0
-        self._unreadable_reported_at: float | None = None
+        self._unreadable = _Reports(log_interval_seconds)
+        """The model of record found unreadable since the last report."""
 
     @property
     def paused(self) -> bool:
@@ -138,23 +162,22 @@ class EmbeddingService:
         return vector
 
     async def _may_embed(self) -> bool:
-        """The recorder's may_embed; False (no vector) when the model of record cannot be
-        read (the database failing: the call's own statement will say so, or it has
-        committed already, as a write through a hidden spelling before its vector)."""
-        recorder = self._recorder
-        if recorder is None:
-            return True
-        try:
-            return await recorder.may_embed()
-        except StorageError as exc:
-            self._record_unreadable(exc)
-            return False
+        return await self._ask_recorder("may_embed")
 
     async def _vectors_made(self) -> bool:
+        return await self._ask_recorder("vectors_made")
+
+    async def _ask_recorder(self, question: Literal["may_embed", "vectors_made"]) -> bool:
+        """The recorder's answer (True without one); False (no vector) when the model of
+        record cannot be read (the database failing: the call's own statement will say so,
+        or it has committed already, as a write through a hidden spelling before its
+        vector)."""
         recorder = self._recorder
         if recorder is None:
             return True
         try:
+            if question == "may_embed":
+                return await recorder.may_embed()
             return await recorder.vectors_made()
         except StorageError as exc:
             self._record_unreadable(exc)
@@ -163,12 +186,9 @@ class EmbeddingService:
     def _record_unreadable(self, exc: StorageError) -> None:
         """Logged at most once per log interval, with the count since the last report: every
         call asks again while the database is down, and the caller hears of it anyway."""
-        self._unreadable += 1
-        now = self._clock()
-        last = self._unreadable_reported_at
-        if last is not None and now - last < self._interval:
+        count = self._unreadable.counted(self._clock())
+        if count is None:
             return
-        count, self._unreadable, self._unreadable_reported_at = self._unreadable, 0, now
         logger.warning(
             "memory.embedding_record_unreadable: %s (%d time(s) since the last report; no "
             "vector made meanwhile, backfill makes them)",
@@ -181,12 +201,11 @@ class EmbeddingService:
         """A call the pause answers: counted as a failure (reported with the others)."""
         if not self.paused:
             return False
-        self._unreported += 1
+        self._failures.unreported += 1
         return True
 
     def _failed(self, exc: EmbeddingError, started: float) -> None:
         self._failing = True
-        self._unreported += 1
         now = self._clock()
         if self._pause > 0 and now - started >= self._hang:
             self._paused_until = now + self._pause
@@ -198,9 +217,9 @@ class EmbeddingService:
                 self._pause,
                 extra={"event": "memory.embedding_paused", "seconds": self._pause},
             )
-        if self._reported_at is not None and now - self._reported_at < self._interval:
+        count = self._failures.counted(now)
+        if count is None:
             return
-        count, self._unreported, self._reported_at = self._unreported, 0, now
         logger.warning(
             "memory.embedding_failed: %s (%d failure(s) since the last report; next report in "
             "%g s at the earliest; the rows land without vectors, search falls back to text)",
@@ -213,10 +232,11 @@ class EmbeddingService:
     def _succeeded(self) -> None:
         if not self._failing:
             return
+        count = self._failures.reset()
         logger.info(
             "memory.embedding_recovered: the embedding model answers again (%d failure(s) "
             "since the last report)",
-            self._unreported,
-            extra={"event": "memory.embedding_recovered", "failures": self._unreported},
+            count,
+            extra={"event": "memory.embedding_recovered", "failures": count},
         )
-        self._failing, self._unreported, self._reported_at = False, 0, None
+        self._failing = False
