@@ -485,10 +485,10 @@ def test_thousands_of_broken_starts_are_one_skipped_item() -> None:
     end, so trying all would be quadratic): one unusable item, and with no complete fact
     before it, a failure."""
     reply = '{"a": x ' * 20_000
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU: the neighbours' load never counts
     with pytest.raises(ExtractionError, match="cut off before its first complete fact"):
         parse_extracted_facts(reply)  # no complete fact: a failure, the session kept
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 2.0
     # Beside a complete fact, the broken rest is one unusable item.
     parsed = parse_extracted_facts(json.dumps([EDITOR])[:-1] + ", " + reply)
     assert parsed == ParsedFacts(facts=parsed.facts, skipped=1, truncated=True)
@@ -670,12 +670,13 @@ def test_a_runaway_reply_is_read_in_a_moment(reply: str) -> None:
     the reply up to it; every broken object start a Python-level walk over the rest of it;
     every code fence a search of its own). Now it is given up on after a bounded number of
     tries, and the complete items before that count. (Such a reply is parsed in a worker
-    thread now, past 64 K characters; it still must not take seconds.)"""
-    started = time.perf_counter()
+    thread now, past 64 K characters; it still must not take seconds.) Measured in this
+    process's CPU time: on a loaded machine the wall clock says more about the neighbours."""
+    started = time.process_time()
     if reply.startswith('{"facts": [{"key": "k", "value": "v"}'):  # one complete fact first
         parsed = parse_extracted_facts(reply)
         assert len(parsed.facts) == 1 and parsed.skipped >= 1
     else:  # no complete fact in it: a failure
         with pytest.raises(ExtractionError, match="cut off before its first complete fact"):
             parse_extracted_facts(reply)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 2.0
