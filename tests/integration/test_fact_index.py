@@ -97,6 +97,7 @@ async def searched(memory: Memory, uid: uuid.UUID, limit: int) -> dict[str, Shap
 # --- search never depends on the indexer --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", [3, 15])
 async def test_search_facts_returns_identical_hits_before_during_and_after_indexing(
     manual: Memory, limit: int

@@ -580,6 +580,7 @@ async def counts(memory: Memory) -> tuple[int, int]:
     return await facts_in_db(memory), await kv_in_db(memory)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
