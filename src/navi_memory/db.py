@@ -623,6 +623,14 @@ _CLOSING: set[asyncio.Future[Any]] = set()
 close whose caller stopped waiting is not garbage-collected before it ends."""
 
 
+def _closed_quietly(closing: asyncio.Future[Any]) -> None:
+    """A cancelled read's close is done: forgotten, and its failure (if any: the connection
+    is gone either way) logged rather than left for asyncio to report as never retrieved."""
+    _CLOSING.discard(closing)
+    if not closing.cancelled() and closing.exception() is not None:
+        logger.debug("db.cancelled_read_close_failed", exc_info=closing.exception())
+
+
 class PooledStatements:
     """Statements complete in themselves, each its own transaction, on ``engine``'s pool: the
     search paths' reads (unit_of_work.pooled_reads) and upsert_fact's one-statement write
@@ -686,7 +694,7 @@ class PooledStatements:
                 self._held = None
                 closing = asyncio.ensure_future(greenlet_spawn(fairy.invalidate, exc))
                 _CLOSING.add(closing)
-                closing.add_done_callback(_CLOSING.discard)
+                closing.add_done_callback(_closed_quietly)
                 fairy = None  # checked in by the invalidation
                 await asyncio.shield(closing)
             raise

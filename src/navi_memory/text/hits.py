@@ -115,9 +115,10 @@ def _window_start(text: str, limit: int, terms: Sequence[str]) -> int:
     best_count, best_first = 0, 0
     counts: dict[str, int] = {}
     left = 0
-    for _, end, word in matches:
+    for right, (_, end, word) in enumerate(matches):
         counts[word] = counts.get(word, 0) + 1
-        while end - matches[left][0] > span:
+        # Never past the match just counted: a term longer than the span is a stretch alone.
+        while left < right and end - matches[left][0] > span:
             gone = matches[left][2]
             counts[gone] -= 1
             if not counts[gone]:

@@ -412,3 +412,12 @@ def test_a_common_terms_many_occurrences_never_hide_a_rare_one() -> None:
     text = "data " * 2500 + "zebra data"
     _, shown, _ = parts_of(cut_text(text, terms=["data", "zebra"]), text)
     assert "zebra" in shown
+
+
+def test_a_term_longer_than_the_window_is_shown_from_its_start() -> None:
+    """A pasted hash or base64 string as the query, longer than the window itself: the window
+    starts at it (it was an IndexError)."""
+    term = "Q" * 1400
+    text = "a " * 1000 + term
+    _, shown, _ = parts_of(cut_text(text, terms=[term]), text)
+    assert "Q" * 1000 in shown
