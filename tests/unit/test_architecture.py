@@ -52,6 +52,16 @@ RUNS_SQL_METHODS = frozenset(
 """Running a statement: on a session, a connection, PooledStatements (``reads.fetch(sql)``) or
 an asyncpg connection. Repositories run the SQL."""
 
+ORM_METHODS = frozenset(
+    {"add", "add_all", "flush", "delete", "merge", "refresh", "run_sync", "get", "get_one"}
+)
+"""The ORM's ways to write or read rows, on a session or connection (``session.add(row)``,
+``session.get(FactRow, 1)``, ``conn.run_sync(fn)``): SQL all the same."""
+
+SESSION_NAMES = frozenset({"session", "sess", "conn", "connection"})
+"""What a session or a connection is called where it is passed in: the receivers ORM_METHODS
+are looked for on (``dict.get`` and ``list.add`` elsewhere are not SQL)."""
+
 SQL_TEXT = re.compile(
     r"^\s*(SELECT\s|INSERT\s+INTO\s|UPDATE\s+\S+\s+SET\s|DELETE\s+FROM\s|WITH\s+\w+\s+AS\s*\("
     r"|MERGE\s+INTO\s|CREATE\s|DROP\s|ALTER\s|TRUNCATE\s|LOCK\s+TABLE\s|SET\s+(LOCAL\s+)?\w+)"
@@ -169,6 +179,12 @@ def sql_violations(source: str) -> list[str]:
             name = _dotted(func)
             if isinstance(func, ast.Attribute) and func.attr in RUNS_SQL_METHODS:
                 found.append(f"line {node.lineno}: runs a statement with .{func.attr}(")
+            elif (
+                isinstance(func, ast.Attribute)
+                and func.attr in ORM_METHODS
+                and _dotted(func.value).rsplit(".", 1)[-1] in SESSION_NAMES
+            ):
+                found.append(f"line {node.lineno}: uses the ORM with {name}(")
             elif name.split(".", 1)[0] in sql_roots:
                 found.append(f"line {node.lineno}: builds SQL with {name}(")
             elif isinstance(func, ast.Attribute) and func.attr in SQL_HELPERS:
@@ -291,6 +307,11 @@ def test_the_service_check_catches_each_kind_of_violation(source: str, expected:
     ("source", "expected"),
     [
         ("async def f(conn):\n    await conn.exec_driver_sql('SELECT 1')\n", ".exec_driver_sql("),
+        ("async def f(session, row):\n    session.add(row)\n", "session.add("),
+        ("async def f(self):\n    await self.session.flush()\n", "self.session.flush("),
+        ("async def f(session, M):\n    return await session.get(M, 1)\n", "session.get("),
+        ("async def f(session, row):\n    await session.delete(row)\n", "session.delete("),
+        ("async def f(conn, fn):\n    await conn.run_sync(fn)\n", "conn.run_sync("),
         ("import sqlalchemy as sql\nq = sql.text('SELECT 1')\n", "sql.text("),
         ("import sqlalchemy as sql\n", "imports sqlalchemy"),
         ("from sqlalchemy import sql\nq = sql.text('x')\n", "sql.text("),
@@ -362,6 +383,12 @@ class Store:
         self._counts.update({key: 1})
 '''
 """What a facade or a job does: open units of work and snapshots, hold the session types."""
+
+
+def test_a_dict_get_or_a_set_add_is_not_the_orm() -> None:
+    """ORM_METHODS are looked for on sessions and connections only."""
+    source = "def f(rows, seen):\n    seen.add(1)\n    return rows.get('k')\n"
+    assert sql_violations(source) == []
 
 
 def test_the_sql_check_finds_the_sql_of_the_repositories() -> None:
