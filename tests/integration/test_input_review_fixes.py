@@ -22,7 +22,7 @@ from navi_memory.testing import FakeOllama
 from navi_memory.tools.memory import ForgetFact, SaveFact, parse_memory_arguments
 from navi_memory.validation import check_kv_entry_name
 from tests.conftest import make_settings
-from tests.integration.factories import new_user, scalar
+from tests.integration.factories import execute, new_user, scalar
 
 WIDE_FIRST, WIDE_LAST = 0x20000, 0x2A6D0  # CJK Extension B: four bytes each in UTF-8
 
@@ -294,3 +294,29 @@ async def test_forget_of_a_key_whose_decomposed_form_is_too_long_forgets_and_say
     assert answer.startswith("memory: forgot 1 fact"), answer
     with request_context(user_id=uid):
         assert await memory.store.get_all_facts() == []
+
+
+async def test_a_users_entries_under_a_session_id_sessions_does_not_hold_are_theirs_to_read(
+    memory: Memory,
+) -> None:
+    """An application keeps its session ids outside ``sessions`` (or an import brought rows of
+    one): the user's entries under such an id were found by an unfiltered search and deleted
+    by delete(), but get, list and a session-filtered search found nothing. Another user's
+    filter on that id still finds nothing of theirs."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    await execute(
+        memory,
+        "INSERT INTO kv_store (user_id, scope, session_id, key, value) "
+        "VALUES (:u, 'scratchpad', 'ext-1', 'plan', 'ship on friday')",
+        u=alice,
+    )
+    with request_context(user_id=alice):
+        assert await memory.kv.get("scratchpad", "plan", session_id="ext-1") == "ship on friday"
+        listed = await memory.kv.list("scratchpad", session_id="ext-1")
+        assert [entry.key for entry in listed] == ["plan"]
+        found = await memory.kv.search_values(None, "scratchpad", ["friday"], session_id="ext-1")
+        assert [hit.key for hit in found] == ["plan"]
+    with request_context(user_id=bob):
+        assert await memory.kv.get("scratchpad", "plan", session_id="ext-1") is None
+        assert await memory.kv.list("scratchpad", session_id="ext-1") == []
+        assert await memory.kv.search_values(None, "scratchpad", ["friday"]) == []

@@ -29,17 +29,11 @@ def _hit(row: FetchedRow) -> KvHit:
     )
 
 
-async def _session_visible(
-    session: AsyncSession, session_id: str | None, user_id: uuid.UUID | None
-) -> bool:
-    # A filter naming someone else's session finds nothing, as if it did not exist.
-    if session_id is None or user_id is None:
-        return True
-    return await SessionRepository(session=session).owner(session_id) == user_id
-
-
 class KvService:
-    """The kv rules, on the session (transaction) each call is given."""
+    """The kv rules, on the session (transaction) each call is given. Reads are of the user's
+    own rows (every read filters by user; a global read is read_all's): a session filter finds
+    the user's entries under that id, whether or not ``sessions`` holds it (an application's
+    own session ids, an import's), and another user's session's entries never."""
 
     async def set(
         self,
@@ -66,8 +60,6 @@ class KvService:
         session_id: str | None,
         key: str,
     ) -> str | None:
-        if not await _session_visible(session, session_id, user_id):
-            return None
         row = await KvRepository(session=session).get(user_id, scope, session_id, key)
         return None if row is None else row.value
 
@@ -88,8 +80,6 @@ class KvService:
         scope: str,
         session_id: str | None,
     ) -> list[KvEntry]:
-        if not await _session_visible(session, session_id, scope_user):
-            return []
         rows = await KvRepository(session=session).list_entries(scope_user, scope, session_id)
         return [KvEntry.model_validate(row) for row in rows]
 
@@ -104,8 +94,6 @@ class KvService:
         session_id: str | None,
         prefer_session_id: str | None,
     ) -> list[KvHit]:
-        if not await _session_visible(session, session_id, scope_user):
-            return []
         found = await KvSearchRepository(session=session).search(
             scope_user,
             scope,
