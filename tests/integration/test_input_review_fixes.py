@@ -320,3 +320,25 @@ async def test_a_users_entries_under_a_session_id_sessions_does_not_hold_are_the
         assert await memory.kv.get("scratchpad", "plan", session_id="ext-1") is None
         assert await memory.kv.list("scratchpad", session_id="ext-1") == []
         assert await memory.kv.search_values(None, "scratchpad", ["friday"]) == []
+
+
+async def test_a_cleared_scratchpad_section_is_no_search_hit_and_reads_as_empty(
+    memory: Memory,
+) -> None:
+    """ "Empty clears it": a cleared section took one of the k sketch hits in memory_search,
+    with no text, and `read` answered a header over nothing."""
+    uid = await new_user(memory)
+    ctx = ToolContext(user_id=uid, session_id="s1")
+    with request_context(user_id=uid):
+        await memory.sessions.create("s1")
+    for section, text in (("plan", "port 8099"), ("todo", "ship the plan"), ("plan", "")):
+        answer = await memory.tools.call(
+            "scratchpad", {"action": "write", "section": section, "text": text}, ctx
+        )
+        assert not answer.startswith("scratchpad error"), answer
+    read = await memory.tools.call("scratchpad", {"action": "read", "section": "plan"}, ctx)
+    assert read == "scratchpad section 'plan' is empty (cleared)."
+    with request_context(user_id=uid, session_id="s1"):
+        for query in ("plan", ""):
+            hits = await memory.search.search(query, scope="sketches", current_session_id="s1")
+            assert [hit.key for hit in hits] == ["todo"], query

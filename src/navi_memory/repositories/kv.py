@@ -108,10 +108,12 @@ class KvSearchRepository:
         limit: int,
         session_id: str | None,
         prefer_session_id: str | None,
+        with_value: bool = False,
     ) -> list[FetchedRow]:
         """Rows of the scope matching any term in key or value, each with ``terms_hit`` (how
         many distinct terms it matches): rows of ``prefer_session_id`` first, then most terms,
         then the newest. No terms: the newest rows, ``prefer_session_id`` first, 0 terms hit.
+        ``with_value``: only rows whose value is not empty (a cleared note has nothing to show).
 
         The terms go in as one ``text[]`` of escaped patterns: one statement shape whatever
         their number, prepared once per connection, and no expression tree built per term."""
@@ -121,6 +123,8 @@ class KvSearchRepository:
             "patterns": term_patterns(terms),
         }
         where = ["k.scope = :scope", *owner_where("k", user_id, session_id, params)]
+        if with_value:
+            where.append("k.value <> ''")
         if terms:
             where.append(
                 "(k.key ILIKE ANY (CAST(:patterns AS text[])) "

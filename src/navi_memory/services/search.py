@@ -421,6 +421,7 @@ class UnifiedSearchService:
             limit=request.plan.k,
             session_id=request.session_id,
             prefer_session_id=request.current_session_id,
+            with_value=True,  # a cleared section ("empty clears it") is no hit
         )
         via: Via = "text" if request.plan.terms else "recent"
         return [_sketch_hit(row, via=via) for row in rows]

@@ -187,6 +187,8 @@ def scratchpad_tool(kv: SketchStore) -> Tool:
                         f"scratchpad: there is no section {request.section!r} in this "
                         'conversation\'s notes (action "list" names the sections).'
                     )
+                if not text:
+                    return f"scratchpad section {request.section!r} is empty (cleared)."
                 return f"scratchpad section {request.section!r}:\n{text}"
             if isinstance(request, DeleteSection):
                 if await kv.delete(SKETCH_SCOPE, request.section, session_id=session_id):
