@@ -27,17 +27,24 @@ def model(fake_ollama: FakeOllama) -> ExtractionModel:
     return scripted
 
 
+CLAIMS = (
+    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted"
+    " AND a.datname = current_database() AND l.pid <> pg_backend_pid()"
+)
+"""The advisory locks other server processes of this database hold: the extraction claims
+(nothing else holds one while an extraction waits on its model)."""
+
+
 async def end_claims(memory: Memory) -> int:
-    """Terminate every other server process of this database holding an advisory lock: the
-    extraction claims (nothing else holds one while an extraction waits on its model)."""
-    ended = await scalar(
-        memory,
-        "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l"
-        " JOIN pg_stat_activity a ON a.pid = l.pid"
-        " WHERE l.locktype = 'advisory' AND l.granted"
-        " AND a.datname = current_database() AND l.pid <> pg_backend_pid()",
-    )
-    return int(str(ended))
+    """Terminate the server processes holding a claim, and wait until they are gone: a
+    terminated backend keeps its locks until it has exited, a moment after the signal."""
+    ended = int(str(await scalar(memory, f"SELECT count(pg_terminate_backend(l.pid)){CLAIMS}")))
+    async with asyncio.timeout(10):
+        while True:
+            if not int(str(await scalar(memory, f"SELECT count(*){CLAIMS}"))):
+                return ended
+            await asyncio.sleep(0.01)
 
 
 async def wait_entered(model: ExtractionModel) -> None:
