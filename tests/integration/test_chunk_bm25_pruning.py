@@ -264,6 +264,7 @@ async def test_writers_of_one_user_around_the_moment_frequencies_start_count_eac
     assert await df_table(memory) == await df_recount(memory)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=30,
     deadline=None,

@@ -446,6 +446,7 @@ async def test_an_upsert_for_a_user_that_does_not_exist_is_not_found_and_writes_
     assert await scalar(memory, "SELECT count(*) FROM memory_fact_vector_queue") == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["user", "everyone"])
 async def test_a_search_skips_hidden_nearest_facts_beyond_the_first_look(
     manual: Memory, scope: str

@@ -605,6 +605,7 @@ async def test_generated_calls_answer_text_and_an_error_writes_nothing(
         assert await counts(memory) == before
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

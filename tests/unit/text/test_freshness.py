@@ -233,6 +233,7 @@ def test_content_words_follow_the_plain_definition(text: str) -> None:
     assert content_words(text) == plain_content_words(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=500)
 @given(st.one_of(texts, st.text(max_size=80)), st.lists(st.one_of(texts, st.text(max_size=12))))
 def test_finding_words_in_a_text_equals_tokenizing_it(text: str, others: list[str]) -> None:
