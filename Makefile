@@ -31,7 +31,7 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, the import con
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -lt 4 ] && n=4; echo $$n)
 
 test: lint ## Lint, then every test but the cli/wheel/slow/soak ones on a real (embedded) PostgreSQL, TEST_WORKERS xdist workers
-	$(BIN)/pytest -n $(or $(strip $(TEST_WORKERS)),4)
+	$(BIN)/pytest -n $(or $(strip $(TEST_WORKERS)),4) --dist worksteal
 
 test-cli: $(STAMP) ## The operator CLI through its console script (tests/cli; CI runs it)
 	$(BIN)/pytest -m cli
