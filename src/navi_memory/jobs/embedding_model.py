@@ -24,21 +24,13 @@ from navi_memory.constants import (
 )
 from navi_memory.errors import ConfigError
 from navi_memory.jobs.backfill import Backfill, ProgressCallback
-from navi_memory.llm.embedder import canonical_model_name
+from navi_memory.llm.embedder import same_model
 from navi_memory.repositories.embedding_model import EmbeddingModelRepository, RecordedModel
 from navi_memory.unit_of_work import unit_of_work
 
-__all__ = ["EmbeddingModelRecord", "Reembed", "same_model"]
+__all__ = ["EmbeddingModelRecord", "Reembed"]
 
 logger = logging.getLogger(__name__)
-
-
-def same_model(recorded: str, configured: str) -> bool:
-    """Whether two names are one embedding model: ``nomic-embed-text`` recorded (before names
-    were recorded with their tag) is ``nomic-embed-text:latest`` (canonical_model_name)."""
-    return recorded == configured or canonical_model_name(recorded) == canonical_model_name(
-        configured
-    )
 
 
 class EmbeddingModelRecord:
@@ -59,13 +51,10 @@ class EmbeddingModelRecord:
         self._clock = clock
         self._checked_at = -math.inf
         self._looked = False
-        self._last_seen: RecordedModel | None = None
         self._ours = False
         """The last look found ``model`` recorded (or this process recorded it)."""
         self._mismatch: str | None = None
         """The other model of record while this process makes no vectors."""
-        self._first_seen: RecordedModel | None = None
-        """The record found at this process's first look."""
         self._claimable: RecordedModel | None = None
         """The record found at this process's first look, once it was recorded at least
         EMBEDDING_MODEL_CLAIM_AFTER_SECONDS before: when it is another model's, a leftover
@@ -120,11 +109,9 @@ class EmbeddingModelRecord:
         leftover (EMBEDDING_MODEL_CLAIM_AFTER_SECONDS); it stays so while it is unchanged."""
         if not self._looked:
             self._looked = True
-            self._first_seen = recorded
             self._claimable = recorded if claimable else None
-        elif recorded != self._first_seen:
-            self._claimable = None
-        self._last_seen = recorded
+        elif recorded != self._claimable:
+            self._claimable = None  # changed since the first look: recorded on purpose
         self._ours = recorded is not None and same_model(recorded.model, self.model)
         if recorded is None or self._ours:
             self._set_mismatch(None)

@@ -32,6 +32,7 @@ __all__ = [
     "embedder_from_settings",
     "embedding_model_name",
     "embedding_text_for_fact",
+    "same_model",
 ]
 
 _FLAG_VALUES: Final = frozenset((0.0, 1.0))
@@ -93,6 +94,14 @@ def canonical_model_name(model: str) -> str:
     if ":" in last or "@" in last:
         return name
     return f"{name}:{OLLAMA_DEFAULT_TAG}"
+
+
+def same_model(recorded: str, configured: str) -> bool:
+    """Whether two names are one embedding model: ``nomic-embed-text`` recorded (before names
+    were recorded with their tag) is ``nomic-embed-text:latest`` (canonical_model_name)."""
+    return recorded == configured or canonical_model_name(recorded) == canonical_model_name(
+        configured
+    )
 
 
 def embedding_model_name(embedder: object) -> str:

@@ -34,7 +34,7 @@ from navi_memory.constants import (
     TOOL_NAME_MAX_CHARS,
 )
 from navi_memory.errors import EmbeddingError, InvalidInputError, InvalidTypeError, NotFoundError
-from navi_memory.llm.embedder import canonical_model_name
+from navi_memory.llm.embedder import same_model
 from navi_memory.llm.vectors import storable_vector
 from navi_memory.repositories.embedding_model import EmbeddingModelRepository
 from navi_memory.repositories.transfer import TransferRepository, floats
@@ -571,7 +571,7 @@ async def _vectors_kept(
     recorded = await records.recorded()
     if recorded is None and configured_model is not None:
         recorded = configured_model
-    if recorded is not None and canonical_model_name(recorded) != canonical_model_name(model):
+    if recorded is not None and not same_model(recorded, model):
         return False, True
     await records.record_if_none(model)
     return True, False
