@@ -70,8 +70,14 @@ bench-large: $(STAMP) ## Opt-in: chunks and unified search at 1M chunks over 10k
 	$(BIN)/python -m benchmarks.run --large
 
 LOCAL_STAMP := $(VENV)/.installed-local
+# torch as pyproject.toml's `local` extra pins it, from PyTorch's CPU index first (docs/config.md):
+# PyPI's Linux wheel of the same version is a CUDA build of several GB. TORCH_INDEX= (empty)
+# takes torch from the configured index instead.
+TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)",*$$/\1/p' pyproject.toml)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 $(LOCAL_STAMP): $(STAMP)
+	$(if $(strip $(TORCH_INDEX)),$(BIN)/python -m pip install --quiet --disable-pip-version-check '$(TORCH_PIN)' --index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[local]' --group dev
 	@touch $(LOCAL_STAMP)
 
