@@ -8,6 +8,7 @@ both are accepted. Anything that cannot be used is an ``InvalidInputError`` (an
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -96,7 +97,7 @@ def optional_int(
         )
     number = int(value)
     if not minimum <= number <= maximum:
-        raise InvalidInputError(f"{name} must be from {minimum} to {maximum}, got {number}")
+        raise InvalidInputError(f"{name} must be from {minimum} to {maximum}, got {_shown(number)}")
     return number
 
 
@@ -118,12 +119,21 @@ def optional_number(
     number_text = isinstance(value, str) and _NUMBER_TEXT.fullmatch(value) is not None
     if not (numeric or number_text):
         raise InvalidTypeError(f"{name} must be a number, got {json_type(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # a whole number beyond a float's range (JSON's ints are unbounded)
+        number = math.inf if value > 0 else -math.inf
     if not minimum <= number <= maximum:  # False for NaN as well
         raise InvalidInputError(
-            f"{name} must be from {minimum:g} to {maximum:g}{unit}, got {value!r}"
+            f"{name} must be from {minimum:g} to {maximum:g}{unit}, got {_shown(value)}"
         )
     return number
+
+
+def _shown(value: object) -> str:
+    """``value`` as an error shows it: its first 40 characters (a number may have hundreds)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}…"
 
 
 def choice(

@@ -111,6 +111,10 @@ def test_search_forget_and_list_read_their_arguments() -> None:
         (save(expires_days=36_501), InvalidInputError, "from 0.001 to 36500 days"),
         (save(expires_days=float("nan")), InvalidInputError, "expires_days"),
         (save(expires_days=float("inf")), InvalidInputError, "expires_days"),
+        # JSON's whole numbers are unbounded: one beyond a float's range is out of range too.
+        (save(expires_days=10**400), InvalidInputError, "from 0.001 to 36500 days, got 1000"),
+        (save(expires_days=-(10**400)), InvalidInputError, "from 0.001 to 36500 days, got -100"),
+        (save(confidence=10**400), InvalidInputError, "confidence must be from 0 to 100"),
         (save(key="k" * 201), InvalidInputError, "the limit is 200"),
         (save(category="c" * 101), InvalidInputError, "the limit is 100"),
         (save(value="nul\x00byte"), InvalidInputError, "NUL byte"),
