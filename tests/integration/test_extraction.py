@@ -710,6 +710,50 @@ async def test_session_deleted_during_the_summary_call_is_not_marked(
     assert await memory.store.get_extracted_at(sid, uid) is None
 
 
+@pytest.mark.parametrize("step", ["facts", "summary"])
+async def test_deleting_the_user_during_an_extractions_write_waits_for_it_without_deadlock(
+    memory: Memory, model: ExtractionModel, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """users.delete while an extraction's write transaction (the facts', or the summary and
+    mark's) holds its locks: the delete waits for it and returns True. Both take the user row
+    before the session row; the extraction used to take the session first and then need the
+    user row for its foreign key, while the delete held it and waited for the session: a
+    deadlock, raised from users.delete."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    sid = await conversation(memory, uid, "I use neovim")
+    # A state row from an earlier extraction, as a session extracted before has.
+    await memory.store.mark_session_extracted(sid, uid, at=datetime.now(UTC) - timedelta(days=1))
+    service = memory.extractor._sweep._service
+    # A step inside the write's transaction, after its locks are taken.
+    owner, name = (
+        (service, "_stored_categories") if step == "facts" else (service.facts, "lock_summary")
+    )
+    original = getattr(owner, name)
+    paused, resume = asyncio.Event(), asyncio.Event()
+
+    async def pausing(*args: Any) -> Any:
+        paused.set()
+        await resume.wait()
+        return await original(*args)
+
+    monkeypatch.setattr(owner, name, pausing)
+    sweep = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
+    try:
+        await asyncio.wait_for(paused.wait(), 10)
+        delete = asyncio.create_task(memory.users.delete(uid))
+        await asyncio.sleep(0.3)
+    finally:
+        resume.set()
+    assert await asyncio.wait_for(delete, 10) is True
+    report = await asyncio.wait_for(sweep, 10)
+    assert report.failures == 0
+    assert report.sessions_extracted + report.sessions_skipped == 1
+    assert await scalar(memory, "SELECT count(*) FROM sessions WHERE id = :id", id=sid) == 0
+    assert await scalar(memory, "SELECT count(*) FROM session_memory_state") == 0
+    assert await memory.store.fact_count(uid, include_merged=True) == 0
+
+
 def summary_of_keys(prompt: str) -> str:
     """A summary naming the keys of the facts it was written from."""
     return "Summary of: " + ", ".join(sorted(re.findall(r"\] (\w+):", prompt)))

@@ -133,11 +133,29 @@ class SessionRepository:
         )
 
     async def owner(self, session_id: str, *, lock: bool = False) -> uuid.UUID | None:
-        """The session's owner; ``lock`` share-locks its row so a delete waits for this write."""
+        """The session's owner; ``lock`` share-locks its row so a delete waits for this write.
+
+        With ``lock`` the owner's navi_users row is key-share-locked first (None: the user or
+        the session was deleted meanwhile). The write that follows (a fact, a summary, a mark,
+        a kv entry) needs that lock anyway, for its foreign key; DELETE FROM navi_users takes
+        the user row, then the sessions by the cascade. Taken the other way round, after the
+        session row, a user delete in between deadlocks with the write."""
         stmt = select(SessionRow.user_id).where(SessionRow.id == session_id)
-        if lock:
-            stmt = stmt.with_for_update(read=True)
-        return await self.session.scalar(stmt)
+        if not lock:
+            return await self.session.scalar(stmt)
+        owner = await self.session.scalar(stmt)
+        if owner is None or not await self._key_share_user(owner):
+            return None
+        # Read again under the lock: the session may have gone while the user row was awaited.
+        return await self.session.scalar(stmt.with_for_update(read=True))
+
+    async def _key_share_user(self, user_id: uuid.UUID) -> bool:
+        """Lock the user's row FOR KEY SHARE until the transaction ends (a user delete waits;
+        other writers of the user's rows do not); False when the user is gone."""
+        locked = await self.session.scalar(
+            select(User.id).where(User.id == user_id).with_for_update(key_share=True)
+        )
+        return locked is not None
 
     async def list_sessions(self, owner: uuid.UUID | None) -> list[SessionRow]:
         stmt = select(SessionRow).order_by(SessionRow.last_active.desc(), SessionRow.id)

@@ -132,10 +132,13 @@ class NewSummary:
 
 async def _lock_state(repo: SessionRepository, transcript: SessionTranscript) -> datetime | None:
     """Share-lock the transcript's session row until the transaction ends (a delete waits for
-    this write, then removes the extraction state it wrote), then lock its extraction state
-    row and return the user's mark. NotFoundError when the session is gone (or no longer the
-    transcript's user's), or when its state row is another user's: that row is never read nor
-    written for this user. A legacy row (of no user) counts as unmarked; the mark takes it."""
+    this write, then removes the extraction state it wrote) — its user's row first, in a user
+    delete's order (``SessionRepository.owner``), since every write of an extraction (the
+    state row, facts, the summary) needs that row for its foreign key — then lock its
+    extraction state row and return the user's mark. NotFoundError when the session is gone
+    (or no longer the transcript's user's), or when its state row is another user's: that row
+    is never read nor written for this user. A legacy row (of no user) counts as unmarked; the
+    mark takes it."""
     if await repo.owner(transcript.session_id, lock=True) != transcript.user_id:
         raise NotFoundError(f"session {transcript.session_id!r} was deleted meanwhile")
     owner, mark = await repo.lock_extraction_state(transcript.session_id, transcript.user_id)
