@@ -92,6 +92,7 @@ def search_values(query: list[float] | None, terms: list[str], **extra: Any) -> 
     values: dict[str, Any] = {
         "limit": LIMIT,
         "patterns": [contains_pattern(t) for t in terms],
+        "phrases": [contains_pattern(" ".join(terms))] if terms else [],
         **extra,
     }
     if query is not None:

@@ -252,6 +252,32 @@ async def test_wildcards_in_search_text_match_only_themselves(memory: Memory, qu
             assert any(contains(hit, term) for term in terms), (query, hit.key)
 
 
+@pytest.mark.parametrize(
+    ("query", "exact", "looser"),
+    [
+        # "%" and "\\" only separate terms: "100%" is the term 100, which 1000 holds too.
+        ("100%", "100% off", ["revenue grew 1000 units"]),
+        ("C:\\Users\\bob", "C:\\Users\\bob", [f"bob added {i} Users" for i in range(15)]),
+        ("rate 5%", "a rate 5% fixed", ["rate of 50 and 5", "rate 55 over 5"]),
+    ],
+)
+async def test_a_fact_holding_the_whole_query_ranks_first_among_equal_text_hits(
+    memory: Memory, fake_ollama: FakeOllama, query: str, exact: str, looser: list[str]
+) -> None:
+    """Text hits matching as many terms rank a fact holding the whole query, wildcard-like
+    characters and all, before newer ones holding only its terms; in unified search too."""
+    uid = await new_user(memory)
+    fact = await memory.store.upsert_fact("misc", "exact", exact, user_id=uid)
+    for index, value in enumerate(looser):
+        await memory.store.upsert_fact("misc", f"looser_{index}", value, user_id=uid)
+    fake_ollama.mode = "fail"  # the text pass alone
+    hits = await memory.store.search_facts(query, user_id=uid)
+    assert hits[0].id == fact.id, [(h.key, h.terms_hit) for h in hits]
+    assert {h.terms_hit for h in hits} == {hits[0].terms_hit}  # a tie on terms, broken by it
+    unified = await memory.search.search(query, scope="facts", k=5, user_id=uid)
+    assert unified[0].fact_id == fact.id
+
+
 async def test_empty_query_lists_the_most_recent_facts(memory: Memory) -> None:
     uid = await new_user(memory)
     for key in ("a", "b", "c"):

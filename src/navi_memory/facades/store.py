@@ -56,7 +56,7 @@ from navi_memory.services.facts import (
     FactWrite,
     confidence_for_source,
 )
-from navi_memory.text.terms import query_terms
+from navi_memory.text.terms import query_phrase, query_terms
 from navi_memory.unit_of_work import (
     engine_of,
     pooled_reads,
@@ -255,7 +255,7 @@ class MemoryStore:
         # One statement: no transaction (the connection's settings hold what it needs), on the
         # engine whose plans are cached: this plan is the same for every user.
         async with pooled_reads(self._cached_plans) as reads:
-            return await self._facts.search(reads, scope, vector, terms, limit)
+            return await self._facts.search(reads, scope, vector, terms, limit, query_phrase(query))
 
     async def delete_fact(
         self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None

@@ -196,24 +196,26 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
     document = "concat_ws(E'\\n', f.category, f.key, f.value)"
     text_pass = f"""
         txt AS (
-            SELECT f.id, h.hits
+            SELECT f.id, h.hits, {document} ILIKE ANY (CAST(:phrases AS text[])) AS whole
             FROM memory_facts f,
                  LATERAL (SELECT count(*) AS hits FROM unnest(CAST(:patterns AS text[])) p
                           WHERE {document} ILIKE p) h
             WHERE {where} AND {document} ILIKE ANY (CAST(:patterns AS text[]))
               {{fill_up}}
-            ORDER BY h.hits DESC, f.updated_at DESC, f.id DESC
+            ORDER BY h.hits DESC, whole DESC, f.updated_at DESC, f.id DESC
             LIMIT :limit
         )"""
     if not with_vector:
         return _returning(
             f"""
             WITH {text_pass.format(fill_up="")}
-            SELECT {_RETURNED}, NULL::float8 AS distance, t.hits AS terms_hit
+            SELECT {_RETURNED}, NULL::float8 AS distance, t.hits AS terms_hit,
+                   t.whole AS whole_query
             FROM memory_facts f JOIN txt t ON t.id = f.id""",
             *FACT_FIELDS,
             "distance",
             "terms_hit",
+            "whole_query",
         )
     query = "CAST(:q AS vector)"
     unit = f"CAST(l2_normalize({query}) AS {_HALFVEC})"
@@ -292,12 +294,14 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
         f"""
         WITH {vector_pass},
         {text_pass.format(fill_up=fill_up)}
-        SELECT {_RETURNED}, v.distance AS distance, t.hits AS terms_hit
+        SELECT {_RETURNED}, v.distance AS distance, t.hits AS terms_hit,
+               t.whole AS whole_query
         FROM memory_facts f LEFT JOIN vec v ON v.id = f.id LEFT JOIN txt t ON t.id = f.id
         WHERE f.id = ANY (ARRAY(SELECT id FROM vec UNION ALL SELECT id FROM txt))""",
         *FACT_FIELDS,
         "distance",
         "terms_hit",
+        "whole_query",
     )
 
 
@@ -879,19 +883,25 @@ class FactSearchRepository:
         terms: Sequence[str],
         limit: int,
         max_distance: float,
+        phrase: str | None = None,
     ) -> list[FetchedRow]:
         """Both passes of search_facts in one statement: the ``limit`` nearest visible facts
         closer than ``max_distance`` (when there is a vector; exact: memory_fact_vectors for
         indexed facts, memory_facts for the queued ones), and the visible facts whose
-        category, key or value contains any term, most terms first (the vector hits left
+        category, key or value contains any term, most terms first, then those holding
+        ``phrase`` (the whole query, text.terms.query_phrase) verbatim (the vector hits left
         out; not run at all when the vector pass filled ``limit``).
 
         One fixed statement per shape (a user or everyone, a vector or none), built at import:
         the terms travel as a ``text[]`` of escaped patterns, the vector in binary; the vector
         is never sent back (only whether there is one). Rows carry ``distance`` (vector hits)
-        or ``terms_hit``; the caller orders them.
+        or ``terms_hit`` and ``whole_query``; the caller orders them.
         """
-        params: dict[str, Any] = {"limit": limit, "patterns": term_patterns(terms)}
+        params: dict[str, Any] = {
+            "limit": limit,
+            "patterns": term_patterns(terms),
+            "phrases": term_patterns([phrase]) if phrase else [],
+        }
         if user_id is not None:
             params["uid"] = user_id
         if query_vector is not None:

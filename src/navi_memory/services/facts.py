@@ -380,13 +380,15 @@ class FactService:
         query_vector: Sequence[float] | None,
         terms: Sequence[str],
         limit: int,
+        phrase: str | None = None,
     ) -> list[FactHit]:
-        """Vector hits closer than FACT_MAX_DISTANCE (nearest first), then text hits; no terms:
-        the most recently updated facts."""
+        """Vector hits closer than FACT_MAX_DISTANCE (nearest first), then text hits (most
+        terms, then holding ``phrase``, the whole query, first); no terms: the most recently
+        updated facts."""
         repo = FactSearchRepository(session=conn)
         if not terms:
             return [to_fact_hit(row, via="recent") for row in await repo.recent(scope, limit)]
-        rows = await repo.search(scope, query_vector, terms, limit, FACT_MAX_DISTANCE)
+        rows = await repo.search(scope, query_vector, terms, limit, FACT_MAX_DISTANCE, phrase)
         return rank_hits(rows, limit, to_fact_hit, recency="updated_at")
 
     async def list_facts(

@@ -24,14 +24,20 @@ def rank_hits(
     rows: Sequence[FetchedRow], limit: int, make: Callable[..., HitT], recency: str
 ) -> list[HitT]:
     """Vector hits nearest first (an exact tie: the lower id), then text hits by terms matched,
-    then the ``recency`` column (the SQL ranks them the same way; the final join does not keep
-    that order)."""
+    then those holding the whole query (a ``whole_query`` column, where the statement has
+    one), then the ``recency`` column (the SQL ranks them the same way; the final join does
+    not keep that order)."""
     vector = sorted(
         (r for r in rows if r["distance"] is not None), key=lambda r: (r["distance"], r["id"])
     )
     by_text = sorted(
         (r for r in rows if r["distance"] is None),
-        key=lambda r: (-r["terms_hit"], -r[recency].timestamp(), -r["id"]),
+        key=lambda r: (
+            -r["terms_hit"],
+            not r.get("whole_query"),
+            -r[recency].timestamp(),
+            -r["id"],
+        ),
     )
     # Only the hits returned are made: the statement may return up to twice ``limit`` rows.
     hits = [make(r, via="vector") for r in vector[:limit]]

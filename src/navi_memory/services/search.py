@@ -41,7 +41,7 @@ from navi_memory.text.freshness import (
     mark_freshness,
 )
 from navi_memory.text.hits import SearchScope
-from navi_memory.text.terms import STOP_WORDS, query_terms
+from navi_memory.text.terms import STOP_WORDS, query_phrase, query_terms
 
 __all__ = [
     "LaneRunner",
@@ -85,6 +85,9 @@ class SearchPlan:
     terms: tuple[str, ...]
     lanes: tuple[tuple[Store, ...], ...]
     embed: bool
+    phrase: str | None = None
+    """The whole query (text.terms.query_phrase): facts holding it verbatim rank first among
+    those matching the most terms."""
 
     @property
     def stores(self) -> frozenset[Store]:
@@ -109,7 +112,14 @@ def plan_search(query: str, scope: SearchScope, k: int) -> SearchPlan:
     lanes = _LANES[scope]
     stores = {store for lane in lanes for store in lane}
     wants_vector = bool(terms) and ("facts" in stores or "raw" in stores)
-    return SearchPlan(scope=scope, k=k, terms=tuple(terms), lanes=lanes, embed=wants_vector)
+    return SearchPlan(
+        scope=scope,
+        k=k,
+        terms=tuple(terms),
+        lanes=lanes,
+        embed=wants_vector,
+        phrase=query_phrase(query) if terms else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,7 +370,7 @@ class UnifiedSearchService:
         if not plan.terms:
             return [(row, "recent") for row in await repo.recent(request.owner, limit)]
         rows = await repo.search(
-            request.owner, request.query_vector, plan.terms, limit, FACT_MAX_DISTANCE
+            request.owner, request.query_vector, plan.terms, limit, FACT_MAX_DISTANCE, plan.phrase
         )
         return rank_hits(rows, limit, _ranked, recency="updated_at")
 

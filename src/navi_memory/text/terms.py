@@ -10,7 +10,14 @@ from typing import Final
 
 from navi_memory.constants import MAX_QUERY_TERMS
 
-__all__ = ["MAX_QUERY_TERMS", "STOP_WORDS", "combining_marks", "query_terms"]
+__all__ = [
+    "MAX_QUERY_TERMS",
+    "PHRASE_MAX_CHARS",
+    "STOP_WORDS",
+    "combining_marks",
+    "query_phrase",
+    "query_terms",
+]
 
 
 # Words that match almost every row as substrings and say nothing about what is wanted.
@@ -120,3 +127,19 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     useful = [t for t in terms if t.casefold() not in STOP_WORDS and len(t) > 1]
     chosen = useful or [t for t in terms if len(t) > 1] or terms
     return chosen[:limit]
+
+
+PHRASE_MAX_CHARS: Final = 200
+"""The longest query whose whole text is also looked for (``query_phrase``)."""
+
+
+def query_phrase(query: str) -> str | None:
+    """The whole query as the text passes also look for it: a row holding it verbatim ranks
+    first among the rows matching the most terms. Characters that only separate terms
+    (``%`` in "100%", ``\\`` in a Windows path) count there; None for a query without terms,
+    or longer than PHRASE_MAX_CHARS (a long text is matched by its terms alone). Read as
+    query_terms reads it (NFC)."""
+    phrase = query.strip()
+    if not phrase or len(phrase) > PHRASE_MAX_CHARS:
+        return None
+    return phrase if phrase.isascii() else unicodedata.normalize("NFC", phrase)
