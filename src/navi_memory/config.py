@@ -36,6 +36,15 @@ __all__ = ["SECRET_BEARING", "Settings", "default_data_dir", "load_settings"]
 PG_INT_MAX: Final = 2**31 - 1
 """The largest PostgreSQL integer: settings that reach SQL as one stay within it."""
 
+LLM_NUM_CTX_DEFAULT: Final = 8192
+"""Tokens of context asked of the chat model (Ollama's ``num_ctx``): the extraction prompt
+with a whole transcript of 12,000 characters is ~5-7k tokens in Cyrillic, more than Ollama's
+own default (2-4k by version), which silently drops the prompt's head."""
+LLM_NUM_CTX_MIN: Final = 2048
+"""Less leaves no room for a transcript: a smaller window would cut the extraction prompt."""
+LLM_NUM_CTX_MAX: Final = 2**20
+"""Beyond any model's window today (Ollama caps ``num_ctx`` at the model's own)."""
+
 
 def default_data_dir() -> Path:
     """Where the embedded PostgreSQL lives when ``NAVI_MEMORY_DATA_DIR`` is unset.
@@ -117,6 +126,9 @@ class Settings(BaseSettings):
     )
     memory_llm_model: str = "llama3.1:8b"
     memory_llm_timeout_seconds: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    memory_llm_num_ctx: int = Field(
+        default=LLM_NUM_CTX_DEFAULT, ge=LLM_NUM_CTX_MIN, le=LLM_NUM_CTX_MAX
+    )
 
     # --- behaviour ------------------------------------------------------------------------
     memory_search_enabled: bool = True

@@ -165,6 +165,24 @@ async def test_stale_session_yields_facts_with_confidences_a_summary_and_the_mar
     assert model.extraction_calls == 1
 
 
+async def test_the_extraction_and_summary_calls_ask_for_the_configured_context_window(
+    db_url: str, fake_ollama: FakeOllama, model: ExtractionModel
+) -> None:
+    """Both model calls of an extraction carry MEMORY_LLM_NUM_CTX as Ollama's num_ctx: the
+    prompt with a transcript of up to 12,000 characters outgrows Ollama's default window,
+    which cuts the prompt without a word."""
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    settings = extraction_settings(db_url, fake_ollama, memory_llm_num_ctx=12288)
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        await conversation(memory, uid, "I use neovim")
+        report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+    requests = fake_ollama.chat_requests
+    assert len(requests) == 2  # the facts, then the summary
+    assert [request.get("options") for request in requests] == [{"num_ctx": 12288}] * 2
+
+
 async def test_fresh_session_is_not_touched(memory: Memory, model: ExtractionModel) -> None:
     """A session idle for less than MEMORY_STALE_MINUTES is not seen, the model not asked."""
     uid = await new_user(memory)

@@ -97,6 +97,20 @@ def test_a_graph_threshold_postgresql_cannot_take_is_refused_at_load(
     assert load_settings(_env_file=None).chunk_graph_from == 2**31 - 1
 
 
+def test_the_chat_context_window_defaults_to_8192_and_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MEMORY_LLM_NUM_CTX (Ollama's num_ctx): 8192 unless set; a window too small for the
+    extraction prompt, or no number of tokens at all, is a ConfigError naming it."""
+    assert load_settings(_env_file=None).memory_llm_num_ctx == 8192
+    monkeypatch.setenv("MEMORY_LLM_NUM_CTX", "32768")
+    assert load_settings(_env_file=None).memory_llm_num_ctx == 32768
+    for bad in ("1024", str(2**20 + 1), "8k"):
+        monkeypatch.setenv("MEMORY_LLM_NUM_CTX", bad)
+        with pytest.raises(ConfigError, match="MEMORY_LLM_NUM_CTX"):
+            load_settings(_env_file=None)
+
+
 def test_a_settings_file_that_is_not_utf8_is_named_not_a_bug(tmp_path: Path) -> None:
     """A .env saved in another encoding made Settings() raise UnicodeDecodeError, which the
     command reported as "unexpected UnicodeDecodeError (a bug in navi-memory)", exit 1."""

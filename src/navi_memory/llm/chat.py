@@ -23,6 +23,7 @@ from typing import (
     runtime_checkable,
 )
 
+from navi_memory.config import LLM_NUM_CTX_DEFAULT, LLM_NUM_CTX_MAX, LLM_NUM_CTX_MIN
 from navi_memory.errors import ChatModelError, ConfigError, InvalidInputError, InvalidTypeError
 from navi_memory.llm._ollama import (
     ClientOwner,
@@ -389,16 +390,36 @@ class OllamaChatModel(ClientOwner):
 
     The client is created on first use; each call is bounded by ``timeout`` seconds. Tools go
     out through the client's ``tools`` parameter and come back from ``message.tool_calls``.
+    Every call asks for a context window of ``num_ctx`` tokens (MEMORY_LLM_NUM_CTX): left to
+    Ollama's default, a long prompt loses its head without a word.
     """
 
-    def __init__(self, host: str, model: str, *, api_key: str = "", timeout: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        model: str,
+        *,
+        api_key: str = "",
+        timeout: float,
+        num_ctx: int = LLM_NUM_CTX_DEFAULT,
+    ) -> None:
         if not model.strip():
             raise ConfigError("MEMORY_LLM_MODEL is empty: name the chat model to use")
         if not timeout > 0:
             raise ConfigError(f"MEMORY_LLM_TIMEOUT_SECONDS must be positive, got {timeout}")
+        if (
+            isinstance(num_ctx, bool)
+            or not isinstance(num_ctx, int)
+            or not LLM_NUM_CTX_MIN <= num_ctx <= LLM_NUM_CTX_MAX
+        ):
+            raise ConfigError(
+                f"MEMORY_LLM_NUM_CTX must be a whole number of tokens from {LLM_NUM_CTX_MIN} "
+                f"to {LLM_NUM_CTX_MAX}, got {num_ctx!r}"
+            )
         self.host = check_host(host, "OLLAMA_HOST")
         self.model = model
         self.timeout = timeout
+        self.num_ctx = num_ctx
         self._api_key = api_key
         self._client: ollama.AsyncClient | None = None
 
@@ -410,6 +431,7 @@ class OllamaChatModel(ClientOwner):
             settings.memory_llm_model,
             api_key=settings.ollama_api_key,
             timeout=settings.memory_llm_timeout_seconds,
+            num_ctx=settings.memory_llm_num_ctx,
         )
 
     def __repr__(self) -> str:
@@ -449,6 +471,7 @@ class OllamaChatModel(ClientOwner):
                     tools=tools or None,
                     stream=False,
                     format="json" if json_format else None,
+                    options={"num_ctx": self.num_ctx},
                 )
         except failure_types() as exc:
             # The client also checks the reply's tool calls (a name, an arguments object):

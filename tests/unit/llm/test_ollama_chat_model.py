@@ -119,6 +119,28 @@ async def test_settings_choose_host_key_model_and_timeout(fake: FakeOllama) -> N
     assert first.json["model"] == "qwen3:4b"
 
 
+async def test_every_call_asks_for_the_context_window_of_the_settings(fake: FakeOllama) -> None:
+    """MEMORY_LLM_NUM_CTX goes out as Ollama's num_ctx option on every call, complete and
+    chat alike: left to Ollama's default (2-4k tokens), a long extraction prompt loses its
+    head without an error."""
+    settings = Settings(_env_file=None, ollama_host=fake.url, memory_llm_num_ctx=16384)
+    fake.chat_replies.extend(["one", "two", "three"])
+    async with OllamaChatModel.from_settings(settings) as chat:
+        await chat.complete(HELLO)
+        await chat.complete(HELLO, json_format=True)
+        await chat.chat(HELLO)
+    requests = fake.requests_to("/api/chat")
+    assert [r.json["options"] for r in requests] == [{"num_ctx": 16384}] * 3
+
+
+async def test_without_a_setting_the_context_window_is_8192(
+    fake: FakeOllama, make_chat: MakeChat
+) -> None:
+    fake.chat_replies.append("ok")
+    await make_chat(fake.url).complete(HELLO)
+    assert fake.requests_to("/api/chat")[0].json["options"] == {"num_ctx": 8192}
+
+
 async def test_without_a_key_no_authorization_is_sent(
     fake: FakeOllama, make_chat: MakeChat, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -217,3 +239,9 @@ def test_bad_configuration_is_a_config_error(
 ) -> None:
     with pytest.raises(ConfigError, match=setting):
         OllamaChatModel(host, model, timeout=timeout)
+
+
+@pytest.mark.parametrize("num_ctx", [0, 1024, 2**20 + 1, True, 8192.0, "8192"])
+def test_a_context_window_out_of_bounds_is_a_config_error(num_ctx: Any) -> None:
+    with pytest.raises(ConfigError, match="MEMORY_LLM_NUM_CTX"):
+        OllamaChatModel("http://127.0.0.1:11434", CHAT_MODEL, timeout=1.0, num_ctx=num_ctx)
