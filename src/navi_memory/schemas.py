@@ -260,14 +260,15 @@ class MemoryHit(_Model):
     unknown: legacy rows, writes outside a session); None for a user-wide sketch."""
     timestamp: datetime
     """A fact's ``updated_at``, a raw excerpt's ``ended_at``, a sketch's ``updated_at``."""
-    score: float
+    score: float = 0.0
     """How well the hit matched. Raw excerpts under CHUNK_TEXT_RANKING ``bm25``: the fused
     score that ordered them (``ChunkHit.score``: BM25 relative to the best text hit's plus
     CHUNK_FUSION_VECTOR_WEIGHT times the cosine similarity), descending. Facts, sketches and
     raw excerpts under ``terms``: vector hits their cosine similarity (1 - distance), text hits
     the distinct query terms matched (sketches of the current session come first whatever
     their score). Recent items (a query without terms): 0."""
-    via: Literal["vector", "text", "recent"]
+    via: Literal["vector", "text", "recent"] = "text"
+    """How it was found (a hit made by hand for format_hits: "text" unless said)."""
     distance: float | None = None
     """Cosine distance to the query (vector hits)."""
     terms_hit: int = 0

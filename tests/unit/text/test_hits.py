@@ -104,6 +104,31 @@ def test_format_hits_reproduces_the_spec_example_byte_for_byte() -> None:
     assert format_hits("server port", "all", [fact, raw]) == SPEC_EXAMPLE
 
 
+def test_hits_made_with_their_provenance_alone_render_the_spec_example() -> None:
+    """A host building hits by hand gives what the issue lists as provenance; how a hit was
+    found and its score default (found by text, 0), which the rendering does not show."""
+    fact = MemoryHit(
+        source_type="fact",
+        text="8099",
+        session_id="s1",
+        timestamp=datetime(2026, 11, 9, 12, 0, tzinfo=UTC),
+        category="technical",
+        key="server_port",
+    )
+    raw = MemoryHit(
+        source_type="raw",
+        text=raw_hit().text,
+        session_id="s1",
+        timestamp=datetime(2026, 11, 6, 18, 41, tzinfo=UTC),
+        start_seq=12,
+        end_seq=14,
+        breadcrumbs=["server_port", "8098"],
+        superseded_by="server_port",
+    )
+    assert (fact.via, fact.score) == ("text", 0.0)
+    assert format_hits("server port", "all", [fact, raw]) == SPEC_EXAMPLE
+
+
 def test_times_are_shown_in_utc() -> None:
     """A timestamp in another zone is rendered as its UTC time."""
     cest = timezone(timedelta(hours=2))
