@@ -329,6 +329,24 @@ async def test_other_spellings_of_a_key_are_merged(memory: Memory, model: Extrac
     assert {f.key for f in hidden if f.merged_into is not None} == {"time_zone"}
 
 
+async def test_an_extraction_that_only_merges_spellings_leaves_no_vector_queued(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A merged upsert queues its fact's vector too: the extraction kicks the fact indexer
+    for it (it used to kick only for facts written, leaving the vector queued, and the fact
+    out of the vector index, until some later write)."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("location", "time_zone", "Europe/Berlin", user_id=uid)
+    await memory.store.wait_fact_indexing()
+    assert await memory.store.pending_fact_count() == 0
+    model.facts = facts_json(("location", "tz", "Europe/Lisbon", "user_explicit"))
+    await conversation(memory, uid, "I moved, my tz is Europe/Lisbon")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.facts_written, report.facts_merged) == (0, 1)
+    await memory.store.wait_fact_indexing()
+    assert await memory.store.pending_fact_count() == 0
+
+
 async def test_a_category_stored_under_another_case_is_written_into_and_merged(
     memory: Memory, model: ExtractionModel
 ) -> None:

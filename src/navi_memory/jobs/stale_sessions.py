@@ -278,11 +278,14 @@ class StaleSessionSweep:
         if isinstance(written, NotWritten):
             return _not_written(session_id, written)
         own = await service.own_key_vectors(written.unembedded)
+        stored = 0
         if own:
             async with unit_of_work(self._sessionmaker) as session:
-                await service.store_vectors(session, own)
-        if (written.written or own) and self._fact_indexer is not None:
-            self._fact_indexer.kick()  # their vectors were queued for the fact indexer
+                stored = await service.store_vectors(session, own)
+        if (written.vectors_queued or stored) and self._fact_indexer is not None:
+            # Vectors queued for the fact indexer: by the upserts (a merged one too), or
+            # stored on a fact's own text just now.
+            self._fact_indexer.kick()
         report = ExtractionReport(
             sessions_seen=1,
             facts_written=written.written,

@@ -85,6 +85,9 @@ class FactsWritten:
     """Facts inserted, updated, revived or verified (same value again)."""
     merged: int
     """Facts whose key merged other spellings of it (``dedupe``)."""
+    vectors_queued: int = 0
+    """Upserts (written or merged) that set or changed a fact's vector, queueing it for the
+    fact indexer: as the upserts report it (``UpsertResult.vector_queued``)."""
     unembedded: tuple[Fact, ...] = ()
     """Facts written under another text than the one embedded — through a hidden spelling of
     the key (the value went to the row it was merged into), or into the user's spelling of the
@@ -294,7 +297,7 @@ class ExtractionService:
         if refused is not None:
             return refused
         categories = await self._stored_categories(session, transcript.user_id, drafts)
-        written = merged = 0
+        written = merged = queued = 0
         # Upserts lock (user, category); one order for every extractor keeps two extractions
         # of one user's sessions, in two processes, from deadlocking on each other.
         ordered = sorted(zip(categories, drafts, vectors, strict=True), key=lambda item: item[0])
@@ -303,7 +306,7 @@ class ExtractionService:
             # The vector embeds the draft's category: a row stored under another spelling of
             # it gets the vector of its own text afterwards (``unembedded``).
             embedding = vector if category == draft.category else None
-            fact, outcome = await self.facts.upsert(
+            done = await self.facts.write(
                 session,
                 FactWrite(
                     user_id=transcript.user_id,
@@ -319,6 +322,8 @@ class ExtractionService:
                 ),
                 dedupe=True,
             )
+            fact = done.fact
+            queued += int(done.vector_queued)
             embedded_text = (draft.category, draft.key)
             if (
                 (fact.category, fact.key) != embedded_text
@@ -326,11 +331,13 @@ class ExtractionService:
                 and vector is not None
             ):
                 unembedded.append(fact)
-            if outcome == "merged":
+            if done.outcome == "merged":
                 merged += 1
             else:
                 written += 1
-        return FactsWritten(written=written, merged=merged, unembedded=tuple(unembedded))
+        return FactsWritten(
+            written=written, merged=merged, vectors_queued=queued, unembedded=tuple(unembedded)
+        )
 
     async def _stored_categories(
         self, session: AsyncSession, user_id: uuid.UUID, drafts: Sequence[FactDraft]
