@@ -25,6 +25,7 @@ __all__ = [
     "ExtractionReport",
     "Fact",
     "FactHit",
+    "ForgetResult",
     "ImportResult",
     "KvEntry",
     "KvHit",
@@ -467,6 +468,24 @@ ExportRecord = Annotated[
     Field(discriminator="type"),
 ]
 """One line of an export (JSON Lines): the header first, then the user's rows."""
+
+
+class ForgetResult(_Model):
+    """What ``MemoryStore.forget_facts`` deleted: all of it, not only the visible facts."""
+
+    facts: list[Fact]
+    """The visible facts deleted, as they were, by category and key."""
+    expired: int
+    """Rows the key named that were past their expiry: deleted too (their rows are freed), but
+    no longer visible, so not among ``facts``."""
+    summary_removed: bool
+    """True when the user's summary was deleted with them: it may tell a forgotten fact (an
+    expired one included), and prose cannot be edited; the next extraction writes it again."""
+
+    @property
+    def deleted_anything(self) -> bool:
+        """Whether the call deleted any row at all (a fact, an expired row, the summary)."""
+        return bool(self.facts) or self.expired > 0 or self.summary_removed
 
 
 class ImportResult(_Model):

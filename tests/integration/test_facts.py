@@ -675,3 +675,33 @@ async def test_a_word_with_combining_marks_is_searched_whole(memory: Memory) -> 
     assert [hit.key for hit in city if hit.via == "text"] == ["city"]
     hindi = await memory.store.search_facts("हिन्दी", user_id=uid)
     assert [hit.key for hit in hindi if hit.via == "text"] == ["learning"]
+
+
+async def test_forget_facts_reports_the_expired_rows_and_the_summary_it_deleted(
+    memory: Memory,
+) -> None:
+    """forget_facts says everything a delete removed: delete_facts returns only the visible
+    facts, so a caller could not tell an expired row and the summary deleted from nothing."""
+    uid = await new_user(memory)
+    store = memory.store
+    await store.upsert_fact("plans", "trip", "Rome", user_id=uid)
+    await store.set_summary("Goes to Rome.", user_id=uid)
+    await execute(
+        memory,
+        "UPDATE memory_facts SET expires_at = now() - interval '1 second' WHERE user_id = :u",
+        u=uid,
+    )
+    forgotten = await store.forget_facts("trip", user_id=uid)
+    assert (forgotten.facts, forgotten.expired, forgotten.summary_removed) == ([], 1, True)
+    assert forgotten.deleted_anything
+    again = await store.forget_facts("trip", user_id=uid)
+    assert (again.facts, again.expired, again.summary_removed) == ([], 0, False)
+    assert not again.deleted_anything
+    # A visible fact, with no summary to take: only the fact.
+    fact = await store.upsert_fact("plans", "hotel", "Hotel Roma", user_id=uid)
+    hotel = await store.forget_facts("hotel", user_id=uid)
+    assert ([f.id for f in hotel.facts], hotel.expired, hotel.summary_removed) == (
+        [fact.id],
+        0,
+        False,
+    )

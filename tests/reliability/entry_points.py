@@ -190,6 +190,14 @@ ENTRY_POINTS: list[EntryPoint] = [
         ),
     ),
     EntryPoint(
+        "store.forget_facts",
+        lambda m, a: m.store.forget_facts(**a),
+        lambda w: args(
+            {"key": s.text_param(st.just(SPARE_KEY))},
+            {"category": st.one_of(s.text_param(), st.none()), "user_id": _user(w)},
+        ),
+    ),
+    EntryPoint(
         "store.get_all_facts",
         lambda m, a: m.store.get_all_facts(**a),
         lambda w: args(

@@ -77,6 +77,7 @@ def _owners(result: object, world: World) -> set[uuid.UUID]:
             if session_owner is not None:
                 found.add(session_owner)
             pending.append(getattr(item, "summary", None))
+            pending.append(getattr(item, "facts", None))  # a ForgetResult's
     return found
 
 

@@ -12,7 +12,7 @@ from rich.text import Text
 from navi_memory.cli.output import admin_memory, out, print_json, printable, run, when
 from navi_memory.config import load_settings
 from navi_memory.errors import InvalidInputError, NotFoundError
-from navi_memory.schemas import Fact
+from navi_memory.schemas import Fact, ForgetResult
 
 __all__ = ["SortColumn", "register"]
 
@@ -203,23 +203,32 @@ def forget_fact(
 ) -> None:
     """Delete a user's fact by key, with the hidden rows behind it.
 
-    Exit code 1 when the user has no such fact.
+    An expired row the key names is deleted too. Whenever a row is deleted, the user's summary
+    goes with it (it may tell the forgotten fact); the next extraction writes it again. Exit
+    code 1 when nothing at all was deleted.
     """
     settings = load_settings()
 
-    async def work() -> list[Fact]:
+    async def work() -> ForgetResult:
         async with admin_memory(settings) as memory:
-            return await memory.store.delete_facts(key, category, user_id=user)
+            return await memory.store.forget_facts(key, category, user_id=user)
 
-    deleted = run(work)
-    if not deleted:
+    result = run(work)
+    if not result.deleted_anything:
         where = f" in category {category!r}" if category else ""
         raise NotFoundError(f"user {user} has no fact {key!r}{where}")
     # The facts that went by their own keys: another spelling names the fact it was merged into.
     names = ", ".join(
-        f"#{fact.id} [{printable(fact.category)}] {printable(fact.key)}" for fact in deleted
+        f"#{fact.id} [{printable(fact.category)}] {printable(fact.key)}" for fact in result.facts
     )
-    out.print(f"forgot {len(deleted)} fact(s) of user {user}: {names}", markup=False)
+    parts = [
+        f"forgot {len(result.facts)} visible fact(s) of user {user}" + (names and f": {names}")
+    ]
+    if result.expired:
+        parts.append(f"{result.expired} expired row(s) deleted")
+    if result.summary_removed:
+        parts.append("the summary was removed (the next extraction rewrites it)")
+    out.print("; ".join(parts), markup=False)
 
 
 @facts_app.command("unmerge")

@@ -46,7 +46,7 @@ from navi_memory.request_context import (
     read_scope,
     write_scope,
 )
-from navi_memory.schemas import ChunkDraft, ChunkHit, Fact, FactHit
+from navi_memory.schemas import ChunkDraft, ChunkHit, Fact, FactHit, ForgetResult
 from navi_memory.services.chunks import ChunkService, checked_draft
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.facts import (
@@ -269,6 +269,14 @@ class MemoryStore:
     ) -> list[Fact]:
         """delete_fact, returning the visible facts deleted as they were (by category, key):
         through a hidden spelling, a fact whose key is not ``key``."""
+        return (await self.forget_facts(key, category, user_id)).facts
+
+    async def forget_facts(
+        self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
+    ) -> ForgetResult:
+        """delete_fact, saying everything it deleted: the visible facts, the expired rows the
+        key also named (deleted, but never visible), and whether the user's summary went with
+        them (it goes whenever a row does: it may tell the forgotten fact)."""
         uid = write_scope(user_id)
         key = check_text("key", key, max_chars=FACT_KEY_MAX_CHARS).strip()
         category = check_optional_text(

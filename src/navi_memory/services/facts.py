@@ -58,7 +58,7 @@ from navi_memory.repositories.facts import (
 from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.repositories.statements import FetchedRow, Reads
 from navi_memory.request_context import current_user_id, has_permission
-from navi_memory.schemas import Fact, FactHit
+from navi_memory.schemas import Fact, FactHit, ForgetResult
 from navi_memory.services.ranking import hit_fields, rank_hits
 from navi_memory.text import keys
 from navi_memory.text.keys import normalize_key
@@ -275,9 +275,10 @@ class FactService:
 
     async def delete(
         self, session: AsyncSession, user_id: uuid.UUID, key: str, category: str | None
-    ) -> list[Fact]:
+    ) -> ForgetResult:
         """Delete the user's visible facts named ``key`` (directly or by a hidden spelling),
-        with the rows hidden behind them; returns the visible facts deleted, as they were."""
+        with the rows hidden behind them; returns the visible facts deleted, as they were, and
+        what else went (expired rows, the summary)."""
         facts = FactRepository(session=session)
         # The same per-category locks as upsert (taken in a fixed order, so two deletes cannot
         # deadlock): an upsert never updates a row this delete is removing, nor the other way.
@@ -300,14 +301,17 @@ class FactService:
             for row in deleted
             if not row["expired"]
         ]
+        summary_removed = False
         if deleted:
             # The summary rides in every prompt and may tell the forgotten fact; prose cannot
             # be edited, so it goes too, under the lock the extractor writes it under (so no
             # summary read before this delete is written after it). The next extraction
             # writes it again from the facts left.
             await facts.lock_summary(user_id)
-            await facts.delete_summary(user_id)
-        return removed
+            summary_removed = await facts.delete_summary(user_id)
+        return ForgetResult(
+            facts=removed, expired=len(deleted) - len(removed), summary_removed=summary_removed
+        )
 
     async def unmerge(self, session: AsyncSession, fact_id: int) -> Fact:
         """Make a hidden row visible again, if the caller may change it (``may_change``)."""

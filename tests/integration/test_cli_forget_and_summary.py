@@ -1,0 +1,92 @@
+"""`navi-memory facts forget` and `summary show|set` in this process: what they say, and that it
+is true (the console script's own tests are tests/cli)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import make_url
+
+from navi_memory.cli import main
+from tests import dbtools
+
+
+@pytest.fixture
+def cli_env(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("EMBEDDING_MODEL", "none")
+    monkeypatch.setenv("COLUMNS", "400")
+
+
+def _user(pg_server: dbtools.EmbeddedServer, db_url: str) -> uuid.UUID:
+    uid = uuid.uuid4()
+    with pg_server.admin(str(make_url(db_url).database)) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+    return uid
+
+
+def _count(pg_server: dbtools.EmbeddedServer, db_url: str, sql: str, uid: uuid.UUID) -> int:
+    with pg_server.admin(str(make_url(db_url).database)) as conn:
+        row = conn.execute(sql, (uid,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_forget_of_an_expired_fact_says_what_it_deleted_and_succeeds(
+    db_url: str, pg_server: dbtools.EmbeddedServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An expired fact is deleted by `facts forget`, and the summary with it (docs/memory.md):
+    the command said "user U has no fact 'ticket'" with exit 1 although both were gone. It
+    now says what went (no visible fact, one expired row, the summary) and exits 0."""
+    uid = _user(pg_server, db_url)
+    with pg_server.admin(str(make_url(db_url).database)) as conn:
+        conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value, expires_at) "
+            "VALUES (%s, 'work', 'ticket', 'JIRA-1', now() - interval '1 day')",
+            (uid,),
+        )
+    assert main(["summary", "set", "--user", str(uid), "Sam writes Dutch."]) == 0
+    capsys.readouterr()
+
+    assert main(["facts", "forget", "ticket", "--user", str(uid)]) == 0
+    said = capsys.readouterr()
+    assert said.err == ""
+    assert said.out.strip() == (
+        f"forgot 0 visible fact(s) of user {uid}; 1 expired row(s) deleted; "
+        "the summary was removed (the next extraction rewrites it)"
+    )
+    assert (
+        _count(pg_server, db_url, "SELECT count(*) FROM memory_facts WHERE user_id = %s", uid) == 0
+    )
+    assert (
+        _count(pg_server, db_url, "SELECT count(*) FROM memory_summary WHERE user_id = %s", uid)
+        == 0
+    )
+
+    # Nothing left to delete: now, and only now, "no such fact" (exit 1).
+    assert main(["facts", "forget", "ticket", "--user", str(uid)]) == 1
+    assert f"user {uid} has no fact 'ticket'" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_forget_of_a_visible_fact_names_it_and_the_summary_it_took(
+    db_url: str, pg_server: dbtools.EmbeddedServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A visible fact forgotten is named; the summary's removal is said, since it went too."""
+    uid = _user(pg_server, db_url)
+    with pg_server.admin(str(make_url(db_url).database)) as conn:
+        row = conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value) "
+            "VALUES (%s, 'preferences', 'editor', 'helix') RETURNING id",
+            (uid,),
+        ).fetchone()
+        assert row is not None
+    assert main(["summary", "set", "--user", str(uid), "Uses helix."]) == 0
+    capsys.readouterr()
+    assert main(["facts", "forget", "editor", "--user", str(uid)]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"forgot 1 visible fact(s) of user {uid}: #{row[0]} [preferences] editor; "
+        "the summary was removed (the next extraction rewrites it)"
+    )
