@@ -90,3 +90,20 @@ def test_forget_of_a_visible_fact_names_it_and_the_summary_it_took(
         f"forgot 1 visible fact(s) of user {uid}: #{row[0]} [preferences] editor; "
         "the summary was removed (the next extraction rewrites it)"
     )
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_summary_show_never_sends_escape_sequences_to_the_terminal(
+    db_url: str, pg_server: dbtools.EmbeddedServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A summary is a model's text: `summary show` printed it raw, so an OSC 52 in it wrote
+    the operator's clipboard and a CSI cleared the screen. They are shown as escapes now, and
+    the summary's own line breaks still break lines."""
+    uid = _user(pg_server, db_url)
+    hostile = "\x1b]52;c;AAAA\x07\x1b[2Jhello\nsecond line"
+    assert main(["summary", "set", "--user", str(uid), hostile]) == 0
+    capsys.readouterr()
+    assert main(["summary", "show", "--user", str(uid)]) == 0
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert shown == "\\x1b]52;c;AAAA\\x07\\x1b[2Jhello\nsecond line\n"

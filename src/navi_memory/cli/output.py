@@ -55,6 +55,7 @@ __all__ = [
     "out",
     "print_json",
     "printable",
+    "printable_lines",
     "run",
     "when",
 ]
@@ -116,6 +117,12 @@ def printable(text: str) -> str:
         ch if unicodedata.category(ch) != "Cc" else ch.encode("unicode_escape").decode("ascii")
         for ch in text
     )
+
+
+def printable_lines(text: str) -> str:
+    """``printable`` for a text whose line breaks are its own (a summary's paragraphs): each
+    line made printable, the ``\\n`` between them kept, so it reads as it was written."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def print_json(value: Any) -> None:

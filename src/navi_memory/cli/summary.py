@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from navi_memory.cli.output import admin_memory, out, print_json, run
+from navi_memory.cli.output import admin_memory, out, print_json, printable_lines, run
 from navi_memory.config import load_settings
 
 __all__ = ["register"]
@@ -43,7 +43,9 @@ def show_summary(
     if as_json:
         print_json({"user_id": str(user), "summary": content})
     elif content is not None:
-        out.print(content, markup=False)
+        # The summary is a model's (or the application's) text: an ESC sequence in it must
+        # not drive the operator's terminal (write the clipboard, clear the screen).
+        out.print(printable_lines(content), markup=False)
     if content is None:
         if not as_json:
             out.print(f"user {user} has no summary", markup=False)
