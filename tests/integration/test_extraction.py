@@ -1201,6 +1201,29 @@ async def test_operator_sweep_writes_each_users_facts_under_their_own_id(
     assert await visible_facts(memory, bob) == {("notes", "city"): "berlin"}
 
 
+async def test_operator_extract_session_acts_for_the_sessions_owner(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """With no current user and no user_id (an operator's call, as process_stale_sessions
+    treats it), extract_session extracts the session for its owner: the facts, the summary
+    and the mark are theirs, no one else's. It used to refuse: "no user for this write"."""
+    model.facts = echo_facts
+    (alice, bob), (alice_s, bob_s) = await two_users_with_stale_sessions(memory)
+    report = await memory.extractor.extract_session(bob_s)
+    assert (report.sessions_extracted, report.summaries_written, report.failures) == (1, 1, 0)
+    assert await visible_facts(memory, bob) == {("notes", "city"): "berlin"}
+    assert await memory.store.get_summary(bob) == "A summary."
+    assert await memory.store.get_extracted_at(bob_s, bob) is not None
+    assert await visible_facts(memory, alice) == {}
+    assert await memory.store.get_summary(alice) is None
+    assert await memory.store.get_extracted_at(alice_s, alice) is None
+    assert len(model.transcripts) == 1
+    assert "berlin" in model.transcripts[0]
+    assert "lisbon" not in model.transcripts[0]
+    with pytest.raises(NotFoundError):
+        await memory.extractor.extract_session("no-such-session")
+
+
 async def test_acting_for_a_user_the_extractor_stays_within_their_sessions(
     memory: Memory, model: ExtractionModel
 ) -> None:

@@ -69,14 +69,21 @@ class Extractor:
         """Extract the user's session now, however recently it was active, unless its last
         activity is covered already (or another extractor is at it): then it is skipped.
 
-        NotFoundError when the session is not the user's. A model failure is a report with
-        ``failures=1``, the session left unmarked.
+        ``user_id=None`` is the current user; with no current user (an operator's call, as
+        for ``process_stale_sessions``) it is the session's owner, whoever that is, and the
+        facts and summary are written for that owner. Acting for a user, another user's id is
+        refused (PermissionDeniedError). NotFoundError when the session is not the user's (or
+        does not exist). A model failure is a report with ``failures=1``, the session left
+        unmarked.
         """
-        uid = write_scope(user_id)
+        # The sweep's rule: no user named and none current is every user (here: the owner).
+        scope = current_user_id() if user_id is None else write_scope(user_id)
         sid = check_session_id(session_id)
-        result = await self._sweep.extract(uid, sid, stale_only=False)
+        result = await self._sweep.extract(scope, sid, stale_only=False)
         if result.outcome == "missing":
-            raise NotFoundError(f"no session {sid!r} for this user")
+            raise NotFoundError(
+                f"no session {sid!r}" if scope is None else f"no session {sid!r} for this user"
+            )
         return result.report
 
     async def wait_background(self) -> None:

@@ -186,26 +186,31 @@ class StaleSessionSweep:
         return report
 
     async def extract(
-        self, user_id: uuid.UUID, session_id: str, *, stale_only: bool
+        self, user_id: uuid.UUID | None, session_id: str, *, stale_only: bool
     ) -> SessionExtraction:
         """Extract the user's session if its last activity is not covered yet (and, with
-        ``stale_only``, if it is still idle for MEMORY_STALE_MINUTES). A model failure, a reply
-        with no JSON or a database error is a ``failed`` result (logged), never raised."""
+        ``stale_only``, if it is still idle for MEMORY_STALE_MINUTES). ``user_id`` None: the
+        session's owner, whoever that is (the operator's call, as ``run(None)`` sweeps every
+        user's sessions); the caller has checked that ``user_id`` may be acted for. A model
+        failure, a reply with no JSON or a database error is a ``failed`` result (logged),
+        never raised."""
         try:
-            if not stale_only:
+            owner = user_id
+            if owner is None or not stale_only:
                 # A call for one session (extract_session) names it: another user's answers
                 # "missing" before the claim, so it never makes the owner's own run skip, nor
                 # says "another extractor holds it" of a session that is not the caller's.
                 async with unit_of_work(self._sessionmaker) as session:
-                    if not await self._service.owns(session, user_id, session_id):
-                        return _missing()
+                    owner = await self._service.owner(session, user_id, session_id)
+                if owner is None:
+                    return _missing()
             async with self._claim_slots, single_statement(self._engine) as conn:
                 claim = await self._service.try_claim(conn, session_id)
                 if claim is None:
                     return _skipped(session_id, "another extractor holds it")
                 try:
                     return await self._extract_claimed(
-                        user_id, session_id, claim, stale_only=stale_only
+                        owner, session_id, claim, stale_only=stale_only
                     )
                 finally:
                     await self._release(conn, claim)

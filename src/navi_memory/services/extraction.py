@@ -220,10 +220,14 @@ class ExtractionService:
 
     # --- reading ----------------------------------------------------------------------------
 
-    async def owns(self, session: AsyncSession, user_id: uuid.UUID, session_id: str) -> bool:
-        """Whether the session is the user's (as ``transcript`` reads it), without its
-        messages: asked before a session is claimed for another user's call."""
-        return await SessionRepository(session=session).activity(session_id, user_id) is not None
+    async def owner(
+        self, session: AsyncSession, scope: uuid.UUID | None, session_id: str
+    ) -> uuid.UUID | None:
+        """The session's owner if it is ``scope``'s (anyone's for None), as ``transcript``
+        reads it, without its messages; None when it is not (or gone). Asked before a session
+        named by a call is claimed."""
+        activity = await SessionRepository(session=session).activity(session_id, scope)
+        return None if activity is None else activity.user_id
 
     async def transcript(
         self, session: AsyncSession, scope: uuid.UUID | None, session_id: str
