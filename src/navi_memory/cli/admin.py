@@ -253,6 +253,11 @@ def read_export(file: IO[str]) -> Iterator[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidInputError(f"line {number} is not JSON: {exc.msg}") from exc
+        except ValueError as exc:
+            # json raises a plain ValueError for what it parses but Python refuses to convert:
+            # an integer past sys.get_int_max_str_digits() (4,300 digits by default).
+            reason = str(exc).split(":", 1)[0]
+            raise InvalidInputError(f"line {number} is not JSON: {reason}") from exc
         except RecursionError as exc:  # json's C decoder refuses to nest past the stack
             raise InvalidInputError(
                 f"line {number} is JSON nested too deeply to be a record of an export"

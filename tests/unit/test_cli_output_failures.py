@@ -1,0 +1,33 @@
+"""The CLI's answers to input it cannot read and output it cannot write: one line and an exit
+code, never "unexpected … a bug in navi-memory". No database needed: each fails before one is
+opened, or writes nothing that needs one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from navi_memory.cli import main
+
+
+@pytest.fixture(autouse=True)
+def no_database(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Settings that name no real server (nothing here may reach one), no .env read."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/nothing_listens_here")
+    monkeypatch.setenv("EMBEDDING_MODEL", "none")
+
+
+def test_an_import_line_with_an_integer_too_long_to_convert_is_not_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """json.loads raises a plain ValueError (not JSONDecodeError) for an integer of more than
+    4,300 digits: `import` reported it as an unexpected ValueError, a bug, with exit 1. It is
+    a corrupt file: exit 2, "line 1 is not JSON"."""
+    export = tmp_path / "u.jsonl"
+    export.write_text('{"type": "header", "n": ' + "9" * 5000 + "}\n", encoding="utf-8")
+    assert main(["import", str(export)]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"navi-memory: {export}: line 1 is not JSON: ")
+    assert "bug" not in said and said.count("\n") == 1
