@@ -4,6 +4,11 @@ opened, or writes nothing that needs one."""
 
 from __future__ import annotations
 
+import errno
+import io
+import os
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -31,3 +36,24 @@ def test_an_import_line_with_an_integer_too_long_to_convert_is_not_json(
     said = capsys.readouterr().err
     assert said.startswith(f"navi-memory: {export}: line 1 is not JSON: ")
     assert "bug" not in said and said.count("\n") == 1
+
+
+class FullDisk(io.StringIO):
+    """A stdout on a full disk (`> /dev/full`): every write fails with ENOSPC."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_on_stdout_is_one_line_not_a_bug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An OSError writing stdout was reported as "unexpected OSError … a bug in navi-memory".
+    It is the operation's failure: one line saying why, exit 1."""
+    monkeypatch.setattr(sys, "stdout", FullDisk())
+    assert main(["--version"]) == 1
+    said = capsys.readouterr().err
+    assert said == "navi-memory: cannot write the output: No space left on device\n"

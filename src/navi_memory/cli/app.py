@@ -16,9 +16,12 @@ from navi_memory.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    OutputError,
     configure_logging,
+    discard_stdout,
     error_line,
     exit_code_for,
+    guarded_stdout,
     out,
 )
 from navi_memory.errors import NaviMemoryError
@@ -117,11 +120,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     command = typer.main.get_command(app)
     try:
-        result = command.main(
-            args=None if argv is None else list(argv),
-            prog_name="navi-memory",
-            standalone_mode=False,
-        )
+        with guarded_stdout():
+            result = command.main(
+                args=None if argv is None else list(argv),
+                prog_name="navi-memory",
+                standalone_mode=False,
+            )
+    except OutputError as exc:
+        # stdout itself failed (`> /dev/full`): nothing more can be written there; say so on
+        # stderr, as the operation's failure, not as a bug.
+        discard_stdout()
+        error_line(f"cannot write the output: {exc}")
+        return EXIT_FAILURE
     except typer.TyperException as exc:  # Click's usage errors (exit 2) and the like
         return _typer_error(exc)
     except typer.Abort:

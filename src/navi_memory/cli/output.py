@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 import unicodedata
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TextIO, TypeVar, cast
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -47,11 +48,14 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "OutputError",
     "TableProgress",
     "admin_memory",
+    "discard_stdout",
     "err",
     "error_line",
     "exit_code_for",
+    "guarded_stdout",
     "out",
     "print_json",
     "printable",
@@ -91,6 +95,79 @@ def exit_code_for(exc: NaviMemoryError) -> int:
 def error_line(message: str) -> None:
     """``navi-memory: <message>`` on stderr, as exactly one line (never wrapped by Rich)."""
     print(f"navi-memory: {' '.join(message.split())}", file=sys.stderr, flush=True)
+
+
+class OutputError(Exception):
+    """Writing the command's output on stdout failed; ``reason`` is the OSError (a full disk,
+    a closed pipe). Not an OSError itself, on purpose: Click takes any OSError raised in a
+    command for its own and turns a closed pipe into a silent ``sys.exit(1)`` out of main()."""
+
+    def __init__(self, reason: OSError) -> None:
+        super().__init__(reason.strerror or str(reason))
+        self.reason = reason
+
+
+class _GuardedStdout:
+    """sys.stdout while a command runs: every write that fails is an OutputError, so main()
+    can tell "the output could not be written" from a bug (every other attribute is the
+    stream's own: Rich and Click read its encoding, isatty(), fileno())."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise OutputError(exc) from exc
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        try:
+            self._stream.writelines(lines)
+        except OSError as exc:
+            raise OutputError(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise OutputError(exc) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def guarded_stdout() -> Iterator[None]:
+    """Run a command with its stdout writes guarded (``_GuardedStdout``), and flush what it
+    left buffered before the guard goes: a failure then is the command's, reported by main(),
+    not one Python prints as "Exception ignored" while it exits."""
+    stream = sys.stdout
+    if stream is None:  # pragma: no cover - pythonw, or a host that closed stdout
+        yield
+        return
+    sys.stdout = cast(TextIO, _GuardedStdout(stream))
+    try:
+        yield
+        sys.stdout.flush()
+    finally:
+        sys.stdout = stream
+
+
+def discard_stdout() -> None:
+    """Point file descriptor 1 at /dev/null once writing stdout has failed: what is still
+    buffered then goes nowhere when Python flushes it on exit, instead of failing again as
+    "Exception ignored ... BrokenPipeError" (Python's own advice, the signal module's docs).
+    Nothing to do for a stdout with no descriptor (a test's capture)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def jsonable(value: Any) -> Any:

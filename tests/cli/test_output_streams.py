@@ -1,0 +1,24 @@
+"""The console script when its stdout fails: what it says and how the process ends, interpreter
+exit included (Python flushes stdout once more as it exits, which in-process tests cannot see).
+`--version` needs no database."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import CLI
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_on_stdout_is_one_line_and_exit_1() -> None:
+    """`navi-memory … > /dev/full`: one line on stderr and exit 1, no "unexpected OSError",
+    and no "Exception ignored" when Python flushes stdout on its way out."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [str(CLI), "--version"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    assert done.returncode == 1
+    assert done.stderr == "navi-memory: cannot write the output: No space left on device\n"
