@@ -288,6 +288,30 @@ async def test_zero_facts_leave_the_summary_as_it_is(
     assert await memory.store.get_extracted_at(sid, uid) is not None
 
 
+async def test_zero_facts_leave_a_summary_of_unknown_origin_beside_existing_facts(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The user holds facts (written by the application) and a summary set by hand: a session
+    that yields no fact leaves that summary as it is; the next one that yields facts replaces
+    it with one written from all the current facts."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("preferences", "editor", "neovim", user_id=uid)
+    await memory.store.set_summary("a summary written by hand", user_id=uid)
+    model.facts = '{"facts": []}'
+    await conversation(memory, uid, "what is 17 * 23?")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 0)
+    assert model.summary_calls == 0
+    assert await memory.store.get_summary(uid) == "a summary written by hand"
+
+    model.facts = facts_json(("location", "city", "Lisbon", "user_explicit"))
+    await conversation(memory, uid, "I live in Lisbon")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.summaries_written) == (1, 1)
+    assert await memory.store.get_summary(uid) == model.summary
+    assert "editor: neovim" in model.summary_inputs[-1]
+
+
 async def test_unchanged_facts_do_not_rewrite_the_summary(
     memory: Memory, model: ExtractionModel
 ) -> None:

@@ -298,7 +298,7 @@ class StaleSessionSweep:
             facts_skipped=parsed.skipped,
         )
         try:
-            summary = await self._new_summary(transcript)
+            summary = await self._new_summary(transcript, gave_facts=bool(parsed.facts))
         except (ChatModelError, ExtractionError) as exc:
             logger.warning(
                 "extractor.session_failed: %s: summary: %s (facts kept, left unmarked)",
@@ -342,12 +342,17 @@ class StaleSessionSweep:
             ),
         )
 
-    async def _new_summary(self, transcript: SessionTranscript) -> NewSummary | None:
+    async def _new_summary(
+        self, transcript: SessionTranscript, *, gave_facts: bool
+    ) -> NewSummary | None:
         """The user's summary rewritten from all their current facts when it is out of date
         (whether or not this session gave facts: a fact forgotten or expired since is a change
-        too), or removed when no fact is left; None leaves it as it is."""
+        too — except for a summary of unknown origin, which only a session that gave facts
+        replaces), or removed when no fact is left; None leaves it as it is."""
         async with unit_of_work(self._sessionmaker) as session:
-            plan = await self._service.summary_input(session, transcript.user_id)
+            plan = await self._service.summary_input(
+                session, transcript.user_id, gave_facts=gave_facts
+            )
         if not plan.outdated:
             return None
         if not plan.facts:

@@ -411,19 +411,26 @@ class ExtractionService:
             offset=0,
         )
 
-    async def summary_input(self, session: AsyncSession, user_id: uuid.UUID) -> SummaryInput:
+    async def summary_input(
+        self, session: AsyncSession, user_id: uuid.UUID, *, gave_facts: bool = True
+    ) -> SummaryInput:
         """The user's current facts for the summary, and whether their summary is out of
         date: missing while there are facts, or written from another set of facts than the
         current one (``facts_digest``: a fact added, changed, forgotten, expired or hidden
         since). Facts only confirmed again change nothing, so they cost no model call; a
         summary that failed last time is still out of date on the retry. A summary of unknown
-        origin (``set_summary``, an import) is out of date when there are facts, and is never
-        removed for want of them."""
+        origin (``set_summary``, an import) is out of date when there are facts and the session
+        (``gave_facts``) gave some — a session that gave none leaves it as it is (issue #13) —
+        and is never removed for want of them."""
         facts = await self._current_facts(session, user_id)
         digest = facts_digest(facts)
         stored = await self.facts.summary_digest(session, user_id)
-        known = None if stored is None else stored[0]
-        outdated = bool(facts) if known is None else known != digest
+        if stored is None:  # no summary
+            outdated = bool(facts)
+        elif stored[0] is None:  # of unknown origin
+            outdated = bool(facts) and gave_facts
+        else:
+            outdated = stored[0] != digest
         return SummaryInput(facts=facts, digest=digest, outdated=outdated)
 
     async def finish(
