@@ -4,6 +4,7 @@ exit included (Python flushes stdout once more as it exits, which in-process tes
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -22,3 +23,21 @@ def test_a_full_disk_on_stdout_is_one_line_and_exit_1() -> None:
         )
     assert done.returncode == 1
     assert done.stderr == "navi-memory: cannot write the output: No space left on device\n"
+
+
+def test_a_closed_pipe_ends_quietly_with_141() -> None:
+    """Output into a pipe its reader has closed (`| head -1`): exit 141, nothing on stderr —
+    no traceback, and no "Exception ignored … BrokenPipeError" as Python flushes on exit."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: EPIPE, every time
+    try:
+        done = subprocess.run(
+            [str(CLI), "--version"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")

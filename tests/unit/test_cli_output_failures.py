@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from navi_memory.cli import main
+from navi_memory.cli.output import EXIT_PIPE_CLOSED
 
 
 @pytest.fixture(autouse=True)
@@ -57,3 +58,25 @@ def test_a_full_disk_on_stdout_is_one_line_not_a_bug(
     assert main(["--version"]) == 1
     said = capsys.readouterr().err
     assert said == "navi-memory: cannot write the output: No space left on device\n"
+
+
+class ClosedPipe(io.StringIO):
+    """A stdout whose reader has gone (`| head -1` after its line): every write fails with
+    EPIPE."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def test_a_closed_pipe_on_stdout_ends_quietly_with_141(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Click caught EPIPE itself and called sys.exit(1), so main() raised SystemExit instead
+    of returning a code. A closed pipe is the reader's choice: main() returns 141 (128 +
+    SIGPIPE, as a shell reports for other tools) and says nothing."""
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["--version"]) == EXIT_PIPE_CLOSED == 141
+    assert capsys.readouterr().err == ""

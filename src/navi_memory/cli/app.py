@@ -15,6 +15,7 @@ from navi_memory.cli.output import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_PIPE_CLOSED,
     EXIT_USAGE,
     OutputError,
     configure_logging,
@@ -36,7 +37,7 @@ it can read and change every user's memory. It reads the same settings as the li
 (`DATABASE_URL`, unset: the embedded PostgreSQL; docs/config.md).
 
 Exit codes: 0 done; 1 findings (doctor) or a failed operation; 2 a usage or configuration
-error, reported in one line; 130 interrupted.
+error, reported in one line; 130 interrupted; 141 the reader closed the output (`| head`).
 """
 
 app = typer.Typer(
@@ -127,9 +128,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 standalone_mode=False,
             )
     except OutputError as exc:
-        # stdout itself failed (`> /dev/full`): nothing more can be written there; say so on
-        # stderr, as the operation's failure, not as a bug.
+        # Nothing more can be written to stdout: what Python still holds for it goes nowhere.
         discard_stdout()
+        if isinstance(exc.reason, BrokenPipeError):
+            # The reader closed the pipe (`| head -1`): its choice, not an error to report.
+            # Quietly, with the code a shell gives any tool a closed pipe stopped
+            # (EXIT_PIPE_CLOSED says why not 0).
+            return EXIT_PIPE_CLOSED
+        # stdout itself failed (`> /dev/full`): say so on stderr, as the operation's failure,
+        # not as a bug.
         error_line(f"cannot write the output: {exc}")
         return EXIT_FAILURE
     except typer.TyperException as exc:  # Click's usage errors (exit 2) and the like

@@ -2,7 +2,8 @@
 admin context the commands act in.
 
 Exit codes (docs/operations.md): 0 done; 1 findings (``doctor``) or a failed operation;
-2 a usage or configuration error, reported as one line on stderr; 130 interrupted.
+2 a usage or configuration error, reported as one line on stderr; 130 interrupted; 141 the
+reader closed stdout (``| head``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_PIPE_CLOSED",
     "EXIT_USAGE",
     "OutputError",
     "TableProgress",
@@ -70,6 +72,11 @@ EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
 """Bad arguments or a bad setting: nothing was attempted; the one-line message says what."""
 EXIT_INTERRUPTED: Final = 130
+EXIT_PIPE_CLOSED: Final = 141
+"""The reader of stdout closed it (`navi-memory export … | head -1`): the reader's choice, so
+no message. 141 (128 + SIGPIPE) is what a shell reports for any Unix tool the closed pipe
+stopped, and not 0 on purpose: the output was cut short, and `export | gzip > backup` whose
+gzip died must not look like a whole backup (`set -o pipefail` catches it, as for other tools)."""
 
 PIPE_WIDTH: Final = 1000
 """Columns a table may take when stdout is not a terminal: a row stays one line in a pipe or a
