@@ -7,6 +7,7 @@ import asyncio
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -427,6 +428,39 @@ async def test_a_chunk_write_failure_fails_the_whole_compression(memory: Memory)
 
 
 # --- concurrency ---------------------------------------------------------------------------
+
+
+async def test_deleting_the_user_during_a_compressions_write_waits_for_it_without_deadlock(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """users.delete while a compression's transaction holds the session row: the delete waits
+    for it and returns True. The compression takes the user row (FOR KEY SHARE) before the
+    session row; it used to take the session first and then need the user row for its chunks'
+    foreign key, while the delete held it and waited for the session: a deadlock."""
+    store, recorder = make_store(memory, chat_model=ScriptedChatModel(["S.\nKEYS: NONE"]))
+    uid = await new_user(memory)
+    await seed(store, uid, 6)
+    paused, resume = asyncio.Event(), asyncio.Event()
+    write = recorder.write
+
+    async def pausing(*args: Any, **kwargs: Any) -> int:
+        paused.set()
+        await resume.wait()
+        return await write(*args, **kwargs)
+
+    monkeypatch.setattr(recorder, "write", pausing)
+    compression = asyncio.create_task(store.compress("s1", keep_last=2, user_id=uid))
+    try:
+        await asyncio.wait_for(paused.wait(), 10)
+        delete = asyncio.create_task(memory.users.delete(uid))
+        await asyncio.sleep(0.3)
+    finally:
+        resume.set()
+    result = await asyncio.wait_for(compression, 10)
+    assert result.demoted == 4
+    assert await asyncio.wait_for(delete, 10) is True
+    assert await scalar(memory, "SELECT count(*) FROM sessions") == 0
+    assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
 
 
 class GatedChatModel:

@@ -102,12 +102,20 @@ class SessionRepository:
             stmt = stmt.where(SessionRow.user_id == owner)
         return await self.session.scalar(stmt)
 
-    async def lock_owned(self, session_id: str, user_id: uuid.UUID) -> SessionRow | None:
+    async def lock_owned(
+        self, session_id: str, user_id: uuid.UUID, *, user_row: bool = False
+    ) -> SessionRow | None:
         """Lock the user's session row until the transaction ends (None: not theirs or gone).
 
         Every writer of a session's messages takes this lock first, so appends get gap-free
-        sequence numbers and compressions see each other's work.
+        sequence numbers and compressions see each other's work. ``user_row``: the user's
+        navi_users row is key-share-locked first, for a transaction that goes on to write rows
+        referencing the user (a compression's chunks): DELETE FROM navi_users takes the user
+        row, then the session by the cascade, and the other order deadlocks with it (see
+        ``owner``).
         """
+        if user_row and not await self._key_share_user(user_id):
+            return None
         return await self.session.scalar(
             select(SessionRow)
             .where(SessionRow.id == session_id, SessionRow.user_id == user_id)

@@ -323,7 +323,8 @@ class CompressionService:
         plan did not see arrived) nothing is written and None comes back.
         """
         sessions = SessionRepository(session=session)
-        if await sessions.lock_owned(session_id, user_id) is None:
+        # The user row first: the chunks written next reference it (SessionRepository.owner).
+        if await sessions.lock_owned(session_id, user_id, user_row=True) is None:
             raise NotFoundError(f"no session {session_id!r} for this user")
         in_context = await sessions.context_kinds(session_id)
         planned = [m.id for m in plan.demoted if m.id is not None]
