@@ -3,6 +3,8 @@ is true (the console script's own tests are tests/cli)."""
 
 from __future__ import annotations
 
+import io
+import sys
 import uuid
 
 import pytest
@@ -107,3 +109,46 @@ def test_summary_show_never_sends_escape_sequences_to_the_terminal(
     shown = capsys.readouterr().out
     assert "\x1b" not in shown and "\x07" not in shown
     assert shown == "\\x1b]52;c;AAAA\\x07\\x1b[2Jhello\nsecond line\n"
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_summary_set_for_an_unknown_user_says_what_an_operator_can_do(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The library's message named a Python call (memory.users.ensure) an operator cannot
+    make: the CLI says the user does not exist and that the application creates users."""
+    uid = uuid.uuid4()
+    assert main(["summary", "set", "--user", str(uid), "x"]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith(f"navi-memory: user {uid} does not exist: users are created by the ")
+    assert "ensure" not in said and said.count("\n") == 1
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_summary_set_from_stdin_that_is_not_utf8_says_so(
+    db_url: str,
+    pg_server: dbtools.EmbeddedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Bytes that are not UTF-8 on stdin (read with surrogateescape, as under a C locale)
+    were refused as "a lone surrogate"; the operator is told stdin is not UTF-8 text, and
+    nothing is written. UTF-8 stdin still works, its line ends read as text."""
+    uid = _user(pg_server, db_url)
+
+    def stdin(data: bytes) -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+
+    monkeypatch.setattr(sys, "stdin", stdin(b"Sam \xff writes Dutch."))
+    assert main(["summary", "set", "--user", str(uid), "-"]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith("navi-memory: stdin is not UTF-8 text (the byte b'\\xff' at offset 4)")
+    assert "surrogate" not in said
+    assert main(["summary", "show", "--user", str(uid)]) == 1  # nothing was written
+    capsys.readouterr()
+
+    monkeypatch.setattr(sys, "stdin", stdin("Sam écrit\r\nen néerlandais.".encode()))
+    assert main(["summary", "set", "--user", str(uid), "-"]) == 0
+    capsys.readouterr()
+    assert main(["summary", "show", "--user", str(uid)]) == 0
+    assert capsys.readouterr().out == "Sam écrit\nen néerlandais.\n"

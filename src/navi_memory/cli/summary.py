@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 import uuid
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import typer
 
 from navi_memory.cli.output import admin_memory, out, print_json, printable_lines, run
 from navi_memory.config import load_settings
+from navi_memory.errors import InvalidInputError, NotFoundError
 
 __all__ = ["register"]
 
@@ -58,12 +59,40 @@ def set_summary(
     text: Annotated[str, typer.Argument(help="The new summary; `-` reads it from stdin.")],
 ) -> None:
     """Replace the user's summary (the extractor rewrites it after its next run)."""
-    content = sys.stdin.read() if text == "-" else text
+    content = _read_stdin() if text == "-" else text
     settings = load_settings()
 
     async def work() -> None:
         async with admin_memory(settings) as memory:
             await memory.store.set_summary(content, user_id=user)
 
-    run(work)
+    try:
+        run(work)
+    except NotFoundError as exc:
+        # The library's words name a Python call (memory.users.ensure); an operator needs to
+        # know where users come from instead.
+        raise NotFoundError(
+            f"user {user} does not exist: users are created by the application (a row in "
+            "navi_users), not by this command; check the id (`navi-memory stats --user ID` "
+            "says whether a user exists)"
+        ) from exc
     out.print(f"summary of user {user} set ({len(content)} characters)", markup=False)
+
+
+def _read_stdin() -> str:
+    """stdin as UTF-8 text, decoded here from its bytes: Python's text stdin may hand bytes
+    that are not UTF-8 over as lone surrogates (surrogateescape, under a C or POSIX locale),
+    which the library then refuses in words about surrogates. Line ends are read as the text
+    stdin reads them (universal newlines)."""
+    buffer: BinaryIO | None = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a stdin that is text only (a host's or a test's)
+        return sys.stdin.read()
+    data = buffer.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"stdin is not UTF-8 text (the byte {data[exc.start : exc.start + 1]!r} at offset "
+            f"{exc.start}): give the summary as UTF-8"
+        ) from exc
+    return text.replace("\r\n", "\n").replace("\r", "\n")
