@@ -180,7 +180,10 @@ async def test_facts_and_summary_commands_over_two_users(
 
     forgot = navi("facts", "forget", "editor", "--user", str(kim), env=env)
     assert forgot.returncode == 0, forgot.stderr
-    assert f"forgot 1 fact(s) of user {kim}: #" in forgot.stdout and "] editor" in forgot.stdout
+    assert (
+        f"forgot 1 visible fact(s) of user {kim}: #" in forgot.stdout
+        and "] editor" in forgot.stdout
+    )
     with request_context(permissions=[PERMISSION_READ_ALL]):
         assert await store.get_all_facts(user_id=kim) == []
         assert len(await store.get_all_facts(user_id=sam)) == 3  # Sam's editor stays
