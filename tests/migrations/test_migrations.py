@@ -1082,3 +1082,113 @@ def test_0022_reads_a_chunks_text_from_its_first_120000_characters(
         with pytest.raises(psycopg.errors.ProgramLimitExceeded):
             conn.execute("SELECT navi_chunk_tsv(%s, ARRAY[]::text[])", (words,))
     dbtools.upgrade(url)
+
+
+def test_0023_remakes_only_the_tsvectors_it_reads_apart_and_their_counts_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """Chunks indexed by 0022's function — one stored decomposed, one about C# — get 0023's
+    tsvectors on the upgrade, in memory_chunk_terms and made ahead on the text queue, with the
+    per-user statistics and a kept user's document frequencies in step; a chunk the two
+    functions read alike keeps its row untouched. The downgrade makes them the old way again."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0022")
+    uid = uuid.uuid4()
+    contents = {
+        "nfd": "Tool result (ls): Zu\u0308rich-itinerary.pdf",
+        "sharp": "User: the service is written in C# on .NET 8",
+        "celsius": "User: it is 20 °C outside in the city today",
+        "queued": "User: the engine is written in C++ with templates",
+    }
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        # Frequencies kept for this user (as for one of navi_chunk_df_from() chunks).
+        conn.execute(
+            "INSERT INTO memory_chunk_text_stats (user_id, chunks, lexemes, df_kept)"
+            " VALUES (%s, 0, 0, true)",
+            (uid,),
+        )
+        for i, (name, content) in enumerate(contents.items()):
+            conn.execute(
+                "INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
+                " start_seq, end_seq, started_at, ended_at, breadcrumbs)"
+                " VALUES (%s, 's1', %s, md5(%s), %s, %s, now(), now(), %s)",
+                (uid, content, content, i, i, [name]),
+            )
+        conn.execute(
+            "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes,"
+            " tsv) SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
+            " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks"
+            "  WHERE breadcrumbs <> '{queued}') c"
+        )
+        conn.execute(
+            "INSERT INTO memory_chunk_text_queue (chunk_id, user_id, tsv)"
+            " SELECT id, user_id, navi_chunk_tsv(content, breadcrumbs) FROM memory_chunks"
+            " WHERE breadcrumbs = '{queued}'"
+        )
+        assert conn.execute("SELECT navi_text_tsquery('C#')").fetchone() == ("'c'",)
+
+    def ctid(conn: psycopg.Connection[Any], name: str) -> Any:
+        return conn.execute(
+            "SELECT t.ctid::text FROM memory_chunk_terms t JOIN memory_chunks c"
+            " ON c.id = t.chunk_id WHERE c.breadcrumbs = ARRAY[%s]",
+            (name,),
+        ).fetchone()
+
+    def in_line(conn: psycopg.Connection[Any]) -> None:
+        """Every stored tsvector is the current function's, and every count is theirs."""
+        assert conn.execute(
+            "SELECT count(*) FROM memory_chunk_terms t JOIN memory_chunks c ON c.id = t.chunk_id"
+            " WHERE t.tsv <> navi_chunk_tsv(c.content, c.breadcrumbs)"
+            " OR t.lexemes <> length(t.tsv)"
+        ).fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM memory_chunk_text_queue q JOIN memory_chunks c"
+            " ON c.id = q.chunk_id WHERE q.tsv <> navi_chunk_tsv(c.content, c.breadcrumbs)"
+        ).fetchone() == (0,)
+        assert (
+            conn.execute("SELECT chunks, lexemes FROM memory_chunk_text_stats").fetchone()
+            == conn.execute("SELECT count(*), sum(lexemes) FROM memory_chunk_terms").fetchone()
+        )
+        kept = "SELECT lexeme, df FROM memory_chunk_lexeme_df ORDER BY 1"
+        counted = (
+            "SELECT l, count(*) FROM memory_chunk_terms, unnest(tsvector_to_array(tsv)) l"
+            " GROUP BY l ORDER BY 1"
+        )
+        assert conn.execute(kept).fetchall() == conn.execute(counted).fetchall()
+
+    def found(conn: psycopg.Connection[Any], query: str) -> list[str]:
+        rows = conn.execute(
+            "SELECT c.breadcrumbs[1] FROM memory_chunk_terms t JOIN memory_chunks c"
+            " ON c.id = t.chunk_id WHERE t.tsv @@ navi_text_tsquery(%s) ORDER BY 1",
+            (query,),
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    with connect(pg_server, scratch_db) as conn:
+        in_line(conn)
+        untouched = ctid(conn, "celsius")
+        moved = ctid(conn, "sharp")
+        assert found(conn, "Z\u00fcrich") == []
+        assert found(conn, "C#") == ["celsius", "sharp"]
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        in_line(conn)
+        assert ctid(conn, "celsius") == untouched  # read alike: not rewritten
+        assert ctid(conn, "sharp") != moved
+        assert found(conn, "Z\u00fcrich") == found(conn, "Zu\u0308rich") == ["nfd"]
+        assert found(conn, "C#") == ["sharp"]
+        assert found(conn, "°C") == ["celsius"]
+        assert conn.execute(
+            "SELECT q.tsv @@ navi_text_tsquery('C++') FROM memory_chunk_text_queue q"
+        ).fetchone() == (True,)
+        df = dict(conn.execute("SELECT lexeme, df FROM memory_chunk_lexeme_df").fetchall())
+        assert df["csharp"] == 1 and df["c"] == 1 and "zu\u0308rich-itinerary.pdf" not in df
+    dbtools.downgrade(url, "0022")
+    with connect(pg_server, scratch_db) as conn:
+        in_line(conn)
+        assert found(conn, "C#") == ["celsius", "sharp"]
+        assert found(conn, "Z\u00fcrich") == []
+        spelling = conn.execute("SELECT to_regprocedure('navi_text_spelling(text)')")
+        assert spelling.fetchone() == (None,)
+    dbtools.upgrade(url)

@@ -69,7 +69,10 @@ def _term_pattern(marks: str) -> re.Pattern[str]:
     run = rf"[\w{marks}.\-/@:#]*"
     inner = rf"{run}(?:(?<=[0-9]),(?=[0-9]){run})*"
     # Trailing "+" and "#" of a name ("C++", "C#", "F#", "g++"): without them "C" alone. After
-    # a letter only: "10+ years" is 10.
+    # a letter only: "10+ years" is 10. The text index reads such a term as it reads the chunks
+    # (navi_text_spelling, revision 0023): a one-letter name with "#" or "++" is a word of its
+    # own ("csharp", "cplusplus"), never the bare letter "20 °C" holds; a longer name, or
+    # another tail ("A+"), is what the parser leaves of it ("notepad", "a").
     tail = r"(?:(?<=[^\W\d_])[+#]+(?![\w+#]))?"
     return re.compile(rf"{head}(?:{word}{inner}{word}|{word}){tail}")
 
@@ -110,7 +113,9 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     stop words are kept, so a query is never silently empty.
 
     Text that is not ASCII is read in NFC (the form text is exchanged in: a decomposed
-    "Zu\u0308rich" finds the "Zürich" a chat stored), its combining marks inside words.
+    "Zu\u0308rich" finds the "Zürich" a chat stored), its combining marks inside words. The
+    chunk text index reads stored text in NFC too (revision 0023): a chunk stored decomposed is
+    found by either form.
     """
     if query.isascii():
         words = _ASCII_TERM.findall(query)
