@@ -8,7 +8,7 @@ Leaves also subclass the matching built-in where one fits, so ``except ValueErro
     │   └── InvalidTypeError(TypeError)   ... of the wrong type
     ├── SchemaError                       the database schema or its extensions are not what we need
     ├── StorageError                      the database is down, unreachable or refused the statement
-    │   └── ConnectionLostError           the connection dropped mid-call; calling again is safe
+    │   └── ConnectionLostError(ConnectionError)   no connection, or it dropped: call again
     ├── PermissionDeniedError(PermissionError)   no current user / missing navi.memory.read_all
     ├── NotFoundError(LookupError)        the named row does not exist (or is not yours)
     ├── EmbeddingError                    the embedding model failed or answered junk
@@ -58,11 +58,13 @@ class StorageError(NaviMemoryError):
     """The database could not be reached or refused the statement."""
 
 
-class ConnectionLostError(StorageError):
+class ConnectionLostError(StorageError, ConnectionError):
     """The connection to the database was lost mid-call (a server restart, a terminated backend,
-    the network), at a point where calling again is safe: before the call committed anything, or
-    in a call a repeat cannot double (a read, ``add_chunks``). A connection lost while a COMMIT
-    was in flight is a plain StorageError instead: that call may or may not have taken effect."""
+    the network), or could not be made, at a point where calling again is safe: before the call
+    committed anything, or in a call a repeat cannot double (a read, ``add_chunks``). A
+    connection lost while a COMMIT was in flight is a plain StorageError instead: that call may
+    or may not have taken effect. A ``ConnectionError`` too, so ``except ConnectionError``
+    catches a database that is down."""
 
 
 class PermissionDeniedError(NaviMemoryError, PermissionError):

@@ -34,6 +34,8 @@ def test_a_lost_connection_before_the_commit_is_safe_to_call_again(error: Except
     translated = translate_driver_error(error, None, committing=False)
     assert isinstance(translated, ConnectionLostError)
     assert isinstance(translated, StorageError)
+    assert isinstance(translated, ConnectionError)  # `except ConnectionError` catches it
+    assert str(translated) and translated.errno is None
 
 
 @pytest.mark.parametrize("error", LOST, ids=lambda e: type(e).__name__)

@@ -84,6 +84,7 @@ def test_every_error_is_a_navi_memory_error_with_the_matching_builtin() -> None:
     assert issubclass(errors.InvalidTypeError, TypeError)
     assert issubclass(errors.PermissionDeniedError, PermissionError)
     assert issubclass(errors.NotFoundError, LookupError)
+    assert issubclass(errors.ConnectionLostError, ConnectionError)
 
 
 def test_extractor_is_public_with_the_calls_the_spec_names() -> None:

@@ -131,6 +131,7 @@ def failure_types() -> tuple[type[BaseException], ...]:
         OSError,  # ConnectionError (the client's translation of ConnectError), TimeoutError
         ValueError,  # a 200 whose body is not JSON, or JSON of the wrong shape (pydantic)
         TypeError,  # JSON that is not an object at all: the client does cls(**body)
+        RecursionError,  # JSON nested past the decoder's stack ("[" * 100_000)
     )
 
 
@@ -146,6 +147,8 @@ def describe_failure(exc: BaseException, timeout: float) -> str:
         return f"answered HTTP {exc.status_code}: {shorten(str(exc.error))}"
     if isinstance(exc, json.JSONDecodeError):
         return f"answered something that is not JSON ({exc.msg})"
+    if isinstance(exc, RecursionError):
+        return "answered JSON nested too deeply to read"
     if isinstance(exc, pydantic.ValidationError | TypeError):
         return f"answered JSON of the wrong shape: {shorten(str(exc))}"
     return f"failed: {type(exc).__name__}: {shorten(str(exc))}"

@@ -201,6 +201,15 @@ async def test_a_reply_of_the_wrong_shape_is_a_chat_model_error(
         await make_chat(fake.url).complete(HELLO)
 
 
+async def test_a_reply_nested_past_the_json_decoders_stack_is_a_chat_model_error(
+    fake: FakeOllama, make_chat: MakeChat
+) -> None:
+    fake.mode = "junk"
+    fake.junk_body = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(ChatModelError, match="JSON nested too deeply"):
+        await make_chat(fake.url).complete(HELLO)
+
+
 async def test_server_not_listening_is_a_chat_model_error(
     unused_url: str, make_chat: MakeChat
 ) -> None:

@@ -280,6 +280,8 @@ async def test_server_not_listening_is_an_embedding_error(
         (json.dumps({"embeddings": [[0.0] * EMBEDDING_DIM]}).encode(), "all-zero"),
         (json.dumps({"embeddings": []}).encode(), "returned 0 embeddings for 1 inputs"),
         (json.dumps({"embeddings": [[0.1] * EMBEDDING_DIM] * 2}).encode(), "2 embeddings for 1"),
+        # Past the JSON decoder's stack: a RecursionError, not a JSONDecodeError.
+        (b"[" * 100_000 + b"]" * 100_000, "JSON nested too deeply"),
     ],
 )
 async def test_answers_that_are_not_embeddings_are_embedding_errors(
