@@ -721,3 +721,29 @@ async def test_an_explicit_drain_runs_every_lane_and_counts_each_chunk_once(
         await refuse_inserts(manual, "memory_chunk_terms", refuse=False)
     assert await manual.store.pending_chunk_count() == 12
     assert await indexer.drain_all() == 12
+
+
+async def test_an_explicit_drain_skips_and_ends_a_background_retrys_sleep(manual: Memory) -> None:
+    """A background drain that failed sleeps before its retry (here 60 s): wait_batches does
+    not wait for that sleep, and wake() ends it, so the retry runs at once and finds the queue
+    the explicit drain emptied. wait_idle still waits for the background drain to end."""
+    memory = manual
+    uid = await new_user(memory)
+    await refuse_inserts(memory, "memory_chunk_vectors", True)
+    await memory.store.add_chunks(drafts("w"), user_id=uid, session_id="s1")
+    indexer = ChunkIndexer(memory.sessionmaker, batch_size=8, background=True, retry_delays=(60.0,))
+    try:
+        indexer.kick()
+        # The failed batch, not the sleep after it.
+        await asyncio.wait_for(indexer.wait_batches(), 10)
+        assert indexer.running  # asleep before its retry
+        idle = asyncio.ensure_future(indexer.wait_idle())
+        await asyncio.sleep(0.1)
+        assert not idle.done()
+        await refuse_inserts(memory, "memory_chunk_vectors", False)
+        assert await indexer.drain_all() == 8
+        indexer.wake()
+        await asyncio.wait_for(idle, 5)
+        assert await counts(memory) == (0, 8)
+    finally:
+        await indexer.aclose()

@@ -20,7 +20,7 @@ from navi_memory import Memory, StorageError, errors, open_memory
 from navi_memory.testing import FakeOllama, hashed_embedding
 from tests.conftest import make_settings
 from tests.dbtools import EmbeddedServer
-from tests.integration.factories import scalar
+from tests.integration.factories import scalar, slow_trigger, wait_for_a_sleeping_statement
 from tests.reliability.faults import BackendKiller, kill_while_connecting
 from tests.reliability.world import chunk_draft
 
@@ -363,3 +363,41 @@ async def test_while_postgresql_is_down_calls_are_connection_lost_and_recover_af
         await pg_server.start_up_async()
     await memory.store.upsert_fact("p", "when", "back", user_id=uid)
     assert [f.key for f in await memory.store.get_all_facts(uid)] == ["when"]
+
+
+@pytest.mark.parametrize("queue", ["facts", "chunks"])
+async def test_an_explicit_drain_is_not_held_by_a_background_indexers_retry_sleep(
+    memory: Memory, pg_server: EmbeddedServer, queue: str
+) -> None:
+    """The server stops under a background indexer's batch: the drain fails, and its retries
+    sleep 0.25, 1, 4, 15, 60 s. Meanwhile index_pending_* raises its own ConnectionLostError at
+    once and wait_*_indexing returns (both waited for the sleep: a silent hang of up to 80 s);
+    once the server is back index_pending_* drains at once (it waited up to 60 s)."""
+    uid = uuid.uuid4()
+    await memory.users.ensure(uid)
+    store = memory.store
+    table = "memory_fact_vectors" if queue == "facts" else "memory_chunk_terms"
+    await slow_trigger(memory, table, "INSERT", 60)
+    if queue == "facts":
+        await store.upsert_fact("p", "outage", "queued", user_id=uid)
+        drain, wait = store.index_pending_facts, store.wait_fact_indexing
+    else:
+        await store.add_chunks([chunk_draft("queued in an outage")], user_id=uid, session_id="s1")
+        drain, wait = store.index_pending_chunks, store.wait_chunk_indexing
+    await wait_for_a_sleeping_statement(memory)  # the background batch is in flight
+    await pg_server.shut_down_async()
+    try:
+        await asyncio.sleep(1.5)  # the batch died; its first retries failed; it sleeps
+        with pytest.raises(errors.ConnectionLostError):
+            await asyncio.wait_for(drain(), 5)
+        await asyncio.wait_for(wait(), 5)
+    finally:
+        await pg_server.start_up_async()
+
+    def drop_trigger() -> None:
+        with pg_server.admin(memory.engine.url.database or "") as conn:
+            conn.execute(f"DROP TRIGGER slow ON {table}")
+
+    await asyncio.to_thread(drop_trigger)
+    assert await asyncio.wait_for(drain(), 5) == 1
+    await asyncio.wait_for(wait(), 5)

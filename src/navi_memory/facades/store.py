@@ -531,19 +531,27 @@ class MemoryStore:
         its own)."""
         if max_batches is not None:
             max_batches = check_int("max_batches", max_batches, minimum=1, maximum=INT32_MAX)
-        await self._indexer.wait_idle()
+        # A batch in flight, yes; a background retry's sleep, no: while the database is down
+        # this drain's own error comes at once, and once it is back this drain ends the sleep.
+        await self._indexer.wait_batches()
         self._indexer.sweep_next()
         if max_batches is None:
-            return await self._indexer.drain_all()
-        return await self._indexer.drain(max_batches)
+            indexed = await self._indexer.drain_all()
+        else:
+            indexed = await self._indexer.drain(max_batches)
+        self._indexer.wake()
+        return indexed
 
     async def pending_chunk_count(self) -> int:
         """How many stored chunks wait for the text index, the HNSW index or both."""
         return await self._indexer.queued()
 
     async def wait_chunk_indexing(self) -> None:
-        """Wait for the background indexer to go idle (it stops when the queue is empty)."""
-        await self._indexer.wait_idle()
+        """Wait for the background indexer to go idle (it stops when the queue is empty). A
+        background drain that failed and sleeps before its retry retries now and is waited for
+        once: this never sleeps through the retry delays, and returns while the database is
+        down (the queue keeps its rows)."""
+        await self._indexer.wait_settled()
 
     async def index_pending_facts(self, max_batches: int | None = None) -> int:
         """Move queued fact vectors into memory_fact_vectors now, in this task; returns how many.
@@ -553,16 +561,20 @@ class MemoryStore:
         speed, never results."""
         if max_batches is not None:
             max_batches = check_int("max_batches", max_batches, minimum=1, maximum=INT32_MAX)
-        await self._fact_indexer.wait_idle()
-        return await self._fact_indexer.drain(max_batches)
+        # See index_pending_chunks: a batch in flight is waited for, a retry's sleep is not.
+        await self._fact_indexer.wait_batches()
+        indexed = await self._fact_indexer.drain(max_batches)
+        self._fact_indexer.wake()
+        return indexed
 
     async def pending_fact_count(self) -> int:
         """How many facts' vectors wait for the fact indexer."""
         return await self._fact_indexer.queued()
 
     async def wait_fact_indexing(self) -> None:
-        """Wait for the background fact indexer to go idle (it stops when the queue is empty)."""
-        await self._fact_indexer.wait_idle()
+        """Wait for the background fact indexer to go idle (it stops when the queue is empty);
+        as wait_chunk_indexing, never through a retry's sleep."""
+        await self._fact_indexer.wait_settled()
 
     async def add_chunks_for_session(
         self, chunks: Sequence[ChunkDraft], user_id: uuid.UUID, session_id: str

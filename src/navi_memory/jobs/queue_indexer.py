@@ -4,7 +4,9 @@ transaction, started by ``kick()`` on the running event loop and retried after a
 A subclass says what one batch does (``_index_batch``) and how many rows wait
 (``_queued_count``); ``ChunkIndexer`` and ``FactIndexer`` are the two. At most one background
 drain runs per indexer; a kick during a drain makes it go round again; ``drain()`` indexes in
-the caller's task; ``aclose()`` lets the batch in flight finish and stops. Indexers in several
+the caller's task; ``aclose()`` lets the batch in flight finish and stops. A background drain
+that failed sleeps before its retry; ``wait_batches()`` (an explicit drain's wait) does not wait
+for that sleep, and ``wake()`` ends it. Indexers in several
 processes share a queue (``FOR UPDATE SKIP LOCKED``), and so do an indexer's ``helpers``: more
 indexers of the same queue, each with its own connection per batch, which a background drain
 starts when a batch finds a backlog (a full batch), so a burst is drained by several server
@@ -38,7 +40,8 @@ RETRY_DELAYS: Final = (0.25, 1.0, 4.0, 15.0, 60.0)
 connection, a database restarting or failing over: 80 s in all, the length of an ordinary
 outage); then it gives up until the next kick. A quiet process whose queue a longer outage
 left behind drains at its next write, or by ``navi-memory backfill``; search reads the
-queued rows meanwhile."""
+queued rows meanwhile. An explicit drain never waits for these sleeps, and one that succeeds
+ends them (``wake``)."""
 
 HELPER_REST_SECONDS: Final = 30.0
 """A helper that gave up is not started again by the relay for this long (the indexer that
@@ -74,6 +77,10 @@ class QueueIndexer:
         self._again = False
         self._closing = False
         self._closed = asyncio.Event()
+        self._woken = asyncio.Event()
+        """Ends the sleep before a retry: set by ``wake()`` and by closing."""
+        self._retry_pending = asyncio.Event()
+        """Set while the background drain sleeps before a retry: no batch of it is in flight."""
         self._helpers = tuple(helpers)
         self._resting_until = 0.0
         self.batches_run = 0
@@ -176,7 +183,12 @@ class QueueIndexer:
                         delay,
                         extra={"event": f"{self.events}.index_retry"},
                     )
-                    await self._sleep(delay)
+                    self._woken.clear()
+                    self._retry_pending.set()
+                    try:
+                        await self._sleep(delay, until=self._woken)
+                    finally:
+                        self._retry_pending.clear()
                     self._again = True
                     continue
                 logger.warning(
@@ -208,14 +220,49 @@ class QueueIndexer:
                 # and the writer pays a transaction of the indexer's every other write.
                 await self._sleep(self.gather_seconds)
 
-    async def _sleep(self, seconds: float) -> None:
-        """Sleep, but wake at once when the indexer is closed."""
+    async def _sleep(self, seconds: float, *, until: asyncio.Event | None = None) -> None:
+        """Sleep, but wake at once when the indexer is closed (or ``until`` is set)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._closed.wait(), seconds)
+            await asyncio.wait_for((until or self._closed).wait(), seconds)
+
+    def wake(self) -> None:
+        """End the sleep before a retry of a background drain that failed, this indexer's and
+        the helpers': they retry at once (an explicit drain just succeeded, so the database is
+        back). A no-op for a drain that is not sleeping before a retry."""
+        for indexer in (self, *self._helpers):
+            if indexer._retry_pending.is_set():
+                indexer._retry_pending.clear()  # in a batch again from now on
+                indexer._woken.set()
+
+    async def wait_batches(self) -> None:
+        """Wait until no background drain, this indexer's or a helper's, has a batch in flight
+        or is about to run one: each is done, or sleeps before a retry after a failure. What an
+        explicit drain waits for before its own (its count then includes what the background
+        would have taken): never a retry's sleep, up to RETRY_DELAYS' 60 s, so while the
+        database is down the caller gets its own drain's error at once."""
+        for indexer in (self, *self._helpers):
+            await indexer._wait_out_of_batch()
+
+    async def _wait_out_of_batch(self) -> None:
+        while (task := self._task) is not None and not task.done():
+            if self._retry_pending.is_set():
+                return
+            sleeping = asyncio.ensure_future(self._retry_pending.wait())
+            try:
+                await asyncio.wait({task, sleeping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeping.cancel()
+
+    async def wait_settled(self) -> None:
+        """``wake()``, then ``wait_batches()``: wait until the background drains have done what
+        they can now — finished, or failed again and sleep before their next retry. Unlike
+        ``wait_idle`` it never sleeps through a retry's backoff."""
+        self.wake()
+        await self.wait_batches()
 
     async def wait_idle(self) -> None:
-        """Wait until no background drain is running, this indexer's or a helper's (tests,
-        benchmarks, shutdown)."""
+        """Wait until no background drain is running, this indexer's or a helper's, sleeps
+        before retries included (tests, benchmarks; a caller's wait is ``wait_settled``)."""
         while running := [
             i._task for i in (self, *self._helpers) if i._task is not None and not i._task.done()
         ]:
@@ -229,6 +276,7 @@ class QueueIndexer:
     async def _close(self) -> None:
         self._closing = True
         self._closed.set()
+        self._woken.set()
         task = self._task
         if task is None or task.done():
             return
