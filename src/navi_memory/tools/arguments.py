@@ -132,6 +132,10 @@ def optional_number(
 
 def _shown(value: object) -> str:
     """``value`` as an error shows it: its first 40 characters (a number may have hundreds)."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        # Python refuses to write out a whole number of over 4,300 digits (ValueError).
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        return f"a number of about {digits:,} digits"
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:40]}…"
 

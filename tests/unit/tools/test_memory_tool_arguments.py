@@ -112,9 +112,13 @@ def test_search_forget_and_list_read_their_arguments() -> None:
         (save(expires_days=float("nan")), InvalidInputError, "expires_days"),
         (save(expires_days=float("inf")), InvalidInputError, "expires_days"),
         # JSON's whole numbers are unbounded: one beyond a float's range is out of range too.
-        (save(expires_days=10**400), InvalidInputError, "from 0.001 to 36500 days, got 1000"),
-        (save(expires_days=-(10**400)), InvalidInputError, "from 0.001 to 36500 days, got -100"),
+        (save(expires_days=10**400), InvalidInputError, "36500 days, got a number of about 401"),
+        (save(expires_days=-(10**400)), InvalidInputError, "from 0.001 to 36500 days, got a"),
         (save(confidence=10**400), InvalidInputError, "confidence must be from 0 to 100"),
+        # Past Python's 4,300 digits a whole number cannot even be written out.
+        (save(confidence=10**5000), InvalidInputError, "got a number of about 5,001 digits"),
+        (save(expires_days=10**5000), InvalidInputError, "36500 days, got a number of about"),
+        (save(confidence=10**45), InvalidInputError, "got " + "1" + "0" * 39 + "…"),
         (save(key="k" * 201), InvalidInputError, "the limit is 200"),
         (save(category="c" * 101), InvalidInputError, "the limit is 100"),
         (save(value="nul\x00byte"), InvalidInputError, "NUL byte"),
