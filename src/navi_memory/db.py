@@ -186,17 +186,24 @@ def _sqlstate(exc: BaseException) -> str | None:
 
 
 def translate_driver_error(
-    exc: BaseException, bind: AsyncEngine | None, *, committing: bool
+    exc: BaseException, bind: AsyncEngine | None, *, committing: bool, read_only: bool = False
 ) -> NaviMemoryError:
     """The navi_memory error for a driver error (one of DRIVER_ERRORS), naming the database.
 
     A lost connection is a ConnectionLostError (safe to call again) unless ``committing``: the
     COMMIT was in flight, so the call may or may not have landed, and saying "safe to retry"
-    would be a lie. A foreign-key violation on ``user_id`` is the missing user's NotFoundError.
+    would be a lie — except for a transaction that only read (``read_only``): it wrote
+    nothing, so whether its COMMIT landed does not matter. A foreign-key violation on
+    ``user_id`` is the missing user's NotFoundError.
     """
     where = redact_url(bind.url) if bind is not None else "the database"
     detail = _describe(exc)
     if is_connection_lost(exc):
+        if committing and read_only:
+            return ConnectionLostError(
+                f"lost the connection to {where} ({detail}) while committing a transaction "
+                "that only read: nothing was written, so calling again is safe"
+            )
         if committing:
             return StorageError(
                 f"lost the connection to {where} while committing ({detail}): the call may or "

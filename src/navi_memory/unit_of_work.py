@@ -4,7 +4,8 @@ statement, an autocommit connection (``single_statement``), or statements each t
 transaction on a pooled connection's driver (``pooled_reads``, ``pooled_write``: the search
 paths and upsert_fact, db.PooledStatements).
 Both translate driver errors (db.translate_driver_error): a connection lost before the COMMIT
-is a ConnectionLostError, safe to call again. Services and repositories never open either.
+is a ConnectionLostError, safe to call again, and so is one lost at the COMMIT of a unit of work
+declared ``read_only``. Services and repositories never open either.
 """
 
 from __future__ import annotations
@@ -32,12 +33,18 @@ __all__ = [
 
 @asynccontextmanager
 async def unit_of_work(
-    sessionmaker: async_sessionmaker[AsyncSession],
+    sessionmaker: async_sessionmaker[AsyncSession], *, read_only: bool = False
 ) -> AsyncIterator[AsyncSession]:
     """A transaction. With an autocommit sessionmaker each statement commits itself: use one
-    only for reads and for writes a repeat cannot double (see single_statement)."""
+    only for reads and for writes a repeat cannot double (see single_statement).
+
+    ``read_only``: the body only reads — no row written, not even a mark, a ledger entry or a
+    touch (a lock taken is not a write). A connection lost at its COMMIT is then a
+    ConnectionLostError like one lost before it: nothing was written, so calling again is
+    safe; without it such a loss is a StorageError saying the outcome is unknown. A promise of
+    the caller's, not a ``SET TRANSACTION READ ONLY`` (which would cost a round trip)."""
     bind = sessionmaker.kw.get("bind")
-    call = _Call()
+    call = _Call(read_only=read_only)
     with _translated(bind, call):
         async with sessionmaker() as session, session.begin():
             yield session
@@ -148,6 +155,7 @@ def engine_of(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncEngine:
 @dataclass(slots=True)
 class _Call:
     committing: bool = False
+    read_only: bool = False
 
 
 @contextmanager
@@ -156,4 +164,6 @@ def _translated(bind: AsyncEngine | None, call: _Call) -> Iterator[None]:
     try:
         yield
     except DRIVER_ERRORS as exc:
-        raise translate_driver_error(exc, bind, committing=call.committing) from exc
+        raise translate_driver_error(
+            exc, bind, committing=call.committing, read_only=call.read_only
+        ) from exc

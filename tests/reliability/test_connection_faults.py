@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
+import asyncpg
 import pytest
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import make_url
@@ -401,3 +402,45 @@ async def test_an_explicit_drain_is_not_held_by_a_background_indexers_retry_slee
     await asyncio.to_thread(drop_trigger)
     assert await asyncio.wait_for(drain(), 5) == 1
     await asyncio.wait_for(wait(), 5)
+
+
+@pytest.mark.parametrize(
+    "call", ["sessions.list", "store.get_all_facts", "extractor.process_stale_sessions"]
+)
+async def test_a_read_whose_connection_dies_at_its_commit_is_connection_lost(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """The connection dies as a read's COMMIT is sent (asyncpg's commit closes it and raises
+    what a closed connection raises, under SQLAlchemy's own wrapping and navi-memory's
+    translation): a ConnectionLostError, since a read is always safe to repeat — not "the
+    call may or may not have taken effect". A write there still says the outcome is unknown."""
+    uid = uuid.uuid4()
+    await memory.users.ensure(uid)
+    await memory.sessions.create(user_id=uid)
+    reads = {
+        "sessions.list": lambda: memory.sessions.list(user_id=uid),
+        "store.get_all_facts": lambda: memory.store.get_all_facts(uid),
+        "extractor.process_stale_sessions": lambda: memory.extractor.process_stale_sessions(
+            user_id=uid
+        ),
+    }
+    commits = 0
+
+    async def commit_on_a_dying_connection(self: asyncpg.transaction.Transaction) -> None:
+        nonlocal commits
+        commits += 1
+        self._connection.terminate()  # type: ignore[attr-defined]
+        raise asyncpg.exceptions.ConnectionDoesNotExistError(
+            "connection was closed in the middle of operation"
+        )
+
+    with monkeypatch.context() as patch:
+        patch.setattr(asyncpg.transaction.Transaction, "commit", commit_on_a_dying_connection)
+        with pytest.raises(errors.ConnectionLostError, match="only read"):
+            await reads[call]()
+        assert commits >= 1  # the COMMIT was reached (a background sweep may commit too)
+        with pytest.raises(StorageError, match="may or may not have taken effect") as written:
+            await memory.store.set_summary("a write", user_id=uid)
+        assert not isinstance(written.value, errors.ConnectionLostError)
+        assert commits >= 2
+    await reads[call]()  # the next call works

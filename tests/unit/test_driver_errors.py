@@ -95,3 +95,19 @@ def test_another_foreign_key_in_a_statement_naming_user_id_is_not_a_missing_user
         orig,
     )
     assert type(translate_driver_error(error, None, committing=False)) is StorageError
+
+
+@pytest.mark.parametrize("error", LOST, ids=lambda e: type(e).__name__)
+def test_a_lost_connection_during_the_commit_of_a_read_is_safe_to_call_again(
+    error: Exception,
+) -> None:
+    """A transaction that only read (unit_of_work(..., read_only=True)) wrote nothing: whether
+    its COMMIT landed does not matter, so a loss there is a ConnectionLostError too."""
+    translated = translate_driver_error(error, None, committing=True, read_only=True)
+    assert isinstance(translated, ConnectionLostError)
+    assert "nothing was written" in str(translated)
+    wrapped = DBAPIError("COMMIT", {}, error)
+    assert isinstance(
+        translate_driver_error(wrapped, None, committing=True, read_only=True),
+        ConnectionLostError,
+    )

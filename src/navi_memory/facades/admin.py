@@ -93,7 +93,7 @@ class Admin:
         _require_admin("stats")
         uid = read_scope(user_id)
         users = check_int("users", users, minimum=1)
-        async with unit_of_work(self._snapshot) as session:
+        async with unit_of_work(self._snapshot, read_only=True) as session:
             return await self._stats.stats(
                 session, uid, users=users, graph_from=self._indexer.graph_from
             )
@@ -114,7 +114,10 @@ class Admin:
         _require_admin("purge_expired")
         uid = _write_target(user_id)
         dry_run = check_bool("dry_run", dry_run)
-        async with unit_of_work(self._sessionmaker) as session:
+        # Only one user's purge writes here; a dry run counts, and every user's purge reads
+        # the owners here and writes in the transactions below.
+        only_reads = dry_run or uid is None
+        async with unit_of_work(self._sessionmaker, read_only=only_reads) as session:
             if uid is not None or dry_run:
                 expired, hidden = await self._facts.purge_expired(session, uid, dry_run=dry_run)
                 return PurgeResult(expired=expired, hidden=hidden, dry_run=dry_run)
@@ -137,7 +140,7 @@ class Admin:
         uid = as_user_id(user_id)
         read_scope(uid)  # the read rule, as everywhere (read_all, required here, reads anyone)
         with_vectors = check_bool("with_vectors", with_vectors)
-        async with unit_of_work(self._snapshot) as session:
+        async with unit_of_work(self._snapshot, read_only=True) as session:
             return await self._transfer.export(session, uid, with_vectors=with_vectors)
 
     async def import_user(

@@ -129,7 +129,7 @@ class ContextBuilder:
             "system_prompt", system_prompt, max_chars=MESSAGE_MAX_CHARS, allow_empty=True
         )
         settings = self._settings
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             snapshot = await self._service.snapshot(
                 session, uid, sid, max_facts=settings.memory_prompt_max_facts
             )

@@ -104,7 +104,7 @@ class KvStore:
         scope = _check_scope(scope)
         key = _check_key(key)
         sid = check_optional_session_id(session_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._kv.get(session, uid, scope, sid, key)
 
     async def delete(
@@ -135,7 +135,7 @@ class KvStore:
         uid = read_scope(user_id)
         scope = _check_scope(scope)
         sid = check_optional_session_id(session_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._kv.list_entries(session, uid, scope, sid)
 
     async def search_values(
@@ -162,7 +162,7 @@ class KvStore:
         limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
         sid = check_optional_session_id(session_id)
         prefer = check_optional_session_id(prefer_session_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._kv.search_values(
                 session,
                 uid,

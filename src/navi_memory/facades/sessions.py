@@ -162,13 +162,13 @@ class SessionStore:
         """The session, or None when it does not exist or is not the user's."""
         scope = read_scope(user_id)
         sid = check_session_id(session_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._sessions.get(session, scope, sid)
 
     async def list(self, user_id: uuid.UUID | str | None = None) -> builtins.list[SessionInfo]:
         """The user's sessions, most recently active first (every user's for a global read)."""
         scope = read_scope(user_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._sessions.list_sessions(session, scope)
 
     async def delete(self, session_id: str, *, user_id: uuid.UUID | str | None = None) -> bool:
@@ -242,7 +242,7 @@ class SessionStore:
     ) -> builtins.list[Message]:
         scope = read_scope(user_id)
         sid = check_session_id(session_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._sessions.messages(session, scope, sid, context_only=context_only)
 
     # --- compression ------------------------------------------------------------------------
@@ -295,7 +295,7 @@ class SessionStore:
         keep = self._settings.memory_compress_keep_last if keep_last is None else keep_last
         keep = check_int("keep_last", keep, minimum=0, maximum=INT32_MAX)
 
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             context = await self._compression.context(session, uid, sid)
         plan = plan_compression(context, keep)
         if plan is None:

@@ -322,7 +322,7 @@ class MemoryStore:
         category = check_optional_text(
             "category", category, max_chars=FACT_CATEGORY_MAX_CHARS, allow_empty=False
         )
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._facts.list_facts(
                 session,
                 scope,
@@ -349,7 +349,7 @@ class MemoryStore:
     ) -> int:
         scope = read_scope(user_id)
         include_merged = check_bool("include_merged", include_merged)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._facts.count(session, scope, include_merged=include_merged)
 
     async def fact_categories(
@@ -358,14 +358,14 @@ class MemoryStore:
         """The categories that hold visible facts, with how many each, the fullest first (the
         ``memory`` tool's ``list``: what there is, not the facts themselves)."""
         scope = read_scope(user_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._facts.categories(session, scope)
 
     async def get_fact(self, fact_id: int) -> Fact:
         """One fact by id, hidden or expired alike: the current user's own, or anyone's with
         read_all (an admin context); NotFoundError otherwise."""
         fact_id = check_int("fact_id", fact_id, minimum=1, maximum=BIGINT_MAX)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._facts.get(session, fact_id)
 
     async def unmerge_fact(self, fact_id: int) -> Fact:
@@ -380,7 +380,7 @@ class MemoryStore:
     async def get_summary(self, user_id: uuid.UUID | str | None = None) -> str | None:
         """The user's narrative summary (a global read: the legacy unowned one)."""
         scope = read_scope(user_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._facts.get_summary(session, scope)
 
     async def set_summary(self, content: str, user_id: uuid.UUID | str | None = None) -> None:
@@ -437,7 +437,7 @@ class MemoryStore:
         """When the session was processed; None if never — or if it is not the caller's."""
         scope = read_scope(user_id)
         session_id = check_session_id(session_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._facts.extracted_at(session, scope, session_id)
 
     # --- backfill ---------------------------------------------------------------------------
@@ -621,7 +621,7 @@ class MemoryStore:
         try:
             scope = read_scope(None)
             session_id = check_session_id(session_id)
-            async with unit_of_work(self._sessionmaker) as session:
+            async with unit_of_work(self._sessionmaker, read_only=True) as session:
                 return await self._chunks.latest_summary_at(session, scope, session_id)
         except NaviMemoryError as exc:
             logger.warning(

@@ -34,7 +34,7 @@ class Users:
         """The user's row; another user's needs read_all when a current user is set."""
         uid = as_user_id(user_id)
         read_scope(uid)  # refuses another user's id without read_all
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._users.get(session, uid)
 
     async def delete(self, user_id: uuid.UUID | str) -> bool:

@@ -215,12 +215,12 @@ async def run_backfill(
     model = _ModelCalls(embedder)
     first_batch = True
     for source in sources:
-        async with unit_of_work(sessionmaker) as session:
+        async with unit_of_work(sessionmaker, read_only=True) as session:
             total = await source.count_missing(session)
         done, after_id = 0, 0
         result.filled[source.table] = 0
         while True:
-            async with unit_of_work(sessionmaker) as session:
+            async with unit_of_work(sessionmaker, read_only=True) as session:
                 batch = await source.next_batch(session, after_id, batch_size)
             if not batch:
                 break

@@ -88,7 +88,7 @@ class EmbeddingModelRecord:
     async def _look(self, now: float) -> None:
         before, self._checked_at = self._checked_at, now  # concurrent callers wait for no read
         try:
-            async with unit_of_work(self._sessionmaker) as session:
+            async with unit_of_work(self._sessionmaker, read_only=True) as session:
                 repo = EmbeddingModelRepository(session=session)
                 recorded = await repo.record()
                 others = recorded is not None and not same_model(recorded.model, self.model)
@@ -211,7 +211,7 @@ class EmbeddingModelRecord:
     async def changed_from(self) -> str | None:
         """The model of record when it is another than ``model`` and vectors are stored (they
         are in another model's space); None otherwise. Read now; the state is left alone."""
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             repo = EmbeddingModelRepository(session=session)
             recorded = await repo.recorded()
             if recorded is None or same_model(recorded, self.model):

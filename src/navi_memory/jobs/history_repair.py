@@ -82,11 +82,11 @@ class HistoryRepair:
         if not self._settings.memory_search_enabled:
             return 0
         settle = settled_for.total_seconds()
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             owned = await self._sessions.sessions_with_dropped_history(session, settle, owner)
         written = 0
         for user_id, session_id in owned:
-            async with unit_of_work(self._sessionmaker) as session:
+            async with unit_of_work(self._sessionmaker, read_only=True) as session:
                 messages = await self._sessions.dropped_history(
                     session, user_id, session_id, settle
                 )

@@ -137,7 +137,7 @@ class QueueIndexer:
 
     async def queued(self) -> int:
         """How many rows wait for the index."""
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._queued_count(session)
 
     async def _index_batch(self, session: AsyncSession, limit: int) -> tuple[bool, int]:

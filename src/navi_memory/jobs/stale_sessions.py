@@ -159,7 +159,7 @@ class StaleSessionSweep:
         goes on, unless the chat model failed ``MODEL_FAILURES_TO_STOP`` sessions in a row:
         then it stops (``extractor.sweep_stopped``), leaving the rest for the next run. The
         caller has checked that ``scope`` may be acted for."""
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             stale = await self._service.stale_sessions(
                 session, scope, stale_minutes=self._settings.memory_stale_minutes, limit=limit
             )
@@ -200,7 +200,7 @@ class StaleSessionSweep:
                 # A call for one session (extract_session) names it: another user's answers
                 # "missing" before the claim, so it never makes the owner's own run skip, nor
                 # says "another extractor holds it" of a session that is not the caller's.
-                async with unit_of_work(self._sessionmaker) as session:
+                async with unit_of_work(self._sessionmaker, read_only=True) as session:
                     owner = await self._service.owner(session, user_id, session_id)
                 if owner is None:
                     return _missing()
@@ -260,7 +260,7 @@ class StaleSessionSweep:
         self, user_id: uuid.UUID, session_id: str, claim: ExtractionClaim, *, stale_only: bool
     ) -> SessionExtraction:
         service = self._service
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             transcript = await service.transcript(session, user_id, session_id)
         if transcript is None:
             return _missing()
@@ -349,7 +349,7 @@ class StaleSessionSweep:
         (whether or not this session gave facts: a fact forgotten or expired since is a change
         too — except for a summary of unknown origin, which only a session that gave facts
         replaces), or removed when no fact is left; None leaves it as it is."""
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
             plan = await self._service.summary_input(
                 session, transcript.user_id, gave_facts=gave_facts
             )
