@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.db import DRIVER_ERRORS, PooledStatements, translate_driver_error
-from navi_memory.errors import ConfigError
+from navi_memory.errors import ConfigError, NaviMemoryError
 
 __all__ = [
     "LaneEngines",
@@ -160,9 +160,12 @@ class _Call:
 
 @contextmanager
 def _translated(bind: AsyncEngine | None, call: _Call) -> Iterator[None]:
-    """Driver errors as navi_memory errors, naming the database."""
+    """Driver errors as navi_memory errors, naming the database. A navi_memory error from an
+    inner block passes as it is (ConnectionLostError is an OSError, one of DRIVER_ERRORS)."""
     try:
         yield
+    except NaviMemoryError:
+        raise
     except DRIVER_ERRORS as exc:
         raise translate_driver_error(
             exc, bind, committing=call.committing, read_only=call.read_only
