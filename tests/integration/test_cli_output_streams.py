@@ -5,12 +5,8 @@ pipe is tests/cli/test_output_streams.py)."""
 
 from __future__ import annotations
 
-import errno
-import io
-import os
 import sys
 import uuid
-from collections.abc import Iterable
 
 import pytest
 from sqlalchemy import make_url
@@ -18,6 +14,7 @@ from sqlalchemy import make_url
 from navi_memory.cli import main
 from navi_memory.cli.output import EXIT_PIPE_CLOSED
 from tests import dbtools
+from tests.streams import ClosedPipe, FullDisk
 
 ARGVS = pytest.mark.parametrize(
     "argv",
@@ -46,26 +43,6 @@ def one_user(
     monkeypatch.setenv("DATABASE_URL", db_url)
     monkeypatch.setenv("EMBEDDING_MODEL", "none")
     return uid
-
-
-class FullDisk(io.StringIO):
-    """A stdout on a full disk (`> /dev/full`): every write fails with ENOSPC."""
-
-    def write(self, text: str) -> int:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
-class ClosedPipe(io.StringIO):
-    """A stdout whose reader has gone (`| head -1`): every write fails with EPIPE."""
-
-    def write(self, text: str) -> int:
-        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
 @ARGVS

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any
 
 import asyncpg
@@ -419,7 +419,7 @@ async def test_a_navi_memory_error_from_an_inner_block_passes_an_outer_one_as_it
     again in a message of its own message (the extraction runs units of work inside a
     single_statement block)."""
     inner = errors.ConnectionLostError("lost the connection (inner)")
-    blocks = {
+    blocks: dict[str, Callable[[], AbstractAsyncContextManager[object]]] = {
         "unit_of_work": lambda: unit_of_work(memory.sessionmaker),
         "single_statement": lambda: single_statement(memory.engine),
         "pooled_reads": lambda: pooled_reads(memory.engine),

@@ -9,7 +9,7 @@ import asyncio
 import collections
 import contextlib
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -417,7 +417,7 @@ async def test_a_read_whose_connection_dies_at_its_commit_is_connection_lost(
     uid = uuid.uuid4()
     await memory.users.ensure(uid)
     await memory.sessions.create(user_id=uid)
-    reads = {
+    reads: dict[str, Callable[[], Awaitable[object]]] = {
         "sessions.list": lambda: memory.sessions.list(user_id=uid),
         "store.get_all_facts": lambda: memory.store.get_all_facts(uid),
         "extractor.process_stale_sessions": lambda: memory.extractor.process_stale_sessions(
@@ -429,7 +429,7 @@ async def test_a_read_whose_connection_dies_at_its_commit_is_connection_lost(
     async def commit_on_a_dying_connection(self: asyncpg.transaction.Transaction) -> None:
         nonlocal commits
         commits += 1
-        self._connection.terminate()  # type: ignore[attr-defined]
+        self._connection.terminate()
         raise asyncpg.exceptions.ConnectionDoesNotExistError(
             "connection was closed in the middle of operation"
         )

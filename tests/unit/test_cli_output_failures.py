@@ -4,17 +4,14 @@ opened, or writes nothing that needs one."""
 
 from __future__ import annotations
 
-import errno
-import io
-import os
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from navi_memory.cli import main
 from navi_memory.cli.output import EXIT_PIPE_CLOSED
+from tests.streams import ClosedPipe, FullDisk
 
 
 @pytest.fixture(autouse=True)
@@ -39,16 +36,6 @@ def test_an_import_line_with_an_integer_too_long_to_convert_is_not_json(
     assert "bug" not in said and said.count("\n") == 1
 
 
-class FullDisk(io.StringIO):
-    """A stdout on a full disk (`> /dev/full`): every write fails with ENOSPC."""
-
-    def write(self, text: str) -> int:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
 def test_a_full_disk_on_stdout_is_one_line_not_a_bug(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -58,17 +45,6 @@ def test_a_full_disk_on_stdout_is_one_line_not_a_bug(
     assert main(["--version"]) == 1
     said = capsys.readouterr().err
     assert said == "navi-memory: cannot write the output: No space left on device\n"
-
-
-class ClosedPipe(io.StringIO):
-    """A stdout whose reader has gone (`| head -1` after its line): every write fails with
-    EPIPE."""
-
-    def write(self, text: str) -> int:
-        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
 def test_a_closed_pipe_on_stdout_ends_quietly_with_141(
