@@ -76,9 +76,21 @@ _NEW_TSV = """
 """0006's, on the spelling: still inlined into navi_chunk_tsv and the statements."""
 
 
-def _utf8() -> bool:
-    row = op.get_bind().exec_driver_sql("SHOW server_encoding").fetchone()
-    return row is not None and row[0] == "UTF8"
+def _by_encoding(utf8: str, other: str) -> str:
+    """One DO block running ``utf8`` on a UTF8 database and ``other`` on any other: the
+    server reads its own encoding, so `navi-memory migrate --sql` (offline: no database to
+    ask) prints a script that decides when it runs. Each is one statement."""
+    return f"""
+    DO $navi0023$
+    BEGIN
+        IF current_setting('server_encoding') = 'UTF8' THEN
+            EXECUTE $utf8${utf8}$utf8$;
+        ELSE
+            EXECUTE $other${other}$other$;
+        END IF;
+    END
+    $navi0023$
+    """
 
 
 def _spelling(utf8: bool) -> str:
@@ -104,17 +116,21 @@ def _read_apart(text: str, utf8: bool) -> str:
     return f"(octet_length({text}) <> length({text}) AND {text} IS NOT NFC NORMALIZED) OR {names}"
 
 
-def _realign(utf8: bool) -> None:
-    """The stored tsvectors made by the other function made again by navi_chunk_tsv, where
-    they differ; memory_chunk_terms' rows deleted and inserted, so that its triggers keep the
-    statistics and document frequencies in step."""
+def _remade(utf8: bool) -> str:
     text = "c.content || E'\\n' || array_to_string(c.breadcrumbs, E'\\n')"
-    # The filter first, then the tsvector of the rows it keeps only.
-    op.execute(
+    return (
         "CREATE TEMPORARY TABLE navi_0023_remade AS"
         " SELECT c.id, navi_chunk_tsv(c.content, c.breadcrumbs) AS tsv FROM memory_chunks c"
         f" WHERE {_read_apart(text, utf8)}"
     )
+
+
+def _realign() -> None:
+    """The stored tsvectors made by the other function made again by navi_chunk_tsv, where
+    they differ; memory_chunk_terms' rows deleted and inserted, so that its triggers keep the
+    statistics and document frequencies in step."""
+    # The filter first, then the tsvector of the rows it keeps only.
+    op.execute(_by_encoding(_remade(utf8=True), _remade(utf8=False)))
     op.execute(
         "UPDATE memory_chunk_text_queue q SET tsv = r.tsv FROM navi_0023_remade r"
         " WHERE q.chunk_id = r.id AND q.tsv IS NOT NULL AND q.tsv <> r.tsv"
@@ -142,14 +158,12 @@ def _realign(utf8: bool) -> None:
 
 
 def upgrade() -> None:
-    utf8 = _utf8()
-    op.execute(_spelling(utf8))
+    op.execute(_by_encoding(_spelling(utf8=True), _spelling(utf8=False)))
     op.execute(_NEW_TSV)
-    _realign(utf8)
+    _realign()
 
 
 def downgrade() -> None:
-    utf8 = _utf8()
     op.execute(_OLD_TSV)
     op.execute("DROP FUNCTION navi_text_spelling(text)")
-    _realign(utf8)
+    _realign()
