@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from navi_memory import Memory
+from navi_memory import ChunkDraft, Memory
 
 
 async def new_user(memory: Memory, name: str | None = None) -> uuid.UUID:
@@ -166,3 +168,21 @@ async def statements_on(
         event.remove(engine.sync_engine.pool, "checkout", checkout)
         for driver in loggers:
             driver.remove_query_logger(logged)
+
+
+CHUNK_T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+"""When chunk_draft's chunks begin: chunk ``seq`` ends ``seq`` minutes later."""
+
+
+def chunk_draft(content: str, seq: int, breadcrumbs: Sequence[str] = ()) -> ChunkDraft:
+    """A chunk of one message, ``seq``, ``seq`` minutes after CHUNK_T0 (so a higher seq is
+    newer), its hash the content's."""
+    return ChunkDraft(
+        content=content,
+        content_hash=hashlib.sha256(content.encode()).hexdigest(),
+        start_seq=seq,
+        end_seq=seq,
+        started_at=CHUNK_T0 + timedelta(minutes=seq),
+        ended_at=CHUNK_T0 + timedelta(minutes=seq),
+        breadcrumbs=list(breadcrumbs),
+    )

@@ -4,11 +4,9 @@ text index: test_chunk_text_index.py)."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ from navi_memory.repositories.chunks import ChunkRepository, ChunkSearchReposito
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
+from tests.integration.factories import chunk_draft as draft
 from tests.integration.factories import (
     execute,
     new_user,
@@ -30,7 +29,6 @@ from tests.integration.factories import (
     wait_for_a_sleeping_statement,
 )
 
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 TOPICS = (
     "the staging database runs on port 5433 behind pgbouncer",
     "deploys go out through the blue green pipeline on fridays",
@@ -41,18 +39,6 @@ TOPICS = (
     "the search service answers in 12 ms at p50",
     "we chose PostgreSQL 18 with pgvector for the memory store",
 )
-
-
-def draft(content: str, seq: int) -> ChunkDraft:
-    return ChunkDraft(
-        content=content,
-        content_hash=hashlib.sha256(content.encode()).hexdigest(),
-        start_seq=seq,
-        end_seq=seq,
-        started_at=T0 + timedelta(minutes=seq),
-        ended_at=T0 + timedelta(minutes=seq),
-        breadcrumbs=[],
-    )
 
 
 def drafts(prefix: str, count: int = len(TOPICS)) -> list[ChunkDraft]:

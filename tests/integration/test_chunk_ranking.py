@@ -3,11 +3,9 @@ per-user statistics, the index serving the query, and the fusion with the vector
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +14,6 @@ from sqlalchemy import text
 from navi_memory import Memory, open_memory
 from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1, CHUNK_FUSION_VECTOR_WEIGHT
 from navi_memory.repositories.chunks import ranked_text_sql
-from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from navi_memory.testing.hashing import hashed_embedding
 from tests.conftest import make_settings
@@ -28,20 +25,7 @@ from tests.integration.factories import (
     plan_nodes,
     scalar,
 )
-
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-
-
-def draft(content: str, seq: int, breadcrumbs: list[str] | None = None) -> ChunkDraft:
-    return ChunkDraft(
-        content=content,
-        content_hash=hashlib.sha256(content.encode()).hexdigest(),
-        start_seq=seq,
-        end_seq=seq,
-        started_at=T0 + timedelta(minutes=seq),
-        ended_at=T0 + timedelta(minutes=seq),
-        breadcrumbs=breadcrumbs or [],
-    )
+from tests.integration.factories import chunk_draft as draft
 
 
 @pytest.fixture

@@ -4,10 +4,8 @@ alike (the same scores, to the bit, however far the indexer got)."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -19,10 +17,9 @@ from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from navi_memory.text.terms import query_terms
 from tests.conftest import make_settings
+from tests.integration.factories import chunk_draft as draft
 from tests.integration.factories import execute, new_user, scalar, statements_on
 from tests.seed import seed_user
-
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 NOTES = (
     "User: the staging database runs on port 5433 behind pgbouncer",
@@ -46,18 +43,6 @@ QUERIES = (
     "invoice euros 4120",
     "pgbouncer pool",
 )
-
-
-def draft(content: str, seq: int, breadcrumbs: list[str] | None = None) -> ChunkDraft:
-    return ChunkDraft(
-        content=content,
-        content_hash=hashlib.sha256(content.encode()).hexdigest(),
-        start_seq=seq,
-        end_seq=seq,
-        started_at=T0 + timedelta(minutes=seq),
-        ended_at=T0 + timedelta(minutes=seq),
-        breadcrumbs=breadcrumbs or [],
-    )
 
 
 def drafts(prefix: str = "") -> list[ChunkDraft]:

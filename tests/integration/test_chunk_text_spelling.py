@@ -3,33 +3,16 @@ with "#" or "++" ("C#", "C++") as a word of its own, not the bare letter (revisi
 
 from __future__ import annotations
 
-import hashlib
-from datetime import UTC, datetime, timedelta
-
 import pytest
 
 from navi_memory import open_memory
-from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama, ScriptedChatModel
 from tests.conftest import make_settings
+from tests.integration.factories import chunk_draft as draft
 from tests.integration.factories import new_user, scalar
-
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 COMPOSED = "Z\u00fcrich"
 DECOMPOSED = "Zu\u0308rich"
-
-
-def draft(content: str, seq: int) -> ChunkDraft:
-    return ChunkDraft(
-        content=content,
-        content_hash=hashlib.sha256(content.encode()).hexdigest(),
-        start_seq=seq,
-        end_seq=seq,
-        started_at=T0 + timedelta(minutes=seq),
-        ended_at=T0 + timedelta(minutes=seq),
-        breadcrumbs=[],
-    )
 
 
 async def test_a_chunk_stored_decomposed_is_found_by_either_form_before_and_after_indexing(

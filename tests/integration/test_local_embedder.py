@@ -5,33 +5,17 @@ Skips when the ``[local]`` extra is not installed (`make test-local` installs it
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import uuid
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from navi_memory import open_memory, request_context
 from navi_memory.llm import GuardedEmbedder, LocalEmbedder
-from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
+from tests.integration.factories import chunk_draft as draft
 from tests.integration.factories import scalar
-
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-
-
-def draft(content: str, seq: int) -> ChunkDraft:
-    return ChunkDraft(
-        content=content,
-        content_hash=hashlib.sha256(content.encode()).hexdigest(),
-        start_seq=seq,
-        end_seq=seq,
-        started_at=T0 + timedelta(minutes=seq),
-        ended_at=T0 + timedelta(minutes=seq),
-    )
-
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("sentence_transformers") is None
