@@ -20,8 +20,9 @@ from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.repositories.chunks import ranked_text_sql, settled_rows
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
+from tests.integration.factories import chunk_draft as draft
 from tests.integration.factories import execute, new_user, plan_nodes, scalar, statements_on
-from tests.integration.test_chunk_index import QUERIES, TOPICS, draft, drafts
+from tests.integration.test_chunk_index import QUERIES, TOPICS, drafts
 
 GRAPH_FROM = 10
 

@@ -24,8 +24,8 @@ from navi_memory.repositories.chunks import ranked_text_sql, settled_rows
 from navi_memory.repositories.statements import _driver_text, statement
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
-from tests.integration.factories import execute, new_user, plan_nodes
-from tests.integration.test_chunk_index import T0, TOPICS, drafts
+from tests.integration.factories import CHUNK_T0, execute, new_user, plan_nodes
+from tests.integration.test_chunk_index import TOPICS, drafts
 from tests.integration.test_search import add_summary
 
 QUERIES = [*TOPICS[:5], "pgbouncer 5433", "nothing matches zzzz", "backup invoice berlin"]
@@ -159,8 +159,8 @@ async def test_the_small_statement_returns_the_plain_statements_rows_wherever_th
     await manual.store.add_chunks(drafts("c", 3), user_id=uid, session_id="s3")
     fake_ollama.mode = "ok"
     await manual.sessions.create("s2", user_id=uid)
-    # A summary in the middle of s2's chunks (they end T0 + 0..19 minutes).
-    await add_summary(manual, "s2", T0 + timedelta(minutes=10))
+    # A summary in the middle of s2's chunks (they end CHUNK_T0 + 0..19 minutes).
+    await add_summary(manual, "s2", CHUNK_T0 + timedelta(minutes=10))
     sides = await manual_sides(manual, uid)
     assert sides["graph"] > 0 and sides["beside"] > 0
     assert sides["made"] > 0 and sides["unmade"] > 0 and sides["no vector"] == 3
