@@ -59,6 +59,8 @@ VALID: Final[dict[str, Callable[[World], Arguments]]] = {
     },
     "store.search_facts": lambda w: {"query": "editor", "user_id": w.me, "limit": 5},
     "store.delete_fact": lambda w: {"key": SPARE_KEY, "category": "tools", "user_id": w.me},
+    "store.delete_facts": lambda w: {"key": SPARE_KEY, "category": "tools", "user_id": w.me},
+    "store.forget_facts": lambda w: {"key": SPARE_KEY, "category": "tools", "user_id": w.me},
     "store.get_all_facts": lambda w: {
         "user_id": w.me,
         "all_users": False,
