@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: help install test test-slow test-cli test-wheel soak lint migrate demo backfill reembed extract bench bench-large bench-quality test-local doctor clean
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
