@@ -36,9 +36,10 @@ def extract(
     """Extract facts from every stale session (idle `MEMORY_STALE_MINUTES`, not extracted since).
 
     Each session's facts are upserted with dedupe, the user's summary is rewritten from their
-    facts, and the session is marked. A session whose model call fails stays unmarked and is
-    retried next run; any failure makes the exit code 1. Three sessions in a row failed by the
-    chat model stop the run (the rest wait for the next one).
+    facts, and the session is marked; a summary set by hand (`navi-memory summary set`) or
+    imported is replaced only by a session that gives facts. A session whose model call fails
+    stays unmarked and is retried next run; any failure makes the exit code 1. Three sessions
+    in a row failed by the chat model stop the run (the rest wait for the next one).
     """
     settings = load_settings()
     progress = Progress(

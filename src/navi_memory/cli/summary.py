@@ -58,7 +58,11 @@ def set_summary(
     user: UserOption,
     text: Annotated[str, typer.Argument(help="The new summary; `-` reads it from stdin.")],
 ) -> None:
-    """Replace the user's summary (the extractor rewrites it after its next run)."""
+    """Replace the user's summary; the user must exist (users are created by the application).
+
+    A summary set here is of unknown origin: the extractor leaves it as it is until it
+    extracts a session of the user that gives facts, and then rewrites it from their facts.
+    """
     content = _read_stdin() if text == "-" else text
     settings = load_settings()
 

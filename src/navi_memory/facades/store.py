@@ -244,8 +244,10 @@ class MemoryStore:
         """Vector hits (cosine distance < 0.3, nearest first), then text hits up to ``limit``.
 
         Text hits match any query term in category, key or value (ILIKE, wildcards escaped),
-        most terms first; with no embedding to be had the text pass alone answers. An empty
-        query lists the most recently updated facts.
+        most terms first; of those matching as many terms, a fact holding the whole query
+        verbatim (a query of up to 200 characters) first, then the most recently updated; with
+        no embedding to be had the text pass alone answers. An empty query lists the most
+        recently updated facts.
         """
         scope = read_scope(user_id)
         query = check_text("query", query, allow_empty=True)
