@@ -98,7 +98,9 @@ async def agent_turn(
 
 async def main(model_name: str) -> None:
     settings = Settings()
-    model = OllamaChatModel(settings.ollama_host, model_name, timeout=300)
+    model = OllamaChatModel(
+        settings.ollama_host, model_name, timeout=300, num_ctx=settings.memory_llm_num_ctx
+    )
     user_id = uuid.UUID(int=1)
     async with open_memory(settings) as memory:
         await memory.users.ensure(user_id, "You")
