@@ -900,7 +900,8 @@ class FactSearchRepository:
         params: dict[str, Any] = {
             "limit": limit,
             "patterns": term_patterns(terms),
-            "phrases": term_patterns([phrase]) if phrase else [],
+            # A one-word query is its own phrase: nothing to look for twice.
+            "phrases": term_patterns([phrase]) if phrase and list(terms) != [phrase] else [],
         }
         if user_id is not None:
             params["uid"] = user_id
