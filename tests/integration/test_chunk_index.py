@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
+from navi_memory.jobs.queue_indexer import RETRY_DELAYS
 from navi_memory.repositories.chunks import ChunkRepository, ChunkSearchRepository, IndexedBatch
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
@@ -707,6 +708,31 @@ async def test_an_explicit_drain_runs_every_lane_and_counts_each_chunk_once(
         await refuse_inserts(manual, "memory_chunk_terms", refuse=False)
     assert await manual.store.pending_chunk_count() == 12
     assert await indexer.drain_all() == 12
+
+
+async def test_waits_during_an_outage_do_not_use_up_the_background_retries(
+    manual: Memory,
+) -> None:
+    """wait_settled() wakes a background drain sleeping before a retry; while the database
+    still refuses, that early retry fails — and must not count against RETRY_DELAYS, or a
+    caller polling the wait during an outage spends the 80 s in milliseconds: the drain gave
+    up (index_failed), and nothing drained the queue once the database was back."""
+    memory = manual
+    uid = await new_user(memory)
+    await refuse_inserts(memory, "memory_chunk_vectors", True)
+    await memory.store.add_chunks(drafts("w"), user_id=uid, session_id="s1")
+    indexer = ChunkIndexer(memory.sessionmaker, batch_size=8, background=True)
+    try:
+        indexer.kick()
+        await asyncio.wait_for(indexer.wait_batches(), 10)
+        for _ in range(len(RETRY_DELAYS) + 1):
+            await asyncio.wait_for(indexer.wait_settled(), 10)
+        assert indexer.running  # still in its first sleep (0.25 s), not given up
+        await refuse_inserts(memory, "memory_chunk_vectors", False)
+        await asyncio.wait_for(indexer.wait_idle(), 10)  # the scheduled retry drains
+        assert await counts(memory) == (0, 8)
+    finally:
+        await indexer.aclose()
 
 
 async def test_an_explicit_drain_skips_and_ends_a_background_retrys_sleep(manual: Memory) -> None:

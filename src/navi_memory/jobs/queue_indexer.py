@@ -16,7 +16,6 @@ processes at once and a trickle by one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -174,21 +173,25 @@ class QueueIndexer:
                 # The queue keeps its rows, and search reads them exactly meanwhile.
                 if failures < len(self._retry_delays) and not self._closing:
                     delay = self._retry_delays[failures]
-                    failures += 1
                     logger.info(
                         "%s.index_retry: %s (retry %d in %.2g s)",
                         self.events,
                         exc,
-                        failures,
+                        failures + 1,
                         delay,
                         extra={"event": f"{self.events}.index_retry"},
                     )
                     self._woken.clear()
                     self._retry_pending.set()
                     try:
-                        await self._sleep(delay, until=self._woken)
+                        woken = await self._sleep(delay, until=self._woken)
                     finally:
                         self._retry_pending.clear()
+                    # A retry a caller's wake() started early does not use up a retry: the
+                    # schedule (80 s in all) is time the database gets to come back, and a
+                    # caller polling wait_settled() during an outage must not spend it.
+                    if not woken:
+                        failures += 1
                     self._again = True
                     continue
                 logger.warning(
@@ -220,10 +223,14 @@ class QueueIndexer:
                 # and the writer pays a transaction of the indexer's every other write.
                 await self._sleep(self.gather_seconds)
 
-    async def _sleep(self, seconds: float, *, until: asyncio.Event | None = None) -> None:
-        """Sleep, but wake at once when the indexer is closed (or ``until`` is set)."""
-        with contextlib.suppress(TimeoutError):
+    async def _sleep(self, seconds: float, *, until: asyncio.Event | None = None) -> bool:
+        """Sleep, but wake at once when the indexer is closed (or ``until`` is set); whether
+        it was woken before the time was up."""
+        try:
             await asyncio.wait_for((until or self._closed).wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
 
     def wake(self) -> None:
         """End the sleep before a retry of a background drain that failed, this indexer's and
