@@ -532,7 +532,7 @@ _SUMMARY_FENCE: Final = re.compile(r"\A```[\w-]*[^\S\n]*\n(.*?)\n?```\Z", re.DOT
 def parse_summary(reply: str, *, max_chars: int = FACT_SUMMARY_MAX_CHARS) -> str:
     """The summary text of a model's reply: cleaned, unfenced, cut to ``max_chars``.
 
-    Raises ``ExtractionError`` when nothing is left: the old summary is better than none.
+    Raises ``ExtractionError`` when no word is left: the old summary is better than none.
     """
     text = _clean(reply).strip()
     fenced = _SUMMARY_FENCE.match(text)
@@ -540,4 +540,7 @@ def parse_summary(reply: str, *, max_chars: int = FACT_SUMMARY_MAX_CHARS) -> str
         text = fenced.group(1).strip()
     if not text:
         raise ExtractionError("the model's summary reply is empty")
+    if not any(character.isalnum() for character in text):
+        # Punctuation alone, or what cleaning left of NUL bytes and lone surrogates ("?").
+        raise ExtractionError("the model's summary reply holds no word")
     return elide_middle(text, max_chars)

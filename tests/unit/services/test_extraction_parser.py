@@ -520,7 +520,9 @@ def test_long_summary_is_cut_in_the_middle() -> None:
     assert summary.endswith("End.")
 
 
-@pytest.mark.parametrize("reply", ["", "   \n", "```\n\n```", "\x00"])
+@pytest.mark.parametrize(
+    "reply", ["", "   \n", "```\n\n```", "\x00", "\x00\ud800", "\ud800\udfff", "...", "?"]
+)
 def test_empty_summary_is_an_extraction_error(reply: str) -> None:
     """Nothing left to store: ExtractionError, so the old summary stays."""
     with pytest.raises(ExtractionError):
