@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
+from dataclasses import dataclass
 
 from navi_memory.constants import PERMISSION_MAX_CHARS, PERMISSION_READ_ALL, SESSION_ID_MAX_CHARS
 from navi_memory.errors import InvalidInputError, InvalidTypeError, PermissionDeniedError
@@ -46,15 +47,33 @@ def as_user_id(value: uuid.UUID | str) -> uuid.UUID:
     raise InvalidTypeError(f"user_id must be a UUID, got {type(value).__name__}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """What one entered request_context block set."""
+
+    block: request_context
+    user_id: uuid.UUID | None
+    session_id: str | None
+    permissions: frozenset[str]
+
+
+_frames: ContextVar[tuple[_Frame, ...]] = ContextVar("navi_memory_request_frames", default=())
+"""The blocks entered in this context and not yet left, innermost last: the current values are
+always the innermost block's (none: no user, no session, no permission)."""
+
+
 class request_context(AbstractContextManager[None]):  # lower case: it replaced a function
     """Set the current user, session and permissions for the code inside the block.
 
     Every argument is checked when the call is made, before anything is set: a bad one raises
     InvalidInputError (InvalidTypeError for a wrong type) and the context stays as it was. On
-    leaving the block, by any path, the outer values come back.
+    leaving the block, by any path, the values of the innermost block still entered come back
+    (none left: no user). Blocks left out of order — two streaming generators of one task,
+    each holding a block across its ``yield``s, closed in the order they started — therefore
+    never leave an earlier block's user behind once every block is left.
     """
 
-    __slots__ = ("_permissions", "_session_id", "_tokens", "_user_id")
+    __slots__ = ("_permissions", "_session_id", "_token", "_user_id")
 
     def __init__(
         self,
@@ -69,42 +88,41 @@ class request_context(AbstractContextManager[None]):  # lower case: it replaced 
             else check_text("session_id", session_id, max_chars=SESSION_ID_MAX_CHARS)
         )
         self._permissions = _check_permissions(permissions)
-        self._tokens: (
-            tuple[Token[uuid.UUID | None], Token[str | None], Token[frozenset[str]]] | None
-        ) = None
+        self._token: Token[tuple[_Frame, ...]] | None = None
 
     def __enter__(self) -> None:
-        if self._tokens is not None:
+        if self._token is not None:
             raise InvalidInputError("a request_context(...) block cannot be entered twice")
-        user = _user.set(self._user_id)
-        try:
-            session = _session.set(self._session_id)
-            try:
-                self._tokens = (user, session, _permissions.set(self._permissions))
-            except BaseException:
-                _session.reset(session)
-                raise
-        except BaseException:
-            _user.reset(user)
-            raise
+        frame = _Frame(self, self._user_id, self._session_id, self._permissions)
+        self._token = _frames.set((*_frames.get(), frame))
+        _apply(frame)
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._tokens is None:
+        if self._token is None:
             raise InvalidInputError("a request_context(...) block was left without being entered")
-        user, session, permissions = self._tokens
-        self._tokens = None
+        token, self._token = self._token, None
+        entered = _frames.get()
         try:
-            _permissions.reset(permissions)
-        except ValueError as exc:  # the tokens belong to another context (another task's)
+            _frames.reset(token)  # only to learn that this is the context it was entered in
+        except ValueError as exc:  # the token belongs to another context (another task's)
             raise InvalidInputError(
                 "a request_context(...) block was left in another context than the one it was "
                 "entered in: enter and leave it in the same task (a `with` block in one "
-                "coroutine, not a set-up and a tear-down run by different tasks)"
+                "coroutine, not a set-up and a tear-down run by different tasks); the context "
+                "it was entered in keeps its values"
             ) from exc
-        try:
-            _session.reset(session)
-        finally:
-            _user.reset(user)
+        # Not the values from before this block (reset's): a block entered after it may have
+        # been left already, and those would be its user's. The innermost block still in.
+        still_in = tuple(frame for frame in entered if frame.block is not self)
+        _frames.set(still_in)
+        _apply(still_in[-1] if still_in else None)
+
+
+def _apply(frame: _Frame | None) -> None:
+    """Make ``frame``'s values the current ones (None: no user, no session, no permission)."""
+    _user.set(None if frame is None else frame.user_id)
+    _session.set(None if frame is None else frame.session_id)
+    _permissions.set(frozenset() if frame is None else frame.permissions)
 
 
 def _check_permissions(permissions: object) -> frozenset[str]:

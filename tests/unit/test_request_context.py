@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncGenerator
 
 import pytest
 
 from navi_memory import PERMISSION_READ_ALL, PermissionDeniedError, request_context
 from navi_memory.errors import InvalidTypeError
-from navi_memory.request_context import current_user_id, read_scope, write_scope
+from navi_memory.request_context import (
+    current_permissions,
+    current_session_id,
+    current_user_id,
+    read_scope,
+    write_scope,
+)
 
 ALICE, BOB = uuid.uuid4(), uuid.uuid4()
 
@@ -138,3 +145,58 @@ def test_leaving_the_block_in_another_context_is_a_navi_error() -> None:
     with pytest.raises(InvalidInputError, match="same task"):
         manager.__exit__(None, None, None)
     assert _context() == (None, None, frozenset())
+
+
+def test_blocks_left_out_of_order_leave_no_user_behind() -> None:
+    """Entered Alice then Bob, left Alice then Bob (two blocks not nested: an ExitStack, two
+    generators): while Bob's block is in Bob is current, and once both are left nobody is — a
+    ContextVar reset put back the value from before Bob's block, Alice, and a write without a
+    user went into her memory."""
+    alice = request_context(user_id=ALICE, session_id="a", permissions=[PERMISSION_READ_ALL])
+    bob = request_context(user_id=BOB, session_id="b")
+    alice.__enter__()
+    bob.__enter__()
+    alice.__exit__(None, None, None)
+    assert (current_user_id(), current_session_id(), current_permissions()) == (
+        BOB,
+        "b",
+        frozenset(),
+    )
+    bob.__exit__(None, None, None)
+    assert (current_user_id(), current_session_id(), current_permissions()) == (
+        None,
+        None,
+        frozenset(),
+    )
+    with pytest.raises(PermissionDeniedError):
+        write_scope(None)
+
+
+async def test_two_streaming_generators_closed_in_the_order_they_started() -> None:
+    """The same through async generators, each holding a block across its yields."""
+
+    async def stream(user: uuid.UUID) -> AsyncGenerator[uuid.UUID | None]:
+        with request_context(user_id=user):
+            yield current_user_id()
+            yield current_user_id()
+
+    first, second = stream(ALICE), stream(BOB)
+    assert await anext(first) == ALICE
+    assert await anext(second) == BOB
+    await first.aclose()
+    assert current_user_id() == BOB  # Bob's block is still in
+    await second.aclose()
+    assert current_user_id() is None
+
+
+def test_a_block_left_out_of_order_inside_an_outer_one_gives_back_the_outer_values() -> None:
+    """Outer Alice; inside it two blocks left out of order: after both, Alice again."""
+    with request_context(user_id=ALICE):
+        inner_a, inner_b = request_context(user_id=BOB), request_context(user_id=None)
+        inner_a.__enter__()
+        inner_b.__enter__()
+        inner_a.__exit__(None, None, None)
+        assert current_user_id() is None  # inner_b's: no user
+        inner_b.__exit__(None, None, None)
+        assert current_user_id() == ALICE
+    assert current_user_id() is None
