@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from navi_memory import Memory, request_context
+from navi_memory import InvalidTypeError, Memory, request_context
 from navi_memory.llm.chat import checked_tool_specs
 from navi_memory.tools import MemoryTools, Tool, ToolContext
 from tests.integration.factories import execute, new_user, refuse_inserts, scalar
@@ -368,6 +368,15 @@ async def test_an_unknown_tool_answers_an_error_text(memory: Memory) -> None:
     assert answer.startswith("tools error: there is no tool 'web_search'")
     assert "memory" in answer and "scratchpad" in answer
     assert (await memory.tools.call(None, {}, ctx)).startswith("tools error:")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", [["memory"], {"memory": 1}, 7, None])
+async def test_a_tool_asked_for_by_a_name_that_is_not_text_is_a_type_error(
+    memory: Memory, name: object
+) -> None:
+    """MemoryTools.tool(name): a list or a dict raised a raw TypeError (unhashable)."""
+    with pytest.raises(InvalidTypeError, match="name must be a str"):
+        memory.tools.tool(name)  # type: ignore[arg-type]
 
 
 async def test_a_storage_failure_answers_an_error_text(

@@ -150,8 +150,8 @@ def describe_failure(exc: BaseException, timeout: float) -> str:
     if isinstance(exc, RecursionError):
         return "answered JSON nested too deeply to read"
     if isinstance(exc, pydantic.ValidationError | TypeError):
-        return f"answered JSON of the wrong shape: {shorten(str(exc))}"
-    return f"failed: {type(exc).__name__}: {shorten(str(exc))}"
+        return f"answered JSON of the wrong shape: {reason(exc)}"
+    return f"failed: {type(exc).__name__}: {reason(exc)}"
 
 
 def type_phrase(value: object) -> str:
@@ -160,6 +160,16 @@ def type_phrase(value: object) -> str:
         return "None"
     name = type(value).__name__
     return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
+
+
+def reason(exc: BaseException) -> str:
+    """What ``exc`` says, shortened (``shorten``); an exception whose ``str()`` itself fails
+    (a host's own error class) is named by its type instead of failing the message."""
+    try:
+        text = str(exc)
+    except Exception:
+        return f"(a {type(exc).__name__} whose message cannot be read)"
+    return shorten(text)
 
 
 def shorten(text: str) -> str:

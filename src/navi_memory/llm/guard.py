@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from navi_memory.constants import EMBEDDING_DIM
 from navi_memory.errors import ChatModelError, ConfigError, EmbeddingError, NaviMemoryError
-from navi_memory.llm._ollama import ClientOwner, shorten, type_phrase
+from navi_memory.llm._ollama import ClientOwner, reason, type_phrase
 from navi_memory.llm.chat import (
     ChatMessages,
     ChatModel,
@@ -170,10 +170,11 @@ class GuardedChatModel:
             raise self._junk(f"{type_phrase(answer)} instead of a ChatReply")
         if not isinstance(answer.text, str):
             raise self._junk(f"reply text of type {type(answer.text).__name__}")
+        text = str.__str__(answer.text)  # a str subclass's own methods never run here
         calls = reply_tool_calls(answer.tool_calls, self._subject)
-        if not answer.text.strip() and not calls:
+        if not text.strip() and not calls:
             raise self._junk("an empty reply (no text and no tool calls)")
-        return ChatReply(answer.text, calls)
+        return ChatReply(text, calls)
 
     async def aclose(self) -> None:
         """Close ``inner`` (if it has an ``aclose``)."""
@@ -182,9 +183,11 @@ class GuardedChatModel:
     def _text(self, answer: object) -> str:
         if not isinstance(answer, str):
             raise self._junk(f"{type_phrase(answer)} instead of text")
-        if not answer.strip():
+        # A plain str: a host model's str subclass could run code of its own in strip().
+        text = str.__str__(answer)
+        if not text.strip():
             raise self._junk("an empty reply")
-        return answer
+        return text
 
     def _junk(self, what: str) -> ChatModelError:
         return ChatModelError(f"{self._subject} returned {what}")
@@ -246,7 +249,7 @@ async def _guarded(
     except Exception as exc:  # BaseException-only ones (cancellation, exit) propagate
         if deadline.expired():
             raise error(f"{subject} did not answer within {timer:g} s ({setting})") from exc
-        raise error(f"{subject} failed: {type(exc).__name__}: {shorten(str(exc))}") from exc
+        raise error(f"{subject} failed: {type(exc).__name__}: {reason(exc)}") from exc
 
 
 async def _close(inner: object) -> None:

@@ -13,6 +13,7 @@ from navi_memory.tools.base import Tool, ToolContext, tool_error
 from navi_memory.tools.memory import MEMORY
 from navi_memory.tools.memory_search import MEMORY_SEARCH
 from navi_memory.tools.scratchpad import SCRATCHPAD
+from navi_memory.validation import check_text
 
 __all__ = ["TOOL_NAME_ECHO_MAX_CHARS", "MemoryTools"]
 
@@ -44,6 +45,7 @@ class MemoryTools:
 
     def tool(self, name: str) -> Tool:
         """The tool called ``name`` (NotFoundError when there is none)."""
+        name = check_text("name", name)
         try:
             return self._tools[name]
         except KeyError:

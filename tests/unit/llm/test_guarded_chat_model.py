@@ -217,6 +217,44 @@ async def test_every_exception_becomes_a_chat_model_error_from_it(
     assert type(exc).__name__ in str(caught.value)
 
 
+class Unprintable(Exception):
+    """A host's error class whose message cannot be read."""
+
+    def __str__(self) -> str:
+        raise ValueError("cannot print me")
+
+
+@pytest.mark.parametrize("inner_type", [CompleteOnly, WithTools])
+@METHODS
+async def test_an_exception_whose_message_cannot_be_read_is_still_a_chat_model_error(
+    inner_type: type[CompleteOnly], method: str
+) -> None:
+    """str() of the model's exception raising (a ValueError escaped the guard itself)."""
+    exc = Unprintable()
+    with pytest.raises(ChatModelError, match="Unprintable whose message cannot be read") as caught:
+        await ask(guard(inner_type(exc)), method)
+    assert caught.value.__cause__ is exc
+
+
+class Booby(str):
+    """A str subclass whose methods run code of their own."""
+
+    def strip(self, chars: str | None = None) -> str:
+        raise RuntimeError("strip broke")
+
+
+async def test_a_str_subclass_reply_comes_back_as_a_plain_str() -> None:
+    """The guard reads a str subclass's characters, never its methods, and hands on a str:
+    from complete, from chat falling back to complete, and as a ChatReply's text."""
+    answer = Booby("A summary.")
+    texts = [
+        await guard(CompleteOnly(answer)).complete(HELLO),
+        (await guard(CompleteOnly(answer)).chat(HELLO)).text,
+        (await guard(WithTools(ChatReply(answer))).chat(HELLO)).text,
+    ]
+    assert [(type(text), text) for text in texts] == [(str, "A summary.")] * 3
+
+
 @METHODS
 async def test_a_chat_model_error_passes_through_as_it_is(method: str) -> None:
     """The model's own ChatModelError is already the right error: it is not wrapped again."""

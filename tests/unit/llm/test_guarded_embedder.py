@@ -222,6 +222,25 @@ async def test_every_exception_becomes_an_embedding_error_from_it(
     assert str(exc) in str(caught.value)
 
 
+class Unprintable(Exception):
+    """A host's error class whose message cannot be read."""
+
+    def __str__(self) -> str:
+        raise ValueError("cannot print me")
+
+
+@CALLS
+async def test_an_exception_whose_message_cannot_be_read_is_still_an_embedding_error(
+    call: str,
+) -> None:
+    """str() of the model's exception raising: a ValueError escaped the guard itself, and
+    search no longer fell back to text."""
+    exc = Unprintable()
+    with pytest.raises(EmbeddingError, match="Unprintable whose message cannot be read") as caught:
+        await embed(guarded(raising(exc)), call)
+    assert caught.value.__cause__ is exc
+
+
 @CALLS
 async def test_an_embedding_error_passes_through_as_it_is(call: str) -> None:
     """The model's own EmbeddingError is already the right error: it is not wrapped again."""
