@@ -3,10 +3,13 @@ escaping, and tenancy (another user's entries and sessions stay invisible)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from datetime import datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from navi_memory import (
     PERMISSION_READ_ALL,
@@ -301,3 +304,31 @@ async def test_a_global_search_needs_read_all_and_then_sees_every_user(
         assert {e.user_id for e in await kv.list(PAD)} == {alice, bob}
         with pytest.raises(InvalidInputError, match="user_id"):
             await kv.get(PAD, "a")
+
+
+async def test_a_set_waiting_on_a_session_holds_up_no_other_write_and_is_dated_when_written(
+    busy_memory: Memory,
+) -> None:
+    """kv.set locks its user's row FOR KEY SHARE (before the session's): a set waiting for a
+    session an append or compression holds must not hold up the same user's set on another
+    session (the lock was FOR NO KEY UPDATE: every write of one user waited for the others).
+    The set that waited is dated when it wrote, not when its transaction began."""
+    memory = busy_memory
+    uid = await new_user(memory)
+    held, free = await new_session_row(memory, uid), await new_session_row(memory, uid)
+    async with memory.engine.connect() as conn:
+        transaction = await conn.begin()
+        await conn.execute(text("SELECT 1 FROM sessions WHERE id = :s FOR UPDATE"), {"s": held})
+        waiting = asyncio.create_task(
+            memory.kv.set(PAD, "a", "written last", session_id=held, user_id=uid)
+        )
+        await asyncio.sleep(0.3)
+        other = await asyncio.wait_for(
+            memory.kv.set(PAD, "b", "written first", session_id=free, user_id=uid), 5
+        )
+        released = await scalar(memory, "SELECT clock_timestamp()")
+        await transaction.rollback()
+    late = await asyncio.wait_for(waiting, 5)
+    assert isinstance(released, datetime)
+    assert late.updated_at >= released > other.updated_at
+    assert late.created_at == late.updated_at

@@ -41,8 +41,17 @@ class KvRepository:
     async def upsert(
         self, user_id: uuid.UUID, scope: str, session_id: str | None, key: str, value: str
     ) -> KvRow:
+        # The time of the write, not of the transaction's start (now(), the columns' default):
+        # a write that waited for a lock is as new as an overwrite's clock_timestamp() says.
+        written = func.clock_timestamp()
         stmt = insert(KvRow).values(
-            user_id=user_id, scope=scope, session_id=session_id, key=key, value=value
+            user_id=user_id,
+            scope=scope,
+            session_id=session_id,
+            key=key,
+            value=value,
+            created_at=written,
+            updated_at=written,
         )
         row_id = await self.session.scalar(
             stmt.on_conflict_do_update(

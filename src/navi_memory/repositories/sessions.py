@@ -161,7 +161,9 @@ class SessionRepository:
         """Lock the user's row FOR KEY SHARE until the transaction ends (a user delete waits;
         other writers of the user's rows do not); False when the user is gone."""
         locked = await self.session.scalar(
-            select(User.id).where(User.id == user_id).with_for_update(key_share=True)
+            # read=True: FOR KEY SHARE. key_share alone is FOR NO KEY UPDATE, which made every
+            # write of one user (kv.set, compressions, extractions) wait for the others.
+            select(User.id).where(User.id == user_id).with_for_update(read=True, key_share=True)
         )
         return locked is not None
 
