@@ -4,6 +4,7 @@ escaping, and tenancy (another user's entries and sessions stay invisible)."""
 from __future__ import annotations
 
 import asyncio
+import unicodedata
 import uuid
 from datetime import datetime
 from typing import Any
@@ -169,6 +170,17 @@ async def test_search_ranks_by_terms_matched_then_recency(memory: Memory, kv: Kv
         ("old", 1),
     ]
     assert hits[0].section == "deploy" and hits[0].session_id == "s1" and hits[0].scope == PAD
+
+
+async def test_one_term_given_in_two_unicode_forms_counts_once(memory: Memory, kv: KvStore) -> None:
+    """ "café" composed and decomposed is one term: counted twice it outranked a row holding
+    two distinct terms."""
+    uid = await new_user(memory)
+    await kv.set(PAD, "b", "menu bar", user_id=uid)
+    await kv.set(PAD, "a", "café", user_id=uid)
+    terms = ["café", unicodedata.normalize("NFD", "café"), "menu", "bar"]
+    hits = await kv.search_values(uid, PAD, terms)
+    assert [(h.key, h.terms_hit) for h in hits] == [("b", 2), ("a", 1)]
 
 
 @pytest.mark.parametrize(

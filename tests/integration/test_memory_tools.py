@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from navi_memory import InvalidTypeError, Memory, request_context
+from navi_memory import PERMISSION_READ_ALL, InvalidTypeError, Memory, request_context
 from navi_memory.llm.chat import checked_tool_specs
 from navi_memory.tools import MemoryTools, Tool, ToolContext
+from navi_memory.tools.scratchpad import LIST_MAX_SECTIONS
 from tests.integration.factories import execute, new_user, refuse_inserts, scalar
 
 
@@ -486,6 +487,61 @@ async def test_scratchpad_without_a_session_is_refused_as_text(memory: Memory) -
     )
     assert answer.startswith("scratchpad error: the scratchpad keeps the notes of one")
     assert await kv_in_db(memory) == 0
+
+
+@pytest.mark.parametrize("action", ["list", "read", "write", "delete"])
+async def test_scratchpad_acting_for_no_user_is_refused_as_text(
+    memory: Memory, action: str
+) -> None:
+    """A context with read_all and a session id but no user: the list used to name every
+    user's sections under that id, mixed and unlabelled; now every action is refused."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    for uid, value in ((alice, "alice's plan"), (bob, "bob's plan")):
+        await execute(
+            memory,
+            "INSERT INTO kv_store (user_id, scope, session_id, key, value) "
+            "VALUES (:u, 'scratchpad', 'shared-id', 'plan', :v)",
+            u=uid,
+            v=value,
+        )
+    admin = ToolContext(session_id="shared-id", permissions=frozenset([PERMISSION_READ_ALL]))
+    arguments = {"action": action, "section": "plan", "text": "x"}
+    answer = await memory.tools.call("scratchpad", arguments, admin)
+    assert answer.startswith("scratchpad error: the scratchpad keeps one user's notes")
+    assert "plan" not in answer.split(":", 1)[1]
+    assert await kv_in_db(memory) == 2
+
+
+async def test_scratchpad_blank_text_clears_the_section(memory: Memory) -> None:
+    """Text of blanks only is no note: stored empty, read as cleared, found by no search."""
+    ctx = await user_and_session(memory)
+    await memory.tools.call("scratchpad", {"action": "write", "section": "plan", "text": "x"}, ctx)
+    wrote = await memory.tools.call(
+        "scratchpad", {"action": "write", "section": "plan", "text": " \n\t "}, ctx
+    )
+    assert wrote == "scratchpad: wrote section 'plan' (0 characters)"
+    read = await memory.tools.call("scratchpad", {"action": "read", "section": "plan"}, ctx)
+    assert read == "scratchpad section 'plan' is empty (cleared)."
+    found = await memory.tools.call("memory_search", {"query": "plan", "scope": "sketches"}, ctx)
+    assert "nothing found" in found and "1. sketch" not in found
+
+
+async def test_scratchpad_list_names_at_most_a_hundred_sections(memory: Memory) -> None:
+    """5,000 sections listed in a few hundred kB of answer: a model's context holds far less."""
+    ctx = await user_and_session(memory)
+    await execute(
+        memory,
+        "INSERT INTO kv_store (user_id, scope, session_id, key, value) "
+        "SELECT :u, 'scratchpad', :s, 'section-' || lpad(g::text, 4, '0'), 'v' "
+        "FROM generate_series(1, 5000) g",
+        u=ctx.user_id,
+        s=ctx.session_id,
+    )
+    answer = await memory.tools.call("scratchpad", {"action": "list"}, ctx)
+    assert answer.startswith("scratchpad: 5000 section(s)")
+    assert answer.count("• section-") == LIST_MAX_SECTIONS
+    assert answer.endswith(f"… and {5000 - LIST_MAX_SECTIONS:,} more section(s)")
+    assert len(answer) < 20_000
 
 
 BAD_SCRATCHPAD_CALLS: list[tuple[str, Any, str]] = [

@@ -7,6 +7,7 @@ scratchpad's sketches live here (scope ``scratchpad``, one key per section).
 from __future__ import annotations
 
 import builtins
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -52,8 +53,10 @@ def _check_terms(terms: Any) -> list[str]:
     seen: set[str] = set()
     for term in terms:
         term = check_text("term", term, max_chars=KV_TERM_MAX_CHARS, allow_empty=True).strip()
-        if term and term.casefold() not in seen:
-            seen.add(term.casefold())
+        # One term in two Unicode forms is one term (its patterns look for both forms).
+        folded = unicodedata.normalize("NFC", term).casefold()
+        if term and folded not in seen:
+            seen.add(folded)
             kept.append(term)
     return kept[:MAX_QUERY_TERMS]
 

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, Protocol, TypeAlias, get_args
 
 from navi_memory.constants import KV_KEY_MAX_CHARS, SKETCH_SCOPE
 from navi_memory.errors import InvalidInputError
+from navi_memory.request_context import current_user_id
 from navi_memory.schemas import KvEntry
 from navi_memory.text.hits import one_line
 from navi_memory.tools.arguments import choice, optional_text, required_text
@@ -162,6 +163,11 @@ class SketchStore(Protocol):
     ) -> builtins.list[KvEntry]: ...
 
 
+LIST_MAX_SECTIONS: Final = 100
+"""Sections a ``list`` answer names at most (the rest are counted): a conversation may hold
+thousands, and the answer goes into the model's context."""
+
+
 def scratchpad_tool(kv: SketchStore) -> Tool:
     """The ``scratchpad`` tool on ``kv``: the notes of the context's session (kv_store scope
     ``scratchpad``), for the context's user; a context without a session has no notes."""
@@ -175,21 +181,28 @@ def scratchpad_tool(kv: SketchStore) -> Tool:
                 "none (the host sets no session)"
             )
         with context.applied():
-            if isinstance(request, WriteSection):
-                entry = await kv.set(
-                    SKETCH_SCOPE, request.section, request.text, session_id=session_id
+            if current_user_id() is None:
+                # With read_all and no user, a list would mix every user's notes filed under
+                # this session id, unlabelled.
+                raise InvalidInputError(
+                    "the scratchpad keeps one user's notes, and this call acts for no user "
+                    "(the host sets none)"
                 )
+            if isinstance(request, WriteSection):
+                # Blank text clears the section, as empty text does: no blank note is a hit.
+                written = request.text if request.text.strip() else ""
+                entry = await kv.set(SKETCH_SCOPE, request.section, written, session_id=session_id)
                 return f"scratchpad: wrote section {entry.key!r} ({len(entry.value):,} characters)"
             if isinstance(request, ReadSection):
-                text = await kv.get(SKETCH_SCOPE, request.section, session_id=session_id)
-                if text is None:
+                stored = await kv.get(SKETCH_SCOPE, request.section, session_id=session_id)
+                if stored is None:
                     return (
                         f"scratchpad: there is no section {request.section!r} in this "
                         'conversation\'s notes (action "list" names the sections).'
                     )
-                if not text:
+                if not stored.strip():
                     return f"scratchpad section {request.section!r} is empty (cleared)."
-                return f"scratchpad section {request.section!r}:\n{text}"
+                return f"scratchpad section {request.section!r}:\n{stored}"
             if isinstance(request, DeleteSection):
                 if await kv.delete(SKETCH_SCOPE, request.section, session_id=session_id):
                     return f"scratchpad: deleted section {request.section!r}"
@@ -204,8 +217,10 @@ def scratchpad_tool(kv: SketchStore) -> Tool:
         lines.extend(
             f"• {one_line(entry.key)} ({len(entry.value):,} characters, written "
             f"{entry.updated_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)"
-            for entry in entries
+            for entry in entries[:LIST_MAX_SECTIONS]
         )
+        if len(entries) > LIST_MAX_SECTIONS:
+            lines.append(f"… and {len(entries) - LIST_MAX_SECTIONS:,} more section(s)")
         return "\n".join(lines)
 
     return Tool(
