@@ -177,6 +177,15 @@ def is_connection_lost(exc: BaseException) -> bool:
     return False
 
 
+DEADLOCK_DETECTED = "40P01"
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """Whether ``exc`` (a navi_memory error translated from one, or a driver error) is the
+    server ending a transaction as a deadlock's victim: the whole transaction may run again."""
+    return _sqlstate(exc) == DEADLOCK_DETECTED
+
+
 def _sqlstate(exc: BaseException) -> str | None:
     for item in _chain(exc):
         code = getattr(item, "sqlstate", None) or getattr(item, "pgcode", None)

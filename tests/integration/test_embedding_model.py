@@ -8,6 +8,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+import asyncpg
 import pytest
 
 from navi_memory import (
@@ -17,6 +18,7 @@ from navi_memory import (
     Memory,
     PermissionDeniedError,
     Settings,
+    StorageError,
     open_memory,
     request_context,
 )
@@ -379,3 +381,47 @@ async def test_a_record_young_at_the_first_look_is_never_a_leftover_later(
     assert await later.recheck() == OTHER_MODEL
     assert not await later.vectors_made()
     assert await scalar(memory, RECORDED) == OTHER_MODEL
+
+
+@pytest.mark.parametrize(
+    ("raised", "runs"),
+    [
+        (asyncpg.exceptions.DeadlockDetectedError("deadlock detected"), 2),
+        (asyncpg.exceptions.LockNotAvailableError("could not obtain lock"), 1),
+    ],
+    ids=["deadlock", "another error"],
+)
+async def test_replacing_the_vectors_runs_again_when_the_server_picks_it_as_a_deadlocks_victim(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch, raised: Exception, runs: int
+) -> None:
+    """A running application's indexer batch takes the vector tables in another order than
+    the reembed's TRUNCATE: the server may end the reembed's transaction as a deadlock's victim
+    (seen in the suite, where the fixture's background indexers ran beside it). That one runs
+    again, whole; any other database error is raised as it was."""
+    await _stored_memory(memory)
+    await memory.store.wait_fact_indexing()
+    await memory.store.wait_chunk_indexing()
+    clear = EmbeddingModelRepository.clear_vectors
+    calls = 0
+
+    async def victim_once(self: EmbeddingModelRepository) -> None:
+        nonlocal calls
+        calls += 1
+        await clear(self)
+        if calls == 1:
+            raise raised  # as the server ends the transaction, after the clearing began
+
+    monkeypatch.setattr(EmbeddingModelRepository, "clear_vectors", victim_once)
+    record = EmbeddingModelRecord(memory.sessionmaker, model=OTHER_MODEL)
+    if runs == 1:
+        with pytest.raises(StorageError, match="could not obtain lock"):
+            await record.replace_vectors()
+        assert await scalar(memory, RECORDED) == memory.settings.embedding_model
+        assert (
+            await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0
+        )
+    else:
+        await record.replace_vectors()
+        assert await scalar(memory, RECORDED) == OTHER_MODEL
+        assert await scalar(memory, "SELECT count(*) FROM memory_fact_vectors") == 0
+    assert calls == runs

@@ -11,10 +11,12 @@ fills the rows). Logged once as ``memory.embedding_model_changed``; a doctor fin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
 from collections.abc import Callable
+from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -22,7 +24,8 @@ from navi_memory.constants import (
     EMBEDDING_MODEL_CLAIM_AFTER_SECONDS,
     EMBEDDING_MODEL_RECHECK_SECONDS,
 )
-from navi_memory.errors import ConfigError
+from navi_memory.db import is_deadlock
+from navi_memory.errors import ConfigError, StorageError
 from navi_memory.jobs.backfill import Backfill, ProgressCallback
 from navi_memory.llm.embedder import same_model
 from navi_memory.repositories.embedding_model import EmbeddingModelRepository, RecordedModel
@@ -31,6 +34,9 @@ from navi_memory.unit_of_work import unit_of_work
 __all__ = ["EmbeddingModelRecord", "Reembed"]
 
 logger = logging.getLogger(__name__)
+
+REPLACE_DEADLOCK_RETRIES: Final = 3
+"""How many times replace_vectors runs again after the server made it a deadlock's victim."""
 
 
 class EmbeddingModelRecord:
@@ -220,12 +226,31 @@ class EmbeddingModelRecord:
 
     async def replace_vectors(self) -> None:
         """In one transaction: clear every stored vector and the vector indexes' copies and
-        queues, and record ``model`` as the model of record (a mismatch ends)."""
-        async with unit_of_work(self._sessionmaker) as session:
-            repo = EmbeddingModelRepository(session=session)
-            await repo.clear_vectors()
-            await repo.replace(self.model)
-            recorded = await repo.record()
+        queues, and record ``model`` as the model of record (a mismatch ends).
+
+        An indexer batch of a running application takes the same tables in another order
+        (the queue, then the index; TRUNCATE the index first): the server may end this
+        transaction as a deadlock's victim. It is run again then, REPLACE_DEADLOCK_RETRIES
+        times at most: it clears everything anew, so a second run is the first's."""
+        for attempt in range(REPLACE_DEADLOCK_RETRIES + 1):
+            try:
+                async with unit_of_work(self._sessionmaker) as session:
+                    repo = EmbeddingModelRepository(session=session)
+                    await repo.clear_vectors()
+                    await repo.replace(self.model)
+                    recorded = await repo.record()
+                break
+            except StorageError as exc:
+                if attempt == REPLACE_DEADLOCK_RETRIES or not is_deadlock(exc):
+                    raise
+                logger.info(
+                    "embedding_model.replace_retry: %s (again, %d of %d)",
+                    exc,
+                    attempt + 1,
+                    REPLACE_DEADLOCK_RETRIES,
+                    extra={"event": "embedding_model.replace_retry"},
+                )
+                await asyncio.sleep(0.05 * (attempt + 1))
         self._checked_at = self._clock()
         self._seen(recorded, vectors_stored=False)
 
