@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from navi_memory import ChunkDraft, Memory
+
+_T = TypeVar("_T")
 
 
 async def new_user(memory: Memory, name: str | None = None) -> uuid.UUID:
@@ -186,3 +188,24 @@ def chunk_draft(content: str, seq: int, breadcrumbs: Sequence[str] = ()) -> Chun
         ended_at=CHUNK_T0 + timedelta(minutes=seq),
         breadcrumbs=list(breadcrumbs),
     )
+
+
+async def delete_user_during(
+    memory: Memory,
+    user_id: uuid.UUID,
+    work: Coroutine[Any, Any, _T],
+    paused: asyncio.Event,
+    resume: asyncio.Event,
+) -> tuple[_T, bool]:
+    """Run ``work`` until it sets ``paused`` (a write holding its locks, waiting for
+    ``resume``), start ``users.delete(user_id)``, give it 0.3 s to queue behind the write's
+    locks, then resume: (what ``work`` returned, what the delete returned)."""
+    task = asyncio.create_task(work)
+    try:
+        await asyncio.wait_for(paused.wait(), 10)
+        delete = asyncio.create_task(memory.users.delete(user_id))
+        await asyncio.sleep(0.3)
+    finally:
+        resume.set()
+    done = await asyncio.wait_for(task, 10)
+    return done, await asyncio.wait_for(delete, 10)

@@ -29,7 +29,7 @@ from navi_memory.services.chunks import ChunkService
 from navi_memory.services.compression import SUMMARY_PROMPT
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.testing import FakeOllama, ScriptedChatModel
-from tests.integration.factories import new_user, scalar
+from tests.integration.factories import delete_user_during, new_user, scalar
 from tests.integration.test_sessions import chunk_rows, make_store
 
 FALLBACK = "Earlier conversation ({n} messages) was truncated; search memory for details."
@@ -449,16 +449,10 @@ async def test_deleting_the_user_during_a_compressions_write_waits_for_it_withou
         return await write(*args, **kwargs)
 
     monkeypatch.setattr(recorder, "write", pausing)
-    compression = asyncio.create_task(store.compress("s1", keep_last=2, user_id=uid))
-    try:
-        await asyncio.wait_for(paused.wait(), 10)
-        delete = asyncio.create_task(memory.users.delete(uid))
-        await asyncio.sleep(0.3)
-    finally:
-        resume.set()
-    result = await asyncio.wait_for(compression, 10)
+    compression = store.compress("s1", keep_last=2, user_id=uid)
+    result, deleted = await delete_user_during(memory, uid, compression, paused, resume)
     assert result.demoted == 4
-    assert await asyncio.wait_for(delete, 10) is True
+    assert deleted is True
     assert await scalar(memory, "SELECT count(*) FROM sessions") == 0
     assert await scalar(memory, "SELECT count(*) FROM memory_chunks") == 0
 

@@ -35,7 +35,7 @@ from navi_memory.services.extraction import ExtractionService
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.extraction_model import ExtractionModel
-from tests.integration.factories import execute, new_user, scalar
+from tests.integration.factories import delete_user_during, execute, new_user, scalar
 from tests.integration.test_backfill import run_cli
 
 STALE = 60
@@ -798,15 +798,9 @@ async def test_deleting_the_user_during_an_extractions_write_waits_for_it_withou
         return await original(*args)
 
     monkeypatch.setattr(owner, name, pausing)
-    sweep = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
-    try:
-        await asyncio.wait_for(paused.wait(), 10)
-        delete = asyncio.create_task(memory.users.delete(uid))
-        await asyncio.sleep(0.3)
-    finally:
-        resume.set()
-    assert await asyncio.wait_for(delete, 10) is True
-    report = await asyncio.wait_for(sweep, 10)
+    sweep = memory.extractor.process_stale_sessions(uid)
+    report, deleted = await delete_user_during(memory, uid, sweep, paused, resume)
+    assert deleted is True
     assert report.failures == 0
     assert report.sessions_extracted + report.sessions_skipped == 1
     assert await scalar(memory, "SELECT count(*) FROM sessions WHERE id = :id", id=sid) == 0
