@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
 
 from navi_memory.constants import PERMISSION_MAX_CHARS, PERMISSION_READ_ALL, SESSION_ID_MAX_CHARS
 from navi_memory.errors import InvalidInputError, InvalidTypeError, PermissionDeniedError
@@ -27,12 +26,6 @@ __all__ = [
     "write_scope",
 ]
 
-_user: ContextVar[uuid.UUID | None] = ContextVar("navi_memory_user", default=None)
-_session: ContextVar[str | None] = ContextVar("navi_memory_session", default=None)
-_permissions: ContextVar[frozenset[str]] = ContextVar(
-    "navi_memory_permissions", default=frozenset()
-)
-
 
 def as_user_id(value: uuid.UUID | str) -> uuid.UUID:
     """A user id as a UUID; a string must be a UUID's text form."""
@@ -47,17 +40,9 @@ def as_user_id(value: uuid.UUID | str) -> uuid.UUID:
     raise InvalidTypeError(f"user_id must be a UUID, got {type(value).__name__}")
 
 
-@dataclass(frozen=True, slots=True)
-class _Frame:
-    """What one entered request_context block set."""
-
-    block: request_context
-    user_id: uuid.UUID | None
-    session_id: str | None
-    permissions: frozenset[str]
-
-
-_frames: ContextVar[tuple[_Frame, ...]] = ContextVar("navi_memory_request_frames", default=())
+_entered: ContextVar[tuple[request_context, ...]] = ContextVar(
+    "navi_memory_request_entered", default=()
+)
 """The blocks entered in this context and not yet left, innermost last: the current values are
 always the innermost block's (none: no user, no session, no permission)."""
 
@@ -88,22 +73,20 @@ class request_context(AbstractContextManager[None]):  # lower case: it replaced 
             else check_text("session_id", session_id, max_chars=SESSION_ID_MAX_CHARS)
         )
         self._permissions = _check_permissions(permissions)
-        self._token: Token[tuple[_Frame, ...]] | None = None
+        self._token: Token[tuple[request_context, ...]] | None = None
 
     def __enter__(self) -> None:
         if self._token is not None:
             raise InvalidInputError("a request_context(...) block cannot be entered twice")
-        frame = _Frame(self, self._user_id, self._session_id, self._permissions)
-        self._token = _frames.set((*_frames.get(), frame))
-        _apply(frame)
+        self._token = _entered.set((*_entered.get(), self))
 
     def __exit__(self, *exc_info: object) -> None:
         if self._token is None:
             raise InvalidInputError("a request_context(...) block was left without being entered")
         token, self._token = self._token, None
-        entered = _frames.get()
+        entered = _entered.get()
         try:
-            _frames.reset(token)  # only to learn that this is the context it was entered in
+            _entered.reset(token)  # only to learn that this is the context it was entered in
         except ValueError as exc:  # the token belongs to another context (another task's)
             raise InvalidInputError(
                 "a request_context(...) block was left in another context than the one it was "
@@ -113,16 +96,14 @@ class request_context(AbstractContextManager[None]):  # lower case: it replaced 
             ) from exc
         # Not the values from before this block (reset's): a block entered after it may have
         # been left already, and those would be its user's. The innermost block still in.
-        still_in = tuple(frame for frame in entered if frame.block is not self)
-        _frames.set(still_in)
-        _apply(still_in[-1] if still_in else None)
+        _entered.set(tuple(block for block in entered if block is not self))
 
 
-def _apply(frame: _Frame | None) -> None:
-    """Make ``frame``'s values the current ones (None: no user, no session, no permission)."""
-    _user.set(None if frame is None else frame.user_id)
-    _session.set(None if frame is None else frame.session_id)
-    _permissions.set(frozenset() if frame is None else frame.permissions)
+def _innermost() -> request_context | None:
+    """The innermost block entered and not left (None: none, so no user, session or
+    permission)."""
+    entered = _entered.get()
+    return entered[-1] if entered else None
 
 
 def _check_permissions(permissions: object) -> frozenset[str]:
@@ -138,19 +119,22 @@ def _check_permissions(permissions: object) -> frozenset[str]:
 
 
 def current_user_id() -> uuid.UUID | None:
-    return _user.get()
+    block = _innermost()
+    return None if block is None else block._user_id
 
 
 def current_session_id() -> str | None:
-    return _session.get()
+    block = _innermost()
+    return None if block is None else block._session_id
 
 
 def current_permissions() -> frozenset[str]:
-    return _permissions.get()
+    block = _innermost()
+    return frozenset() if block is None else block._permissions
 
 
 def has_permission(permission: str) -> bool:
-    return permission in _permissions.get()
+    return permission in current_permissions()
 
 
 def write_scope(user_id: uuid.UUID | str | None) -> uuid.UUID:
@@ -158,7 +142,7 @@ def write_scope(user_id: uuid.UUID | str | None) -> uuid.UUID:
 
     Code acting for a current user cannot write into another user's memory.
     """
-    current = _user.get()
+    current = current_user_id()
     if user_id is not None:
         wanted = as_user_id(user_id)
         if current is not None and wanted != current:
@@ -180,7 +164,7 @@ def read_scope(user_id: uuid.UUID | str | None) -> uuid.UUID | None:
     Naming another user than the current one also needs read_all: a caller acting for user A
     never reads user B's rows by passing B's id.
     """
-    current = _user.get()
+    current = current_user_id()
     if user_id is not None:
         wanted = as_user_id(user_id)
         if current is not None and wanted != current and not has_permission(PERMISSION_READ_ALL):

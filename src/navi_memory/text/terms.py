@@ -141,8 +141,8 @@ PHRASE_MAX_CHARS: Final = 200
 def query_phrase(query: str) -> str | None:
     """The whole query as the text passes also look for it: a row holding it verbatim ranks
     first among the rows matching the most terms. Characters that only separate terms
-    (``%`` in "100%", ``\\`` in a Windows path) count there; None for a query without terms,
-    or longer than PHRASE_MAX_CHARS (a long text is matched by its terms alone). Read as
+    (``%`` in "100%", ``\\`` in a Windows path) count there; None for a blank query, or one
+    longer than PHRASE_MAX_CHARS (a long text is matched by its terms alone). Read as
     query_terms reads it (NFC)."""
     phrase = query.strip()
     if not phrase or len(phrase) > PHRASE_MAX_CHARS:
