@@ -123,25 +123,28 @@ class _GuardedStdout:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        try:
+        with _output_errors():
             return self._stream.write(text)
-        except OSError as exc:
-            raise OutputError(exc) from exc
 
     def writelines(self, lines: Iterable[str]) -> None:
-        try:
+        with _output_errors():
             self._stream.writelines(lines)
-        except OSError as exc:
-            raise OutputError(exc) from exc
 
     def flush(self) -> None:
-        try:
+        with _output_errors():
             self._stream.flush()
-        except OSError as exc:
-            raise OutputError(exc) from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+@contextmanager
+def _output_errors() -> Iterator[None]:
+    """An OSError of the stream as an OutputError."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(exc) from exc
 
 
 @contextmanager
