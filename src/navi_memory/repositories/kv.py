@@ -43,15 +43,20 @@ class KvRepository:
     ) -> KvRow:
         # The time of the write, not of the transaction's start (now(), the columns' default):
         # a write that waited for a lock is as new as an overwrite's clock_timestamp() says.
-        written = func.clock_timestamp()
-        stmt = insert(KvRow).values(
-            user_id=user_id,
-            scope=scope,
-            session_id=session_id,
-            key=key,
-            value=value,
-            created_at=written,
-            updated_at=written,
+        # Read once (a subquery), so a new entry's two columns hold the same instant: two
+        # clock_timestamp() calls in one VALUES row differ by a microsecond now and then.
+        written = select(func.clock_timestamp().label("at")).subquery("written")
+        stmt = insert(KvRow).from_select(
+            ["user_id", "scope", "session_id", "key", "value", "created_at", "updated_at"],
+            select(
+                literal(user_id, KvRow.user_id.type),
+                literal(scope, KvRow.scope.type),
+                literal(session_id, KvRow.session_id.type),
+                literal(key, KvRow.key.type),
+                literal(value, KvRow.value.type),
+                written.c.at,
+                written.c.at,
+            ),
         )
         row_id = await self.session.scalar(
             stmt.on_conflict_do_update(
