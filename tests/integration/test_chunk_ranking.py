@@ -50,6 +50,21 @@ async def test_a_rare_term_outranks_a_common_one_whatever_the_recency(
     assert hits[1].content_hash == newest_common.content_hash  # then recency among equals
 
 
+async def test_a_one_digit_word_of_the_query_decides_between_chunks(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """ "floor 4" finds the chunk about floor 4 first, not a newer one about floor 9: the digit
+    is a query term (it was dropped as a one-character term, and recency decided)."""
+    uid = await new_user(memory)
+    four = draft("User: the meeting room is on floor 4", 1)
+    nine = draft("User: the gym is on floor 9", 2)
+    await memory.store.add_chunks([four, nine], user_id=uid, session_id="s1")
+    fake_ollama.mode = "fail"  # the text path alone
+    hits = await memory.store.search_chunks("floor 4", user_id=uid)
+    assert [h.content_hash for h in hits] == [four.content_hash, nine.content_hash]
+    assert [h.terms_hit for h in hits] == [2, 1]
+
+
 async def test_the_spec_ranking_stays_reachable_and_lets_recency_win_that_tie(
     terms_memory: Memory, fake_ollama: FakeOllama
 ) -> None:

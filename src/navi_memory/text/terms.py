@@ -109,7 +109,7 @@ def _numbers_apart(words: list[str]) -> list[str]:
 def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     """Distinct terms of ``query`` (case-insensitive, first spelling kept), stop words dropped.
 
-    One-letter terms are dropped unless nothing else is left; when every word is a stop word the
+    One-letter terms are dropped unless nothing else is left (a one-digit term is kept); when every word is a stop word the
     stop words are kept, so a query is never silently empty.
 
     Text that is not ASCII is read in NFC (the form text is exchanged in: a decomposed
@@ -129,9 +129,16 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
             continue
         seen.add(folded)
         terms.append(word)
-    useful = [t for t in terms if t.casefold() not in STOP_WORDS and len(t) > 1]
-    chosen = useful or [t for t in terms if len(t) > 1] or terms
+    useful = [t for t in terms if t.casefold() not in STOP_WORDS and _not_a_letter(t)]
+    chosen = useful or [t for t in terms if _not_a_letter(t)] or terms
     return chosen[:limit]
+
+
+def _not_a_letter(term: str) -> bool:
+    """A term longer than one character, or one digit: "floor 4" must tell floor 4 from floor
+    9 (a one-digit lexeme is as exact as any in the chunk text index). The LIKE passes, where
+    ``%4%`` matches nearly every row, leave one-character terms out (``like.term_patterns``)."""
+    return len(term) > 1 or term.isdigit()
 
 
 PHRASE_MAX_CHARS: Final = 200

@@ -6,6 +6,7 @@ import unicodedata
 
 import pytest
 
+from navi_memory.repositories.like import term_patterns
 from navi_memory.text.terms import query_terms
 
 
@@ -54,6 +55,18 @@ def test_stop_words_and_single_letters_go_unless_nothing_else_is_left() -> None:
     assert query_terms("what is the port of x") == ["port"]
     assert query_terms("the a") == ["the"]
     assert query_terms("x") == ["x"]
+
+
+def test_a_one_digit_term_stays_beside_words() -> None:
+    """ "floor 4" must tell floor 4 from floor 9: a digit is a term, a lone letter is not."""
+    assert query_terms("floor 4") == ["floor", "4"]
+    assert query_terms("plan b, step 2") == ["plan", "step", "2"]
+
+
+def test_like_patterns_leave_one_character_terms_out_beside_longer_ones() -> None:
+    """As a substring "4" is in every date: the LIKE passes match on the longer terms."""
+    assert term_patterns(["floor", "4"]) == ["%floor%"]
+    assert term_patterns(["4"]) == ["%4%"]
 
 
 @pytest.mark.parametrize(
