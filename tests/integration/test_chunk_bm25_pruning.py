@@ -31,6 +31,7 @@ from tests.integration.factories import (
     new_user,
     plan_nodes,
 )
+from tests.integration.factories import chunk_draft as draft
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "QUARTZ_X"]
 """A small vocabulary, so that most words are common, scores tie and pruning has work."""
@@ -507,3 +508,72 @@ def test_prune_hints_forget_the_least_recently_searched_beyond_capacity(capacity
     assert not any(hints.prune(user) for user in users[1:])
     hints.learn(users[1], [])  # no rows: nothing learnt
     assert not hints.prune(users[1])
+
+
+async def scores(
+    memory: Memory, uid: uuid.UUID, query: str, session: str | None, *, small: bool
+) -> dict[int, tuple[Any, ...]]:
+    """Every chunk the BM25 statement ranks (limit 1,000), by id: its score and terms hit; of
+    one session when ``session`` is given (``small``: on a generic plan)."""
+    sql = ranked_text_sql(by_user=True, by_session=session is not None, small=small)
+    params: dict[str, Any] = {
+        "uid": uid,
+        "sid": session,
+        "query": query,
+        "terms": query.split(),
+        "limit": 1_000,
+        "k1": CHUNK_BM25_K1,
+        "b": CHUNK_BM25_B,
+    }
+    async with memory.engine.connect() as conn:
+        if small:
+            await conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        rows = (await conn.execute(text(sql), params)).mappings().all()
+    return {r["id"]: (r["score"], r["terms_hit"], r["scope_chunks"]) for r in rows}
+
+
+@pytest.mark.parametrize("df_from", [0, 10**6])  # the user's frequencies kept, or counted
+async def test_a_session_search_scores_each_chunk_as_the_users_search_does(
+    memory: Memory, df_from: int
+) -> None:
+    """Narrowed to one session, BM25 keeps the user's idf: each of the session's chunks scores
+    what it scores in a search of all the user's chunks, to the bit, indexed or queued, with
+    the frequencies kept or counted, on either statement. (Counted over the session's own
+    chunks, every word of a session was rare there: a word in thirty of the user's chunks
+    outranked one in a single chunk.) Another user's chunks change nothing."""
+    await set_df_from(memory, df_from)
+    uid, other = await new_user(memory), await new_user(memory)
+    await insert_chunks(
+        memory,
+        uid,
+        ["the zanzibar trip is booked", "more coffee please", "alpha coffee bravo"],
+        indexed=[True, False, True],
+        session="s1",
+    )
+    await insert_chunks(
+        memory, uid, [f"coffee cup {n}" for n in range(30)], indexed=[n % 2 == 0 for n in range(30)]
+    )
+    await insert_chunks(memory, other, ["zanzibar zanzibar"] * 5, indexed=[True] * 5, session="s1")
+    assert (uid in await kept(memory)) is (df_from == 0)
+    for query in ("coffee zanzibar", "alpha coffee", "bravo"):
+        everything = await scores(memory, uid, query, None, small=False)
+        for small in (False, True):
+            session = await scores(memory, uid, query, "s1", small=small)
+            assert session and session == {i: everything[i] for i in session}
+
+
+async def test_a_rare_word_outranks_a_common_one_within_a_session(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """search_chunks narrowed to a session ranks by the user's statistics: "zanzibar" (one
+    chunk of the user's) beats "coffee" (thirty-one), though each is in one chunk of the
+    session and the coffee chunk is newer and shorter."""
+    uid = await new_user(memory)
+    rare = draft("User: the zanzibar trip is booked", 1)
+    common = draft("User: more coffee please", 2)
+    await memory.store.add_chunks([rare, common], user_id=uid, session_id="s1")
+    filler = [draft(f"User: coffee cup {n}", 10 + n) for n in range(30)]
+    await memory.store.add_chunks(filler, user_id=uid, session_id="s2")
+    fake_ollama.mode = "fail"  # the text path alone
+    hits = await memory.store.search_chunks("coffee zanzibar", user_id=uid, session_id="s1")
+    assert [h.content_hash for h in hits] == [rare.content_hash, common.content_hash]

@@ -510,74 +510,23 @@ _RANKED_TAIL = """,
     )"""
 
 
-def _scored_over_cand(cand: str) -> str:
-    """A plain (unpruned) BM25 statement: ``_RANKED_HEAD``, then ``cand`` (CTEs ending in
-    ``cand``: the candidate chunks, see ``_tf``), scored with document frequencies counted over
-    the candidates, then ``_RANKED_TAIL``."""
-    return (
-        _RANKED_HEAD
-        + cand
-        + _tf("cand_tf", "cand")
-        + """,
-    df AS (SELECT lexeme, count(*)::float8 AS df FROM cand_tf GROUP BY lexeme),"""
-        + _scored("scored", "cand_tf", "df")
-        + _RANKED_TAIL
+def _user_df(*, small: bool) -> str:
+    """CTEs ``queued_df``, ``kept`` and ``idx_df``: each query lexeme's document frequency over
+    all of ``:uid``'s chunks, whatever narrows the candidates — the queued ones (``queued``
+    holds the user's, a session filter or not) and the indexed ones, from
+    memory_chunk_lexeme_df where it is kept (a user big enough to prune), else counted over the
+    user's chunks holding a query word (``small``: through the user's btree, for a generic
+    plan; see _RANKED_TEXT_SMALL). Braces doubled for the template's ``format``."""
+    holding = (
+        "FROM (SELECT * FROM memory_chunk_terms t WHERE t.user_id = :uid OFFSET 0) t,"
+        f" unnest({_query_lexemes_of('t.tsv')}) u"
+        " WHERE NOT (SELECT yes FROM kept) AND t.tsv @@ (SELECT q FROM tq)"
+        if small
+        else f"FROM memory_chunk_terms t, unnest({_query_lexemes_of('t.tsv')}) u"
+        " WHERE NOT (SELECT yes FROM kept) AND t.user_id = :uid"
+        " AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))"
     )
-
-
-_RANKED_TEXT = _scored_over_cand(
-    """
-    cand AS MATERIALIZED (
-        -- Only chunks holding a query lexeme (navi_text_tsquery: evaluated while planning, so
-        -- the planner weighs the words: the per-user btree for a small user, GIN for rare
-        -- words), and the queued ones holding one.
-        SELECT t.chunk_id AS id, t.ended_at, """
-    + _query_lexemes_of("t.tsv")
-    + """ AS tsv, t.lexemes AS dl
-        FROM memory_chunk_terms t
-        WHERE {terms_where} AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
-        UNION ALL
-        SELECT q.id, q.ended_at, """
-    + _query_lexemes_of("q.tsv")
-    + """, length(q.tsv)
-        FROM queued q
-        WHERE {queued_where} AND q.tsv @@ navi_text_tsquery(CAST(:query AS text))
-    ),"""
-)
-"""BM25 over the chunks' tsvectors: memory_chunk_terms (GIN) and, exactly, the queued chunks;
-idf from the statistics of the chunks in scope (the user's own), tf saturation (``k1``),
-length normalisation (``b``, length in distinct lexemes). The document frequency of a lexeme is
-counted over the candidates, which is exact: every chunk holding the lexeme is a candidate."""
-
-_RANKED_TEXT_SMALL = _scored_over_cand(
-    """
-    tq AS MATERIALIZED (SELECT navi_text_tsquery(CAST(:query AS text)) AS q),
-    cand AS MATERIALIZED (
-        -- The user's chunks holding a query lexeme: every chunk of theirs through their btree
-        -- (behind OFFSET 0, so that no plan ANDs it with GIN, which reads every user's chunks
-        -- holding a common word), the tsquery made once (tq). And the queued ones.
-        SELECT t.chunk_id AS id, t.ended_at, """
-    + _query_lexemes_of("t.tsv")
-    + """ AS tsv, t.lexemes AS dl
-        FROM (SELECT * FROM memory_chunk_terms t WHERE {terms_where} OFFSET 0) t
-        WHERE t.tsv @@ (SELECT q FROM tq)
-        UNION ALL
-        SELECT q.id, q.ended_at, """
-    + _query_lexemes_of("q.tsv")
-    + """, length(q.tsv)
-        FROM queued q
-        WHERE {queued_where} AND q.tsv @@ (SELECT q FROM tq)
-    ),"""
-)
-"""_RANKED_TEXT for one small user, written for a generic plan (ranked_text_sql's ``small``):
-the same candidates, scored by the same expressions, so the same rows to the bit."""
-
-_OPERAND = r"'''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''''"
-"""A lexeme quoted as a tsquery operand (quotes doubled, backslashes escaped)."""
-
-_RANKED_TEXT_PRUNED = (
-    _RANKED_HEAD
-    + f"""
+    return f"""
     queued_df AS (
         SELECT u.lexeme, count(*) AS df
         FROM queued q, unnest({_query_lexemes_of("q.tsv")}) u
@@ -599,11 +548,108 @@ _RANKED_TEXT_PRUNED = (
           AND d.lexeme IN (SELECT lexeme FROM ql)
         UNION ALL
         SELECT u.lexeme, count(*)
-        FROM memory_chunk_terms t, unnest({_query_lexemes_of("t.tsv")}) u
-        WHERE NOT (SELECT yes FROM kept) AND t.user_id = :uid
-          AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
+        {holding}
         GROUP BY u.lexeme
-    ),
+    ),"""
+
+
+def _scored_over_cand(cand: str, *, users_df: str | None = None) -> str:
+    """A plain (unpruned) BM25 statement: ``_RANKED_HEAD``, then ``cand`` (CTEs ending in
+    ``cand``: the candidate chunks, see ``_tf``), scored with document frequencies counted over
+    the candidates, then ``_RANKED_TAIL``.
+
+    ``users_df`` (``_user_df``'s CTEs): the document frequencies are the user's instead, for
+    candidates narrowed to one session: N and the average length are the user's (``st``), and
+    frequencies counted over one session's chunks made every word of the session rare (a word
+    in thirty of the user's chunks outranked one in a single chunk)."""
+    if users_df is None:
+        df = """
+    df AS (SELECT lexeme, count(*)::float8 AS df FROM cand_tf GROUP BY lexeme),"""
+    else:
+        df = (
+            users_df
+            + """
+    df AS (
+        SELECT ql.lexeme, (coalesce(d.df, 0) + coalesce(qd.df, 0))::float8 AS df
+        FROM ql
+        LEFT JOIN idx_df d ON d.lexeme = ql.lexeme
+        LEFT JOIN queued_df qd ON qd.lexeme = ql.lexeme
+    ),"""
+        )
+    return (
+        _RANKED_HEAD
+        + cand
+        + _tf("cand_tf", "cand")
+        + ","
+        + df
+        + _scored("scored", "cand_tf", "df")
+        + _RANKED_TAIL
+    )
+
+
+_CAND_TEXT = (
+    """
+    cand AS MATERIALIZED (
+        -- Only chunks holding a query lexeme (navi_text_tsquery: evaluated while planning, so
+        -- the planner weighs the words: the per-user btree for a small user, GIN for rare
+        -- words), and the queued ones holding one.
+        SELECT t.chunk_id AS id, t.ended_at, """
+    + _query_lexemes_of("t.tsv")
+    + """ AS tsv, t.lexemes AS dl
+        FROM memory_chunk_terms t
+        WHERE {terms_where} AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
+        UNION ALL
+        SELECT q.id, q.ended_at, """
+    + _query_lexemes_of("q.tsv")
+    + """, length(q.tsv)
+        FROM queued q
+        WHERE {queued_where} AND q.tsv @@ navi_text_tsquery(CAST(:query AS text))
+    ),"""
+)
+
+_RANKED_TEXT = _scored_over_cand(_CAND_TEXT)
+"""BM25 over the chunks' tsvectors: memory_chunk_terms (GIN) and, exactly, the queued chunks;
+idf from the statistics of the chunks in scope (the user's own), tf saturation (``k1``),
+length normalisation (``b``, length in distinct lexemes). The document frequency of a lexeme is
+counted over the candidates, which is exact: every chunk holding the lexeme is a candidate."""
+
+_CAND_TEXT_SMALL = (
+    """
+    tq AS MATERIALIZED (SELECT navi_text_tsquery(CAST(:query AS text)) AS q),
+    cand AS MATERIALIZED (
+        -- The user's chunks holding a query lexeme: every chunk of theirs through their btree
+        -- (behind OFFSET 0, so that no plan ANDs it with GIN, which reads every user's chunks
+        -- holding a common word), the tsquery made once (tq). And the queued ones.
+        SELECT t.chunk_id AS id, t.ended_at, """
+    + _query_lexemes_of("t.tsv")
+    + """ AS tsv, t.lexemes AS dl
+        FROM (SELECT * FROM memory_chunk_terms t WHERE {terms_where} OFFSET 0) t
+        WHERE t.tsv @@ (SELECT q FROM tq)
+        UNION ALL
+        SELECT q.id, q.ended_at, """
+    + _query_lexemes_of("q.tsv")
+    + """, length(q.tsv)
+        FROM queued q
+        WHERE {queued_where} AND q.tsv @@ (SELECT q FROM tq)
+    ),"""
+)
+
+_RANKED_TEXT_SMALL = _scored_over_cand(_CAND_TEXT_SMALL)
+"""_RANKED_TEXT for one small user, written for a generic plan (ranked_text_sql's ``small``):
+the same candidates, scored by the same expressions, so the same rows to the bit."""
+
+_RANKED_SESSION = _scored_over_cand(_CAND_TEXT, users_df=_user_df(small=False))
+_RANKED_SESSION_SMALL = _scored_over_cand(_CAND_TEXT_SMALL, users_df=_user_df(small=True))
+"""_RANKED_TEXT and _RANKED_TEXT_SMALL for one session of ``:uid``: the session's candidates
+scored with the user's document frequencies, as a search of the whole user scores them."""
+
+_OPERAND = r"'''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''''"
+"""A lexeme quoted as a tsquery operand (quotes doubled, backslashes escaped)."""
+
+_RANKED_TEXT_PRUNED = (
+    _RANKED_HEAD
+    + _user_df(small=False)
+    + f"""
     lx AS MATERIALIZED (
         -- Each query lexeme the user's chunks hold, with its document frequency: indexed
         -- chunks (above), queued ones counted here. The very integer the unpruned statement
@@ -757,7 +803,12 @@ def ranked_text_sql(
         queued_where.append("q.session_id = :sid")
         vector_where.append("v.session_id = :sid")
         vector_queue_where.append("c.session_id = :sid")
-    template = _RANKED_TEXT_PRUNED if prune else _RANKED_TEXT_SMALL if small else _RANKED_TEXT
+    if prune:
+        template = _RANKED_TEXT_PRUNED
+    elif by_user and by_session:
+        template = _RANKED_SESSION_SMALL if small else _RANKED_SESSION
+    else:
+        template = _RANKED_TEXT_SMALL if small else _RANKED_TEXT
     ctes = template.format(
         queue_where=" AND ".join(queue_where),
         terms_where=" AND ".join(terms_where),
