@@ -454,11 +454,22 @@ def test_a_timeout_that_cannot_work_is_a_config_error(seconds: float) -> None:
 # --- the Ollama chat model behind the guard -----------------------------------------------------
 
 
+SERVER_TIMEOUT = 10.0
+"""For calls to the fake server that must succeed: its answer (an HTTP round trip to another
+thread) may take more than TIMEOUT on a loaded machine."""
+
+
 @pytest.fixture
-async def ollama_pair(fake: FakeOllama) -> AsyncIterator[tuple[OllamaChatModel, GuardedChatModel]]:
-    """An OllamaChatModel on the fake, bare and behind a guard with the same timeout."""
-    bare = OllamaChatModel(fake.url, "llama3.1:8b", timeout=TIMEOUT)
-    yield bare, GuardedChatModel(bare, timeout_seconds=TIMEOUT)
+async def ollama_pair(
+    fake: FakeOllama, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[OllamaChatModel, GuardedChatModel]]:
+    """An OllamaChatModel on the fake, bare and behind a guard with the same timeout: TIMEOUT
+    for a test of the stall (its ``mode`` parameter), SERVER_TIMEOUT for the others."""
+    params = getattr(request.node, "callspec", None)
+    stall = params is not None and params.params.get("mode") == "stall"
+    timeout = TIMEOUT if stall else SERVER_TIMEOUT
+    bare = OllamaChatModel(fake.url, "llama3.1:8b", timeout=timeout)
+    yield bare, GuardedChatModel(bare, timeout_seconds=timeout)
     await bare.aclose()
 
 

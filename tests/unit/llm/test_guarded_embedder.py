@@ -128,16 +128,19 @@ async def test_no_texts_ask_the_inner_model_nothing() -> None:
 
 async def test_each_batch_gets_the_whole_timeout() -> None:
     """The timeout bounds one call, not the sum of a long list's batches."""
+    # Five batches of 0.45 s: 2.25 s in all, past the 2 s timeout, while each batch has 1.55 s
+    # to spare (a loaded machine may be late to wake a sleep).
+    timeout = 2.0
 
     class Slow(CustomEmbedder):
         async def embed_documents(self, texts: Sequence[str]) -> Any:
-            await asyncio.sleep(TIMEOUT * 0.5)
+            await asyncio.sleep(0.45)
             return await super().embed_documents(texts)
 
     inner = Slow(hashed)
-    embedder = GuardedEmbedder(inner, timeout_seconds=TIMEOUT, batch_size=1)
-    assert len(await embedder.embed_documents(["a", "b", "c", "d"])) == 4
-    assert len(inner.batches) == 4
+    embedder = GuardedEmbedder(inner, timeout_seconds=timeout, batch_size=1)
+    assert len(await embedder.embed_documents(["a", "b", "c", "d", "e"])) == 5
+    assert len(inner.batches) == 5
 
 
 # --- junk answers ----------------------------------------------------------------------------
@@ -351,18 +354,29 @@ def test_a_bad_timeout_or_batch_size_is_a_config_error(
 # --- the Ollama embedder behind the guard -----------------------------------------------------
 
 
+SERVER_TIMEOUT = 10.0
+"""For calls to the fake server that must succeed: its answer (an HTTP round trip to another
+thread) may take more than TIMEOUT on a loaded machine."""
+
+
 @pytest.fixture
-async def ollama_pair(fake: FakeOllama) -> AsyncIterator[tuple[OllamaEmbedder, GuardedEmbedder]]:
-    """An OllamaEmbedder on the fake, bare and behind a guard with the same timeout."""
+async def ollama_pair(
+    fake: FakeOllama, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[OllamaEmbedder, GuardedEmbedder]]:
+    """An OllamaEmbedder on the fake, bare and behind a guard with the same timeout: TIMEOUT
+    for a test of the stall (its ``mode`` parameter), SERVER_TIMEOUT for the others."""
+    params = getattr(request.node, "callspec", None)
+    stall = params is not None and params.params.get("mode") == "stall"
+    timeout = TIMEOUT if stall else SERVER_TIMEOUT
     bare = OllamaEmbedder(
         fake.url,
         "nomic-embed-text:latest",
         document_prefix="search_document: ",
         query_prefix="search_query: ",
         batch_size=32,
-        timeout=TIMEOUT,
+        timeout=timeout,
     )
-    yield bare, GuardedEmbedder(bare, timeout_seconds=TIMEOUT)
+    yield bare, GuardedEmbedder(bare, timeout_seconds=timeout)
     await bare.aclose()
 
 
@@ -408,10 +422,12 @@ async def test_a_guarded_ollama_embedder_recovers_when_the_server_does(
     fake: FakeOllama, ollama_pair: tuple[OllamaEmbedder, GuardedEmbedder]
 ) -> None:
     """After failures of each kind the same guarded embedder works again."""
-    _, guard = ollama_pair
+    bare, guard = ollama_pair
     fake.stall_seconds = 5
     for mode in ("fail", "stall", "junk", "wrong_dim"):
         fake.mode = mode
+        # Only the stall is about time: the calls meant to succeed keep SERVER_TIMEOUT.
+        bare.timeout = TIMEOUT if mode == "stall" else SERVER_TIMEOUT
         with pytest.raises(EmbeddingError):
             await guard.embed_query("a")
     fake.mode = "ok"
