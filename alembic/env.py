@@ -21,8 +21,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import async_engine_from_config
 
-from navi_memory.config import Settings
+from navi_memory.config import Settings, load_settings
 from navi_memory.db import connect_options, redact_url, resolve_database_url
+from navi_memory.errors import NaviMemoryError
 from navi_memory.migrations import MIGRATION_LOCK
 from navi_memory.models import Base
 
@@ -163,8 +164,27 @@ async def run_async_migrations(url: str) -> None:
         await engine.dispose()
 
 
+OFFLINE_URL = "postgresql+asyncpg://offline/navi_memory"
+"""What ``--sql`` generates for when no URL is configured: only the dialect counts, and the
+embedded server (the default database) must not be started to write a script."""
+
+
+def database_url() -> str:
+    """The URL to migrate: alembic.ini's ``sqlalchemy.url`` (``navi-memory migrate`` sets it),
+    else the settings' (DATABASE_URL, or the embedded server, started if need be). A malformed
+    setting, or an embedded server that cannot start, is one line (alembic prints ``FAILED:
+    bad setting …``), not a traceback."""
+    given = config.get_main_option("sqlalchemy.url")
+    if given:
+        return given
+    try:
+        return resolve_database_url(load_settings())
+    except NaviMemoryError as exc:  # a bad setting, an embedded server that cannot start
+        raise CommandError(str(exc)) from None
+
+
 def run_migrations_offline() -> None:
-    url = config.get_main_option("sqlalchemy.url") or resolve_database_url(Settings())
+    url = config.get_main_option("sqlalchemy.url") or OFFLINE_URL
     context.configure(url=url, target_metadata=target_metadata, literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
@@ -175,8 +195,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         do_run_migrations(connection)
         return
-    url = config.get_main_option("sqlalchemy.url") or resolve_database_url(Settings())
-    asyncio.run(run_async_migrations(url))
+    asyncio.run(run_async_migrations(database_url()))
 
 
 if context.is_offline_mode():

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -24,6 +28,7 @@ from navi_memory.migrations import (
     upgrade,
 )
 from tests import dbtools
+from tests.integration.test_open_memory import _stop_embedded
 
 
 def _public_tables(server: dbtools.EmbeddedServer, db: str) -> set[str]:
@@ -247,3 +252,47 @@ def test_a_second_migration_waits_for_the_one_running_instead_of_failing(
     with pg_server.admin(scratch_db) as conn:
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
     assert version == (SCHEMA_HEAD,)
+
+
+def _alembic(args: list[str], data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``alembic`` run as a person runs it (the repository's alembic.ini, no DATABASE_URL: the
+    embedded default under ``data_dir``). A server it started anyway is stopped."""
+    environ = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    environ.update(NAVI_MEMORY_DATA_DIR=str(data_dir), **env)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "alembic", "-c", str(dbtools.ROOT / "alembic.ini"), *args],
+            env=environ,
+            capture_output=True,
+            text=True,
+            cwd=dbtools.ROOT,
+            timeout=120,
+        )
+    finally:
+        if (data_dir / "pgdata" / "postmaster.pid").exists():
+            _stop_embedded(data_dir / "pgdata")
+
+
+def test_alembic_with_a_malformed_setting_fails_in_one_line_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    """`alembic upgrade head` (make migrate, make demo) with a bad DB_POOL_SIZE in the
+    environment names it in one line, as `navi-memory migrate` does — not pydantic's report in
+    a traceback — and starts no embedded server."""
+    done = _alembic(["upgrade", "head"], tmp_path, DB_POOL_SIZE="abc")
+    assert done.returncode != 0
+    said = done.stdout + done.stderr
+    assert "bad setting DB_POOL_SIZE='abc': Input should be a valid integer" in said
+    assert "Traceback" not in said and "pydantic" not in said
+    assert not (tmp_path / "pgdata").exists()
+
+
+def test_alembic_sql_writes_the_script_without_starting_the_embedded_server(
+    tmp_path: Path,
+) -> None:
+    """Offline `alembic upgrade head --sql` needs only the dialect: it must not initialise and
+    start the embedded server (which then outlived the command)."""
+    done = _alembic(["upgrade", "head", "--sql"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "memory_facts" in done.stdout and done.stdout.rstrip().endswith("COMMIT;")
+    assert not (tmp_path / "pgdata").exists()
