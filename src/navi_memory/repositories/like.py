@@ -42,6 +42,4 @@ def term_patterns(terms: Sequence[str]) -> list[str]:
     query_terms keeps for the chunk text index: "floor 4") are left out beside longer ones: as
     a substring, "4" is in nearly every row holding a date or a number."""
     longer = [term for term in terms if len(term) > 1]
-    return [
-        contains_pattern(spelling) for term in longer or terms for spelling in spellings(term)
-    ]
+    return [contains_pattern(spelling) for term in longer or terms for spelling in spellings(term)]

@@ -109,8 +109,8 @@ def _numbers_apart(words: list[str]) -> list[str]:
 def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     """Distinct terms of ``query`` (case-insensitive, first spelling kept), stop words dropped.
 
-    One-letter terms are dropped unless nothing else is left (a one-digit term is kept); when every word is a stop word the
-    stop words are kept, so a query is never silently empty.
+    One-letter terms are dropped unless nothing else is left (a one-digit term is kept); when
+    every word is a stop word the stop words are kept, so a query is never silently empty.
 
     Text that is not ASCII is read in NFC (the form text is exchanged in: a decomposed
     "Zu\u0308rich" finds the "Zürich" a chat stored), its combining marks inside words. The
