@@ -131,10 +131,28 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_without_a_faile
             assert other == pid  # the pool handed the same connection back
         with pg_server.admin() as killer:
             assert killer.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        # pg_terminate_backend only signals: until the backend process has exited, closing its
+        # end of the socket (a loaded machine may take its time to run it). The EOF is then
+        # waiting on the pooled connection's socket, and the event loop reads it before the
+        # sleep's timer fires, however long the process waits for a CPU.
+        async with asyncio.timeout(10):
+            while True:
+                if not backend_exists(pid):
+                    break
+                await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)  # the event loop sees the EOF
         assert await memory.store.search_facts("anything", user_id=uid) == []
         async with memory.engine.connect() as conn:
             assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar() != pid
+
+
+def backend_exists(pid: int) -> bool:
+    """Whether the (local, embedded) server's process ``pid`` is still there."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 async def test_users_ensure_get_and_delete(memory: Memory) -> None:
