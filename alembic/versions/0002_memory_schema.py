@@ -5,7 +5,10 @@ through (rows with user_id NULL) are merged, newest visible and the rest hidden 
 merged_into, never dropped; an existing merged_into column is repaired (dangling pointers cleared,
 chains flattened). Legacy summaries for users that are not in navi_users get a user row; of
 several summaries of one user (the legacy table had no key) only the newest is kept — each was
-regenerated from all facts, so the older ones are stale copies.
+regenerated from all facts, so the older ones are stale copies. A table of the legacy
+application's under a name this revision creates (the spec's ``memory_chunks``; ``sessions``…) is
+renamed ``<name>_legacy`` with its rows, and a primary key on the legacy summary table is dropped
+for the key this revision gives it.
 
 Revision ID: 0002
 Revises: 0001
@@ -37,6 +40,78 @@ def _rename_constraint(table: str, old: str, new: str) -> None:
             IF EXISTS (SELECT 1 FROM pg_constraint
                        WHERE conname = '{old}' AND conrelid = '{table}'::regclass) THEN
                 ALTER TABLE {table} RENAME CONSTRAINT {old} TO {new};
+            END IF;
+        END $$
+        """
+    )
+
+
+_OWN_TABLES = ("sessions", "session_messages", "memory_chunks", "kv_store")
+"""The tables this revision creates. One that exists already is the legacy application's (the
+spec's storage section has a ``memory_chunks`` of its own): it is set aside, not adopted."""
+
+LEGACY_SUFFIX = "_legacy"
+
+
+def _set_aside(table: str) -> None:
+    """Rename an existing ``table`` to ``table_legacy`` with its indexes and the sequences it
+    owns (an index or a serial's sequence keeps its name through a table rename and would clash
+    with the new table's): its rows are kept, untouched, and the new table takes the name."""
+    op.execute(
+        f"""
+        DO $$
+        DECLARE r record;
+        BEGIN
+            IF to_regclass('public.{table}') IS NULL THEN
+                RETURN;
+            END IF;
+            FOR r IN SELECT c.relname, c.relkind FROM pg_class c
+                     WHERE c.oid IN (SELECT indexrelid FROM pg_index
+                                     WHERE indrelid = 'public.{table}'::regclass)
+                        OR c.oid IN (SELECT objid FROM pg_depend
+                                     WHERE refobjid = 'public.{table}'::regclass
+                                       AND classid = 'pg_class'::regclass
+                                       AND deptype IN ('a', 'i'))
+                                     AND c.relkind = 'S'
+            LOOP
+                EXECUTE format('ALTER %s public.%I RENAME TO %I',
+                               CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'INDEX' END,
+                               r.relname,
+                               left(r.relname, 63 - length('{LEGACY_SUFFIX}'))
+                               || '{LEGACY_SUFFIX}');
+            END LOOP;
+            ALTER TABLE public.{table} RENAME TO {table}{LEGACY_SUFFIX};
+        END $$
+        """
+    )
+
+
+def _put_back(table: str) -> None:
+    """Undo _set_aside's table rename (its indexes and sequences keep the suffix)."""
+    op.execute(
+        f"""
+        DO $$ BEGIN
+            IF to_regclass('public.{table}{LEGACY_SUFFIX}') IS NOT NULL
+               AND to_regclass('public.{table}') IS NULL THEN
+                ALTER TABLE public.{table}{LEGACY_SUFFIX} RENAME TO {table};
+            END IF;
+        END $$
+        """
+    )
+
+
+def _drop_primary_key(table: str) -> None:
+    """Drop ``table``'s primary key, whatever its name (a legacy ``memory_summary`` keyed by
+    user): this revision gives the table a key of its own, and keeps one row a user itself."""
+    op.execute(
+        f"""
+        DO $$
+        DECLARE pk name;
+        BEGIN
+            SELECT conname INTO pk FROM pg_constraint
+            WHERE conrelid = 'public.{table}'::regclass AND contype = 'p';
+            IF pk IS NOT NULL THEN
+                EXECUTE format('ALTER TABLE public.{table} DROP CONSTRAINT %I', pk);
             END IF;
         END $$
         """
@@ -179,6 +254,7 @@ def upgrade() -> None:
         ON CONFLICT (id) DO NOTHING
         """
     )
+    _drop_primary_key("memory_summary")
     op.execute("ALTER TABLE memory_summary ADD COLUMN id bigserial")
     op.execute("ALTER TABLE memory_summary ADD CONSTRAINT pk_memory_summary PRIMARY KEY (id)")
     op.execute("UPDATE memory_summary SET content = '' WHERE content IS NULL")
@@ -215,6 +291,9 @@ def upgrade() -> None:
                 FOREIGN KEY (user_id) REFERENCES navi_users (id) ON DELETE CASCADE
         """
     )
+
+    for table in _OWN_TABLES:
+        _set_aside(table)
 
     # --- sessions and their messages ------------------------------------------------------
     op.execute(
@@ -319,12 +398,15 @@ def downgrade() -> None:
     """Back to the legacy shape. Hidden rows become visible again; vectors are dropped.
 
     Raw history, sessions and sketches did not exist in the legacy shape and are dropped with
-    their tables.
+    their tables; a legacy table the upgrade set aside (``memory_chunks_legacy``…) takes its
+    name back. A legacy summary's primary key is not remade.
     """
     op.execute("DROP TABLE IF EXISTS kv_store")
     op.execute("DROP TABLE IF EXISTS memory_chunks")
     op.execute("DROP TABLE IF EXISTS session_messages")
     op.execute("DROP TABLE IF EXISTS sessions")
+    for table in _OWN_TABLES:
+        _put_back(table)
 
     op.execute("ALTER TABLE session_memory_state DROP COLUMN IF EXISTS user_id")
     op.execute("DROP INDEX IF EXISTS uq_memory_summary_user_id")

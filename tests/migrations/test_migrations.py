@@ -1192,3 +1192,67 @@ def test_0023_remakes_only_the_tsvectors_it_reads_apart_and_their_counts_and_bac
         spelling = conn.execute("SELECT to_regprocedure('navi_text_spelling(text)')")
         assert spelling.fetchone() == (None,)
     dbtools.upgrade(url)
+
+
+SPEC_CHUNKS_DDL = """
+CREATE TABLE memory_chunks (
+    id serial primary key,
+    user_id uuid references navi_users(id) on delete cascade,
+    session_id text NOT NULL, content text NOT NULL, content_hash text NOT NULL,
+    created_at timestamptz DEFAULT now(),
+    unique (session_id, content_hash));
+CREATE INDEX ix_memory_chunks_user_id ON memory_chunks (user_id);
+"""
+"""The spec's storage section has a fourth table of the original application's, its raw history
+(unique on session_id, content_hash; no foreign key on the session). Its index is named as
+navi-memory names its own."""
+
+
+def test_a_legacy_database_with_its_own_chunks_and_a_keyed_summary_is_adopted(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """The original application's memory_chunks (and sequence, and an index whose name navi-memory
+    uses too) is set aside as memory_chunks_legacy with every row, and a summary table keyed by
+    user loses that key for navi-memory's: `alembic upgrade head` completes (it stopped at 0001
+    with "relation memory_chunks already exists", then "multiple primary keys"), new chunks go
+    into navi-memory's table, and the way down puts the legacy table back."""
+    alice = uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute(
+            LEGACY_DDL.replace(
+                "CREATE TABLE memory_summary (user_id uuid,",
+                "CREATE TABLE memory_summary (user_id uuid primary key,",
+            )
+        )
+        conn.execute(SPEC_CHUNKS_DDL)
+        conn.execute("INSERT INTO navi_users (id, name) VALUES (%s, 'alice')", (alice,))
+        conn.execute(
+            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash) VALUES "
+            "(%s, 's1', 'User: the old app kept this', 'h1'), (%s, 's1', 'and this', 'h2')",
+            (alice, alice),
+        )
+        conn.execute("INSERT INTO memory_summary VALUES (%s, 'alice likes tea', now())", (alice,))
+
+    dbtools.upgrade(pg_server.url(scratch_db))
+
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT content FROM memory_chunks_legacy ORDER BY id").fetchall() == [
+            ("User: the old app kept this",),
+            ("and this",),
+        ]
+        assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (0,)
+        assert conn.execute("SELECT user_id, content FROM memory_summary").fetchall() == [
+            (alice, "alice likes tea")
+        ]
+        conn.execute(
+            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
+            " end_seq, started_at, ended_at) VALUES (%s, 's1', 'new', 'h1', 1, 1, now(), now())",
+            (alice,),
+        )
+        assert conn.execute(
+            "SELECT count(*) FROM memory_chunks_legacy WHERE user_id = %s", (alice,)
+        ).fetchone() == (2,)
+    dbtools.downgrade(pg_server.url(scratch_db), "0001")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
+        assert conn.execute("SELECT to_regclass('memory_chunks_legacy')").fetchone() == (None,)
