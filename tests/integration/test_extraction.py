@@ -1133,10 +1133,11 @@ async def test_background_sweeps_run_two_at_a_time(
     try:
         for uid in users:
             await triggering_memory.sessions.create(user_id=uid)
-        for _ in range(100):
-            if model.extraction_calls == 2:
-                break
-            await asyncio.sleep(0.05)
+        async with asyncio.timeout(20):  # a deadline, not a count of polls: a loaded machine
+            while True:
+                if model.extraction_calls >= 2:
+                    break
+                await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)  # room for a third call, were it allowed
         assert model.extraction_calls == 2
     finally:

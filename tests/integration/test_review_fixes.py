@@ -93,14 +93,17 @@ async def test_delete_fact_leaves_a_category_it_did_not_lock(busy_memory: Memory
     await memory.store.upsert_fact("p", "editor", "vim", user_id=uid)
     async with holding_category_lock(memory, uid, "p"):
         deleting = asyncio.create_task(memory.store.delete_fact("editor", user_id=uid))
-        for _ in range(100):  # until the delete has listed ["p"] and waits for its lock
-            waiting = await scalar(
-                memory,
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
-            )
-            if waiting:
-                break
-            await asyncio.sleep(0.02)
+        # Until the delete has listed ["p"] and waits for its lock (or ends, failing below): a
+        # deadline, not a count of polls, so a loaded machine's slow delete is waited for.
+        async with asyncio.timeout(15):
+            while True:
+                waiting = await scalar(
+                    memory,
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                )
+                if waiting or deleting.done():
+                    break
+                await asyncio.sleep(0.02)
         assert waiting == 1
         # An upsert writes the key into a category the delete did not list.
         await memory.store.upsert_fact("q", "editor", "emacs", user_id=uid)
