@@ -21,7 +21,7 @@ from navi_memory import Memory, StorageError, errors, open_memory
 from navi_memory.testing import FakeOllama, hashed_embedding
 from tests.conftest import make_settings
 from tests.dbtools import EmbeddedServer
-from tests.integration.factories import scalar, slow_trigger, wait_for_a_sleeping_statement
+from tests.integration.factories import execute, scalar, wait_for_a_sleeping_statement
 from tests.reliability.faults import BackendKiller, kill_while_connecting
 from tests.reliability.world import chunk_draft
 
@@ -378,7 +378,24 @@ async def test_an_explicit_drain_is_not_held_by_a_background_indexers_retry_slee
     await memory.users.ensure(uid)
     store = memory.store
     table = "memory_fact_vectors" if queue == "facts" else "memory_chunk_terms"
-    await slow_trigger(memory, table, "INSERT", 60)
+    # The trigger holds the background batch in flight (pg_sleep) on this server process only;
+    # on the restarted one it fails every insert, as a database not back yet would, until the
+    # test drops it. A background retry that wakes in between (the next one sleeps 4 s, and a
+    # loaded machine restarts slowly) then fails into its next sleep: it neither holds the
+    # table for 60 s under DROP TRIGGER nor indexes the row before the explicit drain does.
+    started = await scalar(memory, "SELECT pg_postmaster_start_time()::text")
+    await execute(
+        memory,
+        "CREATE OR REPLACE FUNCTION navi_test_slow() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"BEGIN IF pg_postmaster_start_time() = '{started}'::timestamptz "
+        "THEN PERFORM pg_sleep(60); ELSE RAISE EXCEPTION 'navi test: not back yet'; END IF; "
+        "RETURN NEW; END $$",
+    )
+    await execute(
+        memory,
+        f"CREATE TRIGGER slow BEFORE INSERT ON {table} "
+        "FOR EACH ROW EXECUTE FUNCTION navi_test_slow()",
+    )
     if queue == "facts":
         await store.upsert_fact("p", "outage", "queued", user_id=uid)
         drain, wait = store.index_pending_facts, store.wait_fact_indexing
