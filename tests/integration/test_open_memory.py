@@ -125,6 +125,7 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_without_a_faile
         await memory.users.ensure(uid)
         async with memory.engine.connect() as conn:
             pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar()
+        assert isinstance(pid, int)
         # As a server restart or an idle timeout would: the pooled connection's backend goes.
         async with memory.engine.connect() as admin:
             other = (await admin.execute(text("SELECT pg_backend_pid()"))).scalar()
