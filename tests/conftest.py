@@ -111,8 +111,11 @@ def make_settings(url: str, fake: FakeOllama, **overrides: Any) -> Settings:
         "database_url": url,
         "ollama_host": fake.url,
         "embedding_ollama_host": "",
-        "embedding_timeout_seconds": 2.0,
-        "memory_llm_timeout_seconds": 2.0,
+        # Calls to the fake must succeed on a loaded machine too (a 2 s timeout missed there
+        # also paused the embedder for EMBEDDING_PAUSE_SECONDS, the rest of the test); a test
+        # of a stalled model sets the short timeout it waits out.
+        "embedding_timeout_seconds": 10.0,
+        "memory_llm_timeout_seconds": 10.0,
         "backfill_pause_seconds": 0.0,
     }
     values.update(overrides)

@@ -14,6 +14,7 @@ import pytest
 from navi_memory import EmbeddingError, Memory, Settings, open_memory
 from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.testing import FakeOllama, HashedEmbedder
+from tests.conftest import make_settings
 from tests.integration.factories import new_user, scalar
 from tests.integration.test_chunks import draft
 
@@ -22,18 +23,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("mode", ["fail", "stall", "junk", "wrong_dim"])
 async def test_a_write_never_fails_for_want_of_an_embedding(
-    memory: Memory, fake_ollama: FakeOllama, mode: str, caplog: pytest.LogCaptureFixture
+    db_url: str, fake_ollama: FakeOllama, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    uid = await new_user(memory)
-    fake_ollama.mode = mode  # type: ignore[assignment]
-    fake_ollama.stall_seconds = 3
-    with caplog.at_level(logging.WARNING, logger="navi_memory"):
-        fact = await memory.store.upsert_fact("work", "vpn", "WireGuard on port 51820", user_id=uid)
-    assert not fact.has_embedding
-    events = [r for r in caplog.records if "memory.embedding_failed" in r.getMessage()]
-    assert len(events) == 1
-    hits = await memory.store.search_facts("WireGuard", user_id=uid)
-    assert [(h.id, h.via) for h in hits] == [(fact.id, "text")]
+    settings = make_settings(db_url, fake_ollama, embedding_timeout_seconds=2.0)  # < the stall
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        fake_ollama.mode = mode  # type: ignore[assignment]
+        fake_ollama.stall_seconds = 3
+        with caplog.at_level(logging.WARNING, logger="navi_memory"):
+            fact = await memory.store.upsert_fact(
+                "work", "vpn", "WireGuard on port 51820", user_id=uid
+            )
+        assert not fact.has_embedding
+        events = [r for r in caplog.records if "memory.embedding_failed" in r.getMessage()]
+        assert len(events) == 1
+        hits = await memory.store.search_facts("WireGuard", user_id=uid)
+        assert [(h.id, h.via) for h in hits] == [(fact.id, "text")]
 
 
 async def test_backfill_gives_vectors_to_facts_written_while_the_embedder_was_down(

@@ -569,7 +569,8 @@ async def test_an_ollama_failure_falls_back_to_truncation(
 ) -> None:
     fake_ollama.mode = mode  # type: ignore[assignment]
     fake_ollama.stall_seconds = 4.0
-    async with OllamaChatModel.from_settings(memory.settings) as model:
+    settings = memory.settings.model_copy(update={"memory_llm_timeout_seconds": 2.0})  # < stall
+    async with OllamaChatModel.from_settings(settings) as model:
         store, recorder = make_store(memory, chat_model=model)
         uid = await new_user(memory)
         await seed(store, uid, 6)
