@@ -802,3 +802,29 @@ async def test_the_words_every_excerpt_is_rendered_with_never_count_for_recall(
         assert [hit.text for hit in clear.recalled] == [
             "User: " + padded("The tomatoes need water every morning.")
         ]
+
+
+async def test_list_numbers_never_count_for_recall(db_url: str, fake_ollama: FakeOllama) -> None:
+    """A search keeps a lone digit ("floor 4"), but in recall's query of five messages digits
+    are list numbers: an excerpt numbering its own list ("1. … 2. …") matched two terms and was
+    injected into a conversation about dinner. Recall leaves one-character terms out."""
+    settings = make_settings(db_url, fake_ollama, chunk_max_chars=200)
+    async with open_memory(settings, embedder=False) as memory:
+        uid = await new_user(memory)
+        lines = [
+            ("user", padded("Garden plan: 1. water the roses 2. trim the hedge")),
+            ("assistant", "ok"),
+        ]
+        sid = await conversation(memory, fake_ollama, uid, lines, keep_last=1)
+        dinner = await memory.context.build_prompt(
+            sid,
+            "For dinner tonight: 1) pasta carbonara or 2) fried rice?",
+            system_prompt=HOST,
+            user_id=uid,
+        )
+        assert dinner.recall == "nothing_found"
+        assert not {"1", "2"} & set(dinner.recall_terms)
+        garden = await memory.context.build_prompt(
+            sid, "did I water the roses? 1 or 2 times", system_prompt=HOST, user_id=uid
+        )
+        assert garden.recall == "injected"

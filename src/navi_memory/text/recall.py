@@ -127,8 +127,12 @@ def recall_terms(terms: Sequence[str]) -> tuple[str, ...]:
     ("User:", "Assistant:", …: RENDERING_WORDS): "what did the user say about water" would
     otherwise match every excerpt on "user", and recall's two matched terms would be one.
     None left ("user or assistant?"): no terms, so nothing is recalled — those words match
-    every excerpt, whatever it says."""
-    return tuple(term for term in terms if term.casefold() not in RENDERING_WORDS)
+    every excerpt, whatever it says. One-character terms go too: the lone digits a search
+    keeps ("floor 4") are, in five messages of conversation, list numbers ("1. … 2. …"), and
+    two of them made an excerpt numbering its own list "match two terms"."""
+    return tuple(
+        term for term in terms if term.casefold() not in RENDERING_WORDS and len(term) > 1
+    )
 
 
 # --- which hits qualify -----------------------------------------------------------------------
