@@ -511,11 +511,12 @@ def test_prune_hints_forget_the_least_recently_searched_beyond_capacity(capacity
 
 
 async def scores(
-    memory: Memory, uid: uuid.UUID, query: str, session: str | None, *, small: bool
+    memory: Memory, uid: uuid.UUID | None, query: str, session: str | None, *, small: bool
 ) -> dict[int, tuple[Any, ...]]:
     """Every chunk the BM25 statement ranks (limit 1,000), by id: its score and terms hit; of
-    one session when ``session`` is given (``small``: on a generic plan)."""
-    sql = ranked_text_sql(by_user=True, by_session=session is not None, small=small)
+    one session when ``session`` is given (``small``: on a generic plan); of every user's
+    chunks (read_all) when ``uid`` is None."""
+    sql = ranked_text_sql(by_user=uid is not None, by_session=session is not None, small=small)
     params: dict[str, Any] = {
         "uid": uid,
         "sid": session,
@@ -560,6 +561,11 @@ async def test_a_session_search_scores_each_chunk_as_the_users_search_does(
         for small in (False, True):
             session = await scores(memory, uid, query, "s1", small=small)
             assert session and session == {i: everything[i] for i in session}
+        # read_all, no user: a session's chunks (both users' under "s1") score as in a search
+        # of every user's chunks.
+        everyones = await scores(memory, None, query, None, small=False)
+        session = await scores(memory, None, query, "s1", small=False)
+        assert session and session == {i: everyones[i] for i in session}
 
 
 async def test_a_rare_word_outranks_a_common_one_within_a_session(

@@ -553,6 +553,25 @@ def _user_df(*, small: bool) -> str:
     ),"""
 
 
+_EVERYONES_DF = f"""
+    queued_df AS (
+        SELECT u.lexeme, count(*) AS df
+        FROM queued q, unnest({_query_lexemes_of("q.tsv")}) u
+        GROUP BY u.lexeme
+    ),
+    idx_df AS MATERIALIZED (
+        -- A search of every user's chunks (read_all) narrowed to one session: each query
+        -- lexeme's indexed chunks among everyone's, as N and the length are everyone's.
+        SELECT u.lexeme, count(*) AS df
+        FROM memory_chunk_terms t, unnest({_query_lexemes_of("t.tsv")}) u
+        WHERE t.tsv @@ navi_text_tsquery(CAST(:query AS text))
+        GROUP BY u.lexeme
+    ),"""
+"""_user_df's CTEs for a scope of every user: the frequencies counted over all chunks (a
+session id is not one user's: a read_all search by session reads every user's chunks filed
+under it, and scores them as the unnarrowed search does)."""
+
+
 def _scored_over_cand(cand: str, *, users_df: str | None = None) -> str:
     """A plain (unpruned) BM25 statement: ``_RANKED_HEAD``, then ``cand`` (CTEs ending in
     ``cand``: the candidate chunks, see ``_tf``), scored with document frequencies counted over
@@ -642,6 +661,9 @@ _RANKED_SESSION = _scored_over_cand(_CAND_TEXT, users_df=_user_df(small=False))
 _RANKED_SESSION_SMALL = _scored_over_cand(_CAND_TEXT_SMALL, users_df=_user_df(small=True))
 """_RANKED_TEXT and _RANKED_TEXT_SMALL for one session of ``:uid``: the session's candidates
 scored with the user's document frequencies, as a search of the whole user scores them."""
+
+_RANKED_SESSION_EVERYONE = _scored_over_cand(_CAND_TEXT, users_df=_EVERYONES_DF)
+"""_RANKED_TEXT for one session of every user's chunks (read_all): everyone's frequencies."""
 
 _OPERAND = r"'''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''''"
 """A lexeme quoted as a tsquery operand (quotes doubled, backslashes escaped)."""
@@ -805,8 +827,10 @@ def ranked_text_sql(
         vector_queue_where.append("c.session_id = :sid")
     if prune:
         template = _RANKED_TEXT_PRUNED
-    elif by_user and by_session:
+    elif by_session and by_user:
         template = _RANKED_SESSION_SMALL if small else _RANKED_SESSION
+    elif by_session:
+        template = _RANKED_SESSION_EVERYONE
     else:
         template = _RANKED_TEXT_SMALL if small else _RANKED_TEXT
     ctes = template.format(
