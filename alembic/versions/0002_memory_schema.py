@@ -56,31 +56,36 @@ LEGACY_SUFFIX = "_legacy"
 def _set_aside(table: str) -> None:
     """Rename an existing ``table`` to ``table_legacy`` with its indexes and the sequences it
     owns (an index or a serial's sequence keeps its name through a table rename and would clash
-    with the new table's): its rows are kept, untouched, and the new table takes the name."""
+    with the new table's): its rows are kept, untouched, and the new table takes the name. The
+    schema is the one this revision creates its tables in (``current_schema()``), never a
+    table of that name elsewhere on the search path."""
     op.execute(
         f"""
         DO $$
-        DECLARE r record;
+        DECLARE
+            here name := current_schema();
+            t regclass := to_regclass(format('%I.%I', current_schema(), '{table}'));
+            r record;
         BEGIN
-            IF to_regclass('public.{table}') IS NULL THEN
+            IF t IS NULL THEN
                 RETURN;
             END IF;
             FOR r IN SELECT c.relname, c.relkind FROM pg_class c
-                     WHERE c.oid IN (SELECT indexrelid FROM pg_index
-                                     WHERE indrelid = 'public.{table}'::regclass)
+                     WHERE c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = t)
                         OR c.oid IN (SELECT objid FROM pg_depend
-                                     WHERE refobjid = 'public.{table}'::regclass
+                                     WHERE refobjid = t
                                        AND classid = 'pg_class'::regclass
                                        AND deptype IN ('a', 'i'))
                                      AND c.relkind = 'S'
             LOOP
-                EXECUTE format('ALTER %s public.%I RENAME TO %I',
+                EXECUTE format('ALTER %s %I.%I RENAME TO %I',
                                CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'INDEX' END,
-                               r.relname,
+                               here, r.relname,
                                left(r.relname, 63 - length('{LEGACY_SUFFIX}'))
                                || '{LEGACY_SUFFIX}');
             END LOOP;
-            ALTER TABLE public.{table} RENAME TO {table}{LEGACY_SUFFIX};
+            EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', here, '{table}',
+                           '{table}{LEGACY_SUFFIX}');
         END $$
         """
     )
@@ -91,9 +96,11 @@ def _put_back(table: str) -> None:
     op.execute(
         f"""
         DO $$ BEGIN
-            IF to_regclass('public.{table}{LEGACY_SUFFIX}') IS NOT NULL
-               AND to_regclass('public.{table}') IS NULL THEN
-                ALTER TABLE public.{table}{LEGACY_SUFFIX} RENAME TO {table};
+            IF to_regclass(format('%I.%I', current_schema(), '{table}{LEGACY_SUFFIX}'))
+                   IS NOT NULL
+               AND to_regclass(format('%I.%I', current_schema(), '{table}')) IS NULL THEN
+                EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', current_schema(),
+                               '{table}{LEGACY_SUFFIX}', '{table}');
             END IF;
         END $$
         """
@@ -102,16 +109,17 @@ def _put_back(table: str) -> None:
 
 def _drop_primary_key(table: str) -> None:
     """Drop ``table``'s primary key, whatever its name (a legacy ``memory_summary`` keyed by
-    user): this revision gives the table a key of its own, and keeps one row a user itself."""
+    user): this revision gives the table a key of its own, and keeps one row a user itself.
+    The table is the one the revision's unqualified statements alter (the search path's)."""
     op.execute(
         f"""
         DO $$
         DECLARE pk name;
         BEGIN
             SELECT conname INTO pk FROM pg_constraint
-            WHERE conrelid = 'public.{table}'::regclass AND contype = 'p';
+            WHERE conrelid = '{table}'::regclass AND contype = 'p';
             IF pk IS NOT NULL THEN
-                EXECUTE format('ALTER TABLE public.{table} DROP CONSTRAINT %I', pk);
+                EXECUTE format('ALTER TABLE {table} DROP CONSTRAINT %I', pk);
             END IF;
         END $$
         """

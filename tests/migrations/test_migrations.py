@@ -1256,3 +1256,25 @@ def test_a_legacy_database_with_its_own_chunks_and_a_keyed_summary_is_adopted(
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
         assert conn.execute("SELECT to_regclass('memory_chunks_legacy')").fetchone() == (None,)
+
+
+def test_tables_set_aside_are_the_migrated_schemas_only(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """With navi-memory's schema first on the search path, a `sessions` table of another
+    application in `public` is not navi-memory's to set aside: it stays as it is, and the
+    migration (which once failed on a hard-coded `public.memory_summary`) completes."""
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("CREATE SCHEMA app")
+        conn.execute(f'ALTER DATABASE "{scratch_db}" SET search_path = app, public')
+        conn.execute("CREATE TABLE public.sessions (id int PRIMARY KEY, note text)")
+        conn.execute("INSERT INTO public.sessions VALUES (1, 'not navi-memory''s')")
+
+    dbtools.upgrade(pg_server.url(scratch_db))
+
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT * FROM public.sessions").fetchall() == [
+            (1, "not navi-memory's")
+        ]
+        assert conn.execute("SELECT to_regclass('public.sessions_legacy')").fetchone() == (None,)
+        assert conn.execute("SELECT count(*) FROM app.sessions").fetchone() == (0,)
