@@ -65,6 +65,26 @@ async def test_a_one_digit_word_of_the_query_decides_between_chunks(
     assert [h.terms_hit for h in hits] == [2, 1]
 
 
+async def test_a_compound_query_word_finds_no_chunk_by_its_stop_word_parts(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """The index holds each part of "state-of-the-art" as a lexeme, the and of included: asked
+    for them, every chunk of the user was a candidate, and "the cat sat on the mat" came back
+    as a hit of "state-of-the-art" (terms hit 0). Only chunks holding its other parts do."""
+    uid = await new_user(memory)
+    compound = draft("User: we picked a state-of-the-art parser", 1)
+    parts = draft("User: the art of the state machine", 2)
+    await memory.store.add_chunks(
+        [compound, parts, draft("User: the cat sat on the mat", 3)], user_id=uid, session_id="s"
+    )
+    fake_ollama.mode = "fail"  # the text path alone
+    hits = await memory.store.search_chunks("state-of-the-art", user_id=uid)
+    assert {h.content_hash for h in hits} == {compound.content_hash, parts.content_hash}
+    assert all(h.terms_hit == 1 for h in hits)
+    # Nothing holds "end" or "file": no hit, though "the art of the state machine" holds "of".
+    assert await memory.store.search_chunks("end_of_file", user_id=uid) == []
+
+
 async def test_the_spec_ranking_stays_reachable_and_lets_recency_win_that_tie(
     terms_memory: Memory, fake_ollama: FakeOllama
 ) -> None:

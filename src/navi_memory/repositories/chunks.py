@@ -36,6 +36,7 @@ from navi_memory.repositories.vectors import (
     HybridSearch,
 )
 from navi_memory.schemas import ChunkDraft
+from navi_memory.text.terms import index_terms
 
 __all__ = [
     "ChunkRepository",
@@ -1043,10 +1044,11 @@ class ChunkSearchRepository:
         b: float,
         prune_from: int | None,
     ) -> dict[str, Any]:
+        asked = index_terms(terms)  # a compound's stop-word parts are not asked for
         params: dict[str, Any] = {
             "limit": limit,
-            "query": " ".join(terms),
-            "terms": list(terms),
+            "query": " ".join(asked),
+            "terms": asked,
             "k1": k1,
             "b": b,
         }

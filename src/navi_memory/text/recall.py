@@ -130,9 +130,7 @@ def recall_terms(terms: Sequence[str]) -> tuple[str, ...]:
     every excerpt, whatever it says. One-character terms go too: the lone digits a search
     keeps ("floor 4") are, in five messages of conversation, list numbers ("1. … 2. …"), and
     two of them made an excerpt numbering its own list "match two terms"."""
-    return tuple(
-        term for term in terms if term.casefold() not in RENDERING_WORDS and len(term) > 1
-    )
+    return tuple(term for term in terms if term.casefold() not in RENDERING_WORDS and len(term) > 1)
 
 
 # --- which hits qualify -----------------------------------------------------------------------
