@@ -107,6 +107,7 @@ SCHEMA_REVISIONS: Final = (
     "0021",
     "0022",
     "0023",
+    "0024",
 )
 """The Alembic revisions this code ships, oldest first (a test keeps them equal to
 alembic/versions'): a database at any other revision was migrated by a newer release."""

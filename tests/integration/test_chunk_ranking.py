@@ -85,6 +85,39 @@ async def test_a_compound_query_word_finds_no_chunk_by_its_stop_word_parts(
     assert await memory.store.search_chunks("end_of_file", user_id=uid) == []
 
 
+@pytest.mark.parametrize(
+    ("query", "wanted", "first"),
+    [
+        ("settings", "files", False),
+        ("readme", "files", True),
+        ("what is bob's address", "mail", True),
+        ("example", "mail", False),
+        ("node", "node", True),
+        ("settings.py", "files", True),
+        ("bob@example.com", "mail", True),
+    ],
+)
+async def test_a_part_of_a_file_name_host_or_address_finds_it(
+    memory: Memory, fake_ollama: FakeOllama, query: str, wanted: str, first: bool
+) -> None:
+    """The parser keeps "settings.py", "bob@example.com", "node.js" whole: their parts are
+    words of the chunk too (revision 0024), beside a chunk holding the same words on their own;
+    the whole finds its chunk first."""
+    uid = await new_user(memory)
+    chunks = {
+        "files": draft("User: I edited settings.py and the README.md", 1),
+        "mail": draft("User: write to bob@example.com tomorrow", 2),
+        "node": draft("User: the service runs on node.js", 3),
+        "other": draft("User: the settings of the example are fine", 4),
+    }
+    await memory.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s")
+    fake_ollama.mode = "fail"  # the text path alone
+    hits = [h.content_hash for h in await memory.store.search_chunks(query, user_id=uid)]
+    assert chunks[wanted].content_hash in hits
+    if first:
+        assert hits[0] == chunks[wanted].content_hash
+
+
 async def test_the_spec_ranking_stays_reachable_and_lets_recency_win_that_tie(
     terms_memory: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -1084,6 +1084,50 @@ def test_0022_reads_a_chunks_text_from_its_first_120000_characters(
     dbtools.upgrade(url)
 
 
+# The chunk text index's revisions (0023, 0024): where a chunk's row is, whether every stored
+# tsvector and count is the current function's, which chunks (by breadcrumb) a query finds.
+
+
+def chunk_ctid(conn: psycopg.Connection[Any], name: str) -> Any:
+    return conn.execute(
+        "SELECT t.ctid::text FROM memory_chunk_terms t JOIN memory_chunks c"
+        " ON c.id = t.chunk_id WHERE c.breadcrumbs = ARRAY[%s]",
+        (name,),
+    ).fetchone()
+
+
+def text_index_in_line(conn: psycopg.Connection[Any]) -> None:
+    """Every stored tsvector is the current function's, and every count is theirs."""
+    assert conn.execute(
+        "SELECT count(*) FROM memory_chunk_terms t JOIN memory_chunks c ON c.id = t.chunk_id"
+        " WHERE t.tsv <> navi_chunk_tsv(c.content, c.breadcrumbs)"
+        " OR t.lexemes <> length(t.tsv)"
+    ).fetchone() == (0,)
+    assert conn.execute(
+        "SELECT count(*) FROM memory_chunk_text_queue q JOIN memory_chunks c"
+        " ON c.id = q.chunk_id WHERE q.tsv <> navi_chunk_tsv(c.content, c.breadcrumbs)"
+    ).fetchone() == (0,)
+    assert (
+        conn.execute("SELECT chunks, lexemes FROM memory_chunk_text_stats").fetchone()
+        == conn.execute("SELECT count(*), sum(lexemes) FROM memory_chunk_terms").fetchone()
+    )
+    kept = "SELECT lexeme, df FROM memory_chunk_lexeme_df ORDER BY 1"
+    counted = (
+        "SELECT l, count(*) FROM memory_chunk_terms, unnest(tsvector_to_array(tsv)) l"
+        " GROUP BY l ORDER BY 1"
+    )
+    assert conn.execute(kept).fetchall() == conn.execute(counted).fetchall()
+
+
+def found_by(conn: psycopg.Connection[Any], query: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT c.breadcrumbs[1] FROM memory_chunk_terms t JOIN memory_chunks c"
+        " ON c.id = t.chunk_id WHERE t.tsv @@ navi_text_tsquery(%s) ORDER BY 1",
+        (query,),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
 def test_0023_remakes_only_the_tsvectors_it_reads_apart_and_their_counts_and_back(
     pg_server: dbtools.EmbeddedServer, scratch_db: str
 ) -> None:
@@ -1128,57 +1172,20 @@ def test_0023_remakes_only_the_tsvectors_it_reads_apart_and_their_counts_and_bac
         )
         assert conn.execute("SELECT navi_text_tsquery('C#')").fetchone() == ("'c'",)
 
-    def ctid(conn: psycopg.Connection[Any], name: str) -> Any:
-        return conn.execute(
-            "SELECT t.ctid::text FROM memory_chunk_terms t JOIN memory_chunks c"
-            " ON c.id = t.chunk_id WHERE c.breadcrumbs = ARRAY[%s]",
-            (name,),
-        ).fetchone()
-
-    def in_line(conn: psycopg.Connection[Any]) -> None:
-        """Every stored tsvector is the current function's, and every count is theirs."""
-        assert conn.execute(
-            "SELECT count(*) FROM memory_chunk_terms t JOIN memory_chunks c ON c.id = t.chunk_id"
-            " WHERE t.tsv <> navi_chunk_tsv(c.content, c.breadcrumbs)"
-            " OR t.lexemes <> length(t.tsv)"
-        ).fetchone() == (0,)
-        assert conn.execute(
-            "SELECT count(*) FROM memory_chunk_text_queue q JOIN memory_chunks c"
-            " ON c.id = q.chunk_id WHERE q.tsv <> navi_chunk_tsv(c.content, c.breadcrumbs)"
-        ).fetchone() == (0,)
-        assert (
-            conn.execute("SELECT chunks, lexemes FROM memory_chunk_text_stats").fetchone()
-            == conn.execute("SELECT count(*), sum(lexemes) FROM memory_chunk_terms").fetchone()
-        )
-        kept = "SELECT lexeme, df FROM memory_chunk_lexeme_df ORDER BY 1"
-        counted = (
-            "SELECT l, count(*) FROM memory_chunk_terms, unnest(tsvector_to_array(tsv)) l"
-            " GROUP BY l ORDER BY 1"
-        )
-        assert conn.execute(kept).fetchall() == conn.execute(counted).fetchall()
-
-    def found(conn: psycopg.Connection[Any], query: str) -> list[str]:
-        rows = conn.execute(
-            "SELECT c.breadcrumbs[1] FROM memory_chunk_terms t JOIN memory_chunks c"
-            " ON c.id = t.chunk_id WHERE t.tsv @@ navi_text_tsquery(%s) ORDER BY 1",
-            (query,),
-        ).fetchall()
-        return [row[0] for row in rows]
-
     with connect(pg_server, scratch_db) as conn:
-        in_line(conn)
-        untouched = ctid(conn, "celsius")
-        moved = ctid(conn, "sharp")
-        assert found(conn, "Z\u00fcrich") == []
-        assert found(conn, "C#") == ["celsius", "sharp"]
-    dbtools.upgrade(url)
+        text_index_in_line(conn)
+        untouched = chunk_ctid(conn, "celsius")
+        moved = chunk_ctid(conn, "sharp")
+        assert found_by(conn, "Z\u00fcrich") == []
+        assert found_by(conn, "C#") == ["celsius", "sharp"]
+    dbtools.upgrade(url, "0023")
     with connect(pg_server, scratch_db) as conn:
-        in_line(conn)
-        assert ctid(conn, "celsius") == untouched  # read alike: not rewritten
-        assert ctid(conn, "sharp") != moved
-        assert found(conn, "Z\u00fcrich") == found(conn, "Zu\u0308rich") == ["nfd"]
-        assert found(conn, "C#") == ["sharp"]
-        assert found(conn, "°C") == ["celsius"]
+        text_index_in_line(conn)
+        assert chunk_ctid(conn, "celsius") == untouched  # read alike: not rewritten
+        assert chunk_ctid(conn, "sharp") != moved
+        assert found_by(conn, "Z\u00fcrich") == found_by(conn, "Zu\u0308rich") == ["nfd"]
+        assert found_by(conn, "C#") == ["sharp"]
+        assert found_by(conn, "°C") == ["celsius"]
         assert conn.execute(
             "SELECT q.tsv @@ navi_text_tsquery('C++') FROM memory_chunk_text_queue q"
         ).fetchone() == (True,)
@@ -1186,11 +1193,77 @@ def test_0023_remakes_only_the_tsvectors_it_reads_apart_and_their_counts_and_bac
         assert df["csharp"] == 1 and df["c"] == 1 and "zu\u0308rich-itinerary.pdf" not in df
     dbtools.downgrade(url, "0022")
     with connect(pg_server, scratch_db) as conn:
-        in_line(conn)
-        assert found(conn, "C#") == ["celsius", "sharp"]
-        assert found(conn, "Z\u00fcrich") == []
+        text_index_in_line(conn)
+        assert found_by(conn, "C#") == ["celsius", "sharp"]
+        assert found_by(conn, "Z\u00fcrich") == []
         spelling = conn.execute("SELECT to_regprocedure('navi_text_spelling(text)')")
         assert spelling.fetchone() == (None,)
+    dbtools.upgrade(url)
+
+
+def test_0024_adds_the_parts_of_file_names_hosts_and_addresses_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """Chunks indexed by 0023's function: "settings", "readme", "bob" and "node" found nothing
+    (the parser keeps "settings.py", "README.md", "bob@example.com", "node.js" whole). After
+    0024 they find them — indexed, and made ahead on the text queue —, the whole still finds
+    them, statistics and kept frequencies are in step, a chunk without such a token keeps its
+    row; the downgrade makes them the old way again."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0023")
+    uid = uuid.uuid4()
+    contents = {
+        "files": "User: edit settings.py and README.md, e.g. now",
+        "mail": "User: mail bob@example.com about it",
+        "plain": "User: nothing compound here. Done.",
+        "queued": "User: rewrite it in node.js",
+    }
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        conn.execute(
+            "INSERT INTO memory_chunk_text_stats (user_id, chunks, lexemes, df_kept)"
+            " VALUES (%s, 0, 0, true)",
+            (uid,),
+        )
+        for i, (name, content) in enumerate(contents.items()):
+            conn.execute(
+                "INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
+                " start_seq, end_seq, started_at, ended_at, breadcrumbs)"
+                " VALUES (%s, 's1', %s, md5(%s), %s, %s, now(), now(), %s)",
+                (uid, content, content, i, i, [name]),
+            )
+        conn.execute(
+            "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes,"
+            " tsv) SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
+            " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks"
+            "  WHERE breadcrumbs <> '{queued}') c"
+        )
+        conn.execute(
+            "INSERT INTO memory_chunk_text_queue (chunk_id, user_id, tsv)"
+            " SELECT id, user_id, navi_chunk_tsv(content, breadcrumbs) FROM memory_chunks"
+            " WHERE breadcrumbs = '{queued}'"
+        )
+        text_index_in_line(conn)
+        untouched = chunk_ctid(conn, "plain")
+        assert [found_by(conn, word) for word in ("settings", "readme", "bob")] == [[], [], []]
+    dbtools.upgrade(url, "0024")
+    with connect(pg_server, scratch_db) as conn:
+        text_index_in_line(conn)
+        assert chunk_ctid(conn, "plain") == untouched
+        assert found_by(conn, "settings") == found_by(conn, "README") == ["files"]
+        assert found_by(conn, "settings.py") == ["files"]
+        assert found_by(conn, "bob") == found_by(conn, "example") == ["mail"]
+        assert conn.execute(
+            "SELECT q.tsv @@ navi_text_tsquery('node') FROM memory_chunk_text_queue q"
+        ).fetchone() == (True,)
+        df = dict(conn.execute("SELECT lexeme, df FROM memory_chunk_lexeme_df").fetchall())
+        assert df["settings"] == df["settings.py"] == 1
+    dbtools.downgrade(url, "0023")
+    with connect(pg_server, scratch_db) as conn:
+        text_index_in_line(conn)
+        assert found_by(conn, "settings") == []
+        parts = conn.execute("SELECT to_regprocedure('navi_text_parts(tsvector)')")
+        assert parts.fetchone() == (None,)
     dbtools.upgrade(url)
 
 
