@@ -1088,6 +1088,39 @@ def test_0022_reads_a_chunks_text_from_its_first_120000_characters(
 # tsvector and count is the current function's, which chunks (by breadcrumb) a query finds.
 
 
+def seed_chunk_text(
+    conn: psycopg.Connection[Any], uid: uuid.UUID, contents: dict[str, str]
+) -> None:
+    """One user whose document frequencies are kept (as for one of navi_chunk_df_from()
+    chunks), a chunk of each of ``contents`` (its name its only breadcrumb), indexed by the
+    database's current function — the one named "queued" left on the text queue with its
+    tsvector made ahead."""
+    conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+    conn.execute(
+        "INSERT INTO memory_chunk_text_stats (user_id, chunks, lexemes, df_kept)"
+        " VALUES (%s, 0, 0, true)",
+        (uid,),
+    )
+    for i, (name, content) in enumerate(contents.items()):
+        conn.execute(
+            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
+            " start_seq, end_seq, started_at, ended_at, breadcrumbs)"
+            " VALUES (%s, 's1', %s, md5(%s), %s, %s, now(), now(), %s)",
+            (uid, content, content, i, i, [name]),
+        )
+    conn.execute(
+        "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes,"
+        " tsv) SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
+        " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks"
+        "  WHERE breadcrumbs <> '{queued}') c"
+    )
+    conn.execute(
+        "INSERT INTO memory_chunk_text_queue (chunk_id, user_id, tsv)"
+        " SELECT id, user_id, navi_chunk_tsv(content, breadcrumbs) FROM memory_chunks"
+        " WHERE breadcrumbs = '{queued}'"
+    )
+
+
 def chunk_ctid(conn: psycopg.Connection[Any], name: str) -> Any:
     return conn.execute(
         "SELECT t.ctid::text FROM memory_chunk_terms t JOIN memory_chunks c"
@@ -1145,31 +1178,7 @@ def test_0023_remakes_only_the_tsvectors_it_reads_apart_and_their_counts_and_bac
         "queued": "User: the engine is written in C++ with templates",
     }
     with connect(pg_server, scratch_db) as conn:
-        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
-        # Frequencies kept for this user (as for one of navi_chunk_df_from() chunks).
-        conn.execute(
-            "INSERT INTO memory_chunk_text_stats (user_id, chunks, lexemes, df_kept)"
-            " VALUES (%s, 0, 0, true)",
-            (uid,),
-        )
-        for i, (name, content) in enumerate(contents.items()):
-            conn.execute(
-                "INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
-                " start_seq, end_seq, started_at, ended_at, breadcrumbs)"
-                " VALUES (%s, 's1', %s, md5(%s), %s, %s, now(), now(), %s)",
-                (uid, content, content, i, i, [name]),
-            )
-        conn.execute(
-            "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes,"
-            " tsv) SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
-            " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks"
-            "  WHERE breadcrumbs <> '{queued}') c"
-        )
-        conn.execute(
-            "INSERT INTO memory_chunk_text_queue (chunk_id, user_id, tsv)"
-            " SELECT id, user_id, navi_chunk_tsv(content, breadcrumbs) FROM memory_chunks"
-            " WHERE breadcrumbs = '{queued}'"
-        )
+        seed_chunk_text(conn, uid, contents)
         assert conn.execute("SELECT navi_text_tsquery('C#')").fetchone() == ("'c'",)
 
     with connect(pg_server, scratch_db) as conn:
@@ -1219,30 +1228,7 @@ def test_0024_adds_the_parts_of_file_names_hosts_and_addresses_and_back(
         "queued": "User: rewrite it in node.js",
     }
     with connect(pg_server, scratch_db) as conn:
-        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
-        conn.execute(
-            "INSERT INTO memory_chunk_text_stats (user_id, chunks, lexemes, df_kept)"
-            " VALUES (%s, 0, 0, true)",
-            (uid,),
-        )
-        for i, (name, content) in enumerate(contents.items()):
-            conn.execute(
-                "INSERT INTO memory_chunks (user_id, session_id, content, content_hash,"
-                " start_seq, end_seq, started_at, ended_at, breadcrumbs)"
-                " VALUES (%s, 's1', %s, md5(%s), %s, %s, now(), now(), %s)",
-                (uid, content, content, i, i, [name]),
-            )
-        conn.execute(
-            "INSERT INTO memory_chunk_terms (chunk_id, user_id, session_id, ended_at, lexemes,"
-            " tsv) SELECT id, user_id, session_id, ended_at, length(tsv), tsv FROM"
-            " (SELECT *, navi_chunk_tsv(content, breadcrumbs) AS tsv FROM memory_chunks"
-            "  WHERE breadcrumbs <> '{queued}') c"
-        )
-        conn.execute(
-            "INSERT INTO memory_chunk_text_queue (chunk_id, user_id, tsv)"
-            " SELECT id, user_id, navi_chunk_tsv(content, breadcrumbs) FROM memory_chunks"
-            " WHERE breadcrumbs = '{queued}'"
-        )
+        seed_chunk_text(conn, uid, contents)
         text_index_in_line(conn)
         untouched = chunk_ctid(conn, "plain")
         assert [found_by(conn, word) for word in ("settings", "readme", "bob")] == [[], [], []]
