@@ -37,7 +37,9 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 PARTS_MAX_CHARS = 20_000
-"""At most this many characters of a text's compound lexemes are read for their parts."""
+"""At most this many characters of a text's compound lexemes' parts are kept (whole parts
+only): past them, in a chunk of more than 20,000 characters of host and file names, a compound
+gets no parts, and a query for it finds the chunk by the whole but does not count it hit."""
 
 _COMPOUND = "'[[:alpha:]][.@]|[.@][[:alpha:]]'"
 """A compound lexeme: a letter beside a "." or "@" ("settings.py", "bob@example.com",
@@ -48,9 +50,11 @@ _PARTS = f"""
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
     RETURN whole || coalesce(
         to_tsvector('simple'::regconfig, (
-            SELECT left(string_agg(translate(l, '.@', '  '), ' '), {PARTS_MAX_CHARS})
-            FROM unnest(tsvector_to_array(whole)) l
-            WHERE (strpos(l, '.') > 0 OR strpos(l, '@') > 0) AND l ~ {_COMPOUND})),
+            -- Cut at a space: a part cut in two would be a word the text does not hold.
+            SELECT regexp_replace(left(p.parts, {PARTS_MAX_CHARS} + 1), '\\s*\\S*$', '')
+            FROM (SELECT string_agg(translate(l, '.@', '  '), ' ') || ' ' AS parts
+                  FROM unnest(tsvector_to_array(whole)) l
+                  WHERE (strpos(l, '.') > 0 OR strpos(l, '@') > 0) AND l ~ {_COMPOUND}) p)),
         ''::tsvector)
     """
 """``whole`` (a 'simple' tsvector), then the lexemes of its compound lexemes' parts: from the

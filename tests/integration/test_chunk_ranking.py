@@ -70,19 +70,32 @@ async def test_a_compound_query_word_finds_no_chunk_by_its_stop_word_parts(
 ) -> None:
     """The index holds each part of "state-of-the-art" as a lexeme, the and of included: asked
     for them, every chunk of the user was a candidate, and "the cat sat on the mat" came back
-    as a hit of "state-of-the-art" (terms hit 0). Only chunks holding its other parts do."""
+    as a hit of "state-of-the-art" (terms hit 0). The query's compounds leave out their
+    stop-word and one-letter parts (me of "me@example.com", a and m of "a.m."); the chunk
+    holding the compound whole is first and hits the term, one holding its other parts apart
+    comes after and does not."""
     uid = await new_user(memory)
-    compound = draft("User: we picked a state-of-the-art parser", 1)
-    parts = draft("User: the art of the state machine", 2)
-    await memory.store.add_chunks(
-        [compound, parts, draft("User: the cat sat on the mat", 3)], user_id=uid, session_id="s"
-    )
+    chunks = {
+        "compound": draft("User: we picked a state-of-the-art parser", 1),
+        "parts": draft("User: the art of the state machine", 2),
+        "mail": draft("User: mail me@example.com at 9 a.m. please", 3),
+        "app": draft("User: the build of my-app.js is failing", 4),
+        "noise": draft("User: tell me a story about it, I said, then the cat sat", 5),
+    }
+    await memory.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s")
     fake_ollama.mode = "fail"  # the text path alone
-    hits = await memory.store.search_chunks("state-of-the-art", user_id=uid)
-    assert {h.content_hash for h in hits} == {compound.content_hash, parts.content_hash}
-    assert all(h.terms_hit == 1 for h in hits)
-    # Nothing holds "end" or "file": no hit, though "the art of the state machine" holds "of".
-    assert await memory.store.search_chunks("end_of_file", user_id=uid) == []
+    names = {c.content_hash: name for name, c in chunks.items()}
+
+    async def found(query: str) -> list[tuple[str, int]]:
+        hits = await memory.store.search_chunks(query, user_id=uid)
+        return [(names[h.content_hash], h.terms_hit) for h in hits]
+
+    assert await found("state-of-the-art") == [("compound", 1), ("parts", 0)]
+    assert await found("me@example.com") == [("mail", 1)]
+    assert await found("a.m.") == [("mail", 1)]
+    assert (await found("is my-app.js failing"))[0] == ("app", 2)
+    # Nothing holds "end" or "file": no hit, though the chunks hold "of".
+    assert await found("end_of_file") == []
 
 
 @pytest.mark.parametrize(

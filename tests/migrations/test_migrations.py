@@ -1244,12 +1244,21 @@ def test_0024_adds_the_parts_of_file_names_hosts_and_addresses_and_back(
         ).fetchone() == (True,)
         df = dict(conn.execute("SELECT lexeme, df FROM memory_chunk_lexeme_df").fetchall())
         assert df["settings"] == df["settings.py"] == 1
+        # Past 20,000 characters of parts a host gets none, but no part is cut in two.
+        hosts = [f"h{i}x.ex{i}.com" for i in range(3_000)]
+        lexemes = conn.execute(
+            "SELECT tsvector_to_array(navi_text_tsv(%s))", (" ".join(hosts),)
+        ).fetchone()
+        assert lexemes is not None
+        parts = set(lexemes[0]) - set(hosts)
+        whole_parts = {part for host in hosts for part in host.split(".")}
+        assert 1_000 < len(parts) < len(whole_parts) and parts <= whole_parts
     dbtools.downgrade(url, "0023")
     with connect(pg_server, scratch_db) as conn:
         text_index_in_line(conn)
         assert found_by(conn, "settings") == []
-        parts = conn.execute("SELECT to_regprocedure('navi_text_parts(tsvector)')")
-        assert parts.fetchone() == (None,)
+        function = conn.execute("SELECT to_regprocedure('navi_text_parts(tsvector)')")
+        assert function.fetchone() == (None,)
     dbtools.upgrade(url)
 
 

@@ -36,7 +36,7 @@ from navi_memory.repositories.vectors import (
     HybridSearch,
 )
 from navi_memory.schemas import ChunkDraft
-from navi_memory.text.terms import index_terms
+from navi_memory.text.terms import STOP_WORDS
 
 __all__ = [
     "ChunkRepository",
@@ -418,20 +418,32 @@ def _nearest_small(*, by_session: bool) -> str:
         LIMIT :limit"""
 
 
-_RANKED_HEAD = r"""
-    WITH ql AS MATERIALIZED (
-        -- The query's lexemes, made by the very function that made every chunk's tsvector.
-        SELECT DISTINCT l AS lexeme
-        FROM unnest(tsvector_to_array(navi_text_tsv(CAST(:query AS text)))) l
-    ),
-    qt AS MATERIALIZED (
-        -- Each query term's lexemes. A chunk hits a term when it holds all of them (an
-        -- identifier whole, a path with every segment): terms_hit counts terms, as the
-        -- spec's "distinct terms hit" does, not lexemes (QUARTZ_RETRY_LIMIT is four).
-        SELECT t.ord, array_agg(l) AS lexemes
+_STOP_LEXEMES = "ARRAY[" + ", ".join(f"'{word}'" for word in sorted(STOP_WORDS)) + "]"
+"""The search stop words (text.terms), as a SQL array for _RANKED_HEAD."""
+
+_RANKED_HEAD = (
+    r"""
+    WITH qt AS MATERIALIZED (
+        -- Each query term's lexemes, made by the very function that made every chunk's
+        -- tsvector. A chunk hits a term when it holds all of them (an identifier whole, a path
+        -- with every segment): terms_hit counts terms, as the spec's "distinct terms hit" does,
+        -- not lexemes (QUARTZ_RETRY_LIMIT is four). Less the stop words and lone letters the
+        -- parts of a compound bring ("state-of-the-art": the, of; "me@example.com": me;
+        -- "a.m.": a, m), which every chunk holds, unless they are all the term has (the
+        -- query "the of": query_terms keeps stop words when there is nothing else).
+        SELECT t.ord,
+               coalesce(array_agg(l) FILTER (WHERE NOT (l = ANY ("""
+    + _STOP_LEXEMES
+    + r""")
+                                                        OR l ~ '^[[:alpha:]]$')),
+                        array_agg(l)) AS lexemes
         FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY t(term, ord),
              unnest(tsvector_to_array(navi_text_tsv(t.term))) l
         GROUP BY t.ord
+    ),
+    ql AS MATERIALIZED (
+        -- The query's lexemes: its terms'.
+        SELECT DISTINCT l AS lexeme FROM qt, unnest(qt.lexemes) l
     ),
     queued AS MATERIALIZED (
         -- The scope's chunks whose text the indexer has not reached: the tsvector it made
@@ -457,6 +469,7 @@ _RANKED_HEAD = r"""
              (SELECT count(*) AS chunks, coalesce(sum(length(tsv)), 0) AS lexemes
               FROM queued) q
     ),"""
+)
 """What both BM25 statements start with: the query's lexemes and terms, the scope's queued
 chunks, and its chunk count, N and average length."""
 
@@ -1044,11 +1057,10 @@ class ChunkSearchRepository:
         b: float,
         prune_from: int | None,
     ) -> dict[str, Any]:
-        asked = index_terms(terms)  # a compound's stop-word parts are not asked for
         params: dict[str, Any] = {
             "limit": limit,
-            "query": " ".join(asked),
-            "terms": asked,
+            "query": " ".join(terms),
+            "terms": list(terms),
             "k1": k1,
             "b": b,
         }

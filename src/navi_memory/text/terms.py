@@ -6,7 +6,6 @@ import functools
 import re
 import sys
 import unicodedata
-from collections.abc import Sequence
 from typing import Final
 
 from navi_memory.constants import MAX_QUERY_TERMS
@@ -16,7 +15,6 @@ __all__ = [
     "PHRASE_MAX_CHARS",
     "STOP_WORDS",
     "combining_marks",
-    "index_terms",
     "query_phrase",
     "query_terms",
 ]
@@ -141,27 +139,6 @@ def _not_a_letter(term: str) -> bool:
     9 (a one-digit lexeme is as exact as any in the chunk text index). The LIKE passes, where
     ``%4%`` matches nearly every row, leave one-character terms out (``like.term_patterns``)."""
     return len(term) > 1 or term.isdigit()
-
-
-# What the chunk text index (navi_text_tsv) splits a compound word at, indexing each part
-# beside the whole: hyphens (the parser's), and "_" and "/" (turned into a hyphen and a space).
-_COMPOUND_SEPARATORS = re.compile(r"[-_/]+")
-
-
-def index_terms(terms: Sequence[str]) -> list[str]:
-    """``terms`` as raw history's BM25 index is asked for them: a compound term whose parts
-    include stop words ("state-of-the-art", "end_of_file", "docs/the/plan") is asked for by
-    its other parts, one term ("state art"). The index holds every part of a compound word as a
-    lexeme of its own, so the whole term's lexemes included *the* and *of*, which made every
-    chunk of the user a candidate and put "the cat sat on the mat" among the hits of
-    "state-of-the-art". A chunk holding the compound holds the parts kept, so it still hits
-    the term; one of stop words only ("to-do") is left as it is."""
-    asked: list[str] = []
-    for term in terms:
-        parts = [part for part in _COMPOUND_SEPARATORS.split(term) if part]
-        kept = [part for part in parts if part.casefold() not in STOP_WORDS]
-        asked.append(" ".join(kept) if kept and len(kept) < len(parts) else term)
-    return asked
 
 
 PHRASE_MAX_CHARS: Final = 200

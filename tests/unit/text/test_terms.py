@@ -7,7 +7,7 @@ import unicodedata
 import pytest
 
 from navi_memory.repositories.like import term_patterns
-from navi_memory.text.terms import index_terms, query_terms
+from navi_memory.text.terms import query_terms
 
 
 def test_identifiers_paths_and_addresses_stay_whole() -> None:
@@ -90,24 +90,3 @@ def test_a_mark_does_not_glue_two_words_or_split_an_identifier() -> None:
         "na\u00efve_flag",
         "r\u00e9sum\u00e9.pdf",
     ]
-
-
-@pytest.mark.parametrize(
-    ("terms", "asked"),
-    [
-        (["state-of-the-art", "parser"], ["state art", "parser"]),
-        (["end_of_file"], ["end file"]),
-        (["docs/the/plan.md"], ["docs plan.md"]),
-        # No stop-word part, or nothing but: asked as it is.
-        (
-            ["QUARTZ_RETRY_LIMIT", "2026-12-07", "-0.5"],
-            ["QUARTZ_RETRY_LIMIT", "2026-12-07", "-0.5"],
-        ),
-        (["to-do"], ["to-do"]),
-        (["The-Art"], ["Art"]),
-    ],
-)
-def test_the_index_is_not_asked_for_a_compounds_stop_word_parts(
-    terms: list[str], asked: list[str]
-) -> None:
-    assert index_terms(terms) == asked
