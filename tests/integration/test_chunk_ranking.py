@@ -131,6 +131,35 @@ async def test_a_part_of_a_file_name_host_or_address_finds_it(
         assert hits[0] == chunks[wanted].content_hash
 
 
+async def test_another_form_of_a_word_finds_it_and_the_very_word_hits_the_term(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Words match by their English stems too (revision 0024): "deploy" finds "deployed", and
+    "meeting with landlord" finds the chunk about meetings with the landlord by both words
+    (only by "landlord" before: "meetings" is not "meeting"). A term hits a chunk holding
+    all its lexemes: "deploy" is its own stem, which "deployed" gives; "meetings" asks for
+    meetings and meet, and "meeting" gives only meet — it scores, and does not hit."""
+    uid = await new_user(memory)
+    chunks = {
+        "deployed": draft("User: I deployed the new build on friday", 1),
+        "landlord": draft("User: I have two meetings with the landlord next week", 2),
+        "room": draft("User: the meeting room is on floor 4", 3),
+    }
+    await memory.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s")
+    fake_ollama.mode = "fail"  # the text path alone
+    names = {c.content_hash: name for name, c in chunks.items()}
+
+    async def found(query: str) -> list[tuple[str, int]]:
+        hits = await memory.store.search_chunks(query, user_id=uid)
+        return [(names[h.content_hash], h.terms_hit) for h in hits]
+
+    assert await found("when did I deploy") == [("deployed", 1)]
+    assert await found("deployed builds") == [("deployed", 1)]
+    assert dict(await found("meeting with landlord")) == {"landlord": 1, "room": 1}
+    assert dict(await found("meeting")) == {"landlord": 0, "room": 1}
+    assert dict(await found("meetings")) == {"landlord": 1, "room": 0}
+
+
 async def test_the_spec_ranking_stays_reachable_and_lets_recency_win_that_tie(
     terms_memory: Memory, fake_ollama: FakeOllama
 ) -> None:

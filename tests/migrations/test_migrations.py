@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from navi_memory.db import SCHEMA_HEAD, TRGM_INDEXES
 from navi_memory.models import Base
+from navi_memory.text.terms import STOP_WORDS
 from tests import dbtools
 
 TABLES = {
@@ -541,7 +542,7 @@ def test_0010_keeps_frequencies_of_big_users_only_and_back(
         # 0008's triggers kept everyone's; the big user "holds" 1,000 chunks.
         assert conn.execute("SELECT count(*) FROM memory_chunk_lexeme_df").fetchone() == (4,)
         conn.execute("UPDATE memory_chunk_text_stats SET chunks = 1000 WHERE user_id = %s", (big,))
-    dbtools.upgrade(url)
+    dbtools.upgrade(url, "0010")
     with connect(pg_server, scratch_db) as conn:
         kept = conn.execute("SELECT user_id, df_kept FROM memory_chunk_text_stats").fetchall()
         assert dict(kept) == {small: False, big: True}
@@ -1210,28 +1211,30 @@ def test_0023_remakes_only_the_tsvectors_it_reads_apart_and_their_counts_and_bac
     dbtools.upgrade(url)
 
 
-def test_0024_adds_the_parts_of_file_names_hosts_and_addresses_and_back(
+def test_0024_adds_the_parts_of_compound_words_and_the_stems_of_words_and_back(
     pg_server: dbtools.EmbeddedServer, scratch_db: str
 ) -> None:
     """Chunks indexed by 0023's function: "settings", "readme", "bob" and "node" found nothing
-    (the parser keeps "settings.py", "README.md", "bob@example.com", "node.js" whole). After
-    0024 they find them — indexed, and made ahead on the text queue —, the whole still finds
-    them, statistics and kept frequencies are in step, a chunk without such a token keeps its
-    row; the downgrade makes them the old way again."""
+    (the parser keeps "settings.py", "README.md", "bob@example.com", "node.js" whole), nor did
+    "deploy" find "deployed". After 0024 they find them — indexed, and made ahead on the text
+    queue —, the whole still finds them, statistics and kept frequencies are in step, a chunk
+    with neither keeps its row; the downgrade makes them the old way again."""
     url = pg_server.url(scratch_db)
     dbtools.upgrade(url, "0023")
     uid = uuid.uuid4()
     contents = {
         "files": "User: edit settings.py and README.md, e.g. now",
         "mail": "User: mail bob@example.com about it",
-        "plain": "User: nothing compound here. Done.",
+        "plain": "User: ok, 42",
+        "stems": "User: I deployed the builds",
         "queued": "User: rewrite it in node.js",
     }
     with connect(pg_server, scratch_db) as conn:
         seed_chunk_text(conn, uid, contents)
         text_index_in_line(conn)
         untouched = chunk_ctid(conn, "plain")
-        assert [found_by(conn, word) for word in ("settings", "readme", "bob")] == [[], [], []]
+        words = ("settings", "readme", "bob", "deploy", "build")
+        assert [found_by(conn, word) for word in words] == [[]] * len(words)
     dbtools.upgrade(url, "0024")
     with connect(pg_server, scratch_db) as conn:
         text_index_in_line(conn)
@@ -1239,6 +1242,8 @@ def test_0024_adds_the_parts_of_file_names_hosts_and_addresses_and_back(
         assert found_by(conn, "settings") == found_by(conn, "README") == ["files"]
         assert found_by(conn, "settings.py") == ["files"]
         assert found_by(conn, "bob") == found_by(conn, "example") == ["mail"]
+        assert found_by(conn, "deploy") == found_by(conn, "build") == ["stems"]
+        assert found_by(conn, "deploying") == ["stems"]  # by the stem both hold
         assert conn.execute(
             "SELECT q.tsv @@ navi_text_tsquery('node') FROM memory_chunk_text_queue q"
         ).fetchone() == (True,)
@@ -1256,9 +1261,10 @@ def test_0024_adds_the_parts_of_file_names_hosts_and_addresses_and_back(
     dbtools.downgrade(url, "0023")
     with connect(pg_server, scratch_db) as conn:
         text_index_in_line(conn)
-        assert found_by(conn, "settings") == []
-        function = conn.execute("SELECT to_regprocedure('navi_text_parts(tsvector)')")
-        assert function.fetchone() == (None,)
+        assert found_by(conn, "settings") == found_by(conn, "deploy") == []
+        for name in ("navi_text_parts", "navi_text_stems"):
+            function = conn.execute("SELECT to_regprocedure(%s)", (f"{name}(tsvector)",))
+            assert function.fetchone() == (None,)
     dbtools.upgrade(url)
 
 
@@ -1346,3 +1352,18 @@ def test_tables_set_aside_are_the_migrated_schemas_only(
         ]
         assert conn.execute("SELECT to_regclass('public.sessions_legacy')").fetchone() == (None,)
         assert conn.execute("SELECT count(*) FROM app.sessions").fetchone() == (0,)
+
+
+def test_0024s_stop_words_are_the_packages() -> None:
+    """0024 leaves the stems of the search stop words out of the chunks' tsvectors, from its
+    own copy of the list (a revision is a snapshot). The BM25 statements leave the same words
+    out of a query's compounds from the package's list: when that list changes, the stored
+    tsvectors do not, and a new revision must make them again (this test says when)."""
+    import importlib.util
+
+    path = dbtools.ROOT / "alembic" / "versions" / "0024_chunk_text_parts.py"
+    spec = importlib.util.spec_from_file_location("revision_0024", path)
+    assert spec is not None and spec.loader is not None
+    revision = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(revision)
+    assert set(revision._STOP_WORDS) == STOP_WORDS
