@@ -87,7 +87,7 @@ list may change, the stored tsvectors do not). Their stems ("was" → "wa") are 
 _STEMS = f"""
     CREATE FUNCTION navi_text_stems(words tsvector) RETURNS tsvector
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
-    RETURN words || coalesce(
+    RETURN words || setweight(coalesce(
         to_tsvector('simple'::regconfig, (
             SELECT string_agg(x.stem, ' ')
             FROM (SELECT l, (ts_lexize('english_stem', l))[1] AS stem
@@ -95,9 +95,11 @@ _STEMS = f"""
                   WHERE l ~ '^[a-z]+$'
                     AND l <> ALL (ARRAY[{", ".join(f"'{w}'" for w in _STOP_WORDS)}])) x
             WHERE x.stem <> x.l)),
-        ''::tsvector)
+        ''::tsvector), 'C')
     """
-"""``words``, then the English stems of its plain lowercase words, where they differ."""
+"""``words``, then the English stems of its plain lowercase words, where they differ, of weight
+C (the words are D): a stem scores, and only the words decide which query terms a chunk hits
+(``terms_hit``; "important" gives the stem import, which must not hit a query for "import")."""
 
 _OLD_TSV = """
     CREATE OR REPLACE FUNCTION navi_text_tsv(body text) RETURNS tsvector

@@ -828,3 +828,30 @@ async def test_list_numbers_never_count_for_recall(db_url: str, fake_ollama: Fak
             sid, "did I water the roses? 1 or 2 times", system_prompt=HOST, user_id=uid
         )
         assert garden.recall == "injected"
+
+
+@pytest.mark.parametrize(
+    ("excerpt", "incoming"),
+    [
+        # "important" and "generally" give the stems import and general.
+        (
+            "Generally it is important to drink water in the morning.",
+            "Can you import my contacts? In general I prefer CSV files.",
+        ),
+        # "Assistant:" gives the stem assist: every excerpt of an assistant's message.
+        ("The blue paint dries overnight on the fence.", "Can you assist me with the paint?"),
+    ],
+)
+async def test_words_matched_only_by_their_stems_never_count_for_recall(
+    db_url: str, fake_ollama: FakeOllama, excerpt: str, incoming: str
+) -> None:
+    """Stems (revision 0024) let "import" find "important", scored; but a term is hit only by
+    the chunk's own words, so an excerpt sharing nothing but stems with the conversation is
+    not recalled (it was: two stems made two "hit" terms)."""
+    settings = make_settings(db_url, fake_ollama, chunk_max_chars=200)
+    async with open_memory(settings, embedder=False) as memory:
+        uid = await new_user(memory)
+        lines = [("assistant", padded(excerpt)), ("user", "ok")]
+        sid = await conversation(memory, fake_ollama, uid, lines, keep_last=1)
+        prompt = await memory.context.build_prompt(sid, incoming, system_prompt=HOST, user_id=uid)
+        assert prompt.recall == "nothing_found"

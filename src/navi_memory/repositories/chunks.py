@@ -418,6 +418,9 @@ def _nearest_small(*, by_session: bool) -> str:
         LIMIT :limit"""
 
 
+_OPERAND = r"'''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''''"
+"""A lexeme quoted as a tsquery operand (quotes doubled, backslashes escaped)."""
+
 _STOP_LEXEMES = "ARRAY[" + ", ".join(f"'{word}'" for word in sorted(STOP_WORDS)) + "]"
 """The search stop words (text.terms), as a SQL array for _RANKED_HEAD."""
 
@@ -425,25 +428,36 @@ _RANKED_HEAD = (
     r"""
     WITH qt AS MATERIALIZED (
         -- Each query term's lexemes, made by the very function that made every chunk's
-        -- tsvector. A chunk hits a term when it holds all of them (an identifier whole, a path
-        -- with every segment): terms_hit counts terms, as the spec's "distinct terms hit" does,
-        -- not lexemes (QUARTZ_RETRY_LIMIT is four). Less the stop words and lone letters the
-        -- parts of a compound bring ("state-of-the-art": the, of; "me@example.com": me;
-        -- "a.m.": a, m), which every chunk holds, unless they are all the term has (the
-        -- query "the of": query_terms keeps stop words when there is nothing else).
-        SELECT t.ord,
-               coalesce(array_agg(l) FILTER (WHERE NOT (l = ANY ("""
+        -- tsvector: ``asked``, its words (weight D) and their stems (weight C, revision
+        -- 0024), which the chunks are scored by; ``hit``, its words as words, which a chunk
+        -- hits the term by holding all of (an identifier whole, a path with every segment):
+        -- terms_hit counts terms, as the spec's "distinct terms hit" does, not lexemes
+        -- (QUARTZ_RETRY_LIMIT is four), and a stem never hits ("important" gives import,
+        -- which must not hit a query of "import"). Both less the stop words and lone letters
+        -- the parts of a compound bring ("state-of-the-art": the, of; "me@example.com": me;
+        -- "a.m.": a, m), which every chunk holds, unless they are all the term has (the query
+        -- "the of": query_terms keeps stop words when there is nothing else).
+        SELECT k.ord,
+               coalesce(array_agg(k.l) FILTER (WHERE NOT k.filler),
+                        array_agg(k.l)) AS asked,
+               CAST(coalesce(string_agg(k.operand || ':' || 'D', ' & ')
+                                 FILTER (WHERE k.word AND NOT k.filler),
+                             string_agg(k.operand || ':' || 'D', ' & ') FILTER (WHERE k.word))
+                    AS tsquery) AS hit
+        FROM (SELECT t.ord, u.lexeme AS l, 'D' = ANY (u.weights) AS word,
+                     """
+    + _OPERAND.format("u.lexeme")
+    + r""" AS operand,
+                     u.lexeme = ANY ("""
     + _STOP_LEXEMES
-    + r""")
-                                                        OR l ~ '^[[:alpha:]]$')),
-                        array_agg(l)) AS lexemes
-        FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY t(term, ord),
-             unnest(tsvector_to_array(navi_text_tsv(t.term))) l
-        GROUP BY t.ord
+    + r""") OR u.lexeme ~ '^[[:alpha:]]$' AS filler
+              FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY t(term, ord),
+                   unnest(navi_text_tsv(t.term)) u) k
+        GROUP BY k.ord
     ),
     ql AS MATERIALIZED (
-        -- The query's lexemes: its terms'.
-        SELECT DISTINCT l AS lexeme FROM qt, unnest(qt.lexemes) l
+        -- The query's lexemes: its terms', stems included.
+        SELECT DISTINCT l AS lexeme FROM qt, unnest(qt.asked) l
     ),
     queued AS MATERIALIZED (
         -- The scope's chunks whose text the indexer has not reached: the tsvector it made
@@ -519,8 +533,15 @@ _RANKED_TAIL = """,
         LIMIT :limit
     ),
     top AS MATERIALIZED (
-        SELECT b.id, b.score, (SELECT count(*) FROM qt WHERE qt.lexemes <@ b.held) AS hits
-        FROM best b
+        -- Terms hit by the chunk's own words (qt.hit: weight D, not the stems of weight C it
+        -- holds beside them), its tsvector read again for these rows alone: "important"
+        -- gives the stem import, which scores for a query of "import" and does not hit it
+        -- ("assistant" would hit "assist" in every excerpt of an assistant's message).
+        SELECT b.id, b.score, (SELECT count(*) FROM qt WHERE c.tsv @@ qt.hit) AS hits
+        FROM best b,
+             LATERAL (SELECT coalesce(
+                          (SELECT t.tsv FROM memory_chunk_terms t WHERE t.chunk_id = b.id),
+                          (SELECT q.tsv FROM queued q WHERE q.id = b.id)) AS tsv) c
     )"""
 
 
@@ -679,8 +700,6 @@ scored with the user's document frequencies, as a search of the whole user score
 _RANKED_SESSION_EVERYONE = _scored_over_cand(_CAND_TEXT, users_df=_EVERYONES_DF)
 """_RANKED_TEXT for one session of every user's chunks (read_all): everyone's frequencies."""
 
-_OPERAND = r"'''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''''"
-"""A lexeme quoted as a tsquery operand (quotes doubled, backslashes escaped)."""
 
 _RANKED_TEXT_PRUNED = (
     _RANKED_HEAD
