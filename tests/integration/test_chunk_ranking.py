@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from navi_memory import Memory, open_memory
+from navi_memory import ChunkDraft, Memory, open_memory
 from navi_memory.constants import CHUNK_BM25_B, CHUNK_BM25_K1, CHUNK_FUSION_VECTOR_WEIGHT
 from navi_memory.repositories.chunks import ranked_text_sql
 from navi_memory.testing import FakeOllama
@@ -65,6 +66,22 @@ async def test_a_one_digit_word_of_the_query_decides_between_chunks(
     assert [h.terms_hit for h in hits] == [2, 1]
 
 
+async def text_path_over(
+    memory: Memory, fake_ollama: FakeOllama, uid: uuid.UUID, chunks: dict[str, ChunkDraft]
+) -> Callable[[str], Awaitable[list[tuple[str, int]]]]:
+    """``chunks`` stored for ``uid`` (one session), the embedder down: a search by the text
+    path alone, answering each hit's name in ``chunks`` and its terms hit."""
+    await memory.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s")
+    fake_ollama.mode = "fail"
+    names = {c.content_hash: name for name, c in chunks.items()}
+
+    async def found(query: str) -> list[tuple[str, int]]:
+        hits = await memory.store.search_chunks(query, user_id=uid)
+        return [(names[h.content_hash], h.terms_hit) for h in hits]
+
+    return found
+
+
 async def test_a_compound_query_word_finds_no_chunk_by_its_stop_word_parts(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:
@@ -82,13 +99,7 @@ async def test_a_compound_query_word_finds_no_chunk_by_its_stop_word_parts(
         "app": draft("User: the build of my-app.js is failing", 4),
         "noise": draft("User: tell me a story about it, I said, then the cat sat", 5),
     }
-    await memory.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s")
-    fake_ollama.mode = "fail"  # the text path alone
-    names = {c.content_hash: name for name, c in chunks.items()}
-
-    async def found(query: str) -> list[tuple[str, int]]:
-        hits = await memory.store.search_chunks(query, user_id=uid)
-        return [(names[h.content_hash], h.terms_hit) for h in hits]
+    found = await text_path_over(memory, fake_ollama, uid, chunks)
 
     assert await found("state-of-the-art") == [("compound", 1), ("parts", 0)]
     assert await found("me@example.com") == [("mail", 1)]
@@ -146,13 +157,7 @@ async def test_another_form_of_a_word_finds_it_and_the_very_word_hits_the_term(
         "landlord": draft("User: I have two meetings with the landlord next week", 2),
         "room": draft("User: the meeting room is on floor 4", 3),
     }
-    await memory.store.add_chunks(list(chunks.values()), user_id=uid, session_id="s")
-    fake_ollama.mode = "fail"  # the text path alone
-    names = {c.content_hash: name for name, c in chunks.items()}
-
-    async def found(query: str) -> list[tuple[str, int]]:
-        hits = await memory.store.search_chunks(query, user_id=uid)
-        return [(names[h.content_hash], h.terms_hit) for h in hits]
+    found = await text_path_over(memory, fake_ollama, uid, chunks)
 
     assert await found("when did I deploy") == [("deployed", 0)]
     assert await found("deployed builds") == [("deployed", 1)]
