@@ -508,8 +508,8 @@ def _tf(name: str, cand: str) -> str:
 
 
 def _scored(name: str, tf: str, df: str) -> str:
-    """CTE ``name``: the BM25 ``score`` (and the query lexemes ``held``) of each chunk in CTE
-    ``tf`` (see ``_tf``), document frequencies from CTE ``df`` (lexeme, df as float8).
+    """CTE ``name``: the BM25 ``score`` of each chunk in CTE ``tf`` (see ``_tf``), document
+    frequencies from CTE ``df`` (lexeme, df as float8).
 
     The sum runs in lexeme order: floating-point addition is not associative, and the plan (so
     the row order) may differ between two searches of the same chunks; both statements score a
@@ -519,8 +519,7 @@ def _scored(name: str, tf: str, df: str) -> str:
         SELECT tf.id,
                sum(ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5))
                    * tf.tf * (st.k1 + 1) / (tf.tf + st.k1 * (1 - st.b + st.b * tf.dl / st.avgdl))
-                   ORDER BY tf.lexeme) AS score,
-               array_agg(tf.lexeme) AS held
+                   ORDER BY tf.lexeme) AS score
         FROM {tf} tf JOIN {df} d USING (lexeme) CROSS JOIN st
         GROUP BY tf.id
     )"""
@@ -528,7 +527,7 @@ def _scored(name: str, tf: str, df: str) -> str:
 
 _RANKED_TAIL = """,
     best AS (
-        SELECT s.id, s.score, s.held FROM scored s JOIN cand ON cand.id = s.id
+        SELECT s.id, s.score FROM scored s JOIN cand ON cand.id = s.id
         ORDER BY s.score DESC, cand.ended_at DESC, s.id DESC
         LIMIT :limit
     ),
@@ -998,7 +997,8 @@ class ChunkSearchRepository:
         small: bool = False,
     ) -> list[FetchedRow]:
         """The ``limit`` best chunks by BM25 over their content and breadcrumbs, best first;
-        rows carry ``score``, ``terms_hit`` (query terms held whole: every lexeme of it) and
+        rows carry ``score``, ``terms_hit`` (query terms held whole by the chunk's words: every
+        word lexeme of the term, a stem beside a word never counting) and
         ``scope_chunks``. Reads the indexed chunks holding a query lexeme (GIN on
         memory_chunk_terms) and the scope's queued chunks, never the vectors.
 
