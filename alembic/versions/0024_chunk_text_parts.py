@@ -101,6 +101,32 @@ _STEMS = f"""
 C (the words are D): a stem scores, and only the words decide which query terms a chunk hits
 (``terms_hit``; "important" gives the stem import, which must not hit a query for "import")."""
 
+_TERM_LEXEMES = f"""
+    CREATE FUNCTION navi_term_lexemes(term text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+    RETURN (
+        SELECT coalesce(array_agg(x.l) FILTER (WHERE NOT x.filler), array_agg(x.l))
+        FROM (SELECT l, l = ANY (ARRAY[{", ".join(f"'{w}'" for w in _STOP_WORDS)}])
+                        OR l ~ '^[[:alpha:]]$' AS filler
+              FROM unnest(tsvector_to_array(navi_text_tsv(term))) l) x)
+    """
+"""The lexemes a query term asks for: its tsvector's, less the stop words and lone letters a
+compound's parts bring ("state-of-the-art": the, of; "me@example.com": me), unless they are
+all it has. The search statements' candidates and scores read these."""
+
+_TERMS_TSQUERY = r"""
+    CREATE FUNCTION navi_terms_tsquery(terms text[]) RETURNS tsquery
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+    RETURN (
+        SELECT CAST(string_agg(DISTINCT
+                   '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''', ' | ')
+               AS tsquery)
+        FROM unnest(terms) t, unnest(navi_term_lexemes(t)) l)
+    """
+"""Any lexeme of the terms (navi_term_lexemes): the candidates' tsquery. Immutable, so the
+planner evaluates it on a statement's terms and weighs the words (0006's navi_text_tsquery,
+of the whole query's lexemes, made every chunk holding "and" a candidate of "rock-and-roll")."""
+
 _OLD_TSV = """
     CREATE OR REPLACE FUNCTION navi_text_tsv(body text) RETURNS tsvector
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
@@ -154,11 +180,15 @@ def upgrade() -> None:
     op.execute(_PARTS)
     op.execute(_STEMS)
     op.execute(_NEW_TSV)
+    op.execute(_TERM_LEXEMES)
+    op.execute(_TERMS_TSQUERY)
     _realign()
 
 
 def downgrade() -> None:
     op.execute(_OLD_TSV)
+    op.execute("DROP FUNCTION navi_terms_tsquery(text[])")
+    op.execute("DROP FUNCTION navi_term_lexemes(text)")
     op.execute("DROP FUNCTION navi_text_stems(tsvector)")
     op.execute("DROP FUNCTION navi_text_parts(tsvector)")
     _realign()

@@ -69,9 +69,9 @@ async def test_fact_and_sketch_reads_use_cached_plans_and_the_raw_history_custom
     assert len(touching(cached, "head_kept")) == 2  # search_facts, then the facts lane
     assert len(touching(cached, "FROM kv_store k,")) == 1
     # The raw lane (the user not yet known small), then search_chunks (known small now).
-    assert len(touching(custom, "navi_text_tsquery")) == 1
-    (small,) = touching(cached, "navi_text_tsquery")
-    assert "OFFSET 0" in small and "OFFSET 0" not in touching(custom, "navi_text_tsquery")[0]
+    assert len(touching(custom, "navi_terms_tsquery")) == 1
+    (small,) = touching(cached, "navi_terms_tsquery")
+    assert "OFFSET 0" in small and "OFFSET 0" not in touching(custom, "navi_terms_tsquery")[0]
     assert not touching(custom, "head_kept")
     assert not touching(custom, "FROM kv_store k,")
 

@@ -1249,6 +1249,27 @@ def test_0024_adds_the_parts_of_compound_words_and_the_stems_of_words_and_back(
         ).fetchone() == (True,)
         df = dict(conn.execute("SELECT lexeme, df FROM memory_chunk_lexeme_df").fetchall())
         assert df["settings"] == df["settings.py"] == 1
+
+        # The candidates' tsquery leaves a compound's stop-word and one-letter parts out,
+        # unless they are all a term has.
+        def asked(*terms: str) -> set[str]:
+            row = conn.execute(
+                "SELECT CAST(navi_terms_tsquery(%s) AS text)", (list(terms),)
+            ).fetchone()
+            assert row is not None
+            return {operand.strip("'") for operand in row[0].split(" | ")}
+
+        assert asked("rock-and-roll", "me@example.com") == {
+            "rock-and-roll",
+            "rock",
+            "roll",
+            "me@example.com",
+            "example",
+            "exampl",  # the part's stem
+            "com",
+        }
+        assert asked("the", "of") == {"the", "of"}
+        assert asked("deployed") == {"deployed", "deploy"}
         # Past 20,000 characters of parts a host gets none, but no part is cut in two.
         hosts = [f"h{i}x.ex{i}.com" for i in range(3_000)]
         lexemes = conn.execute(

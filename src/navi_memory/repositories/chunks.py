@@ -428,8 +428,9 @@ _RANKED_HEAD = (
     r"""
     WITH qt AS MATERIALIZED (
         -- Each query term's lexemes, made by the very function that made every chunk's
-        -- tsvector: ``asked``, its words (weight D) and their stems (weight C, revision
-        -- 0024), which the chunks are scored by; ``hit``, its words as words, which a chunk
+        -- tsvector: ``asked`` (navi_term_lexemes, as the candidates' navi_terms_tsquery
+        -- reads them), its words (weight D) and their stems (weight C, revision 0024), which
+        -- the chunks are scored by; ``hit``, its words as words, which a chunk
         -- hits the term by holding all of (an identifier whole, a path with every segment):
         -- terms_hit counts terms, as the spec's "distinct terms hit" does, not lexemes
         -- (QUARTZ_RETRY_LIMIT is four), and a stem never hits ("important" gives import,
@@ -438,13 +439,12 @@ _RANKED_HEAD = (
         -- "a.m.": a, m), which every chunk holds, unless they are all the term has (the query
         -- "the of": query_terms keeps stop words when there is nothing else).
         SELECT k.ord,
-               coalesce(array_agg(k.l) FILTER (WHERE NOT k.filler),
-                        array_agg(k.l)) AS asked,
+               navi_term_lexemes(min(k.term)) AS asked,
                CAST(coalesce(string_agg(k.operand || ':' || 'D', ' & ')
                                  FILTER (WHERE k.word AND NOT k.filler),
                              string_agg(k.operand || ':' || 'D', ' & ') FILTER (WHERE k.word))
                     AS tsquery) AS hit
-        FROM (SELECT t.ord, u.lexeme AS l, 'D' = ANY (u.weights) AS word,
+        FROM (SELECT t.ord, t.term, u.lexeme AS l, 'D' = ANY (u.weights) AS word,
                      """
     + _OPERAND.format("u.lexeme")
     + r""" AS operand,
@@ -558,7 +558,7 @@ def _user_df(*, small: bool) -> str:
         if small
         else f"FROM memory_chunk_terms t, unnest({_query_lexemes_of('t.tsv')}) u"
         " WHERE NOT (SELECT yes FROM kept) AND t.user_id = :uid"
-        " AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))"
+        " AND t.tsv @@ navi_terms_tsquery(CAST(:terms AS text[]))"
     )
     return f"""
     queued_df AS (
@@ -598,7 +598,7 @@ _EVERYONES_DF = f"""
         -- lexeme's indexed chunks among everyone's, as N and the length are everyone's.
         SELECT u.lexeme, count(*) AS df
         FROM memory_chunk_terms t, unnest({_query_lexemes_of("t.tsv")}) u
-        WHERE t.tsv @@ navi_text_tsquery(CAST(:query AS text))
+        WHERE t.tsv @@ navi_terms_tsquery(CAST(:terms AS text[]))
         GROUP BY u.lexeme
     ),"""
 """_user_df's CTEs for a scope of every user: the frequencies counted over all chunks (a
@@ -643,20 +643,20 @@ def _scored_over_cand(cand: str, *, users_df: str | None = None) -> str:
 _CAND_TEXT = (
     """
     cand AS MATERIALIZED (
-        -- Only chunks holding a query lexeme (navi_text_tsquery: evaluated while planning, so
+        -- Only chunks holding a query lexeme (navi_terms_tsquery: evaluated while planning, so
         -- the planner weighs the words: the per-user btree for a small user, GIN for rare
         -- words), and the queued ones holding one.
         SELECT t.chunk_id AS id, t.ended_at, """
     + _query_lexemes_of("t.tsv")
     + """ AS tsv, t.lexemes AS dl
         FROM memory_chunk_terms t
-        WHERE {terms_where} AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
+        WHERE {terms_where} AND t.tsv @@ navi_terms_tsquery(CAST(:terms AS text[]))
         UNION ALL
         SELECT q.id, q.ended_at, """
     + _query_lexemes_of("q.tsv")
     + """, length(q.tsv)
         FROM queued q
-        WHERE {queued_where} AND q.tsv @@ navi_text_tsquery(CAST(:query AS text))
+        WHERE {queued_where} AND q.tsv @@ navi_terms_tsquery(CAST(:terms AS text[]))
     ),"""
 )
 
@@ -668,7 +668,7 @@ counted over the candidates, which is exact: every chunk holding the lexeme is a
 
 _CAND_TEXT_SMALL = (
     """
-    tq AS MATERIALIZED (SELECT navi_text_tsquery(CAST(:query AS text)) AS q),
+    tq AS MATERIALIZED (SELECT navi_terms_tsquery(CAST(:terms AS text[])) AS q),
     cand AS MATERIALIZED (
         -- The user's chunks holding a query lexeme: every chunk of theirs through their btree
         -- (behind OFFSET 0, so that no plan ANDs it with GIN, which reads every user's chunks
@@ -788,11 +788,11 @@ _RANKED_TEXT_PRUNED = (
         SELECT t.chunk_id, t.ended_at, {_query_lexemes_of("t.tsv")}, t.lexemes
         FROM memory_chunk_terms t
         WHERE (SELECT v FROM theta) = 0
-          AND t.user_id = :uid AND t.tsv @@ navi_text_tsquery(CAST(:query AS text))
+          AND t.user_id = :uid AND t.tsv @@ navi_terms_tsquery(CAST(:terms AS text[]))
         UNION ALL
         SELECT q.id, q.ended_at, {_query_lexemes_of("q.tsv")}, length(q.tsv)
         FROM queued q
-        WHERE q.tsv @@ navi_text_tsquery(CAST(:query AS text))
+        WHERE q.tsv @@ navi_terms_tsquery(CAST(:terms AS text[]))
     ),"""
     + _tf("cand_tf", "cand")
     + ","
@@ -817,7 +817,7 @@ def ranked_text_sql(
     small: bool = False,
 ) -> str:
     """The BM25 text statement, narrowed to ``:uid`` and/or ``:sid`` (bound parameters, with
-    ``:query`` — the ``:terms`` joined by spaces —, ``:k1``, ``:b`` and ``:limit``). Rows carry
+    ``:terms``, ``:k1``, ``:b`` and ``:limit``). Rows carry
     ``score`` and ``terms_hit`` (query terms the chunk holds whole), best first.
 
     ``with_vector`` adds the ``:limit`` nearest chunks to ``:q`` (see ``_nearest``) in the same
