@@ -1376,10 +1376,10 @@ def test_tables_set_aside_are_the_migrated_schemas_only(
 
 
 def test_0024s_stop_words_are_the_packages() -> None:
-    """0024 leaves the stems of the search stop words out of the chunks' tsvectors, from its
-    own copy of the list (a revision is a snapshot). The BM25 statements leave the same words
-    out of a query's compounds from the package's list: when that list changes, the stored
-    tsvectors do not, and a new revision must make them again (this test says when)."""
+    """0024 leaves the stop words out of the stems of the chunks' tsvectors and out of a query's
+    compounds (navi_term_lexemes), from its own copy of the list (a revision is a snapshot);
+    query_terms drops the package's. When that list changes, the stored tsvectors do not, and
+    a new revision must make them again (this test says when)."""
     import importlib.util
 
     path = dbtools.ROOT / "alembic" / "versions" / "0024_chunk_text_parts.py"

@@ -36,7 +36,6 @@ from navi_memory.repositories.vectors import (
     HybridSearch,
 )
 from navi_memory.schemas import ChunkDraft
-from navi_memory.text.terms import STOP_WORDS
 
 __all__ = [
     "ChunkRepository",
@@ -421,39 +420,26 @@ def _nearest_small(*, by_session: bool) -> str:
 _OPERAND = r"'''' || replace(replace({0}, '\', '\\'), '''', '''''') || ''''"
 """A lexeme quoted as a tsquery operand (quotes doubled, backslashes escaped)."""
 
-_STOP_LEXEMES = "ARRAY[" + ", ".join(f"'{word}'" for word in sorted(STOP_WORDS)) + "]"
-"""The search stop words (text.terms), as a SQL array for _RANKED_HEAD."""
-
 _RANKED_HEAD = (
     r"""
     WITH qt AS MATERIALIZED (
         -- Each query term's lexemes, made by the very function that made every chunk's
         -- tsvector: ``asked`` (navi_term_lexemes, as the candidates' navi_terms_tsquery
-        -- reads them), its words (weight D) and their stems (weight C, revision 0024), which
-        -- the chunks are scored by; ``hit``, its words as words, which a chunk
-        -- hits the term by holding all of (an identifier whole, a path with every segment):
-        -- terms_hit counts terms, as the spec's "distinct terms hit" does, not lexemes
-        -- (QUARTZ_RETRY_LIMIT is four), and a stem never hits ("important" gives import,
-        -- which must not hit a query of "import"). Both less the stop words and lone letters
-        -- the parts of a compound bring ("state-of-the-art": the, of; "me@example.com": me;
-        -- "a.m.": a, m), which every chunk holds, unless they are all the term has (the query
-        -- "the of": query_terms keeps stop words when there is nothing else).
-        SELECT k.ord,
-               navi_term_lexemes(min(k.term)) AS asked,
-               CAST(coalesce(string_agg(k.operand || ':' || 'D', ' & ')
-                                 FILTER (WHERE k.word AND NOT k.filler),
-                             string_agg(k.operand || ':' || 'D', ' & ') FILTER (WHERE k.word))
-                    AS tsquery) AS hit
-        FROM (SELECT t.ord, t.term, u.lexeme AS l, 'D' = ANY (u.weights) AS word,
-                     """
+        -- reads them: less the stop words and lone letters the parts of a compound bring,
+        -- "state-of-the-art": the, of, unless they are all the term has), its words (weight
+        -- D) and their stems (weight C, revision 0024), which the chunks are scored by;
+        -- ``hit``, the words among them as words, which a chunk hits the term by holding all
+        -- of (an identifier whole, a path with every segment): terms_hit counts terms, as the
+        -- spec's "distinct terms hit" does, not lexemes (QUARTZ_RETRY_LIMIT is four), and a
+        -- stem never hits ("important" gives import, which must not hit a query of "import").
+        SELECT t.ord, a.asked,
+               (SELECT CAST(string_agg("""
     + _OPERAND.format("u.lexeme")
-    + r""" AS operand,
-                     u.lexeme = ANY ("""
-    + _STOP_LEXEMES
-    + r""") OR u.lexeme ~ '^[[:alpha:]]$' AS filler
-              FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY t(term, ord),
-                   unnest(navi_text_tsv(t.term)) u) k
-        GROUP BY k.ord
+    + r""" || ':' || 'D', ' & ') AS tsquery)
+                FROM unnest(navi_text_tsv(t.term)) u
+                WHERE 'D' = ANY (u.weights) AND u.lexeme = ANY (a.asked)) AS hit
+        FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY t(term, ord),
+             LATERAL (SELECT navi_term_lexemes(t.term) AS asked) a
     ),
     ql AS MATERIALIZED (
         -- The query's lexemes: its terms', stems included.
@@ -544,6 +530,15 @@ _RANKED_TAIL = """,
     )"""
 
 
+_QUEUED_DF = f"""
+    queued_df AS (
+        SELECT u.lexeme, count(*) AS df
+        FROM queued q, unnest({_query_lexemes_of("q.tsv")}) u
+        GROUP BY u.lexeme
+    ),"""
+"""CTE ``queued_df``: each query lexeme's queued chunks in scope (``queued``)."""
+
+
 def _user_df(*, small: bool) -> str:
     """CTEs ``queued_df``, ``kept`` and ``idx_df``: each query lexeme's document frequency over
     all of ``:uid``'s chunks, whatever narrows the candidates — the queued ones (``queued``
@@ -560,12 +555,9 @@ def _user_df(*, small: bool) -> str:
         " WHERE NOT (SELECT yes FROM kept) AND t.user_id = :uid"
         " AND t.tsv @@ navi_terms_tsquery(CAST(:terms AS text[]))"
     )
-    return f"""
-    queued_df AS (
-        SELECT u.lexeme, count(*) AS df
-        FROM queued q, unnest({_query_lexemes_of("q.tsv")}) u
-        GROUP BY u.lexeme
-    ),
+    return (
+        _QUEUED_DF
+        + f"""
     kept AS MATERIALIZED (
         -- Whether memory_chunk_lexeme_df holds this user's frequencies (revision 0010: only
         -- for users big enough to prune).
@@ -585,14 +577,12 @@ def _user_df(*, small: bool) -> str:
         {holding}
         GROUP BY u.lexeme
     ),"""
+    )
 
 
-_EVERYONES_DF = f"""
-    queued_df AS (
-        SELECT u.lexeme, count(*) AS df
-        FROM queued q, unnest({_query_lexemes_of("q.tsv")}) u
-        GROUP BY u.lexeme
-    ),
+_EVERYONES_DF = (
+    _QUEUED_DF
+    + f"""
     idx_df AS MATERIALIZED (
         -- A search of every user's chunks (read_all) narrowed to one session: each query
         -- lexeme's indexed chunks among everyone's, as N and the length are everyone's.
@@ -601,6 +591,7 @@ _EVERYONES_DF = f"""
         WHERE t.tsv @@ navi_terms_tsquery(CAST(:terms AS text[]))
         GROUP BY u.lexeme
     ),"""
+)
 """_user_df's CTEs for a scope of every user: the frequencies counted over all chunks (a
 session id is not one user's: a read_all search by session reads every user's chunks filed
 under it, and scores them as the unnarrowed search does)."""
