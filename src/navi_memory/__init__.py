@@ -8,9 +8,11 @@ from navi_memory.constants import EMBEDDING_DIM, PERMISSION_READ_ALL
 from navi_memory.db import Capabilities
 from navi_memory.errors import (
     ChatModelError,
+    ChatModelTimeoutError,
     ConfigError,
     ConnectionLostError,
     EmbeddingError,
+    EmbeddingTimeoutError,
     ExtractionError,
     InvalidInputError,
     InvalidTypeError,
@@ -60,6 +62,7 @@ __all__ = [
     "PERMISSION_READ_ALL",
     "Capabilities",
     "ChatModelError",
+    "ChatModelTimeoutError",
     "ChatReply",
     "ChatTurn",
     "Chunk",
@@ -71,6 +74,7 @@ __all__ = [
     "ContextBuilder",
     "ContextPrompt",
     "EmbeddingError",
+    "EmbeddingTimeoutError",
     "ExportRecord",
     "ExtractionError",
     "ExtractionReport",

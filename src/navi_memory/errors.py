@@ -12,7 +12,9 @@ Leaves also subclass the matching built-in where one fits, so ``except ValueErro
     ├── PermissionDeniedError(PermissionError)   no current user / missing navi.memory.read_all
     ├── NotFoundError(LookupError)        the named row does not exist (or is not yours)
     ├── EmbeddingError                    the embedding model failed or answered junk
+    │   └── EmbeddingTimeoutError(TimeoutError)   ... did not answer in time
     ├── ChatModelError                    the chat model failed or answered junk
+    │   └── ChatModelTimeoutError(TimeoutError)   ... did not answer in time
     └── ExtractionError                   the extractor could not turn a session into facts
 """
 
@@ -20,9 +22,11 @@ from __future__ import annotations
 
 __all__ = [
     "ChatModelError",
+    "ChatModelTimeoutError",
     "ConfigError",
     "ConnectionLostError",
     "EmbeddingError",
+    "EmbeddingTimeoutError",
     "ExtractionError",
     "InvalidInputError",
     "InvalidTypeError",
@@ -79,8 +83,18 @@ class EmbeddingError(NaviMemoryError):
     """The embedding model is down, timed out, or answered something that is not an embedding."""
 
 
+class EmbeddingTimeoutError(EmbeddingError, TimeoutError):
+    """The embedding model did not answer within EMBEDDING_TIMEOUT_SECONDS. A ``TimeoutError``
+    too, so ``except TimeoutError`` catches a model that is too slow."""
+
+
 class ChatModelError(NaviMemoryError):
     """The chat model is down, timed out, or answered something unusable."""
+
+
+class ChatModelTimeoutError(ChatModelError, TimeoutError):
+    """The chat model did not answer within MEMORY_LLM_TIMEOUT_SECONDS. A ``TimeoutError``
+    too, so ``except TimeoutError`` catches a model that is too slow."""
 
 
 class ExtractionError(NaviMemoryError):

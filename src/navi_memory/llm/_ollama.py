@@ -135,11 +135,16 @@ def failure_types() -> tuple[type[BaseException], ...]:
     )
 
 
+def is_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` is a request that ran out of time (ours or httpx's)."""
+    return isinstance(exc, TimeoutError | httpx.TimeoutException)
+
+
 def describe_failure(exc: BaseException, timeout: float) -> str:
     """One clause saying what went wrong, for "<model> at <host> <clause>"."""
     ollama = sys.modules.get("ollama")  # as in failure_types: no import here
 
-    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+    if is_timeout(exc):
         return f"did not answer within {timeout:g} s (timeout)"
     if isinstance(exc, ConnectionError | httpx.ConnectError):
         return "could not be reached (connection failed: is Ollama running there?)"

@@ -24,12 +24,19 @@ from typing import (
 )
 
 from navi_memory.config import LLM_NUM_CTX_DEFAULT, LLM_NUM_CTX_MAX, LLM_NUM_CTX_MIN
-from navi_memory.errors import ChatModelError, ConfigError, InvalidInputError, InvalidTypeError
+from navi_memory.errors import (
+    ChatModelError,
+    ChatModelTimeoutError,
+    ConfigError,
+    InvalidInputError,
+    InvalidTypeError,
+)
 from navi_memory.llm._ollama import (
     ClientOwner,
     check_host,
     describe_failure,
     failure_types,
+    is_timeout,
     redact_host,
     shorten,
     type_phrase,
@@ -476,7 +483,7 @@ class OllamaChatModel(ClientOwner):
         except failure_types() as exc:
             # The client also checks the reply's tool calls (a name, an arguments object):
             # a malformed one fails validation here, as a reply of the wrong shape.
-            raise self._error(describe_failure(exc, self.timeout)) from exc
+            raise self._error(describe_failure(exc, self.timeout), timeout=is_timeout(exc)) from exc
         message = response.message
         calls = [call.model_dump() for call in message.tool_calls or ()]
         return ChatReply(message.content or "", reply_tool_calls(calls, self._subject()))
@@ -484,5 +491,6 @@ class OllamaChatModel(ClientOwner):
     def _subject(self) -> str:
         return f"chat model {self.model!r} at {redact_host(self.host)}"
 
-    def _error(self, what: str) -> ChatModelError:
-        return ChatModelError(f"{self._subject()} {what}")
+    def _error(self, what: str, *, timeout: bool = False) -> ChatModelError:
+        error = ChatModelTimeoutError if timeout else ChatModelError
+        return error(f"{self._subject()} {what}")

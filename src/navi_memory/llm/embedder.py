@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol, Self, runtime_checkable
 
 from navi_memory.constants import EMBEDDING_DIM, OLLAMA_DEFAULT_TAG, TEXT_ONLY_EMBEDDING_MODEL
-from navi_memory.errors import ConfigError, EmbeddingError
+from navi_memory.errors import ConfigError, EmbeddingError, EmbeddingTimeoutError
 from navi_memory.llm._ollama import (
     ClientOwner,
     check_host,
     describe_failure,
     failure_types,
+    is_timeout,
     redact_host,
 )
 from navi_memory.llm.vectors import storable_vectors
@@ -193,7 +194,7 @@ class OllamaEmbedder(ClientOwner):
             async with asyncio.timeout(self.timeout):
                 response = await client.embed(model=self.model, input=batch)
         except failure_types() as exc:
-            raise self._error(describe_failure(exc, self.timeout)) from exc
+            raise self._error(describe_failure(exc, self.timeout), timeout=is_timeout(exc)) from exc
         return self._checked(response.embeddings, len(batch))
 
     def _checked(self, embeddings: Sequence[Sequence[float]], expected: int) -> list[list[float]]:
@@ -221,8 +222,9 @@ class OllamaEmbedder(ClientOwner):
     def _subject(self) -> str:
         return f"embedding model {self.model!r} at {redact_host(self.host)}"
 
-    def _error(self, what: str) -> EmbeddingError:
-        return EmbeddingError(f"{self._subject()} {what}")
+    def _error(self, what: str, *, timeout: bool = False) -> EmbeddingError:
+        error = EmbeddingTimeoutError if timeout else EmbeddingError
+        return error(f"{self._subject()} {what}")
 
 
 def embedder_from_settings(settings: Settings) -> Embedder:

@@ -13,7 +13,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from navi_memory.constants import EMBEDDING_DIM
-from navi_memory.errors import ChatModelError, ConfigError, EmbeddingError, NaviMemoryError
+from navi_memory.errors import (
+    ChatModelError,
+    ChatModelTimeoutError,
+    ConfigError,
+    EmbeddingError,
+    EmbeddingTimeoutError,
+    NaviMemoryError,
+)
 from navi_memory.llm._ollama import ClientOwner, reason, type_phrase
 from navi_memory.llm.chat import (
     ChatMessages,
@@ -103,6 +110,7 @@ class GuardedEmbedder:
             call,
             timer=self._timer,
             error=EmbeddingError,
+            timeout_error=EmbeddingTimeoutError,
             subject=self._subject,
             setting=_EMBEDDING_TIMEOUT_SETTING,
         )
@@ -197,6 +205,7 @@ class GuardedChatModel:
             call,
             timer=self._timer,
             error=ChatModelError,
+            timeout_error=ChatModelTimeoutError,
             subject=self._subject,
             setting=_CHAT_TIMEOUT_SETTING,
         )
@@ -237,6 +246,7 @@ async def _guarded(
     *,
     timer: float | None,
     error: type[NaviMemoryError],
+    timeout_error: type[NaviMemoryError],
     subject: str,
     setting: str,
 ) -> _T:
@@ -248,7 +258,7 @@ async def _guarded(
         raise
     except Exception as exc:  # BaseException-only ones (cancellation, exit) propagate
         if deadline.expired():
-            raise error(f"{subject} did not answer within {timer:g} s ({setting})") from exc
+            raise timeout_error(f"{subject} did not answer within {timer:g} s ({setting})") from exc
         raise error(f"{subject} failed: {type(exc).__name__}: {reason(exc)}") from exc
 
 

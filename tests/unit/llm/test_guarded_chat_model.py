@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from navi_memory.config import Settings
-from navi_memory.errors import ChatModelError, ConfigError, InvalidInputError
+from navi_memory.errors import ChatModelError, ChatModelTimeoutError, ConfigError, InvalidInputError
 from navi_memory.llm import (
     ChatMessages,
     ChatModel,
@@ -277,6 +277,8 @@ async def test_a_model_that_never_answers_is_a_chat_model_error_at_the_timeout(
     assert str(caught.value) == (
         "chat model Hanging did not answer within 0.3 s (MEMORY_LLM_TIMEOUT_SECONDS)"
     )
+    assert isinstance(caught.value, ChatModelTimeoutError)
+    assert isinstance(caught.value, TimeoutError)
     assert inner.cancelled
 
 

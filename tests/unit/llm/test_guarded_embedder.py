@@ -13,7 +13,7 @@ import pytest
 
 from navi_memory.config import Settings
 from navi_memory.constants import EMBEDDING_DIM
-from navi_memory.errors import ConfigError, EmbeddingError, InvalidInputError
+from navi_memory.errors import ConfigError, EmbeddingError, EmbeddingTimeoutError, InvalidInputError
 from navi_memory.llm import Embedder, GuardedEmbedder, OllamaEmbedder, guard_embedder
 from navi_memory.testing import FakeOllama, HashedEmbedder, hashed_embedding
 
@@ -269,6 +269,8 @@ async def test_a_model_that_never_answers_is_an_embedding_error_at_the_timeout(
         "embedding model HangingEmbedder did not answer within 0.3 s (EMBEDDING_TIMEOUT_SECONDS)"
     )
     assert isinstance(caught.value.__cause__, TimeoutError)
+    assert isinstance(caught.value, EmbeddingTimeoutError)
+    assert isinstance(caught.value, TimeoutError)
     assert inner.cancelled
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from navi_memory.config import Settings
-from navi_memory.errors import ChatModelError, ConfigError, InvalidInputError
+from navi_memory.errors import ChatModelError, ChatModelTimeoutError, ConfigError, InvalidInputError
 from navi_memory.llm import ChatModel, ChatTurn, OllamaChatModel
 from navi_memory.testing import FakeOllama
 
@@ -178,6 +178,9 @@ async def test_each_failure_mode_is_a_chat_model_error_naming_host_and_model(
     assert "secret-key" not in message
     assert caught.value.__cause__ is not None
     assert time.monotonic() - started < 4  # the stall is cut at 0.3 s, not after its 5 s
+    # A stall, and only a stall, is also a TimeoutError: ``except TimeoutError`` catches it.
+    assert isinstance(caught.value, TimeoutError) is (mode == "stall")
+    assert isinstance(caught.value, ChatModelTimeoutError) is (mode == "stall")
 
 
 @pytest.mark.parametrize("reply", ["", "  \n "])

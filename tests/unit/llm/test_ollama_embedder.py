@@ -13,7 +13,7 @@ import pytest
 
 from navi_memory.config import Settings
 from navi_memory.constants import EMBEDDING_DIM
-from navi_memory.errors import ConfigError, EmbeddingError
+from navi_memory.errors import ConfigError, EmbeddingError, EmbeddingTimeoutError
 from navi_memory.llm import Embedder, OllamaEmbedder, embedding_text_for_fact
 from navi_memory.testing import FakeOllama, hashed_embedding
 
@@ -247,6 +247,9 @@ async def test_each_failure_mode_is_an_embedding_error_naming_host_and_model(
     assert repr(EMBED_MODEL) in message
     assert "secret-key" not in message
     assert time.monotonic() - started < 2  # a stall is cut at the timeout, not waited out
+    # A stall, and only a stall, is also a TimeoutError: ``except TimeoutError`` catches it.
+    assert isinstance(caught.value, TimeoutError) is (mode == "stall")
+    assert isinstance(caught.value, EmbeddingTimeoutError) is (mode == "stall")
     if mode != "wrong_dim":
         assert caught.value.__cause__ is not None
 
