@@ -152,3 +152,42 @@ def test_summary_set_from_stdin_that_is_not_utf8_says_so(
     capsys.readouterr()
     assert main(["summary", "show", "--user", str(uid)]) == 0
     assert capsys.readouterr().out == "Sam écrit\nen néerlandais.\n"
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_import_from_stdin_that_is_not_utf8_says_so(
+    db_url: str,
+    pg_server: dbtools.EmbeddedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`import -` read stdin as the locale decodes it: under a C locale (surrogateescape) bytes
+    that are not UTF-8 became lone surrogates, refused later in words about surrogates. It says
+    stdin is not UTF-8, imports nothing, and a UTF-8 export on stdin still imports."""
+    uid = _user(pg_server, db_url)
+    assert main(["summary", "set", "--user", str(uid), "Sam writes Dutch."]) == 0
+    capsys.readouterr()
+    assert main(["export", "--user", str(uid)]) == 0
+    exported = capsys.readouterr().out
+    assert '"type"' in exported
+
+    def stdin(data: bytes) -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+
+    other = str(uuid.uuid4())
+    bad = exported.replace("Sam writes Dutch.", "Sam \udcff writes.").encode(
+        "utf-8", "surrogateescape"
+    )
+    monkeypatch.setattr(sys, "stdin", stdin(bad))
+    assert main(["import", "--as-user", other, "-"]) == 2
+    said = capsys.readouterr().err
+    assert "not UTF-8" in said and "surrogate" not in said
+    assert said.count("\n") == 1
+    assert main(["summary", "show", "--user", other]) == 1  # nothing was imported
+    capsys.readouterr()
+
+    monkeypatch.setattr(sys, "stdin", stdin(exported.encode()))
+    assert main(["import", "--as-user", other, "-"]) == 0
+    capsys.readouterr()
+    assert main(["summary", "show", "--user", other]) == 0
+    assert capsys.readouterr().out == "Sam writes Dutch.\n"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, BinaryIO
 
 import typer
 from rich.table import Table
@@ -267,6 +268,21 @@ def read_export(file: IO[str]) -> Iterator[dict[str, Any]]:
         yield record
 
 
+def _stdin_records() -> list[dict[str, Any]]:
+    """The records of an export on stdin, read as UTF-8 whatever the locale: under a C or POSIX
+    locale Python's text stdin hands bytes that are not UTF-8 over as lone surrogates
+    (surrogateescape), which the import then refused in words about surrogates instead of
+    saying the input is not UTF-8."""
+    buffer: BinaryIO | None = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a stdin that is text only (a host's or a test's)
+        return list(read_export(sys.stdin))
+    text = io.TextIOWrapper(buffer, encoding="utf-8")
+    try:
+        return list(read_export(text))
+    finally:
+        text.detach()  # the process's stdin stays open
+
+
 def import_(
     source: Annotated[str, typer.Argument(metavar="FILE", help="The export; `-` reads stdin.")],
     as_user: Annotated[
@@ -293,7 +309,7 @@ def import_(
     """
     settings = load_settings()
     if source == "-":
-        records = list(read_export(sys.stdin))
+        records = _stdin_records()
     else:
         path = Path(source)
         if not path.is_file():
