@@ -3,9 +3,14 @@ is true (the console script's own tests are tests/cli)."""
 
 from __future__ import annotations
 
+import errno
 import io
+import json
+import os
 import sys
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import make_url
@@ -191,3 +196,50 @@ def test_import_from_stdin_that_is_not_utf8_says_so(
     capsys.readouterr()
     assert main(["summary", "show", "--user", other]) == 0
     assert capsys.readouterr().out == "Sam writes Dutch.\n"
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_an_export_that_cannot_be_written_whole_leaves_the_previous_file(
+    db_url: str,
+    pg_server: dbtools.EmbeddedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """`export --output` truncated its file first and wrote line by line: a full disk midway
+    left half an export (the previous backup gone) and exited 2, as if the command line were
+    wrong. Now the file it names is replaced only by a whole export; a failed write says why,
+    exits 1 and leaves the previous file and no partial one."""
+    uid = _user(pg_server, db_url)
+    assert main(["summary", "set", "--user", str(uid), "Sam writes Dutch."]) == 0
+    output = tmp_path / "backup.jsonl"
+    output.write_text("the previous backup\n")
+    output.chmod(0o600)
+    capsys.readouterr()
+
+    from navi_memory.cli import admin
+
+    real_line = admin.export_line
+    written: list[str] = []
+
+    def full_disk_on_the_second_line(*args: Any, **kwargs: Any) -> str:
+        if written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(real_line(*args, **kwargs))
+        return written[-1]
+
+    monkeypatch.setattr(admin, "export_line", full_disk_on_the_second_line)
+    assert main(["export", "--user", str(uid), "--output", str(output)]) == 1
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1
+    assert f"cannot write the export to {output}: No space left on device" in said
+    assert output.read_text() == "the previous backup\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
+
+    monkeypatch.setattr(admin, "export_line", real_line)
+    assert main(["export", "--user", str(uid), "--output", str(output)]) == 0
+    capsys.readouterr()
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert any(r.get("type") == "summary" for r in records)
+    assert output.stat().st_mode & 0o777 == 0o600  # the replaced file's permissions kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]

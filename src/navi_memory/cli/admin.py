@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import shutil
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any, BinaryIO
 
@@ -18,7 +20,7 @@ from rich.text import Text
 from navi_memory.cli.output import admin_memory, err, out, print_json, printable, run
 from navi_memory.config import load_settings
 from navi_memory.constants import STATS_USERS_DEFAULT
-from navi_memory.errors import InvalidInputError
+from navi_memory.errors import InvalidInputError, NaviMemoryError
 from navi_memory.schemas import ExportRecord, ImportResult, MemoryStats, PurgeResult
 from navi_memory.services.transfer import import_refusals
 
@@ -191,15 +193,30 @@ def export(
         sys.stdout.writelines(lines)
         sys.stdout.flush()
     else:
-        try:
-            with output.open("w", encoding="utf-8") as file:
-                file.writelines(lines)
-        except OSError as exc:
-            raise InvalidInputError(
-                f"cannot write the export to {output}: {exc.strerror or exc}"
-            ) from exc
+        write_whole(output, lines)
         out.print(f"export: {len(records)} record(s) of user {user} in {output}", markup=False)
     warn_unimportable(records)
+
+
+def write_whole(output: Path, lines: Iterable[str]) -> None:
+    """Write ``lines`` to ``output`` all or nothing: into a file beside it, put in its place once
+    complete, so a write that fails (a full disk) leaves no half export to be taken for a
+    backup and the file ``output`` held before as it was. A failure is a NaviMemoryError (exit
+    1: the operation failed, not the command line)."""
+    partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
+    try:
+        with partial.open("w", encoding="utf-8") as file:
+            file.writelines(lines)
+        if output.exists():
+            shutil.copymode(output, partial)  # a replaced export keeps its permissions
+        os.replace(partial, output)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        kept = f"; {output} is as it was" if output.exists() else ""
+        raise NaviMemoryError(
+            f"cannot write the export to {output}: {exc.strerror or exc}{kept}"
+        ) from exc
 
 
 def warn_unimportable(records: list[ExportRecord]) -> None:
