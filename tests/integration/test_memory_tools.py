@@ -709,3 +709,24 @@ async def test_generated_calls_of_another_user_never_reach_alice(
         "scratchpad", "plan", session_id=alice.session_id, user_id=alice.user_id
     )
     assert note == "alice-secret-2"
+
+
+async def test_a_read_all_fact_search_names_each_facts_user(memory: Memory) -> None:
+    """`memory` search with read_all and no current user finds every user's facts: two
+    contradicting lines ("editor → neovim", "editor → emacs") came back with nothing telling
+    whose each was. Each line names its user then, as memory_search's hits do; one user's
+    search is left as it was."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    await memory.store.upsert_fact("preferences", "editor", "neovim", user_id=alice)
+    await memory.store.upsert_fact("preferences", "editor", "emacs", user_id=bob)
+    admin = ToolContext(permissions=frozenset([PERMISSION_READ_ALL]))
+    answer = await memory.tools.call("memory", {"action": "search", "query": "editor"}, admin)
+    lines = [line for line in answer.splitlines() if line.startswith("• ")]
+    assert len(lines) == 2
+    assert {line.split(" · user ")[1] for line in lines} == {str(alice), str(bob)}
+    assert next(line for line in lines if "neovim" in line).endswith(f" · user {alice}")
+
+    own = await memory.tools.call(
+        "memory", {"action": "search", "query": "editor"}, ToolContext(user_id=alice)
+    )
+    assert "neovim" in own and "emacs" not in own and " · user " not in own

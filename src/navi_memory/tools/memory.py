@@ -361,7 +361,13 @@ async def _search(store: FactStore, request: SearchFacts) -> str:
     now = datetime.now(UTC)
     head = recent_only_head(hits, "fact(s)") or f"{len(hits)} fact(s)"
     lines = [f'memory search "{echo}": {head}', ""]
-    lines.extend(fact_line(hit, now=now, text_max_chars=HIT_TEXT_MAX_CHARS) for hit in hits)
+    # Facts of more than one user (a read_all search with no current user): each line names
+    # whose it is, as memory_search's hits do, or the model takes another user's fact for
+    # this one's ("editor → emacs" beside "editor → neovim").
+    show_user = len({hit.user_id for hit in hits}) > 1
+    for hit in hits:
+        line = fact_line(hit, now=now, text_max_chars=HIT_TEXT_MAX_CHARS)
+        lines.append(f"{line} · user {hit.user_id or 'none'}" if show_user else line)
     return "\n".join(lines)
 
 
