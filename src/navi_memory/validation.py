@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "check_session_id",
     "check_text",
     "holds_nul",
+    "is_blank",
 ]
 
 
@@ -46,9 +48,23 @@ def check_text(
         raise InvalidInputError(
             f"{name} is {len(value):,} characters long; the limit is {max_chars:,}"
         )
-    if not allow_empty and not value.strip():
-        raise InvalidInputError(f"{name} must not be empty")
+    if not allow_empty and is_blank(value):
+        raise InvalidInputError(
+            f"{name} must not be empty (blanks and invisible characters alone count as empty)"
+        )
     return value
+
+
+def is_blank(text: str) -> bool:
+    """``text`` shows nothing: whitespace and invisible format characters only (zero-width
+    space and joiners, the byte-order mark, the soft hyphen: Unicode category Cf). A fact named
+    or valued so reads as "[prefs] : x" in a prompt."""
+    stripped = text.strip()
+    if not stripped:
+        return True
+    if stripped[0].isascii():  # nearly every text: a visible character first
+        return False
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in stripped)
 
 
 def check_optional_text(

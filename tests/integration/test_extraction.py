@@ -1476,3 +1476,50 @@ async def test_a_model_failure_between_successes_does_not_stop_the_sweep(
         await conversation(memory, uid, f"hello {n}", idle_minutes=STALE + 10 - n)
     report = await memory.extractor.process_stale_sessions(uid)
     assert (report.sessions_seen, report.failures, report.sessions_extracted) == (8, 4, 4)
+
+
+async def test_a_category_stored_in_another_unicode_form_takes_the_extracted_fact(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """An application stored "café" decomposed (e + combining accent); the model answers it
+    composed. The extractor matched stored spellings by case only, so it wrote a second
+    "café" beside the first and the stale value stayed visible. It merges into the stored
+    spelling now, as the memory tool's save does."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("cafe\u0301", "drink", "espresso", user_id=uid)
+    model.facts = facts_json(("caf\u00e9", "drink", "latte", "user_explicit"))
+    await conversation(memory, uid, "I drink latte now")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert report.facts_written == 1
+    assert await visible_facts(memory, uid) == {("cafe\u0301", "drink"): "latte"}
+
+
+async def test_an_invisible_category_key_or_value_is_no_fact(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A reply whose key, category or value is zero-width characters only was written as
+    "[prefs] \u200b: x" and "[\u200b] k: y", then rode in the summary and the prompt. An
+    invisible key or value makes the item skipped; an invisible category is no category (the
+    default one); upsert_fact refuses them too, saying why."""
+    uid = await new_user(memory)
+    model.facts = json.dumps(
+        [
+            {"category": "prefs", "key": "\u200b", "value": "x"},
+            {"category": "prefs", "key": "k2", "value": "\u200b\ufeff"},
+            {"category": "prefs", "key": "\u00ad\u2060", "value": "z"},
+            {"category": "\u200b", "key": "k", "value": "y"},
+        ]
+    )
+    await conversation(memory, uid, "hi")
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert report.facts_skipped == 3
+    facts = await visible_facts(memory, uid)
+    assert list(facts.values()) == ["y"]
+    ((category, key),) = facts
+    assert key == "k" and category.strip() and "\u200b" not in category
+    for args in (("\u200b", "k", "v"), ("prefs", "\ufeff ", "v"), ("prefs", "k", "\u00ad")):
+        with pytest.raises(InvalidInputError, match="invisible characters alone count as empty"):
+            await memory.store.upsert_fact(*args, user_id=uid)
+    # Text with something to show beside an invisible character is kept as it is.
+    fact = await memory.store.upsert_fact("prefs", "zw\u200bj", "caf\u00e9\u200b", user_id=uid)
+    assert (fact.key, fact.value) == ("zw\u200bj", "caf\u00e9\u200b")

@@ -27,6 +27,7 @@ from navi_memory.errors import ExtractionError
 from navi_memory.services.facts import SOURCES, confidence_for_source
 from navi_memory.text.chunks import elide_middle
 from navi_memory.text.keys import normalize_key
+from navi_memory.validation import is_blank
 
 __all__ = [
     "DEFAULT_CATEGORY",
@@ -411,7 +412,7 @@ def _text(value: Any) -> str | None:
         return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
     if isinstance(value, str):
         text = _clean(value).strip()
-        return text or None
+        return None if is_blank(text) else text
     if isinstance(value, list) and value and len(value) <= 100:
         parts = [_text(v) if not isinstance(v, list | dict) else None for v in value]
         if all(p is not None for p in parts):
@@ -420,8 +421,10 @@ def _text(value: Any) -> str | None:
 
 
 def _name(text: str) -> str:
-    """A category or key: cleaned, each run of whitespace (a newline, a tab) one space."""
-    return " ".join(_clean(text).split())
+    """A category or key: cleaned, each run of whitespace (a newline, a tab) one space; ""
+    when nothing of it shows (zero-width characters alone)."""
+    name = " ".join(_clean(text).split())
+    return "" if is_blank(name) else name
 
 
 def _source(value: Any) -> str:

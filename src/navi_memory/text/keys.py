@@ -265,6 +265,12 @@ def same_key(a: str, b: str) -> bool:
     return normalize_key(a) == normalize_key(b)
 
 
+def _category_fold(name: str) -> str:
+    """A category compared but for case, surrounding blanks and Unicode form (NFC again after
+    lower(): a capital can lower to a base letter and a combining mark)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).strip().lower())
+
+
 async def stored_category(
     category: str,
     key: str,
@@ -276,9 +282,10 @@ async def stored_category(
     case; else the stored spelling ("Preferences", an application's write), so the key's
     other spellings there are merged instead of left beside it; of several stored spellings,
     the one holding a spelling of ``key`` (``keys_of(name)``: that spelling's keys), else the
-    fullest. The memory tool's save and the extractor both write by it."""
-    folded = category.lower()
-    spellings = [name for name in stored if name.lower() == folded]
+    fullest. The memory tool's save and the extractor both write by it. Spellings differ by
+    case and by Unicode form (an application's decomposed "café" is the model's composed one)."""
+    folded = _category_fold(category)
+    spellings = [name for name in stored if _category_fold(name) == folded]
     if category in spellings or not spellings:
         return category
     if len(spellings) > 1:
