@@ -1523,3 +1523,37 @@ async def test_an_invisible_category_key_or_value_is_no_fact(
     # Text with something to show beside an invisible character is kept as it is.
     fact = await memory.store.upsert_fact("prefs", "zw\u200bj", "caf\u00e9\u200b", user_id=uid)
     assert (fact.key, fact.value) == ("zw\u200bj", "caf\u00e9\u200b")
+
+
+async def test_a_session_the_model_always_fails_on_does_not_starve_the_others(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A failed extraction leaves the session unmarked, and sweeps take the longest idle
+    first: with limit=1 a session whose every reply is unusable was taken by every sweep and
+    no other session was ever extracted. A failed session now waits behind the others (it is
+    still retried), and a success clears the record."""
+    uid = await new_user(memory)
+    poison = await conversation(memory, uid, "POISON", idle_minutes=120)
+    fine = await conversation(memory, uid, "fact editor neovim")
+    replies: dict[str, str] = {}
+
+    def reply(transcript: str) -> str:
+        return replies.get("poison", "no json here") if "POISON" in transcript else "[]"
+
+    model.facts = reply
+    first = await memory.extractor.process_stale_sessions(uid, limit=1)
+    assert (first.sessions_seen, first.failures) == (1, 1)
+    assert await memory.store.get_extracted_at(poison, uid) is None
+    second = await memory.extractor.process_stale_sessions(uid, limit=1)
+    assert second.failures == 0
+    assert await memory.store.get_extracted_at(fine, uid) is not None
+    # Still retried: the only stale session left is the failed one, and it is extracted once
+    # the model answers.
+    replies["poison"] = "[]"
+    third = await memory.extractor.process_stale_sessions(uid, limit=1)
+    assert (third.sessions_seen, third.failures) == (1, 0)
+    assert await memory.store.get_extracted_at(poison, uid) is not None
+    failed_at = await scalar(
+        memory, "SELECT failed_at FROM session_memory_state WHERE session_id = :s", s=poison
+    )
+    assert failed_at is None

@@ -194,8 +194,8 @@ class StaleSessionSweep:
         user's sessions); the caller has checked that ``user_id`` may be acted for. A model
         failure, a reply with no JSON or a database error is a ``failed`` result (logged),
         never raised."""
+        owner = user_id
         try:
-            owner = user_id
             if owner is None or not stale_only:
                 # A call for one session (extract_session) names it: another user's answers
                 # "missing" before the claim, so it never makes the owner's own run skip, nor
@@ -221,6 +221,8 @@ class StaleSessionSweep:
                 exc,
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
+            if owner is not None and not isinstance(exc, StorageError):
+                await self._record_failure(owner, session_id)
             return SessionExtraction(
                 "failed",
                 ExtractionReport(sessions_seen=1, failures=1),
@@ -234,7 +236,23 @@ class StaleSessionSweep:
                 session_id,
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
+            if owner is not None:
+                await self._record_failure(owner, session_id)
             return SessionExtraction("failed", ExtractionReport(sessions_seen=1, failures=1))
+
+    async def _record_failure(self, user_id: uuid.UUID, session_id: str) -> None:
+        """Record the failed attempt (sweeps then take the session after the others). A failure
+        to record it is logged, never raised: the extraction's own failure is the result."""
+        try:
+            async with unit_of_work(self._sessionmaker) as session:
+                await self._service.record_failure(session, user_id, session_id)
+        except Exception as exc:
+            logger.warning(
+                "extractor.failure_not_recorded: %s: %s",
+                session_id,
+                exc,
+                extra={"event": "extractor.failure_not_recorded", "session_id": session_id},
+            )
 
     async def _release(self, conn: AsyncConnection, claim: ExtractionClaim) -> None:
         """Release the claim. One that cannot be released must not go back to the pool still
@@ -306,6 +324,7 @@ class StaleSessionSweep:
                 exc,
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
+            await self._record_failure(user_id, session_id)
             return SessionExtraction(
                 "failed",
                 report.model_copy(update={"failures": 1}),

@@ -148,6 +148,9 @@ class SessionMemoryStateRow(Base):
 
     session_id: Mapped[str] = mapped_column(Text, primary_key=True)
     extracted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The extractor's last failed attempt since the last success (revision 0025): a sweep takes
+    # such sessions after the others, so one the model always fails on cannot starve them.
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Who the session belongs to (NULL on legacy rows): extraction state is readable by its owner
     # only, also for sessions the application keeps outside the sessions table, and it goes with
     # the user.

@@ -403,12 +403,26 @@ class SessionRepository:
         result = await self.session.execute(
             stmt.on_conflict_do_update(
                 index_elements=[SessionMemoryStateRow.session_id],
-                set_={"extracted_at": when, "user_id": user_id},
+                set_={"extracted_at": when, "user_id": user_id, "failed_at": None},
                 where=or_(state.user_id.is_(None), state.user_id == user_id),
             ).returning(SessionMemoryStateRow.extracted_at)
         )
         extracted: datetime | None = result.scalar_one_or_none()
         return extracted
+
+    async def record_failure(self, session_id: str, user_id: uuid.UUID) -> None:
+        """Record a failed extraction of the session now (its mark unchanged): sweeps take it
+        after the sessions never failed. Nothing when its state row is another user's."""
+        state = SessionMemoryStateRow.__table__.c
+        await self.session.execute(
+            insert(SessionMemoryStateRow)
+            .values(session_id=session_id, user_id=user_id, extracted_at=None, failed_at=func.now())
+            .on_conflict_do_update(
+                index_elements=[SessionMemoryStateRow.session_id],
+                set_={"failed_at": func.now(), "user_id": user_id},
+                where=or_(state.user_id.is_(None), state.user_id == user_id),
+            )
+        )
 
     def _activity(self) -> Select[str, uuid.UUID, datetime, datetime | None, float]:
         """Sessions with their mark: only a state row of the session's own user counts."""
@@ -432,7 +446,9 @@ class SessionRepository:
     ) -> list[SessionActivity]:
         """Sessions idle for more than ``stale_minutes`` (database clock) whose last activity
         was never extracted: no mark, or a mark older than ``last_active``. Of ``owner`` (every
-        user's for None), longest idle first."""
+        user's for None), longest idle first; those the extractor failed on since their last
+        extraction (``failed_at``) after the others, the longest-failed first, so a session
+        the model always fails on cannot hold a limited sweep's every place."""
         stmt = (
             self._activity()
             .where(
@@ -444,7 +460,11 @@ class SessionRepository:
                 ),
             )
             .where(~_foreign_state(SessionRow))
-            .order_by(SessionRow.last_active, SessionRow.id)
+            .order_by(
+                SessionMemoryStateRow.failed_at.asc().nulls_first(),
+                SessionRow.last_active,
+                SessionRow.id,
+            )
             .limit(limit)
         )
         if owner is not None:

@@ -206,8 +206,15 @@ class ExtractionService:
         limit: int | None,
     ) -> list[SessionActivity]:
         """Sessions of ``scope`` (everyone's for None) idle for more than ``stale_minutes``
-        whose last activity no extraction covers, longest idle first."""
+        whose last activity no extraction covers, longest idle first (the failed ones last)."""
         return await SessionRepository(session=session).stale_sessions(scope, stale_minutes, limit)
+
+    async def record_failure(
+        self, session: AsyncSession, user_id: uuid.UUID, session_id: str
+    ) -> None:
+        """Record that extracting the user's session failed now: later sweeps take it after the
+        sessions never failed (stale_sessions), until an extraction of it succeeds."""
+        await SessionRepository(session=session).record_failure(session_id, user_id)
 
     async def try_claim(self, conn: AsyncConnection, session_id: str) -> ExtractionClaim | None:
         """Claim the session for this extractor, held by ``conn`` (outside any transaction)
