@@ -4,8 +4,10 @@ model (tests/integration/test_model_mismatch.py: the mismatch in detail)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 import pytest
@@ -426,3 +428,71 @@ async def test_replacing_the_vectors_runs_again_when_the_server_picks_it_as_a_de
         assert await scalar(memory, RECORDED) == OTHER_MODEL
         assert await scalar(memory, "SELECT count(*) FROM memory_fact_vectors") == 0
     assert calls == runs
+
+
+class _ModelB(HashedEmbedder):
+    """Another model (recorded as "model-b"): one vector for every text, so its vectors are
+    told from the first model's; fails after ``calls_ok`` calls."""
+
+    model = "model-b"
+
+    def __init__(self, calls_ok: int = 10**9) -> None:
+        super().__init__()
+        self.calls_ok = calls_ok
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.failing = self.calls >= self.calls_ok
+        self._count(len(texts))
+        vector = await super().embed_query("the one vector of model b")
+        return [vector for _ in texts]
+
+
+async def test_a_backfill_batch_past_its_check_never_leaves_old_vectors_after_a_reembed(
+    memory: Memory,
+    settings: Settings,
+    fake_ollama: FakeOllama,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A backfill batch checked the model of record, then stored its vectors: a reembed could
+    clear, record its model and commit between the two (the check took no lock), and the batch
+    then stored the old model's vectors, which the reembed's backfill and every later one skip
+    (not NULL). The batch now holds the record until it commits: the reembed waits for it and
+    clears its vectors too, so finishing with backfill leaves the new model's vectors only."""
+    uid = await new_user(memory)
+    for i in range(3):
+        await memory.store.upsert_fact("tools", f"a{i}", f"value a{i}", user_id=uid)
+    fake_ollama.mode = "fail"
+    for i in range(3):
+        await memory.store.upsert_fact("tools", f"n{i}", f"value n{i}", user_id=uid)
+    fake_ollama.mode = "ok"
+    original = EmbeddingModelRecord.check_recorded
+    paused, release = asyncio.Event(), asyncio.Event()
+
+    async def check_recorded(self: EmbeddingModelRecord, session: Any) -> None:
+        await original(self, session)
+        if self.model != "model-b" and not paused.is_set():  # widen the check-to-store window
+            paused.set()
+            await release.wait()
+
+    monkeypatch.setattr(EmbeddingModelRecord, "check_recorded", check_recorded)
+    old = asyncio.create_task(memory.store.backfill_embeddings())
+    await asyncio.wait_for(paused.wait(), 10)
+    async with open_memory(settings, embedder=_ModelB(calls_ok=1)) as new:
+
+        async def reembed() -> None:
+            with request_context(permissions=[PERMISSION_READ_ALL]):
+                await new.admin.reembed()
+
+        reembedding = asyncio.create_task(reembed())
+        await asyncio.sleep(1.0)
+        assert not reembedding.done()  # waiting for the batch that checked the record
+        release.set()
+        await asyncio.wait_for(old, 30)
+        with pytest.raises(EmbeddingError):  # the model goes down after clearing
+            await asyncio.wait_for(reembedding, 30)
+    assert await scalar(memory, "SELECT model FROM memory_embedding_model") == "model-b"
+    async with open_memory(settings, embedder=_ModelB()) as new:
+        with request_context(permissions=[PERMISSION_READ_ALL]):
+            await new.store.backfill_embeddings()
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0
+    assert await scalar(memory, "SELECT count(DISTINCT embedding::text) FROM memory_facts") == 1

@@ -190,8 +190,10 @@ class EmbeddingModelRecord:
         the transaction about to store a backfill's batch. Its vectors among another model's
         would be silently useless (a reembed after a change would skip them: not NULL), so a
         backfill of the old model stops at its next batch once a reembed recorded a new one,
-        and one of a changed model is refused while the old model's vectors are stored."""
-        recorded = await EmbeddingModelRepository(session=session).recorded()
+        and one of a changed model is refused while the old model's vectors are stored. The
+        record is held until the batch commits: a reembed (replace_vectors) waits for it and
+        then clears its vectors too, or has recorded its model first and the batch is refused."""
+        recorded = await EmbeddingModelRepository(session=session).recorded(held=True)
         if recorded is not None and not same_model(recorded, self.model):
             self._checked_at = -math.inf  # the next vector this process makes reads it again
             raise self._mixing(recorded)
@@ -236,6 +238,9 @@ class EmbeddingModelRecord:
             try:
                 async with unit_of_work(self._sessionmaker) as session:
                     repo = EmbeddingModelRepository(session=session)
+                    # First: a backfill batch past its check of the record commits before
+                    # the vectors are cleared (its vectors are cleared with them).
+                    await repo.hold_record()
                     await repo.clear_vectors()
                     await repo.replace(self.model)
                     recorded = await repo.record()

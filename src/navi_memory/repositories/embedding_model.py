@@ -34,9 +34,21 @@ class EmbeddingModelRepository:
     def __init__(self, *, session: AsyncSession) -> None:
         self.session = session
 
-    async def recorded(self) -> str | None:
-        """The model of record; None when none was recorded yet."""
-        return await self.session.scalar(select(EmbeddingModelRow.model))
+    async def recorded(self, *, held: bool = False) -> str | None:
+        """The model of record; None when none was recorded yet. ``held``: read FOR SHARE, so
+        the record cannot be replaced (``hold_record``) until this transaction ends."""
+        statement = select(EmbeddingModelRow.model)
+        if held:
+            statement = statement.with_for_update(read=True)
+        return await self.session.scalar(statement)
+
+    async def hold_record(self) -> None:
+        """Lock the record's table against every writer and every ``recorded(held=True)``
+        until this transaction ends, waiting for those in progress (plain reads go on): a
+        backfill batch that has checked the record commits before a reembed clears the
+        vectors, or checks it after the new model is recorded. A table lock, not a row lock:
+        it holds when no model is recorded yet too."""
+        await self.session.execute(text("LOCK TABLE memory_embedding_model IN EXCLUSIVE MODE"))
 
     async def record(self) -> RecordedModel | None:
         """The model of record and when it was recorded; None when none was recorded yet."""
