@@ -496,3 +496,29 @@ async def test_a_backfill_batch_past_its_check_never_leaves_old_vectors_after_a_
             await new.store.backfill_embeddings()
     assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0
     assert await scalar(memory, "SELECT count(DISTINCT embedding::text) FROM memory_facts") == 1
+
+
+async def test_doctor_reports_a_young_record_of_another_model_with_no_vector_stored(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama
+) -> None:
+    """A model of record recorded lately (a reembed that cleared every vector, then failed)
+    and another model configured: that process makes no vector (the record is not a leftover
+    to take over), yet doctor said "ok, none made by another model". It reports the state
+    and the fix now; once the record is old enough to be a leftover, it is ok again."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("tools", "editor", "neovim", user_id=uid)
+    await execute(memory, "UPDATE memory_facts SET embedding = NULL")
+    other = _other(settings, fake_ollama)
+    async with open_memory(other) as changed:
+        fact = await changed.store.upsert_fact("tools", "shell", "fish", user_id=uid)
+    assert not fact.has_embedding  # the young record stops the other model's vectors
+    check = {c.name: c for c in await diagnose(other, check_models=False)}["stored vectors"]
+    assert check.status == "finding" and check.fix == "navi-memory reembed"
+    assert "none stored" in check.detail and "recorded lately" in check.detail
+    with pytest.raises(ConfigError, match="would store") as refused:
+        async with open_memory(other) as changed:
+            await changed.store.backfill_embeddings()
+    assert "mix" not in str(refused.value)
+    await execute(memory, LEFTOVER)
+    aged = {c.name: c for c in await diagnose(other, check_models=False)}["stored vectors"]
+    assert aged.status == "ok"

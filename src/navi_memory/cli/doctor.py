@@ -272,14 +272,26 @@ async def _embedding_model_check(settings: Settings, engine: AsyncEngine) -> Che
         recorded = await record.changed_from()
     except NaviMemoryError as exc:
         return Check("stored vectors", "finding", str(exc), _reach_fix(settings))
+    if recorded is not None and recorded.vectors_stored:
+        return Check(
+            "stored vectors",
+            "finding",
+            f"made by {recorded.recorded!r}, but EMBEDDING_MODEL is "
+            f"{settings.embedding_model!r}: vectors of two models are not comparable, so "
+            "navi-memory makes none meanwhile (rows are stored without one, every search is a "
+            f"text search); or set EMBEDDING_MODEL back to {recorded.recorded!r}, then "
+            "navi-memory backfill",
+            "navi-memory reembed",
+        )
     if recorded is not None:
         return Check(
             "stored vectors",
             "finding",
-            f"made by {recorded!r}, but EMBEDDING_MODEL is {settings.embedding_model!r}: "
-            "vectors of two models are not comparable, so navi-memory makes none meanwhile "
-            "(rows are stored without one, every search is a text search); or set "
-            f"EMBEDDING_MODEL back to {recorded!r}, then navi-memory backfill",
+            f"none stored, but the model of record is {recorded.recorded!r}, recorded lately "
+            f"(a reembed, or another process about to store its first vectors), and "
+            f"EMBEDDING_MODEL is {settings.embedding_model!r}: navi-memory makes no vector "
+            "meanwhile (rows are stored without one, every search is a text search); or set "
+            f"EMBEDDING_MODEL back to {recorded.recorded!r}",
             "navi-memory reembed",
         )
     return Check("stored vectors", "ok", f"none made by another model than {record.model!r}")

@@ -16,6 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -31,12 +32,22 @@ from navi_memory.llm.embedder import same_model
 from navi_memory.repositories.embedding_model import EmbeddingModelRepository, RecordedModel
 from navi_memory.unit_of_work import unit_of_work
 
-__all__ = ["EmbeddingModelRecord", "Reembed"]
+__all__ = ["EmbeddingModelRecord", "ModelChange", "Reembed"]
 
 logger = logging.getLogger(__name__)
 
 REPLACE_DEADLOCK_RETRIES: Final = 3
 """How many times replace_vectors runs again after the server made it a deadlock's victim."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChange:
+    """Another model of record than the configured one, which stops this model's vectors."""
+
+    recorded: str
+    vectors_stored: bool
+    """Vectors of ``recorded`` are stored; False: none yet, but the record is too young to be
+    a leftover (a reembed's, or another process's just before its first vectors)."""
 
 
 class EmbeddingModelRecord:
@@ -211,20 +222,29 @@ class EmbeddingModelRecord:
         # and a backfill with the recorded model fills them.
         return ConfigError(
             f"the embedding model of record is {recorded!r}, the configured one is "
-            f"{self.model!r}: a backfill would mix two models' vectors. Run `navi-memory "
-            f"reembed` (memory.admin.reembed()) to embed everything with {self.model!r}, "
-            f"or set EMBEDDING_MODEL back to {recorded!r}"
+            f"{self.model!r}: a backfill would store {self.model!r}'s vectors where "
+            f"{recorded!r}'s are expected (two models' vectors are not comparable). Run "
+            f"`navi-memory reembed` (memory.admin.reembed()) to embed everything with "
+            f"{self.model!r}, or set EMBEDDING_MODEL back to {recorded!r}"
         )
 
-    async def changed_from(self) -> str | None:
-        """The model of record when it is another than ``model`` and vectors are stored (they
-        are in another model's space); None otherwise. Read now; the state is left alone."""
+    async def changed_from(self) -> ModelChange | None:
+        """The model of record when it is another than ``model`` and a process configured with
+        ``model`` would make no vector: its vectors are stored (another model's space), or none
+        is but it was recorded less than EMBEDDING_MODEL_CLAIM_AFTER_SECONDS ago (a reembed's
+        record, whose first vectors come a batch later, is never taken over). None otherwise
+        (a leftover record with no vector is taken over by the first vectors stored). Read
+        now; the state is left alone."""
         async with unit_of_work(self._sessionmaker, read_only=True) as session:
             repo = EmbeddingModelRepository(session=session)
             recorded = await repo.recorded()
             if recorded is None or same_model(recorded, self.model):
                 return None
-            return recorded if await repo.vectors_exist() else None
+            if await repo.vectors_exist():
+                return ModelChange(recorded, vectors_stored=True)
+            if not await _old_enough(repo):
+                return ModelChange(recorded, vectors_stored=False)
+            return None
 
     async def replace_vectors(self) -> None:
         """In one transaction: clear every stored vector and the vector indexes' copies and
