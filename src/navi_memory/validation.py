@@ -7,7 +7,7 @@ import math
 import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from navi_memory.constants import KV_ENTRY_NAME_MAX_BYTES, MAX_TEXT_CHARS, SESSION_ID_MAX_CHARS
 from navi_memory.errors import InvalidInputError, InvalidTypeError
@@ -24,6 +24,7 @@ __all__ = [
     "check_optional_text",
     "check_sequence",
     "check_session_id",
+    "check_shown",
     "check_text",
     "holds_nul",
     "is_blank",
@@ -48,23 +49,44 @@ def check_text(
         raise InvalidInputError(
             f"{name} is {len(value):,} characters long; the limit is {max_chars:,}"
         )
-    if not allow_empty and is_blank(value):
+    if not allow_empty and not value.strip():
+        raise InvalidInputError(f"{name} must not be empty")
+    return value
+
+
+def check_shown(name: str, value: str) -> str:
+    """``value`` (checked text) unless it shows nothing (``is_blank``): a fact's category, key
+    or value of invisible characters alone reads as "[prefs] : x" in a prompt. Only where text
+    is written to be shown: identifiers (session ids, kv keys) and lookups keep check_text's
+    rule, so rows stored before this check stay reachable."""
+    if is_blank(value):
         raise InvalidInputError(
-            f"{name} must not be empty (blanks and invisible characters alone count as empty)"
+            f"{name} must not be empty: invisible characters alone (a zero-width space or "
+            "joiner, a byte-order mark, a soft hyphen) show nothing"
         )
     return value
 
 
+# Format characters (Unicode category Cf) that are drawn: the prepended concatenation marks
+# of Arabic, Syriac and Kaithi number signs, and the end-of-ayah mark.
+_SHOWN_FORMAT: Final = frozenset(
+    "\u0600\u0601\u0602\u0603\u0604\u0605\u06dd\u070f\u0890\u0891\u08e2\U000110bd\U000110cd"
+)
+
+
 def is_blank(text: str) -> bool:
     """``text`` shows nothing: whitespace and invisible format characters only (zero-width
-    space and joiners, the byte-order mark, the soft hyphen: Unicode category Cf). A fact named
-    or valued so reads as "[prefs] : x" in a prompt."""
+    space and joiners, the byte-order mark, the soft hyphen, bidirectional marks: Unicode
+    category Cf, but for the few drawn ones)."""
     stripped = text.strip()
     if not stripped:
         return True
     if stripped[0].isascii():  # nearly every text: a visible character first
         return False
-    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in stripped)
+    return all(
+        ch.isspace() or (unicodedata.category(ch) == "Cf" and ch not in _SHOWN_FORMAT)
+        for ch in stripped
+    )
 
 
 def check_optional_text(

@@ -7,7 +7,9 @@ import errno
 import io
 import json
 import os
+import stat
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -243,3 +245,40 @@ def test_an_export_that_cannot_be_written_whole_leaves_the_previous_file(
     assert any(r.get("type") == "summary" for r in records)
     assert output.stat().st_mode & 0o777 == 0o600  # the replaced file's permissions kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_an_export_through_a_symlink_or_into_a_stream_writes_where_it_points(
+    db_url: str,
+    pg_server: dbtools.EmbeddedServer,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """The all-or-nothing export replaced `--output latest.jsonl`, a symlink to the day's
+    backup, by a regular file (the backup never written), and could not write into a stream
+    (`/dev/stdout`, a pipe). A symlink's file is replaced now, the link kept; a FIFO is written
+    in place, as a stream."""
+    uid = _user(pg_server, db_url)
+    assert main(["summary", "set", "--user", str(uid), "Sam writes Dutch."]) == 0
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    day = backups / "2026-12-07.jsonl"
+    day.write_text("yesterday's\n")
+    latest = tmp_path / "latest.jsonl"
+    latest.symlink_to(day)
+    capsys.readouterr()
+    assert main(["export", "--user", str(uid), "--output", str(latest)]) == 0
+    capsys.readouterr()
+    assert latest.is_symlink() and latest.resolve() == day.resolve()
+    assert '"type":"summary"' in day.read_text()
+    assert sorted(p.name for p in backups.iterdir()) == ["2026-12-07.jsonl"]
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()))
+    reader.start()
+    assert main(["export", "--user", str(uid), "--output", str(fifo)]) == 0
+    reader.join(30)
+    assert '"type":"summary"' in read[0]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)

@@ -1518,7 +1518,7 @@ async def test_an_invisible_category_key_or_value_is_no_fact(
     ((category, key),) = facts
     assert key == "k" and category.strip() and "\u200b" not in category
     for args in (("\u200b", "k", "v"), ("prefs", "\ufeff ", "v"), ("prefs", "k", "\u00ad")):
-        with pytest.raises(InvalidInputError, match="invisible characters alone count as empty"):
+        with pytest.raises(InvalidInputError, match="invisible characters alone"):
             await memory.store.upsert_fact(*args, user_id=uid)
     # Text with something to show beside an invisible character is kept as it is.
     fact = await memory.store.upsert_fact("prefs", "zw\u200bj", "caf\u00e9\u200b", user_id=uid)
@@ -1557,3 +1557,24 @@ async def test_a_session_the_model_always_fails_on_does_not_starve_the_others(
         memory, "SELECT failed_at FROM session_memory_state WHERE session_id = :s", s=poison
     )
     assert failed_at is None
+
+
+async def test_a_failure_recorded_after_its_session_went_leaves_no_state_row(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The failed extraction of a session deleted during the model call wrote a state row for
+    the gone id, which then held the id against every other user (sessions.create: "already
+    taken"). A failure is recorded only for a session the user still holds."""
+    uid, other = await new_user(memory), await new_user(memory)
+    sid = await conversation(memory, uid, "hello", session_id="gone-during-the-call")
+    model.facts = "no json here"
+    model.hold()
+    sweep = asyncio.create_task(memory.extractor.process_stale_sessions(uid))
+    assert await asyncio.to_thread(model.entered.wait, 10)
+    assert await memory.sessions.delete(sid, user_id=uid)
+    model.release()
+    report = await asyncio.wait_for(sweep, 30)
+    assert report.failures == 1
+    states = "SELECT count(*) FROM session_memory_state WHERE session_id = :s"
+    assert await scalar(memory, states, s=sid) == 0
+    assert (await memory.sessions.create(sid, user_id=other)).id == sid

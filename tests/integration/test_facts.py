@@ -705,3 +705,23 @@ async def test_forget_facts_reports_the_expired_rows_and_the_summary_it_deleted(
         0,
         False,
     )
+
+
+async def test_an_invisible_session_id_or_fact_key_stored_before_stays_reachable(
+    memory: Memory,
+) -> None:
+    """Facts are refused a category, key or value of invisible characters alone; identifiers
+    and lookups are not held to that (rows stored before the rule, or by SQL, must stay
+    readable and deletable): a session id of a zero-width space is deleted, a fact of such a
+    key forgotten."""
+    uid = await new_user(memory)
+    await execute(
+        memory,
+        "INSERT INTO sessions (id, user_id) VALUES (:s, :u)",
+        s="\u200b",
+        u=uid,
+    )
+    assert await memory.sessions.delete("\u200b", user_id=uid)
+    await memory.store.upsert_fact("prefs", "k", "v", user_id=uid)
+    await execute(memory, "UPDATE memory_facts SET key = :k WHERE user_id = :u", k="\u200b", u=uid)
+    assert [f.key for f in await memory.store.delete_facts("\u200b", user_id=uid)] == ["\u200b"]

@@ -199,21 +199,38 @@ def export(
 
 
 def write_whole(output: Path, lines: Iterable[str]) -> None:
-    """Write ``lines`` to ``output`` all or nothing: into a file beside it, put in its place once
-    complete, so a write that fails (a full disk) leaves no half export to be taken for a
-    backup and the file ``output`` held before as it was. A failure is a NaviMemoryError (exit
-    1: the operation failed, not the command line)."""
-    partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
+    """Write ``lines`` to ``output`` all or nothing: into a new file beside it (beside the file
+    a symlink names), put in its place once complete, so a write that fails (a full disk, an
+    interrupt) leaves no half export to be taken for a backup and the file ``output`` held
+    before as it was. An ``output`` that is not a regular file (``/dev/stdout``, a pipe, a
+    process substitution) is written in place, as a stream. A failure is a NaviMemoryError
+    (exit 1: the operation failed, not the command line)."""
+    target = output.resolve()  # a symlink's file is replaced, never the link itself
+    if target.exists() and not target.is_file():
+        try:
+            with output.open("w", encoding="utf-8") as stream:
+                stream.writelines(lines)
+        except OSError as exc:
+            raise NaviMemoryError(
+                f"cannot write the export to {output}: {exc.strerror or exc}"
+            ) from exc
+        return
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
-        with partial.open("w", encoding="utf-8") as file:
+        # O_EXCL: never through a file or link someone else put there.
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with open(descriptor, "w", encoding="utf-8") as file:
             file.writelines(lines)
-        if output.exists():
-            shutil.copymode(output, partial)  # a replaced export keeps its permissions
-        os.replace(partial, output)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
-        kept = f"; {output} is as it was" if output.exists() else ""
+        if target.exists():
+            shutil.copymode(target, partial)  # a replaced export keeps its permissions
+        os.replace(partial, target)
+    except BaseException as exc:
+        if not isinstance(exc, FileExistsError):  # not ours to remove
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
+        kept = f"; {output} is as it was" if target.exists() else ""
         raise NaviMemoryError(
             f"cannot write the export to {output}: {exc.strerror or exc}{kept}"
         ) from exc

@@ -73,6 +73,7 @@ from navi_memory.validation import (
     check_optional_text,
     check_sequence,
     check_session_id,
+    check_shown,
     check_text,
 )
 
@@ -161,6 +162,8 @@ class MemoryStore:
         category = check_text("category", category, max_chars=FACT_CATEGORY_MAX_CHARS).strip()
         key = check_text("key", key, max_chars=FACT_KEY_MAX_CHARS).strip()
         value = check_text("value", value)
+        for name, text in (("category", category), ("key", key), ("value", value)):
+            check_shown(name, text)
         source_context = check_optional_text("source_context", source_context)
         if not isinstance(source, str):
             raise InvalidTypeError(

@@ -259,7 +259,9 @@ async def _guarded(
     except Exception as exc:  # BaseException-only ones (cancellation, exit) propagate
         if deadline.expired():
             raise timeout_error(f"{subject} did not answer within {timer:g} s ({setting})") from exc
-        raise error(f"{subject} failed: {type(exc).__name__}: {reason(exc)}") from exc
+        # The model's own timeout (its HTTP client's) stays a TimeoutError through the guard.
+        failed = timeout_error if isinstance(exc, TimeoutError) else error
+        raise failed(f"{subject} failed: {type(exc).__name__}: {reason(exc)}") from exc
 
 
 async def _close(inner: object) -> None:

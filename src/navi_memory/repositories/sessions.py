@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
+    DateTime,
     Float,
     Row,
     Select,
@@ -412,11 +413,19 @@ class SessionRepository:
 
     async def record_failure(self, session_id: str, user_id: uuid.UUID) -> None:
         """Record a failed extraction of the session now (its mark unchanged): sweeps take it
-        after the sessions never failed. Nothing when its state row is another user's."""
+        after the sessions never failed. Nothing when the session is gone or not the user's
+        (a state row left for a deleted id would hold the id against every other user), nor
+        when its state row is another user's."""
         state = SessionMemoryStateRow.__table__.c
+        mine = select(
+            SessionRow.id,
+            SessionRow.user_id,
+            literal(None, DateTime(timezone=True)),
+            func.now(),
+        ).where(SessionRow.id == session_id, SessionRow.user_id == user_id)
         await self.session.execute(
             insert(SessionMemoryStateRow)
-            .values(session_id=session_id, user_id=user_id, extracted_at=None, failed_at=func.now())
+            .from_select(["session_id", "user_id", "extracted_at", "failed_at"], mine)
             .on_conflict_do_update(
                 index_elements=[SessionMemoryStateRow.session_id],
                 set_={"failed_at": func.now(), "user_id": user_id},

@@ -348,6 +348,10 @@ class TransferService:
         plan = _Plan(records, session_prefix)
         repo = TransferRepository(session=session)
 
+        # First, before any row lock: the model of record is read (and held) before the
+        # user's rows are deleted or written, in the order a reembed takes them, which waits
+        # for this import or is waited for (never a deadlock, never old vectors after it).
+        with_vectors, vectors_dropped = await _vectors_kept(session, header, configured_model)
         existing = await repo.user(target)
         replaced = False
         if existing is not None and await repo.owns_anything(target):
@@ -367,7 +371,6 @@ class TransferService:
                 "import with a session prefix (session_prefix=..., --session-prefix)"
             )
 
-        with_vectors, vectors_dropped = await _vectors_kept(session, header, configured_model)
         await repo.ensure_user(target, header.name, header.created_at)
         fact_ids = dict(
             zip(
@@ -568,7 +571,9 @@ async def _vectors_kept(
     if model is None:
         return False, True
     records = EmbeddingModelRepository(session=session)
-    recorded = await records.recorded()
+    # Held until the import commits: a reembed cannot clear and record another model between
+    # this check and the vectors' insert (jobs.embedding_model, replace_vectors).
+    recorded = await records.recorded(held=True)
     if recorded is None and configured_model is not None:
         recorded = configured_model
     if recorded is not None and not same_model(recorded, model):

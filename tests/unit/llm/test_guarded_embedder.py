@@ -434,3 +434,20 @@ async def test_a_guarded_ollama_embedder_recovers_when_the_server_does(
             await guard.embed_query("a")
     fake.mode = "ok"
     assert await guard.embed_query("a") == array("f", hashed_embedding("search_query: a"))
+
+
+@CALLS
+async def test_a_models_own_timeout_stays_a_timeout_error(call: str) -> None:
+    """A model whose own client timed out (a TimeoutError of its own, before the guard's
+    deadline) came out of the guard as a plain EmbeddingError: ``except TimeoutError`` missed
+    it. It is an EmbeddingTimeoutError, naming what the model raised; other failures are not."""
+    timed_out = GuardedEmbedder(
+        CustomEmbedder(raising(TimeoutError("read timed out"))), timeout_seconds=30
+    )
+    with pytest.raises(EmbeddingTimeoutError, match="failed: TimeoutError: read timed out"):
+        await embed(timed_out, call)
+    down = CustomEmbedder(raising(ConnectionError("refused")))
+    refused = GuardedEmbedder(down, timeout_seconds=30)
+    with pytest.raises(EmbeddingError) as caught:
+        await embed(refused, call)
+    assert not isinstance(caught.value, TimeoutError)
