@@ -366,6 +366,30 @@ async def test_while_postgresql_is_down_calls_are_connection_lost_and_recover_af
     assert [f.key for f in await memory.store.get_all_facts(uid)] == ["when"]
 
 
+async def test_extracting_one_session_while_postgresql_is_down_is_connection_lost(
+    memory: Memory, pg_server: EmbeddedServer, fake_ollama: FakeOllama
+) -> None:
+    """extract_session with the server stopped answered a report with failures=1, as if the
+    session or the model had failed, where every other call (process_stale_sessions too)
+    raises: it is a ConnectionLostError now, and the session is extracted once it is back."""
+    uid = uuid.uuid4()
+    await memory.users.ensure(uid)
+    sid = (await memory.sessions.create(user_id=uid)).id
+    await memory.sessions.append(sid, "user", "I use neovim", user_id=uid)
+    await pg_server.shut_down_async()
+    try:
+        with pytest.raises(errors.ConnectionLostError):
+            await memory.extractor.extract_session(sid, user_id=uid)
+        with pytest.raises(errors.ConnectionLostError):
+            await memory.extractor.process_stale_sessions(uid)
+    finally:
+        await pg_server.start_up_async()
+    fake_ollama.chat_replies.append("[]")  # no fact in it
+    report = await memory.extractor.extract_session(sid, user_id=uid)
+    assert (report.failures, report.sessions_seen) == (0, 1)
+    assert await memory.store.get_extracted_at(sid, uid) is not None
+
+
 @pytest.mark.parametrize("queue", ["facts", "chunks"])
 async def test_an_explicit_drain_is_not_held_by_a_background_indexers_retry_sleep(
     memory: Memory, pg_server: EmbeddedServer, queue: str

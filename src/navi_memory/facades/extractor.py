@@ -74,12 +74,15 @@ class Extractor:
         facts and summary are written for that owner. Acting for a user, another user's id is
         refused (PermissionDeniedError). NotFoundError when the session is not the user's (or
         does not exist). A model failure is a report with ``failures=1``, the session left
-        unmarked.
+        unmarked; the database failing is its StorageError (ConnectionLostError when it is
+        down), as for every other call, the session left unmarked too.
         """
         # The sweep's rule: no user named and none current is every user (here: the owner).
         scope = current_user_id() if user_id is None else write_scope(user_id)
         sid = check_session_id(session_id)
         result = await self._sweep.extract(scope, sid, stale_only=False)
+        if result.storage_error is not None:
+            raise result.storage_error
         if result.outcome == "missing":
             raise NotFoundError(
                 f"no session {sid!r}" if scope is None else f"no session {sid!r} for this user"

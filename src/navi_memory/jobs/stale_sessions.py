@@ -84,6 +84,9 @@ class SessionExtraction:
     report: ExtractionReport
     model_failure: str | None = None
     """A ``failed`` session's ChatModelError: the chat model, not the session, failed."""
+    storage_error: StorageError | None = None
+    """A ``failed`` session's StorageError: the database, not the session, failed (a sweep
+    counts it and goes on; a call for one session raises it)."""
 
 
 def _missing() -> SessionExtraction:
@@ -227,6 +230,7 @@ class StaleSessionSweep:
                 "failed",
                 ExtractionReport(sessions_seen=1, failures=1),
                 model_failure=str(exc) if isinstance(exc, ChatModelError) else None,
+                storage_error=exc if isinstance(exc, StorageError) else None,
             )
         except Exception:
             # A defect of ours meeting some reply or row: one session's failure, with its
