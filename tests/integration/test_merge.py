@@ -17,6 +17,8 @@ from navi_memory import (
 )
 from navi_memory.llm import embedding_text_for_fact
 from navi_memory.repositories.facts import category_lock_scope
+from navi_memory.services.facts import FactService, FactWrite
+from navi_memory.unit_of_work import unit_of_work
 from tests.integration.factories import execute, new_user, scalar, wait_for_a_sleeping_statement
 
 MERGE = [
@@ -406,3 +408,49 @@ async def test_a_connection_lost_while_embedding_the_survivors_key_keeps_the_com
     assert await scalar(
         memory, "SELECT embedding IS NOT NULL FROM memory_facts WHERE id = :i", i=survivor.id
     )
+
+
+async def test_a_purge_and_an_extraction_writing_two_categories_never_deadlock(
+    memory: Memory,
+) -> None:
+    """A purge locked only the categories where an expired fact had a live row behind it,
+    then deleted every expired row of the user: an extraction holding category a (reviving
+    an expired fact there, its row locked) and waiting for b's lock, which the purge held
+    while its delete waited for a's row, was a deadlock ("deadlock detected": the purge
+    failed, or the extraction). The purge takes every category's lock holding an expired
+    fact, first, in writers' order: it waits for the extraction and then purges."""
+    uid = await new_user(memory)
+    store = memory.store
+    await store.upsert_fact("a", "editor", "vim", user_id=uid)
+    await store.upsert_fact("b", "language", "en", user_id=uid)
+    await store.upsert_fact("b", "preferred_language", "de", user_id=uid, dedupe=True)
+    await execute(
+        memory,
+        "UPDATE memory_facts SET expires_at = now() - interval '1 hour' "
+        "WHERE user_id = :u AND key IN ('editor', 'preferred_language')",
+        u=uid,
+    )
+
+    def write(category: str, key: str, value: str) -> FactWrite:
+        return FactWrite(
+            user_id=uid,
+            category=category,
+            key=key,
+            value=value,
+            source="conversation",
+            confidence=70,
+            expires_days=None,
+            source_context=None,
+            embedding=None,
+        )
+
+    async with unit_of_work(memory.sessionmaker) as session:  # an extraction's transaction
+        await FactService().write(session, write("a", "editor", "vim"), dedupe=True)
+        with request_context(permissions=[PERMISSION_READ_ALL]):
+            purge = asyncio.create_task(memory.admin.purge_expired(uid))
+        await asyncio.sleep(1.0)  # the purge is at its locks
+        await FactService().write(session, write("b", "preferred_language", "fr"), dedupe=True)
+    result = await asyncio.wait_for(purge, 30)
+    assert result.expired == 0  # both revived by the extraction before the purge went on
+    visible = {(f.category, f.key): f.value for f in await store.get_all_facts(uid)}
+    assert visible == {("a", "editor"): "vim", ("b", "preferred_language"): "fr"}

@@ -422,10 +422,6 @@ _BEHIND_EXPIRED = """
 """
 """Live rows (h) hidden behind an expired fact (s): a purge must not lose them."""
 
-_RESCUE_CATEGORIES = text(
-    f"SELECT DISTINCT s.user_id, s.category {_BEHIND_EXPIRED} AND s.user_id IS NOT NULL"
-)
-
 _RESCUE = text(
     f"""
     WITH kept AS MATERIALIZED (
@@ -686,11 +682,18 @@ class FactRepository:
         )
         return [uid for uid in rows if uid is not None]
 
-    async def categories_to_rescue(self, user_id: uuid.UUID | None) -> list[tuple[uuid.UUID, str]]:
-        """The (user, category) pairs holding an expired fact with a live row hidden behind it
-        (legacy rows without a user have no lock, and are left out)."""
-        rows = await self.session.execute(_RESCUE_CATEGORIES, {"user_id": user_id})
-        pairs = [(row.user_id, row.category) for row in rows]
+    async def categories_of_expired(self, user_id: uuid.UUID | None) -> list[tuple[uuid.UUID, str]]:
+        """The (user, category) pairs holding an expired fact (legacy rows without a user have
+        no lock, and are left out), in the order writers take their locks: by user, then
+        category."""
+        stmt = (
+            select(FactRow.user_id, FactRow.category)
+            .distinct()
+            .where(FactRow.expires_at <= func.now(), FactRow.user_id.is_not(None))
+        )
+        if user_id is not None:
+            stmt = stmt.where(FactRow.user_id == user_id)
+        pairs = [(row.user_id, row.category) for row in await self.session.execute(stmt)]
         return sorted(pairs, key=lambda pair: (str(pair[0]), pair[1]))
 
     async def rescue_behind_expired(self, user_id: uuid.UUID | None) -> list[int]:

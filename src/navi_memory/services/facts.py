@@ -350,12 +350,15 @@ class FactService:
         it (the merge must stay undoable): the most recently updated such row takes the key
         back, the others are hidden behind it — or, where a visible row holds that key
         already, all of them are hidden behind that row (docs/memory.md, "Expiry and
-        merges"). Under the categories' locks, so no upsert or delete sees it half done."""
+        merges"). Under the locks of every category holding an expired fact, taken first and
+        in writers' order, so no upsert or delete sees it half done, and it never deletes a row
+        a writer holds while holding a lock that writer waits for (a deadlock with an
+        extraction writing several categories)."""
         facts = FactRepository(session=session)
         if dry_run:
             return await facts.expired(user_id)
         locks = FactWriteRepository(session=session)
-        for owner, category in await facts.categories_to_rescue(user_id):
+        for owner, category in await facts.categories_of_expired(user_id):
             await locks.lock_category(owner, category)
         counts = await facts.expired(user_id)
         heirs = await facts.rescue_behind_expired(user_id)
