@@ -20,6 +20,7 @@ from navi_memory import (
     NotFoundError,
     PermissionDeniedError,
     SessionStore,
+    StorageError,
     request_context,
 )
 from navi_memory.constants import MESSAGE_MAX_CHARS
@@ -452,3 +453,41 @@ async def test_delete_of_a_session_that_does_not_exist_is_false(
 ) -> None:
     uid = await new_user(memory)
     assert await store.delete("never-was", user_id=uid) is False
+
+
+@pytest.mark.slow  # ~5 s: 40,000 messages into 300 chunks
+async def test_a_session_of_forty_thousand_messages_is_compressed(memory: Memory) -> None:
+    """compress sent the ids it demotes as one parameter each: past 32,767 the driver refused
+    the statement, and a long session (compressed at its end, as the docs suggest) could never
+    be compressed. They go as one array now."""
+    uid = await new_user(memory)
+    sid = (await memory.sessions.create(user_id=uid)).id
+    await execute(
+        memory,
+        "INSERT INTO session_messages (session_id, seq, role, content) "
+        "SELECT :s, g, CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END, "
+        "'m' || g || ' says something' FROM generate_series(1, 40000) g",
+        s=sid,
+    )
+    result = await memory.sessions.compress(sid, keep_last=2, user_id=uid)
+    assert result.demoted == 39998 and result.chunks_written > 0
+    in_context = "SELECT count(*) FROM session_messages WHERE session_id = :s AND is_context"
+    assert await scalar(memory, in_context, s=sid) == 2 + 1  # the kept two and the summary
+
+
+async def test_a_message_row_no_message_can_be_names_itself(memory: Memory) -> None:
+    """A row written by an application's own SQL with tool arguments that are not a JSON
+    object broke every read of its session with pydantic's ValidationError (history, context,
+    compress, the prompt). It is a StorageError naming the session and the row."""
+    uid = await new_user(memory)
+    sid = (await memory.sessions.create(user_id=uid)).id
+    await memory.sessions.append(sid, "user", "hello", user_id=uid)
+    await execute(
+        memory,
+        "INSERT INTO session_messages (session_id, seq, role, tool_name, tool_args) "
+        "VALUES (:s, 2, 'tool_call', 't', '[1]'::jsonb)",
+        s=sid,
+    )
+    with pytest.raises(StorageError, match=rf"message 2 of session '{sid}' .*tool_args") as e:
+        await memory.sessions.history(sid, user_id=uid)
+    assert "fix or delete that row" in str(e.value)

@@ -42,6 +42,7 @@ from navi_memory.models import (
     SessionRow,
     User,
 )
+from navi_memory.repositories.statements import any_of
 from navi_memory.text.chunks import WHITESPACE
 
 __all__ = [
@@ -343,7 +344,7 @@ class SessionRepository:
             update(MessageRow)
             .where(
                 MessageRow.session_id == session_id,
-                MessageRow.id.in_(message_ids),
+                any_of(MessageRow.id, message_ids, BigInteger()),
                 MessageRow.is_context.is_(True),
             )
             .values(is_context=False)

@@ -15,12 +15,23 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeAlias
 
-from sqlalchemy import Dialect, TextClause, TextualSelect, text
+from sqlalchemy import ColumnElement, Dialect, TextClause, TextualSelect, any_, literal, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.types import TypeEngine
 
 from navi_memory.db import PooledStatements
 
-__all__ = ["FetchedRow", "Reads", "fetch_rows", "owner_where", "queue_pop", "statement"]
+__all__ = [
+    "FetchedRow",
+    "Reads",
+    "any_of",
+    "fetch_rows",
+    "owner_where",
+    "queue_pop",
+    "statement",
+]
 
 Reads: TypeAlias = AsyncSession | AsyncConnection | PooledStatements
 """Where a repository's reads run: a unit of work's session, a single_statement connection,
@@ -38,6 +49,17 @@ memory without ever evicting in practice."""
 def statement(sql: str) -> TextClause:
     """The ``TextClause`` of ``sql``, made once per distinct text."""
     return text(sql)
+
+
+def any_of(
+    column: ColumnElement[Any] | InstrumentedAttribute[Any],
+    values: Sequence[Any],
+    item: TypeEngine[Any],
+) -> ColumnElement[bool]:
+    """``column = ANY(:values)``, the values sent as one array parameter of ``item``s: ``IN``
+    sends one parameter a value, and the driver refuses more than 32,767 of them (a session of
+    40,000 messages could not be compressed)."""
+    return column == any_(literal(list(values), ARRAY(item)))
 
 
 def owner_where(

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import RowMapping, delete, exists, or_, select, text, union
+from sqlalchemy import RowMapping, Text, delete, exists, or_, select, text, union
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
@@ -24,6 +24,7 @@ from navi_memory.models import (
     SummaryRow,
     User,
 )
+from navi_memory.repositories.statements import any_of
 
 __all__ = ["TransferRepository", "floats"]
 
@@ -177,20 +178,20 @@ class TransferRepository:
         if not session_ids:
             return []
         in_sessions = select(SessionRow.id).where(
-            SessionRow.id.in_(session_ids), SessionRow.user_id != user_id
+            any_of(SessionRow.id, session_ids, Text()), SessionRow.user_id != user_id
         )
         in_states = select(SessionMemoryStateRow.session_id).where(
-            SessionMemoryStateRow.session_id.in_(session_ids),
+            any_of(SessionMemoryStateRow.session_id, session_ids, Text()),
             or_(
                 SessionMemoryStateRow.user_id.is_(None),
                 SessionMemoryStateRow.user_id != user_id,
             ),
         )
         in_chunks = select(ChunkRow.session_id).where(
-            ChunkRow.session_id.in_(session_ids), ChunkRow.user_id != user_id
+            any_of(ChunkRow.session_id, session_ids, Text()), ChunkRow.user_id != user_id
         )
         in_kv = select(KvRow.session_id).where(
-            KvRow.session_id.in_(session_ids), KvRow.user_id != user_id
+            any_of(KvRow.session_id, session_ids, Text()), KvRow.user_id != user_id
         )
         rows = await self.session.scalars(union(in_sessions, in_states, in_chunks, in_kv))
         return sorted(rows.all())

@@ -8,9 +8,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from navi_memory.errors import InvalidInputError, NotFoundError
+from navi_memory.errors import InvalidInputError, NotFoundError, StorageError
 from navi_memory.models import MessageRow
 from navi_memory.repositories.sessions import SessionRepository
 from navi_memory.schemas import Message, MessageRole, SessionInfo
@@ -19,7 +20,21 @@ __all__ = ["SessionService", "to_message"]
 
 
 def to_message(row: MessageRow) -> Message:
-    return Message.model_validate(row)
+    """The row as a Message. A row no message can be (written by SQL of the application's
+    own: tool arguments that are not a JSON object, an unknown role or kind) is a StorageError
+    naming it, not pydantic's ValidationError from every read of its session."""
+    try:
+        return Message.model_validate(row)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors()[:3]
+        )
+        raise StorageError(
+            f"message {row.seq} of session {row.session_id!r} in session_messages is not a "
+            f"message navi-memory can read ({problems}): it was not written by navi-memory; "
+            "fix or delete that row"
+        ) from None
 
 
 class SessionService:
