@@ -210,6 +210,10 @@ class ExtractionReport(_Model):
     """Facts whose key merged other spellings of it for the user (``dedupe``)."""
     facts_skipped: int = 0
     """Items of the model's replies that were no usable fact."""
+    facts_outdated: int = 0
+    """Facts the session told that the user changed or forgot after the session's last
+    activity (a newer value of the key, written elsewhere; a forget): not written, the newer
+    word stands."""
     summaries_written: int = 0
     """Users' summaries regenerated from their facts."""
 

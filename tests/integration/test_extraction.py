@@ -33,6 +33,7 @@ from navi_memory import (
 from navi_memory.llm import embedding_text_for_fact
 from navi_memory.services.extraction import ExtractionService
 from navi_memory.testing import FakeOllama
+from navi_memory.tools import ToolContext
 from tests.conftest import make_settings
 from tests.integration.extraction_model import ExtractionModel
 from tests.integration.factories import delete_user_during, execute, new_user, scalar
@@ -1578,3 +1579,111 @@ async def test_a_failure_recorded_after_its_session_went_leaves_no_state_row(
     states = "SELECT count(*) FROM session_memory_state WHERE session_id = :s"
     assert await scalar(memory, states, s=sid) == 0
     assert (await memory.sessions.create(sid, user_id=other)).id == sid
+
+
+async def test_an_older_session_never_overwrites_a_value_the_user_saved_since(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """An extraction upserted every fact the model read, however old the session: a colour the
+    user stated on Monday overwrote the one they saved with the memory tool on Tuesday (and
+    hid the new key behind the old spelling) when Monday's session was extracted on
+    Wednesday. The older word is left out now (facts_outdated), the newer one stands; a
+    session active after the save still writes."""
+    uid = await new_user(memory)
+    old = await conversation(memory, uid, "My favourite colour is green", idle_minutes=120)
+    new = (await memory.sessions.create(user_id=uid)).id  # Tuesday's chat
+    saved = await memory.tools.call(
+        "memory",
+        {
+            "action": "save",
+            "category": "preferences",
+            "key": "favorite_color",
+            "value": "blue",
+            "source": "user_explicit",
+        },
+        ToolContext(user_id=uid, session_id=new),
+    )
+    assert saved.startswith("memory: saved")
+    model.facts = facts_json(("preferences", "favourite_colour", "green", "conversation"))
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.sessions_extracted, report.facts_written, report.facts_outdated) == (1, 0, 1)
+    assert await visible_facts(memory, uid) == {("preferences", "favorite_color"): "blue"}
+    assert await memory.store.get_extracted_at(old, uid) is not None  # marked all the same
+
+    later = await conversation(memory, uid, "Actually it is red now", idle_minutes=0)
+    model.facts = facts_json(("preferences", "favourite_colour", "red", "conversation"))
+    report = await memory.extractor.extract_session(later, user_id=uid)
+    assert (report.facts_written + report.facts_merged, report.facts_outdated) == (1, 0)
+    assert list((await visible_facts(memory, uid)).values()) == ["red"]
+
+
+async def test_a_forgotten_fact_is_not_brought_back_by_an_older_session(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The user said "I live in Brno" (a session), then asked to forget it (the tool's forget
+    in another session): the next extraction of the first session wrote it again, and the
+    summary told it again. A forget is remembered; a session active before it leaves the fact
+    out, one active after it (the user saying it again) writes it."""
+    uid = await new_user(memory)
+    old = await conversation(memory, uid, "I live in Brno", idle_minutes=120)
+    await memory.store.upsert_fact("personal", "home_city", "Brno", user_id=uid)
+    new = (await memory.sessions.create(user_id=uid)).id
+    forgot = await memory.tools.call(
+        "memory",
+        {"action": "forget", "key": "home_city"},
+        ToolContext(user_id=uid, session_id=new),
+    )
+    assert forgot.startswith("memory: forgot 1 fact")
+    model.facts = facts_json(("Personal", "home city", "Brno", "user_explicit"))
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {}
+    assert await memory.store.get_extracted_at(old, uid) is not None
+
+    again = await conversation(memory, uid, "I moved back to Brno", idle_minutes=0)
+    report = await memory.extractor.extract_session(again, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (1, 0)
+    assert list((await visible_facts(memory, uid)).values()) == ["Brno"]
+
+
+async def test_two_stale_sessions_extracted_in_order_leave_the_newer_value(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The rule that keeps a newer word reads a fact written by an extraction as of its
+    session's activity, not of the extraction: the newer of two stale sessions, extracted
+    after the older one, still writes its value over the older session's."""
+    uid = await new_user(memory)
+    await conversation(memory, uid, "COLOR green", idle_minutes=180)
+    await conversation(memory, uid, "COLOR blue", idle_minutes=90)
+
+    def reply(transcript: str) -> str:
+        colour = "green" if "COLOR green" in transcript else "blue"
+        return facts_json(("preferences", "color", colour, "conversation"))
+
+    model.facts = reply
+    report = await memory.extractor.process_stale_sessions(uid)
+    assert (report.sessions_extracted, report.facts_outdated) == (2, 0)
+    assert await visible_facts(memory, uid) == {("preferences", "color"): "blue"}
+
+
+async def test_an_applications_own_writes_and_deletes_are_not_a_conversations_word(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The newer-word rule is about what the user said in conversations: a fact an application
+    wrote outside any session is written over by an extraction (the spec's extractor upserts
+    every fact), and its delete_fact outside a session is not remembered against extractions."""
+    uid = await new_user(memory)
+    old = await conversation(memory, uid, "I use vim", idle_minutes=120)
+    await memory.store.upsert_fact("tools", "editor", "emacs", user_id=uid)
+    model.facts = facts_json(("tools", "editor", "vim", "conversation"))
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (1, 0)
+    assert await visible_facts(memory, uid) == {("tools", "editor"): "vim"}
+
+    other = await conversation(memory, uid, "I use vim, really", idle_minutes=100)
+    assert await memory.store.delete_fact("editor", user_id=uid) == 1
+    report = await memory.extractor.extract_session(other, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (1, 0)
+    assert await visible_facts(memory, uid) == {("tools", "editor"): "vim"}
+    forgotten = "SELECT count(*) FROM memory_fact_forgotten WHERE user_id = :u"
+    assert await scalar(memory, forgotten, u=uid) == 0

@@ -75,7 +75,8 @@ def extract(
             f"extract: {report.sessions_seen} stale session(s), {report.sessions_extracted} "
             f"extracted, {report.sessions_skipped} skipped, {report.failures} failed; "
             f"{report.facts_written} fact(s) written, {report.facts_merged} merged, "
-            f"{report.facts_skipped} unusable item(s) skipped; "
+            f"{report.facts_skipped} unusable item(s) skipped, {report.facts_outdated} "
+            "outdated (changed or forgotten since); "
             f"{report.summaries_written} summary(ies) rewritten",
             markup=False,
         )

@@ -289,7 +289,13 @@ class MemoryStore:
         )
         async with unit_of_work(self._sessionmaker) as session:
             return await self._facts.delete(
-                session, uid, key, None if category is None else category.strip()
+                session,
+                uid,
+                key,
+                None if category is None else category.strip(),
+                # Asked for in a conversation (the memory tool, a request naming a session):
+                # remembered against older sessions' extractions.
+                in_conversation=current_session_id() is not None,
             )
 
     async def get_all_facts(

@@ -318,6 +318,7 @@ class StaleSessionSweep:
             facts_written=written.written,
             facts_merged=written.merged,
             facts_skipped=parsed.skipped,
+            facts_outdated=written.outdated,
         )
         try:
             summary = await self._new_summary(transcript, gave_facts=bool(parsed.facts))

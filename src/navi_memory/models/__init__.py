@@ -12,6 +12,7 @@ from navi_memory.models.chunks import (
 )
 from navi_memory.models.embedding_model import EmbeddingModelRow
 from navi_memory.models.facts import (
+    FactForgottenRow,
     FactRow,
     FactVectorQueueRow,
     FactVectorRow,
@@ -33,6 +34,7 @@ __all__ = [
     "ChunkVectorQueueRow",
     "ChunkVectorRow",
     "EmbeddingModelRow",
+    "FactForgottenRow",
     "FactRow",
     "FactVectorQueueRow",
     "FactVectorRow",

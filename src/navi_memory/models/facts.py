@@ -157,3 +157,17 @@ class SessionMemoryStateRow(Base):
     user_id: Mapped[uuid.UUID | None] = mapped_column(
         UUID(as_uuid=True), ForeignKey("navi_users.id", ondelete="CASCADE")
     )
+
+
+class FactForgottenRow(Base):
+    """A forget of a user's fact: its category (NFC, lower-cased) and canonical key, and when
+    (revision 0026). An extraction of a session last active before it leaves the fact out."""
+
+    __tablename__ = "memory_fact_forgotten"
+
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("navi_users.id", ondelete="CASCADE"), primary_key=True
+    )
+    category: Mapped[str] = mapped_column(Text, primary_key=True)
+    key_norm: Mapped[str] = mapped_column(Text, primary_key=True)
+    forgotten_at: Mapped[datetime] = created_at_column()

@@ -8,7 +8,7 @@ once, whatever the call.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -35,7 +35,13 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from navi_memory.constants import EMBEDDING_DIM, FACT_SCAN_HEAD
 from navi_memory.db import vector_binary
-from navi_memory.models import FactRow, FactVectorQueueRow, SummaryRow
+from navi_memory.models import (
+    FactForgottenRow,
+    FactRow,
+    FactVectorQueueRow,
+    SessionRow,
+    SummaryRow,
+)
 from navi_memory.repositories.like import contains_pattern, spellings, term_patterns
 from navi_memory.repositories.statements import FetchedRow, Reads, fetch_rows, queue_pop
 
@@ -653,6 +659,56 @@ class FactRepository:
             delete(FactRow).where(FactRow.id.in_(ids)).returning(*fact_columns(), expired)
         )
         return sorted(result.mappings(), key=lambda row: (row["category"], row["key"], row["id"]))
+
+    async def record_forgotten(
+        self, user_id: uuid.UUID, forgotten: Iterable[tuple[str, str]]
+    ) -> None:
+        """Record, now, that the user forgot each (category as folded, canonical key)."""
+        rows = [
+            {"user_id": user_id, "category": category, "key_norm": key_norm}
+            for category, key_norm in sorted(set(forgotten))
+        ]
+        if not rows:
+            return
+        statement = insert(FactForgottenRow).values(rows)
+        await self.session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[
+                    FactForgottenRow.user_id,
+                    FactForgottenRow.category,
+                    FactForgottenRow.key_norm,
+                ],
+                set_={"forgotten_at": func.now()},
+            )
+        )
+
+    async def forgotten(self, user_id: uuid.UUID) -> dict[tuple[str, str], datetime]:
+        """When the user last forgot each (category as folded, canonical key)."""
+        rows = await self.session.execute(
+            select(
+                FactForgottenRow.category, FactForgottenRow.key_norm, FactForgottenRow.forgotten_at
+            ).where(FactForgottenRow.user_id == user_id)
+        )
+        return {(row.category, row.key_norm): row.forgotten_at for row in rows}
+
+    async def key_times(self, user_id: uuid.UUID, category: str) -> list[RowMapping]:
+        """The category's visible rows (expired ones too): ``key``, ``updated_at``,
+        ``session_id`` and the last activity of that session (``session_active``, None when
+        the fact names no session of the user's)."""
+        session_active = (
+            select(SessionRow.last_active)
+            .where(SessionRow.id == FactRow.session_id, SessionRow.user_id == FactRow.user_id)
+            .scalar_subquery()
+            .label("session_active")
+        )
+        rows = await self.session.execute(
+            select(FactRow.key, FactRow.updated_at, FactRow.session_id, session_active).where(
+                FactRow.user_id == user_id,
+                FactRow.category == category,
+                FactRow.merged_into.is_(None),
+            )
+        )
+        return list(rows.mappings())
 
     async def expired(self, user_id: uuid.UUID | None) -> tuple[int, int]:
         """How many facts are past their expiry, and how many rows hidden behind them have not

@@ -61,7 +61,7 @@ from navi_memory.request_context import current_user_id, has_permission
 from navi_memory.schemas import Fact, FactHit, ForgetResult
 from navi_memory.services.ranking import hit_fields, rank_hits
 from navi_memory.text import keys
-from navi_memory.text.keys import normalize_key
+from navi_memory.text.keys import category_fold, normalize_key
 
 __all__ = [
     "CONFIDENCE_BY_SOURCE",
@@ -274,11 +274,19 @@ class FactService:
         return done.fact, done.outcome
 
     async def delete(
-        self, session: AsyncSession, user_id: uuid.UUID, key: str, category: str | None
+        self,
+        session: AsyncSession,
+        user_id: uuid.UUID,
+        key: str,
+        category: str | None,
+        *,
+        in_conversation: bool = False,
     ) -> ForgetResult:
         """Delete the user's visible facts named ``key`` (directly or by a hidden spelling),
         with the rows hidden behind them; returns the visible facts deleted, as they were, and
-        what else went (expired rows, the summary)."""
+        what else went (expired rows, the summary). ``in_conversation``: the user asked for it
+        in a session (the memory tool's forget): it is remembered, and an extraction of a
+        session active before it leaves the fact out (ExtractionService)."""
         facts = FactRepository(session=session)
         # The same per-category locks as upsert (taken in a fixed order, so two deletes cannot
         # deadlock): an upsert never updates a row this delete is removing, nor the other way.
@@ -302,6 +310,13 @@ class FactService:
             if not row["expired"]
         ]
         summary_removed = False
+        if deleted and in_conversation:
+            # Remembered: an extraction of a session active before now leaves the fact out
+            # (it would bring back what the user asked to forget).
+            await facts.record_forgotten(
+                user_id,
+                ((category_fold(row["category"]), normalize_key(row["key"])) for row in deleted),
+            )
         if deleted:
             # The summary rides in every prompt and may tell the forgotten fact; prose cannot
             # be edited, so it goes too, under the lock the extractor writes it under (so no
@@ -312,6 +327,47 @@ class FactService:
         return ForgetResult(
             facts=removed, expired=len(deleted) - len(removed), summary_removed=summary_removed
         )
+
+    async def written_since(
+        self,
+        session: AsyncSession,
+        user_id: uuid.UUID,
+        category: str,
+        key: str,
+        since: datetime,
+        *,
+        session_id: str,
+    ) -> bool:
+        """Whether the user told the key (any spelling of it) in ``category`` after ``since``
+        in another conversation: a visible row of it written from a session other than
+        ``session_id`` (the memory tool's save, another session's extraction), as of a later
+        moment. A row's moment is when it was written, or that session's last activity if
+        earlier (an extraction writes after the session it reads). A row written outside any
+        session (an application's own upsert_fact) does not count: the conversation order
+        says nothing of it, and an extraction writes over it, as the spec's extractor does.
+        Taken under the category's lock by the caller."""
+        wanted = normalize_key(key)
+        for row in await FactRepository(session=session).key_times(user_id, category):
+            told_in = row["session_id"]
+            if told_in is None or told_in == session_id or normalize_key(row["key"]) != wanted:
+                continue
+            moment: datetime = row["updated_at"]
+            if row["session_active"] is not None:
+                moment = min(moment, row["session_active"])
+            if moment > since:
+                return True
+        return False
+
+    async def forgotten(
+        self, session: AsyncSession, user_id: uuid.UUID
+    ) -> dict[tuple[str, str], datetime]:
+        """When the user last forgot each (category as text.keys.category_fold folds it, key
+        as normalize_key spells it)."""
+        return await FactRepository(session=session).forgotten(user_id)
+
+    async def lock_category(self, session: AsyncSession, user_id: uuid.UUID, category: str) -> None:
+        """Serialise with the category's other writers until the transaction ends."""
+        await FactWriteRepository(session=session).lock_category(user_id, category)
 
     async def unmerge(self, session: AsyncSession, fact_id: int) -> Fact:
         """Make a hidden row visible again, if the caller may change it (``may_change``)."""

@@ -14,6 +14,7 @@ from typing import Final
 __all__ = [
     "DROPPED_MODIFIERS",
     "PHRASES",
+    "category_fold",
     "normalize_key",
     "same_key",
     "stored_category",
@@ -265,7 +266,7 @@ def same_key(a: str, b: str) -> bool:
     return normalize_key(a) == normalize_key(b)
 
 
-def _category_fold(name: str) -> str:
+def category_fold(name: str) -> str:
     """A category compared but for case, surrounding blanks and Unicode form (NFC again after
     lower(): a capital can lower to a base letter and a combining mark)."""
     return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).strip().lower())
@@ -284,8 +285,8 @@ async def stored_category(
     the one holding a spelling of ``key`` (``keys_of(name)``: that spelling's keys), else the
     fullest. The memory tool's save and the extractor both write by it. Spellings differ by
     case and by Unicode form (an application's decomposed "café" is the model's composed one)."""
-    folded = _category_fold(category)
-    spellings = [name for name in stored if _category_fold(name) == folded]
+    folded = category_fold(category)
+    spellings = [name for name in stored if category_fold(name) == folded]
     if category in spellings or not spellings:
         return category
     if len(spellings) > 1:
