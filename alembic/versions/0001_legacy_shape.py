@@ -62,7 +62,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP TABLE IF EXISTS session_memory_state")
-    op.execute("DROP TABLE IF EXISTS memory_summary")
-    op.execute("DROP TABLE IF EXISTS memory_facts")
-    op.execute("DROP TABLE IF EXISTS navi_users")
+    # CASCADE: an adopted database's other legacy tables (a memory_chunks or sessions of the
+    # original application, which 0002 set aside and its downgrade put back) may hold foreign
+    # keys to navi_users; those constraints go, their tables and rows stay (not ours to drop).
+    op.execute("DROP TABLE IF EXISTS session_memory_state CASCADE")
+    op.execute("DROP TABLE IF EXISTS memory_summary CASCADE")
+    op.execute("DROP TABLE IF EXISTS memory_facts CASCADE")
+    op.execute("DROP TABLE IF EXISTS navi_users CASCADE")

@@ -1351,6 +1351,16 @@ def test_a_legacy_database_with_its_own_chunks_and_a_keyed_summary_is_adopted(
     with connect(pg_server, scratch_db) as conn:
         assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
         assert conn.execute("SELECT to_regclass('memory_chunks_legacy')").fetchone() == (None,)
+    # All the way down: the legacy chunks' foreign key to navi_users stopped the drop of
+    # navi_users ("other objects depend on it"), leaving the database at 0001.
+    dbtools.downgrade(pg_server.url(scratch_db), "base")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT count(*) FROM alembic_version").fetchone() == (0,)
+        for table in ("navi_users", "memory_facts", "memory_summary", "session_memory_state"):
+            assert conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,)
+        # The original application's own table, put back by 0002's downgrade, is not one of
+        # the four 0001 adopted: it stays, with its rows, without its key to navi_users.
+        assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
 
 
 def test_tables_set_aside_are_the_migrated_schemas_only(
