@@ -228,6 +228,13 @@ async def open_memory(
             service=unified,
             cached_plans=cached_plans,
         )
+        context = ContextBuilder(
+            sessionmaker=sessionmaker,
+            settings=settings,
+            embedding=embedding,
+            search=unified,
+            cached_plans=cached_plans,
+        )
         memory = Memory(
             settings=settings,
             engine=engine,
@@ -249,14 +256,8 @@ async def open_memory(
             kv=kv,
             extractor=Extractor(sweep=sweep, background=background),
             search=search,
-            context=ContextBuilder(
-                sessionmaker=sessionmaker,
-                settings=settings,
-                embedding=embedding,
-                search=unified,
-                cached_plans=cached_plans,
-            ),
-            tools=memory_tools(store=store, search=search, kv=kv),
+            context=context,
+            tools=memory_tools(store=store, search=search, kv=kv, shown=context),
             admin=Admin(
                 sessionmaker=sessionmaker,
                 indexer=indexer,

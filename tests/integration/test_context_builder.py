@@ -31,6 +31,7 @@ from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
 from navi_memory.text.chunks import build_chunks
 from navi_memory.text.recall import LEDGER_KEY, RECALL_HEADER, similarity
+from navi_memory.tools import ToolContext
 from tests.conftest import make_settings
 from tests.integration.factories import execute, new_user, scalar
 
@@ -855,3 +856,34 @@ async def test_words_matched_only_by_their_stems_never_count_for_recall(
         sid = await conversation(memory, fake_ollama, uid, lines, keep_last=1)
         prompt = await memory.context.build_prompt(sid, incoming, system_prompt=HOST, user_id=uid)
         assert prompt.recall == "nothing_found"
+
+
+async def test_recall_leaves_out_an_excerpt_memory_search_just_showed(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """The agent called memory_search and its result, holding a dropped excerpt verbatim, is
+    in the session's context: the next prompt's recall injected the same excerpt again. The
+    tool records the session's excerpts it shows in the ledger, so recall leaves them out;
+    another session's excerpts it shows are not this session's to record."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", DEPLOY), ("user", "ok")], keep_last=1
+    )
+    answer = await memory.tools.call(
+        "memory_search", {"query": "deploy script"}, ToolContext(user_id=uid, session_id=sid)
+    )
+    assert DEPLOY in answer
+    shown = await ledger(memory, sid)
+    assert len(shown) == 1
+    prompt = await memory.context.build_prompt(
+        sid, "where is the deploy script?", system_prompt=HOST, user_id=uid
+    )
+    assert prompt.recalled == [] and prompt.recall == "nothing_found"
+    assert await ledger(memory, sid) == shown
+
+    other = await memory.sessions.create(user_id=uid)
+    await memory.tools.call(
+        "memory_search", {"query": "deploy script"}, ToolContext(user_id=uid, session_id=other.id)
+    )
+    assert await ledger(memory, other.id) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -148,6 +149,25 @@ class ContextBuilder:
         return ContextPrompt(
             messages=messages, recalled=recalled, recall=outcome, recall_terms=terms
         )
+
+    async def record_shown(
+        self, session_id: str, hits: Sequence[MemoryHit], *, user_id: uuid.UUID | str | None = None
+    ) -> None:
+        """Record the session's raw excerpts among ``hits`` (a memory_search result the model
+        now has in its context) in the session's ledger, as recall records what it delivers:
+        the next prompts' recall leaves them out instead of injecting them a second time. The
+        memory_search tool calls it; ``user_id=None`` is the current user."""
+        uid = write_scope(user_id)
+        sid = check_session_id(session_id)
+        shown = [
+            hit.chunk_id
+            for hit in hits
+            if hit.source_type == "raw" and hit.chunk_id is not None and hit.session_id == sid
+        ]
+        if not shown:
+            return
+        async with unit_of_work(self._sessionmaker) as session:
+            await self._service.record_shown(session, uid, sid, shown)
 
     async def _recall(
         self, user_id: uuid.UUID, session_id: str, snapshot: ContextSnapshot, incoming: str

@@ -212,6 +212,24 @@ class ContextService:
             await sessions.set_metadata_value(session_id, LEDGER_KEY, updated)
         return chosen
 
+    async def record_shown(
+        self, session: AsyncSession, user_id: uuid.UUID, session_id: str, chunk_ids: Sequence[int]
+    ) -> None:
+        """Append ``chunk_ids`` (excerpts of the session shown to the model another way: a
+        memory_search result in its context) to the session's ledger, under the session row
+        lock as ``deliver`` does: recall then never injects them again beside the tool result.
+        Nothing when the session is no longer the user's."""
+        if not chunk_ids:
+            return
+        sessions = SessionRepository(session=session)
+        row = await sessions.lock_owned(session_id, user_id)
+        if row is None:
+            return
+        ledger = metadata_ledger(row.session_metadata)
+        updated = extend_ledger(ledger, chunk_ids, max_ids=INJECTED_LEDGER_MAX)
+        if updated != ledger:
+            await sessions.set_metadata_value(session_id, LEDGER_KEY, updated)
+
 
 def summary_at(snapshot: ContextSnapshot) -> datetime | None:
     """When the summary now in the context was written: the session's freshness boundary."""

@@ -12,6 +12,7 @@ from navi_memory.tools.memory_search import (
     MEMORY_SEARCH,
     MemorySearchArguments,
     Searcher,
+    ShownRecorder,
     memory_search_tool,
     parse_memory_search_arguments,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "MemorySearchArguments",
     "MemoryTools",
     "Searcher",
+    "ShownRecorder",
     "SketchStore",
     "Tool",
     "ToolContext",
@@ -46,7 +48,10 @@ __all__ = [
 ]
 
 
-def memory_tools(*, store: FactStore, search: Searcher, kv: SketchStore) -> MemoryTools:
+def memory_tools(
+    *, store: FactStore, search: Searcher, kv: SketchStore, shown: ShownRecorder | None = None
+) -> MemoryTools:
     """The agent's memory tools on the facades, in the order they are offered: ``memory`` on
-    ``store``, ``memory_search`` on ``search``, ``scratchpad`` on ``kv``."""
-    return MemoryTools([memory_tool(store), memory_search_tool(search), scratchpad_tool(kv)])
+    ``store``, ``memory_search`` on ``search`` (recording the session's excerpts it shows in
+    ``shown``, the context builder's recall ledger), ``scratchpad`` on ``kv``."""
+    return MemoryTools([memory_tool(store), memory_search_tool(search, shown), scratchpad_tool(kv)])

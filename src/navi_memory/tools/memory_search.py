@@ -4,14 +4,16 @@ sketches (spec: "Search tool"). Its spec, its argument rules, and its handler on
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
 
 from navi_memory.constants import SEARCH_K_DEFAULT, SEARCH_K_MAX, SEARCH_K_MIN
 from navi_memory.errors import InvalidInputError, InvalidTypeError
+from navi_memory.request_context import current_session_id, current_user_id
 from navi_memory.schemas import MemoryHit
 from navi_memory.text.hits import SEARCH_SCOPES, SearchScope, clamp_k, format_hits, normalize_scope
 from navi_memory.tools.arguments import json_type
@@ -24,9 +26,12 @@ __all__ = [
     "MEMORY_SEARCH_PARAMETERS",
     "MemorySearchArguments",
     "Searcher",
+    "ShownRecorder",
     "memory_search_tool",
     "parse_memory_search_arguments",
 ]
+
+logger = logging.getLogger(__name__)
 
 MEMORY_SEARCH: Final = "memory_search"
 
@@ -145,9 +150,17 @@ class Searcher(Protocol):
     ) -> list[MemoryHit]: ...
 
 
-def memory_search_tool(searcher: Searcher) -> Tool:
+class ShownRecorder(Protocol):
+    """Where the tool records the session's excerpts it showed (``ContextBuilder``)."""
+
+    async def record_shown(self, session_id: str, hits: Sequence[MemoryHit]) -> None: ...
+
+
+def memory_search_tool(searcher: Searcher, shown: ShownRecorder | None = None) -> Tool:
     """The ``memory_search`` tool on ``searcher``: it searches the context's user, ranks the
-    context's session first and takes its last summary as the freshness boundary."""
+    context's session first and takes its last summary as the freshness boundary. With
+    ``shown``, the session's raw excerpts it returns go into the session's recall ledger
+    (the model has them in its context now: recall must not inject them again)."""
 
     async def handle(arguments: Mapping[str, Any], context: ToolContext) -> str:
         args = parse_memory_search_arguments(arguments)
@@ -155,6 +168,18 @@ def memory_search_tool(searcher: Searcher) -> Tool:
             hits = await searcher.search(
                 args.query, args.scope, args.k, current_session_id=context.session_id
             )
+            session_id = context.session_id or current_session_id()
+            if shown is not None and session_id is not None and current_user_id() is not None:
+                try:
+                    await shown.record_shown(session_id, hits)
+                except Exception:
+                    # The answer stands: at worst recall shows an excerpt twice.
+                    logger.warning(
+                        "memory_search.ledger_failed: session %s",
+                        session_id,
+                        exc_info=True,
+                        extra={"event": "memory_search.ledger_failed", "session_id": session_id},
+                    )
         return format_hits(args.query, args.scope, hits)
 
     return Tool(
