@@ -32,6 +32,7 @@ from navi_memory import (
 )
 from navi_memory.llm import embedding_text_for_fact
 from navi_memory.services.extraction import ExtractionService
+from navi_memory.services.facts import FactService
 from navi_memory.testing import FakeOllama
 from navi_memory.tools import ToolContext
 from tests.conftest import make_settings
@@ -1687,3 +1688,76 @@ async def test_an_applications_own_writes_and_deletes_are_not_a_conversations_wo
     assert await visible_facts(memory, uid) == {("tools", "editor"): "vim"}
     forgotten = "SELECT count(*) FROM memory_fact_forgotten WHERE user_id = :u"
     assert await scalar(memory, forgotten, u=uid) == 0
+
+
+async def test_a_value_from_a_deleted_session_does_not_outrank_a_newer_session(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A fact written from a session that was deleted since has only its write time, the
+    extraction's, not the conversation's: it counted as newer than a later session, whose
+    newer value was then left out. It does not count now."""
+    uid = await new_user(memory)
+    old = await conversation(memory, uid, "COLOR green", idle_minutes=180)
+    new = await conversation(memory, uid, "COLOR blue", idle_minutes=90)
+    model.facts = facts_json(("preferences", "color", "green", "conversation"))
+    await memory.extractor.extract_session(old, user_id=uid)
+    assert await memory.sessions.delete(old, user_id=uid)
+    model.facts = facts_json(("preferences", "color", "blue", "conversation"))
+    report = await memory.extractor.extract_session(new, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (1, 0)
+    assert await visible_facts(memory, uid) == {("preferences", "color"): "blue"}
+
+
+async def test_a_forget_committed_while_the_extraction_waits_for_the_lock_is_seen(
+    memory: Memory, model: ExtractionModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forgets were read once, before the category's lock: a forget committing between
+    that read and the lock deleted the row, the check under the lock found nothing, and the
+    extraction wrote the fact back. The forget is read under the lock now."""
+    uid = await new_user(memory)
+    old = await conversation(memory, uid, "I live in Brno", idle_minutes=120)
+    await memory.store.upsert_fact("personal", "home_city", "Brno", user_id=uid)
+    new = (await memory.sessions.create(user_id=uid)).id
+    original = FactService.lock_category
+    forgot: list[str] = []
+
+    async def forget_first(self: FactService, session: Any, user_id: Any, category: str) -> None:
+        if not forgot:
+            forgot.append(
+                await memory.tools.call(
+                    "memory",
+                    {"action": "forget", "key": "home_city"},
+                    ToolContext(user_id=uid, session_id=new),
+                )
+            )
+        await original(self, session, user_id, category)
+
+    monkeypatch.setattr(FactService, "lock_category", forget_first)
+    model.facts = facts_json(("personal", "home_city", "Brno", "user_explicit"))
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert forgot[0].startswith("memory: forgot 1 fact")
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {}
+
+
+async def test_a_session_whose_rows_cannot_be_read_goes_behind_the_others(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A message row no message can be (an application's SQL) fails its session's extraction
+    with a StorageError, and that failure was not recorded (only the database's were meant to
+    be left out): the session kept the front of every limited sweep. It goes behind now."""
+    uid = await new_user(memory)
+    bad = await conversation(memory, uid, "hello", idle_minutes=300)
+    await execute(
+        memory,
+        "INSERT INTO session_messages (session_id, seq, role, tool_name, tool_args) "
+        "VALUES (:s, 2, 'tool_call', 't', '[1]'::jsonb)",
+        s=bad,
+    )
+    await idle(memory, bad, 300)
+    good = await conversation(memory, uid, "fine", idle_minutes=200)
+    first = await memory.extractor.process_stale_sessions(uid, limit=1)
+    assert first.failures == 1
+    second = await memory.extractor.process_stale_sessions(uid, limit=1)
+    assert second.failures == 0
+    assert await memory.store.get_extracted_at(good, uid) is not None

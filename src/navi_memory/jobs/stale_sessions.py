@@ -25,6 +25,7 @@ from navi_memory.config import Settings
 from navi_memory.constants import EXTRACTION_BACKGROUND_CONCURRENCY
 from navi_memory.errors import (
     ChatModelError,
+    ConnectionLostError,
     ExtractionError,
     NaviMemoryError,
     NotFoundError,
@@ -224,7 +225,10 @@ class StaleSessionSweep:
                 exc,
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
-            if owner is not None and not isinstance(exc, StorageError):
+            # Not for a lost connection (the database is down: recording it fails too, and
+            # the session did nothing wrong); a row the session cannot be read from, or any
+            # other failure of this session, sends it behind the others.
+            if owner is not None and not isinstance(exc, ConnectionLostError):
                 await self._record_failure(owner, session_id)
             return SessionExtraction(
                 "failed",

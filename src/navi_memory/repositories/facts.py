@@ -682,19 +682,28 @@ class FactRepository:
             )
         )
 
-    async def forgotten(self, user_id: uuid.UUID) -> dict[tuple[str, str], datetime]:
-        """When the user last forgot each (category as folded, canonical key)."""
-        rows = await self.session.execute(
-            select(
-                FactForgottenRow.category, FactForgottenRow.key_norm, FactForgottenRow.forgotten_at
-            ).where(FactForgottenRow.user_id == user_id)
+    async def forgotten_at(
+        self, user_id: uuid.UUID, category: str, key_norm: str
+    ) -> datetime | None:
+        """When the user last forgot (category as folded, canonical key); None: never."""
+        forgotten: datetime | None = await self.session.scalar(
+            select(FactForgottenRow.forgotten_at).where(
+                FactForgottenRow.user_id == user_id,
+                FactForgottenRow.category == category,
+                FactForgottenRow.key_norm == key_norm,
+            )
         )
-        return {(row.category, row.key_norm): row.forgotten_at for row in rows}
+        return forgotten
 
-    async def key_times(self, user_id: uuid.UUID, category: str) -> list[RowMapping]:
-        """The category's visible rows (expired ones too): ``key``, ``updated_at``,
-        ``session_id`` and the last activity of that session (``session_active``, None when
-        the fact names no session of the user's)."""
+    async def key_times(
+        self, user_id: uuid.UUID, category: str, key_norm: str, rules: str
+    ) -> list[RowMapping]:
+        """The category's visible rows (expired ones too) stored as ``key_norm``, and those
+        whose stored form is missing or of other ``rules`` than the ones in force (the caller
+        spells their keys again): ``key``, ``updated_at``, ``session_id`` and the last activity
+        of that session (``session_active``, None when the fact names no session of the
+        user's). Through the (user, category, key_norm) index of visible rows: the forms of
+        other rules are two ranges of it, empty but right after a change of the rules."""
         session_active = (
             select(SessionRow.last_active)
             .where(SessionRow.id == FactRow.session_id, SessionRow.user_id == FactRow.user_id)
@@ -706,6 +715,12 @@ class FactRepository:
                 FactRow.user_id == user_id,
                 FactRow.category == category,
                 FactRow.merged_into.is_(None),
+                or_(
+                    FactRow.key_norm == key_norm,
+                    FactRow.key_norm.is_(None),
+                    FactRow.key_norm < f"{rules}:",
+                    FactRow.key_norm >= f"{rules};",  # ";" follows ":" (collation "C")
+                ),
             )
         )
         return list(rows.mappings())

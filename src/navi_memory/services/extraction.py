@@ -12,7 +12,7 @@ import hashlib
 import json
 import uuid
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -38,7 +38,7 @@ from navi_memory.services.extraction_parser import (
 from navi_memory.services.extraction_prompts import extraction_messages, summary_messages
 from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.services.sessions import to_message
-from navi_memory.text.keys import category_fold, normalize_key, stored_category
+from navi_memory.text.keys import stored_category
 from navi_memory.text.transcript import render_transcript
 
 __all__ = [
@@ -311,13 +311,12 @@ class ExtractionService:
             return refused
         categories = await self._stored_categories(session, transcript.user_id, drafts)
         written = merged = queued = outdated = 0
-        forgotten = await self.facts.forgotten(session, transcript.user_id)
         # Upserts lock (user, category); one order for every extractor keeps two extractions
         # of one user's sessions, in two processes, from deadlocking on each other.
         ordered = sorted(zip(categories, drafts, vectors, strict=True), key=lambda item: item[0])
         unembedded: list[Fact] = []
         for category, draft, vector in ordered:
-            if await self._told_since(session, transcript, category, draft, forgotten):
+            if await self._told_since(session, transcript, category, draft):
                 outdated += 1
                 continue
             # The vector embeds the draft's category: a row stored under another spelling of
@@ -366,19 +365,14 @@ class ExtractionService:
         transcript: SessionTranscript,
         category: str,
         draft: FactDraft,
-        forgotten: Mapping[tuple[str, str], datetime],
     ) -> bool:
-        """Whether the user changed or forgot the draft's fact after the session's last
-        activity: a forget of its key in its category since (``forgotten``), or a newer value
-        of the key (any spelling) written outside this session (FactService.written_since,
-        under the category's lock, taken here first). The session's word is older then: a
-        reply re-reading an old conversation must not overwrite, hide or bring back what the
-        user said since (a value saved with the memory tool, a forget)."""
-        when = forgotten.get((category_fold(category), normalize_key(draft.key)))
-        if when is not None and when > transcript.last_active:
-            return True
+        """Whether the user changed or forgot the draft's fact in another conversation after
+        the session's last activity (FactService.told_since, under the category's lock, taken
+        here first so a forget or a save committing meanwhile is seen). The session's word is
+        older then: a reply re-reading an old conversation must not overwrite, hide or bring
+        back what the user said since."""
         await self.facts.lock_category(session, transcript.user_id, category)
-        return await self.facts.written_since(
+        return await self.facts.told_since(
             session,
             transcript.user_id,
             category,

@@ -328,7 +328,7 @@ class FactService:
             facts=removed, expired=len(deleted) - len(removed), summary_removed=summary_removed
         )
 
-    async def written_since(
+    async def told_since(
         self,
         session: AsyncSession,
         user_id: uuid.UUID,
@@ -338,32 +338,36 @@ class FactService:
         *,
         session_id: str,
     ) -> bool:
-        """Whether the user told the key (any spelling of it) in ``category`` after ``since``
-        in another conversation: a visible row of it written from a session other than
-        ``session_id`` (the memory tool's save, another session's extraction), as of a later
-        moment. A row's moment is when it was written, or that session's last activity if
-        earlier (an extraction writes after the session it reads). A row written outside any
-        session (an application's own upsert_fact) does not count: the conversation order
-        says nothing of it, and an extraction writes over it, as the spec's extractor does.
-        Taken under the category's lock by the caller."""
+        """Whether the user changed or forgot the key (any spelling of it) in ``category``
+        after ``since``, in another conversation than session ``session_id``. The caller holds
+        the category's lock (``lock_category``), so a forget or a save committing meanwhile is
+        seen here.
+
+        - forgot: a forget asked for in a conversation (``delete(in_conversation=True)``)
+          after ``since``;
+        - changed: a visible row of the key written from another session (the memory tool's
+          save, that session's extraction) as of a moment after ``since``: when it was
+          written, or that session's last activity if earlier (an extraction writes after the
+          session it reads). A row written outside any session (an application's own
+          upsert_fact) does not count: the conversation order says nothing of it, and an
+          extraction writes over it, as the spec's extractor does; nor does a row whose
+          session is gone (when the user said it is no longer known: its write time is the
+          extraction's, not the conversation's)."""
+        facts = FactRepository(session=session)
         wanted = normalize_key(key)
-        for row in await FactRepository(session=session).key_times(user_id, category):
+        forgot = await facts.forgotten_at(user_id, category_fold(category), wanted)
+        if forgot is not None and forgot > since:
+            return True
+        rules = key_rules()
+        for row in await facts.key_times(user_id, category, f"{rules}:{wanted}", rules):
             told_in = row["session_id"]
-            if told_in is None or told_in == session_id or normalize_key(row["key"]) != wanted:
+            if told_in is None or told_in == session_id or row["session_active"] is None:
                 continue
-            moment: datetime = row["updated_at"]
-            if row["session_active"] is not None:
-                moment = min(moment, row["session_active"])
-            if moment > since:
+            if normalize_key(row["key"]) != wanted:  # a stored form of other rules
+                continue
+            if min(row["updated_at"], row["session_active"]) > since:
                 return True
         return False
-
-    async def forgotten(
-        self, session: AsyncSession, user_id: uuid.UUID
-    ) -> dict[tuple[str, str], datetime]:
-        """When the user last forgot each (category as text.keys.category_fold folds it, key
-        as normalize_key spells it)."""
-        return await FactRepository(session=session).forgotten(user_id)
 
     async def lock_category(self, session: AsyncSession, user_id: uuid.UUID, category: str) -> None:
         """Serialise with the category's other writers until the transaction ends."""
