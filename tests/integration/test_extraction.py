@@ -1641,6 +1641,17 @@ async def test_a_forgotten_fact_is_not_brought_back_by_an_older_session(
     assert await visible_facts(memory, uid) == {}
     assert await memory.store.get_extracted_at(old, uid) is not None
 
+    # Forgotten with no category named, it is forgotten in every category: the model files
+    # the same fact under another one from the old session.
+    model.facts = facts_json(("location", "home_city", "Brno", "user_explicit"))
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert report.sessions_skipped == 1  # covered already: nothing new since
+    await memory.sessions.append(old, "user", "(still Brno)", user_id=uid)
+    await idle(memory, old, 30)
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {}
+
     again = await conversation(memory, uid, "I moved back to Brno", idle_minutes=0)
     report = await memory.extractor.extract_session(again, user_id=uid)
     assert (report.facts_written, report.facts_outdated) == (1, 0)

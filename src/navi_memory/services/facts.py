@@ -105,6 +105,11 @@ when the row it wrote over was deleted meanwhile (the next round inserts)."""
 SECONDS_PER_DAY: Final = 86_400
 
 
+ANY_CATEGORY: Final = ""
+"""The category a forget naming none is recorded under (memory_fact_forgotten): it holds in
+every category (no category is empty: upsert_fact refuses one)."""
+
+
 @functools.cache
 def key_rules() -> str:
     """The name of the spelling rules in force: a digest of ``text/keys.py`` and of the Unicode
@@ -312,11 +317,15 @@ class FactService:
         summary_removed = False
         if deleted and in_conversation:
             # Remembered: an extraction of a session active before now leaves the fact out
-            # (it would bring back what the user asked to forget).
-            await facts.record_forgotten(
-                user_id,
-                ((category_fold(row["category"]), normalize_key(row["key"])) for row in deleted),
-            )
+            # (it would bring back what the user asked to forget). A forget naming no category
+            # holds in every category (ANY_CATEGORY): a model files one fact under "personal"
+            # one day and "location" the next.
+            forgotten = [
+                (category_fold(row["category"]), normalize_key(row["key"])) for row in deleted
+            ]
+            if category is None:
+                forgotten += [(ANY_CATEGORY, key_form) for _, key_form in forgotten]
+            await facts.record_forgotten(user_id, forgotten)
         if deleted:
             # The summary rides in every prompt and may tell the forgotten fact; prose cannot
             # be edited, so it goes too, under the lock the extractor writes it under (so no
@@ -355,9 +364,10 @@ class FactService:
           extraction's, not the conversation's)."""
         facts = FactRepository(session=session)
         wanted = normalize_key(key)
-        forgot = await facts.forgotten_at(user_id, category_fold(category), wanted)
-        if forgot is not None and forgot > since:
-            return True
+        for forgotten_in in (category_fold(category), ANY_CATEGORY):
+            forgot = await facts.forgotten_at(user_id, forgotten_in, wanted)
+            if forgot is not None and forgot > since:
+                return True
         rules = key_rules()
         for row in await facts.key_times(user_id, category, f"{rules}:{wanted}", rules):
             told_in = row["session_id"]
