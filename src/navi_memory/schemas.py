@@ -16,6 +16,7 @@ __all__ = [
     "ExportChunk",
     "ExportExtraction",
     "ExportFact",
+    "ExportForgotten",
     "ExportHeader",
     "ExportKv",
     "ExportMessage",
@@ -460,6 +461,18 @@ class ExportKv(_Record):
     updated_at: datetime
 
 
+class ExportForgotten(_Record):
+    """A forget the user asked for in a conversation (memory_fact_forgotten): an extraction of
+    a session active before it leaves the fact out. ``category`` as folded (NFC, lower case;
+    "" for a forget naming none, which holds in every category), ``key_norm`` the key's
+    canonical form (text.keys.normalize_key)."""
+
+    type: Literal["forgotten"] = "forgotten"
+    category: str
+    key_norm: str
+    forgotten_at: datetime
+
+
 ExportRecord = Annotated[
     ExportHeader
     | ExportFact
@@ -468,7 +481,8 @@ ExportRecord = Annotated[
     | ExportMessage
     | ExportExtraction
     | ExportChunk
-    | ExportKv,
+    | ExportKv
+    | ExportForgotten,
     Field(discriminator="type"),
 ]
 """One line of an export (JSON Lines): the header first, then the user's rows."""

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from navi_memory import (
+    PERMISSION_READ_ALL,
     ExtractionReport,
     InvalidInputError,
     InvalidTypeError,
@@ -1772,3 +1773,30 @@ async def test_a_session_whose_rows_cannot_be_read_goes_behind_the_others(
     second = await memory.extractor.process_stale_sessions(uid, limit=1)
     assert second.failures == 0
     assert await memory.store.get_extracted_at(good, uid) is not None
+
+
+async def test_a_forget_travels_with_an_export(memory: Memory, model: ExtractionModel) -> None:
+    """An export left the user's forgets out: restored elsewhere, the old session's extraction
+    brought the forgotten city back. The forgets are records of the export (``forgotten``) and
+    an import writes them."""
+    uid = await new_user(memory)
+    old = await conversation(memory, uid, "I live in Brno", idle_minutes=120)
+    await memory.store.upsert_fact("personal", "home_city", "Brno", user_id=uid)
+    new = (await memory.sessions.create(user_id=uid)).id
+    await memory.tools.call(
+        "memory", {"action": "forget", "key": "home_city"}, ToolContext(user_id=uid, session_id=new)
+    )
+    with request_context(permissions=[PERMISSION_READ_ALL]):
+        records = await memory.admin.export_user(uid)
+        forgets = [r for r in records if r.type == "forgotten"]
+        assert {(f.category, f.key_norm) for f in forgets} == {
+            ("personal", "home_city"),
+            ("", "home_city"),
+        }
+        other = uuid.uuid4()
+        result = await memory.admin.import_user(records, user_id=other, session_prefix="x-")
+    assert result.rows["forgotten"] == 2
+    model.facts = facts_json(("personal", "home_city", "Brno", "user_explicit"))
+    report = await memory.extractor.extract_session(f"x-{old}", user_id=other)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, other) == {}

@@ -16,6 +16,7 @@ from navi_memory.models import (
     ChunkRow,
     ChunkTextQueueRow,
     ChunkVectorQueueRow,
+    FactForgottenRow,
     FactRow,
     KvRow,
     MessageRow,
@@ -129,6 +130,16 @@ class TransferRepository:
             select(SessionMemoryStateRow.session_id, SessionMemoryStateRow.extracted_at)
             .where(SessionMemoryStateRow.user_id == user_id)
             .order_by(SessionMemoryStateRow.session_id)
+        )
+        return list((await self.session.execute(stmt)).mappings())
+
+    async def forgotten(self, user_id: uuid.UUID) -> list[RowMapping]:
+        stmt = (
+            select(
+                FactForgottenRow.category, FactForgottenRow.key_norm, FactForgottenRow.forgotten_at
+            )
+            .where(FactForgottenRow.user_id == user_id)
+            .order_by(FactForgottenRow.category, FactForgottenRow.key_norm)
         )
         return list((await self.session.execute(stmt)).mappings())
 
@@ -270,6 +281,12 @@ class TransferRepository:
         if rows:
             await self.session.execute(
                 insert(SessionMemoryStateRow), [{**row, "user_id": user_id} for row in rows]
+            )
+
+    async def insert_forgotten(self, user_id: uuid.UUID, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            await self.session.execute(
+                insert(FactForgottenRow), [{**row, "user_id": user_id} for row in rows]
             )
 
     async def insert_kv(self, user_id: uuid.UUID, rows: Sequence[Mapping[str, Any]]) -> None:

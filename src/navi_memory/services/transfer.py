@@ -43,6 +43,7 @@ from navi_memory.schemas import (
     ExportChunk,
     ExportExtraction,
     ExportFact,
+    ExportForgotten,
     ExportHeader,
     ExportKv,
     ExportMessage,
@@ -127,6 +128,7 @@ _RECORD_TYPES: Final = (
     ExportExtraction,
     ExportChunk,
     ExportKv,
+    ExportForgotten,
 )
 
 
@@ -200,6 +202,12 @@ def _check_record(record: ExportRecord) -> None:
                 check_json_object("tool_args", record.tool_args, max_chars=MESSAGE_MAX_CHARS)
         case ExportExtraction():
             check_session_id(record.session_id)
+        case ExportForgotten():
+            # "" is a forget that named no category (it holds in every category).
+            check_text(
+                "category", record.category, max_chars=FACT_CATEGORY_MAX_CHARS, allow_empty=True
+            )
+            check_text("key_norm", record.key_norm)
         case ExportKv():
             scope = check_text("scope", record.scope, max_chars=KV_SCOPE_MAX_CHARS)
             key = check_text("key", record.key, max_chars=KV_KEY_MAX_CHARS)
@@ -320,6 +328,7 @@ class TransferService:
         records += [ExportMessage(**row) for row in await repo.messages(user_id)]
         records += [ExportExtraction(**row) for row in await repo.extraction_states(user_id)]
         records += [ExportKv(**row) for row in await repo.kv(user_id)]
+        records += [ExportForgotten(**row) for row in await repo.forgotten(user_id)]
         return records
 
     # --- import -----------------------------------------------------------------------------
@@ -438,6 +447,9 @@ class TransferService:
                 for kv in plan.kv
             ],
         )
+        await repo.insert_forgotten(
+            target, [f.model_dump(exclude={"type"}) for f in plan.forgotten]
+        )
         return ImportResult(
             user_id=target,
             rows={
@@ -448,6 +460,7 @@ class TransferService:
                 "message": len(plan.messages),
                 "extraction": len(plan.extractions),
                 "kv": len(plan.kv),
+                "forgotten": len(plan.forgotten),
             },
             replaced=replaced,
             vectors_dropped=vectors_dropped,
@@ -472,6 +485,7 @@ class _Plan:
         self.messages = _of(records, ExportMessage)
         self.extractions = _of(records, ExportExtraction)
         self.kv = _of(records, ExportKv)
+        self.forgotten = _of(records, ExportForgotten)
 
         _unique("the fact ref", (f.ref for f in self.facts))
         refs = {f.ref for f in self.facts}
@@ -504,6 +518,7 @@ class _Plan:
                 )
         _unique("the extraction state of session", (e.session_id for e in self.extractions))
         _unique("the kv entry", ((k.scope, k.session_id, k.key) for k in self.kv))
+        _unique("the forget of", ((f.category, f.key_norm) for f in self.forgotten))
         chunk_refs = {c.ref for c in self.chunks}
         for sess in self.sessions:
             for ref in _ledger(sess.session_metadata):
