@@ -153,6 +153,7 @@ def _entries() -> list[Any]:
     ]
 
 
+@pytest.mark.slow  # ~25 s of generated calls over every entry point: make test-slow (CI)
 @pytest.mark.parametrize("entry", _entries())
 @HOSTILE_RUN
 @given(data=st.data())

@@ -150,6 +150,7 @@ def isolated_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow  # ~8 s of generated command lines: make test-slow (CI)
 @HOSTILE_RUN
 @given(data=st.data())
 async def test_the_command_answers_or_says_why_under_hostile_input(
