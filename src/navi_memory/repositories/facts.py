@@ -683,13 +683,14 @@ class FactRepository:
         )
 
     async def forgotten_at(
-        self, user_id: uuid.UUID, category: str, key_norm: str
+        self, user_id: uuid.UUID, categories: Sequence[str], key_norm: str
     ) -> datetime | None:
-        """When the user last forgot (category as folded, canonical key); None: never."""
+        """When the user last forgot the canonical key in any of ``categories`` (as folded);
+        None: never."""
         forgotten: datetime | None = await self.session.scalar(
-            select(FactForgottenRow.forgotten_at).where(
+            select(func.max(FactForgottenRow.forgotten_at)).where(
                 FactForgottenRow.user_id == user_id,
-                FactForgottenRow.category == category,
+                FactForgottenRow.category.in_(categories),
                 FactForgottenRow.key_norm == key_norm,
             )
         )

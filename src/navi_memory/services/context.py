@@ -206,10 +206,8 @@ class ContextService:
             return []
         ledger = metadata_ledger(row.session_metadata)
         chosen = select_recall(candidates, ledger=ledger, min_similarity=min_similarity, k=k)
-        if chosen:
-            delivered = [hit.chunk_id for hit in chosen if hit.chunk_id is not None]
-            updated = extend_ledger(ledger, delivered, max_ids=INJECTED_LEDGER_MAX)
-            await sessions.set_metadata_value(session_id, LEDGER_KEY, updated)
+        delivered = [hit.chunk_id for hit in chosen if hit.chunk_id is not None]
+        await _append_to_ledger(sessions, session_id, ledger, delivered)
         return chosen
 
     async def record_shown(
@@ -225,10 +223,19 @@ class ContextService:
         row = await sessions.lock_owned(session_id, user_id)
         if row is None:
             return
-        ledger = metadata_ledger(row.session_metadata)
-        updated = extend_ledger(ledger, chunk_ids, max_ids=INJECTED_LEDGER_MAX)
-        if updated != ledger:
-            await sessions.set_metadata_value(session_id, LEDGER_KEY, updated)
+        await _append_to_ledger(
+            sessions, session_id, metadata_ledger(row.session_metadata), chunk_ids
+        )
+
+
+async def _append_to_ledger(
+    sessions: SessionRepository, session_id: str, ledger: list[int], chunk_ids: Sequence[int]
+) -> None:
+    """Write ``chunk_ids`` into the session's ledger (read under its row lock), the last
+    INJECTED_LEDGER_MAX kept; nothing when that changes nothing."""
+    updated = extend_ledger(ledger, chunk_ids, max_ids=INJECTED_LEDGER_MAX)
+    if updated != ledger:
+        await sessions.set_metadata_value(session_id, LEDGER_KEY, updated)
 
 
 def summary_at(snapshot: ContextSnapshot) -> datetime | None:

@@ -364,10 +364,9 @@ class FactService:
           extraction's, not the conversation's)."""
         facts = FactRepository(session=session)
         wanted = normalize_key(key)
-        for forgotten_in in (category_fold(category), ANY_CATEGORY):
-            forgot = await facts.forgotten_at(user_id, forgotten_in, wanted)
-            if forgot is not None and forgot > since:
-                return True
+        forgot = await facts.forgotten_at(user_id, (category_fold(category), ANY_CATEGORY), wanted)
+        if forgot is not None and forgot > since:
+            return True
         rules = key_rules()
         for row in await facts.key_times(user_id, category, f"{rules}:{wanted}", rules):
             told_in = row["session_id"]

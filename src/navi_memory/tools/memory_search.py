@@ -168,7 +168,7 @@ def memory_search_tool(searcher: Searcher, shown: ShownRecorder | None = None) -
             hits = await searcher.search(
                 args.query, args.scope, args.k, current_session_id=context.session_id
             )
-            session_id = context.session_id or current_session_id()
+            session_id = current_session_id()  # the context's, applied above
             if shown is not None and session_id is not None and current_user_id() is not None:
                 try:
                     await shown.record_shown(session_id, hits)
