@@ -1790,8 +1790,8 @@ async def test_a_forget_travels_with_an_export(memory: Memory, model: Extraction
         records = await memory.admin.export_user(uid)
         forgets = [r for r in records if r.type == "forgotten"]
         assert {(f.category, f.key_norm) for f in forgets} == {
-            ("personal", "home_city"),
-            ("", "home_city"),
+            ("personal", "homecity"),
+            ("", "homecity"),
         }
         other = uuid.uuid4()
         result = await memory.admin.import_user(records, user_id=other, session_prefix="x-")

@@ -432,7 +432,7 @@ async def test_spellings_without_a_current_canonical_form_get_one_before_they_ar
     assert forms == {
         "language": f"{key_rules()}:language",
         "preferred_language": f"{key_rules()}:language",
-        "home_city": f"{key_rules()}:home_city",
+        "home_city": f"{key_rules()}:homecity",
     }
 
 

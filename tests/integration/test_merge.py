@@ -29,6 +29,10 @@ MERGE = [
     ("os", "operating_system"),
     ("timezone", "tz"),
     ("date_of_birth", "dob"),
+    # an application's camelCase or PascalCase against the extractor's snake_case
+    ("GitHub_username", "github_username"),
+    ("phoneNumber", "phonenumber"),
+    ("jobTitle", "job_title"),
 ]
 KEEP_APART = [
     ("home_city", "work_city"),

@@ -20,8 +20,11 @@ __all__ = [
     "stored_category",
 ]
 
-# camelCase and PascalCase humps: "preferredLanguage", "HTTPPort" -> "HTTP Port".
-_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# camelCase and PascalCase humps: "preferredLanguage", "HTTPPort" -> "HTTP Port"; not after one
+# lowercase letter that starts a word ("iOS", "iPhone", "eMail" are words, not "i OS").
+_CAMEL_BOUNDARY = re.compile(
+    r"(?<=[a-z0-9])(?<![^a-zA-Z0-9][a-z])(?<!^[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
+)
 _SEPARATORS = re.compile(r"[\W_]+")
 _APOSTROPHES = re.compile(r"['’]")
 
@@ -113,9 +116,20 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("zipcode",): ("postal", "code"),
     ("postcode",): ("postal", "code"),
     ("post", "code"): ("postal", "code"),
+    ("mac", "os"): ("macos",),
 }
 """Token phrases rewritten to one canonical spelling, longest match first, left to right.
-Every right-hand side is already canonical: rewriting it again changes nothing."""
+Every right-hand side is already canonical: rewriting it again changes nothing. A phrase of
+several words also holds written as one (``phonenumber`` is ``phone number``)."""
+
+_REWRITES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
+    **{
+        ("".join(phrase),): replacement
+        for phrase, replacement in PHRASES.items()
+        if len(phrase) > 1 and ("".join(phrase),) != replacement
+    },
+    **PHRASES,
+}
 
 DROPPED_MODIFIERS: Final = frozenset(
     {
@@ -224,7 +238,7 @@ def _rewrite_phrases(tokens: list[str]) -> list[str]:
     i = 0
     while i < len(tokens):
         for size in range(min(_MAX_PHRASE, len(tokens) - i), 0, -1):
-            replacement = PHRASES.get(tuple(tokens[i : i + size]))
+            replacement = _REWRITES.get(tuple(tokens[i : i + size]))
             if replacement is not None:
                 out.extend(replacement)
                 i += size
@@ -249,16 +263,32 @@ def normalize_key(key: str) -> str:
     ``A of B`` becomes ``B A``, phrases are rewritten by ``PHRASES`` (British spelling,
     abbreviations, compounds), and ``DROPPED_MODIFIERS`` are removed unless nothing else is
     left; the round repeats until nothing changes (a rewrite or a dropped modifier can bring
-    two tokens of a phrase together). The result is the tokens joined by ``_``; a key with no
-    tokens falls back to its lowercased self. ``normalize_key`` is idempotent.
+    two tokens of a phrase together). The result is the tokens joined with no separator, so a
+    word split at a camelCase hump is the word written whole (``GitHub_username`` and
+    ``github_username``); a key with no tokens falls back to its lowercased self. The result
+    read as a key again gives itself: ``normalize_key`` is idempotent.
     """
+    form = _form(key)
+    # The form read as a key again can come out shorter ("city_news" -> "citynews" ->
+    # "citynew": the joined word is made singular); repeat until it is its own form.
+    for _ in range(_MAX_ROUNDS):
+        again = _form(form)
+        if again == form:
+            break
+        form = again
+    return form
+
+
+def _form(key: str) -> str:
     tokens = _tokens(key)
     for _ in range(_MAX_ROUNDS):
         rewritten = _round(tokens)
         if rewritten == tokens:
             break
         tokens = rewritten
-    return "_".join(tokens) or key.strip().lower()
+    # Joined with no separator: a word split at a camelCase hump ("GitHub", "phoneNumber")
+    # is the same key as the word written whole ("github", "phonenumber").
+    return "".join(tokens) or key.strip().lower()
 
 
 def same_key(a: str, b: str) -> bool:

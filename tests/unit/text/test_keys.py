@@ -22,6 +22,14 @@ MUST_MERGE = [
     ("homeCity", "home_city"),
     ("HomeCity", "home-city"),
     ("preferredLanguage", "language"),
+    # a word split at a hump is the word written whole
+    ("GitHub_username", "github_username"),
+    ("phoneNumber", "phonenumber"),
+    ("jobTitle", "jobtitle"),
+    ("emailAddress", "emailaddress"),
+    ("iOS_version", "ios_version"),
+    ("macOS_version", "mac_os_version"),
+    ("eBay_account", "ebay_account"),
     ("Favourite Colour", "FAVORITE_COLOR"),
     # plurals
     ("languages", "language"),
@@ -147,13 +155,15 @@ def test_tables_have_enough_examples() -> None:
     ("key", "canonical"),
     [
         ("preferred_language", "language"),
-        ("favourite_colour", "favorite_color"),
-        ("os", "operating_system"),
-        ("date_of_birth", "birth_date"),
-        ("HTTPPort", "http_port"),
-        ("foods_I_don't_eat", "food_i_dont_eat"),
+        ("favourite_colour", "favoritecolor"),
+        ("os", "operatingsystem"),
+        ("date_of_birth", "birthdate"),
+        ("HTTPPort", "httpport"),
+        ("foods_I_don't_eat", "foodidonteat"),
         ("default", "default"),
-        ("preferred_user", "preferred_user"),
+        ("preferred_user", "preferreduser"),
+        ("GitHub_username", "githubusername"),
+        ("iOS_version", "iosversion"),
     ],
 )
 def test_canonical_form(key: str, canonical: str) -> None:
@@ -166,12 +176,12 @@ def test_key_without_tokens_falls_back_to_lowercased_original(key: str) -> None:
 
 
 def test_only_modifiers_are_kept_rather_than_emptied() -> None:
-    assert normalize_key("my_default") == "my_default"
+    assert normalize_key("my_default") == "mydefault"
 
 
 def test_every_phrase_replacement_is_already_canonical() -> None:
     for replacement in PHRASES.values():
-        canonical = "_".join(replacement)
+        canonical = "".join(replacement)
         assert normalize_key(canonical) == canonical
 
 
