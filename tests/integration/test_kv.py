@@ -183,6 +183,26 @@ async def test_one_term_given_in_two_unicode_forms_counts_once(memory: Memory, k
     assert [(h.key, h.terms_hit) for h in hits] == [("b", 2), ("a", 1)]
 
 
+async def test_terms_are_told_apart_as_ilike_tells_them(memory: Memory, kv: KvStore) -> None:
+    """ "Straße" and "STRASSE" are one word to casefold() but two to ILIKE: dropped as a
+    repeat of the first, the second term found nothing, so adding a term lost a hit."""
+    uid = await new_user(memory)
+    await kv.set(PAD, "addr", "HAUPTSTRASSE 5", user_id=uid)
+    for terms in (["STRASSE"], ["Straße", "STRASSE"], ["STRASSE", "Straße"]):
+        assert [h.key for h in await kv.search_values(uid, PAD, terms)] == ["addr"], terms
+    found = await memory.search.search("Straße STRASSE", user_id=uid, scope="sketches")
+    assert [h.key for h in found] == ["addr"]
+
+
+async def test_a_one_character_term_the_caller_names_is_kept_beside_longer_ones(
+    memory: Memory, kv: KvStore
+) -> None:
+    uid = await new_user(memory)
+    await kv.set(PAD, "v1", "version notes", user_id=uid)
+    hits = await kv.search_values(uid, PAD, ["v", "zzz"])
+    assert [(h.key, h.terms_hit) for h in hits] == [("v1", 1)]
+
+
 @pytest.mark.parametrize(
     ("prefer", "expected"),
     [("s1", ["deploy", "old", "nginx", "infra"]), ("s2", ["infra", "deploy", "nginx", "old"])],

@@ -46,15 +46,16 @@ def _check_key(key: Any) -> str:
 
 
 def _check_terms(terms: Any) -> list[str]:
-    """Distinct non-blank terms (case-insensitive, first spelling kept), at most 16."""
+    """Distinct non-blank terms (case-insensitive as ILIKE is, first spelling kept), at most 16."""
     if isinstance(terms, str) or not isinstance(terms, list | tuple):
         raise InvalidTypeError(f"terms must be a list of str, got {type(terms).__name__}")
     kept: list[str] = []
     seen: set[str] = set()
     for term in terms:
         term = check_text("term", term, max_chars=KV_TERM_MAX_CHARS, allow_empty=True).strip()
-        # One term in two Unicode forms is one term (its patterns look for both forms).
-        folded = unicodedata.normalize("NFC", term).casefold()
+        # One term in two Unicode forms is one term (its patterns look for both forms). Told
+        # apart by lower(), as ILIKE tells them: "STRASSE" is not "Straße" to it (casefold's is).
+        folded = unicodedata.normalize("NFC", term).lower()
         if term and folded not in seen:
             seen.add(folded)
             kept.append(term)

@@ -123,18 +123,20 @@ class KvSearchRepository:
         session_id: str | None,
         prefer_session_id: str | None,
         with_value: bool = False,
+        short_terms: bool = False,
     ) -> list[FetchedRow]:
         """Rows of the scope matching any term in key or value, each with ``terms_hit`` (how
         many distinct terms it matches): rows of ``prefer_session_id`` first, then most terms,
         then the newest. No terms: the newest rows, ``prefer_session_id`` first, 0 terms hit.
         ``with_value``: only rows whose value is not empty (a cleared note has nothing to show).
+        ``short_terms``: keep one-character terms beside longer ones (``like.term_patterns``).
 
         The terms go in as one ``text[]`` of escaped patterns: one statement shape whatever
         their number, prepared once per connection, and no expression tree built per term."""
         params: dict[str, Any] = {
             "scope": scope,
             "limit": limit,
-            "patterns": term_patterns(terms),
+            "patterns": term_patterns(terms, short_terms=short_terms),
         }
         where = ["k.scope = :scope", *owner_where("k", user_id, session_id, params)]
         if with_value:

@@ -35,11 +35,12 @@ def spellings(term: str) -> Iterator[str]:
                 yield other
 
 
-def term_patterns(terms: Sequence[str]) -> list[str]:
+def term_patterns(terms: Sequence[str], *, short_terms: bool = False) -> list[str]:
     """The LIKE patterns of ``terms``: each term's, then its other Unicode forms' where it has
     them (``spellings``). A row matching both forms of one term counts it twice: rare (one
-    text holding both forms of a word), and never a miss. One-character terms (the digit
-    query_terms keeps for the chunk text index: "floor 4") are left out beside longer ones: as
-    a substring, "4" is in nearly every row holding a date or a number."""
-    longer = [term for term in terms if len(term) > 1]
+    text holding both forms of a word), and never a miss. One-character terms of a parsed
+    query (the digit query_terms keeps for the chunk text index: "floor 4") are left out beside
+    longer ones: as a substring, "4" is in nearly every row holding a date or a number.
+    ``short_terms``: the caller named the terms one by one (``search_values``), so all stay."""
+    longer = terms if short_terms else [term for term in terms if len(term) > 1]
     return [contains_pattern(spelling) for term in longer or terms for spelling in spellings(term)]

@@ -101,5 +101,6 @@ class KvService:
             limit=limit,
             session_id=session_id,
             prefer_session_id=prefer_session_id,
+            short_terms=True,  # the caller's own terms, not words parsed from a query
         )
         return [_hit(row) for row in found]

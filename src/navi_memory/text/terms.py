@@ -124,7 +124,8 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     seen: set[str] = set()
     terms: list[str] = []
     for word in _numbers_apart(words):
-        folded = word.casefold()
+        # Told apart as ILIKE tells them (lower(), not casefold(): "STRASSE" is not "Straße").
+        folded = word.lower()
         if folded in seen:
             continue
         seen.add(folded)
