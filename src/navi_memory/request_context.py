@@ -88,6 +88,7 @@ class request_context(AbstractContextManager[None]):  # lower case: it replaced 
         try:
             _entered.reset(token)  # only to learn that this is the context it was entered in
         except ValueError as exc:  # the token belongs to another context (another task's)
+            self._token = token  # still entered there: its own task can still leave it
             raise InvalidInputError(
                 "a request_context(...) block was left in another context than the one it was "
                 "entered in: enter and leave it in the same task (a `with` block in one "

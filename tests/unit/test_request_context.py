@@ -145,6 +145,9 @@ def test_leaving_the_block_in_another_context_is_a_navi_error() -> None:
     with pytest.raises(InvalidInputError, match="same task"):
         manager.__exit__(None, None, None)
     assert _context() == (None, None, frozenset())
+    # the failed exit did not use the block up: its own context can still leave it
+    elsewhere.run(manager.__exit__, None, None, None)
+    assert elsewhere.run(_context) == (None, None, frozenset())
 
 
 def test_blocks_left_out_of_order_leave_no_user_behind() -> None:
