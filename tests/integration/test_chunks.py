@@ -350,9 +350,12 @@ async def test_a_query_of_wildcards_alone_has_no_terms_and_lists_recent_chunks(
     uid = await new_user(memory)
     await memory.store.add_chunks([PORT, PATH], user_id=uid, session_id="s1")
     fake_ollama.mode = "fail"
-    for query in ("%", "\\", "%%"):
+    # "_" too: no word of the text index, it found nothing at all (bm25) where "%" listed
+    for query in ("%", "\\", "%%", "_", "__", "-_-", "%_"):
         hits = await memory.store.search_chunks(query, user_id=uid)
         assert {h.via for h in hits} == {"recent"}, query
+        unified = await memory.search.search(query, user_id=uid, scope="raw")
+        assert {h.via for h in unified} == {"recent"}, query
 
 
 async def test_session_filter_and_tenancy(memory: Memory) -> None:

@@ -110,7 +110,9 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     """Distinct terms of ``query`` (case-insensitive, first spelling kept), stop words dropped.
 
     One-letter terms are dropped unless nothing else is left (a one-digit term is kept); when
-    every word is a stop word the stop words are kept, so a query is never silently empty.
+    every word is a stop word the stop words are kept, so a query is never silently empty. A
+    "word" with no letter or digit (``_``, ``__``) is no term: a query of nothing else is empty,
+    and reads the most recent items as ``%`` or ``?`` does.
 
     Text that is not ASCII is read in NFC (the form text is exchanged in: a decomposed
     "Zu\u0308rich" finds the "Zürich" a chat stored), its combining marks inside words. The
@@ -124,6 +126,8 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     seen: set[str] = set()
     terms: list[str] = []
     for word in _numbers_apart(words):
+        if not any(char.isalnum() for char in word):
+            continue  # "_", "__": no word of any index, and in ILIKE a match of every identifier
         # Told apart as ILIKE tells them (lower(), not casefold(): "STRASSE" is not "Straße").
         folded = word.lower()
         if folded in seen:

@@ -57,6 +57,13 @@ def test_stop_words_and_single_letters_go_unless_nothing_else_is_left() -> None:
     assert query_terms("x") == ["x"]
 
 
+def test_a_word_without_a_letter_or_digit_is_no_term() -> None:
+    assert query_terms("_") == []
+    assert query_terms("-_- %_ __") == []
+    assert query_terms("_ config") == ["config"]
+    assert query_terms("__init__ _x") == ["__init__", "_x"]
+
+
 def test_a_one_digit_term_stays_beside_words() -> None:
     """ "floor 4" must tell floor 4 from floor 9: a digit is a term, a lone letter is not."""
     assert query_terms("floor 4") == ["floor", "4"]
