@@ -165,21 +165,38 @@ _QUOTE_PAIRS: Final = (
     ("„", "“"),
     ("‘", "’"),
     ("‚", "‘"),
+)
+# Quotes no apostrophe looks like, written with a space inside in French typography
+# ("« connexion perdue »", often a no-break space), and the CJK corner brackets.
+_PADDED_QUOTE_PAIRS: Final = (
     ("«", "»"),
     ("»", "«"),
+    ("‹", "›"),
 )
+# Corner brackets stand between words of unspaced text ("エラー「接続失敗」が出た").
+_CJK_QUOTE_PAIRS: Final = (("「", "」"), ("『", "』"))
 
 
-def _quoted_pattern(opening: str, closing: str) -> re.Pattern[str]:
+def _quoted_pattern(
+    opening: str, closing: str, *, padded: bool = False, between_words: bool = False
+) -> re.Pattern[str]:
     o, c = re.escape(opening), re.escape(closing)
     inner = f"[^{o}{c}\\n]"
+    pad = "[ \u00a0\u202f]?" if padded else ""
+    before, after = (
+        (f"(?<!{o})", f"(?!{c})") if between_words else (f"(?<![\\w{o}])", f"(?![\\w{c}]| ?:)")
+    )
     # A quoted string followed by ":" is a key in JSON or a dict literal, not a phrase.
     return re.compile(
-        rf"(?<![\w{o}]){o}(?!\s)({inner}{{{_QUOTED_MIN},{_QUOTED_MAX}}}?)(?<!\s){c}(?![\w{c}]| ?:)"
+        rf"{before}{o}{pad}(?!\s)({inner}{{{_QUOTED_MIN},{_QUOTED_MAX}}}?)(?<!\s){pad}{c}{after}"
     )
 
 
-_QUOTED = tuple(_quoted_pattern(o, c) for o, c in _QUOTE_PAIRS)
+_QUOTED = (
+    *(_quoted_pattern(o, c) for o, c in _QUOTE_PAIRS),
+    *(_quoted_pattern(o, c, padded=True) for o, c in _PADDED_QUOTE_PAIRS),
+    *(_quoted_pattern(o, c, between_words=True) for o, c in _CJK_QUOTE_PAIRS),
+)
 
 _TRAILING_PUNCT: Final = ".,;:!?'\"*"
 _CLOSERS: Final = {")": "(", "]": "[", "}": "{", ">": "<"}

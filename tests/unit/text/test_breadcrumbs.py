@@ -99,6 +99,11 @@ FOUND = [
     ("named “Project Falcon” internally", "Project Falcon"),
     ("the „Kurzbericht“ is due", "Kurzbericht"),
     ("we call it «le plan B» now", "le plan B"),
+    # French typography puts a (no-break) space inside; corner brackets sit inside CJK words
+    ("le message « connexion perdue » apparaît", "connexion perdue"),
+    ("il a dit «\u00a0bonjour tout le monde\u00a0» hier", "bonjour tout le monde"),
+    ("エラー「接続失敗」が出た", "接続失敗"),
+    ("『設定』を開く", "設定"),
     ('{"name": "staging cluster"}', "staging cluster"),
 ]
 
