@@ -25,8 +25,13 @@ __all__ = [
 _CAMEL_BOUNDARY = re.compile(
     r"(?<=[a-z0-9])(?<![^a-zA-Z0-9][a-z])(?<!^[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
 )
-_SEPARATORS = re.compile(r"[\W_]+")
-_APOSTROPHES = re.compile(r"['’]")
+# Apostrophes as keyboards and word processors write them; a possessive "'s" goes whole
+# ("Marie's_birthday" is Marie's, not "maries" made singular).
+_POSSESSIVE = re.compile(r"['’‘ʼ]s(?![^\W_])")
+_APOSTROPHES = re.compile(r"['’‘ʼ]")
+# Language names made of one letter and a symbol, which the separators would strip to the letter.
+_SHARP = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])#(?![A-Za-z0-9])")
+_PLUS_PLUS = re.compile(r"(?<=[A-Za-z])\+\+")
 
 PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     # British -> American spelling
@@ -52,7 +57,9 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("grey",): ("gray",),
     ("jewellery",): ("jewelry",),
     ("travelling",): ("traveling",),
-    ("mum",): ("mom",),
+    ("mum",): ("mother",),
+    ("mom",): ("mother",),
+    ("dad",): ("father",),
     # abbreviations
     ("os",): ("operating", "system"),
     ("tz",): ("timezone",),
@@ -117,6 +124,29 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("postcode",): ("postal", "code"),
     ("post", "code"): ("postal", "code"),
     ("mac", "os"): ("macos",),
+    ("watch", "os"): ("watchos",),
+    ("ipad", "os"): ("ipados",),
+    ("tv", "os"): ("tvos",),
+    ("chrome", "os"): ("chromeos",),
+    ("mongo", "database"): ("mongodb",),
+    ("maria", "database"): ("mariadb",),
+    ("dynamo", "database"): ("dynamodb",),
+    ("couch", "database"): ("couchdb",),
+    ("influx", "database"): ("influxdb",),
+    ("duck", "database"): ("duckdb",),
+    ("my", "sql"): ("mysql",),
+    ("my", "py"): ("mypy",),
+    ("whats", "app"): ("whatsapp",),
+    ("cpp",): ("cplusplus",),
+    ("phone", "no"): ("phone",),
+    ("mobile", "no"): ("mobile", "phone"),
+    ("passport", "no"): ("passport", "number"),
+    # a modifier that is part of the name: a primary school is not the school
+    ("primary", "school"): ("primaryschool",),
+    ("primary", "care"): ("primarycare",),
+    ("main", "course"): ("maincourse",),
+    ("main", "dish"): ("maindish",),
+    ("user", "agent"): ("useragent",),
 }
 """Token phrases rewritten to one canonical spelling, longest match first, left to right.
 Every right-hand side is already canonical: rewriting it again changes nothing. A phrase of
@@ -149,6 +179,12 @@ DROPPED_MODIFIERS: Final = frozenset(
 language. ``favorite`` is deliberately absent: ``favorite_color`` is a taste, ``color`` may be
 the color of the user's car."""
 
+_NOT_A_PREFERENCE: Final = frozenset(
+    {"email", "phone", "name", "gender", "sex", "address", "contact", "seat", "date", "time"}
+)
+"""Attributes of the user that ``<attribute>_preference`` is not: ``gender_preference`` and
+``email_preference`` keep their ``preference`` (``language_preference`` is the language)."""
+
 _IRREGULAR_PLURALS: Final = {
     "children": "child",
     "people": "person",
@@ -164,6 +200,17 @@ _IRREGULAR_PLURALS: Final = {
     "analyses": "analysis",
     "indices": "index",
     "criteria": "criterion",
+    "diagnoses": "diagnosis",
+    "hypotheses": "hypothesis",
+    "crises": "crisis",
+    "viruses": "virus",
+    "knives": "knife",
+    "wives": "wife",
+    "potatoes": "potato",
+    "tomatoes": "tomato",
+    "heroes": "hero",
+    "ids": "id",
+    "yrs": "yr",
 }
 
 # Words that end in "s" without being plurals; the singular rule must leave them alone.
@@ -175,6 +222,8 @@ _NOT_PLURAL: Final = frozenset(
         "thus", "yes", "always", "perhaps", "various", "previous", "diabetes", "glasses", "jeans",
         "pants", "shorts", "trousers", "clothes", "scissors", "macos", "ios", "windows", "aws",
         "dns", "kubernetes", "postgres", "redis", "jenkins", "sms", "gps", "mms", "https",
+        "whats", "devops", "watchos", "ipados", "tvos", "chromeos", "nodejs", "vuejs", "nextjs",
+        "reactjs", "expressjs",
     }
 )  # fmt: skip
 
@@ -183,6 +232,8 @@ _IE_SINGULARS: Final = frozenset(
     {
         "movie", "cookie", "pie", "tie", "lie", "calorie", "zombie", "rookie", "selfie",
         "smoothie", "brownie", "genie", "hippie", "prairie", "goalie", "sweetie", "freebie",
+        "hoodie", "foodie", "veggie", "goodie", "newbie", "techie", "roomie", "bestie",
+        "indie", "birdie", "auntie", "cutie", "bookie",
     }
 )  # fmt: skip
 
@@ -201,6 +252,8 @@ def _singular(token: str) -> str:
     if token.endswith("ies"):
         stem = token[:-3]
         return stem + "ie" if stem + "ie" in _IE_SINGULARS else stem + "y"
+    if token.endswith("aches") and not token.endswith(("eaches", "oaches")):
+        return token[:-1]  # headaches, caches (but beaches, coaches below)
     if token.endswith(("sses", "shes", "ches", "xes")):
         return token[:-2]
     if token.endswith(("ss", "us", "is")) or not token.endswith("s"):
@@ -220,17 +273,34 @@ def _fold(text: str) -> str:
 
 
 def _tokens(key: str) -> list[str]:
-    text = _APOSTROPHES.sub("", unicodedata.normalize("NFKC", key))
+    text = _POSSESSIVE.sub("", unicodedata.normalize("NFKC", key))
+    text = _PLUS_PLUS.sub("plusplus", _SHARP.sub(r"\1sharp", _APOSTROPHES.sub("", text)))
     text = _CAMEL_BOUNDARY.sub(" ", text)
-    return [token for token in _SEPARATORS.split(_fold(text)) if token]
+    # Letters, digits and the combining marks inside words (a Devanagari vowel sign is part of
+    # its word: "पिता" is not "पता"); anything else separates.
+    kept = "".join(
+        char if char.isalnum() or unicodedata.category(char)[0] == "M" else " "
+        for char in _fold(text)
+    )
+    return kept.split()
 
 
 def _reorder_of(tokens: list[str]) -> list[str]:
-    # "date_of_birth" is the birth date: "A of B" reads as "B A".
-    while "of" in tokens:
-        at = tokens.index("of")
-        tokens = tokens[at + 1 :] + tokens[:at]
-    return tokens
+    # "date_of_birth" is the birth date: "A of B" reads as "B A", A the word before "of"
+    # ("mom_date_of_birth" is mom's birth date; "name_of_wife_of_brother" the brother's wife's).
+    if "of" not in tokens:
+        return tokens
+    at = tokens.index("of")
+    head = max(at - 1, 0)
+    return tokens[:head] + _reorder_of(tokens[at + 1 :]) + tokens[head:at]
+
+
+def _drop_modifiers(tokens: list[str]) -> list[str]:
+    kept = [token for token in tokens if token not in DROPPED_MODIFIERS]
+    if len(kept) == 1 and kept[0] in _NOT_A_PREFERENCE and "preference" in tokens:
+        # "email_preference" is how the user likes to be emailed, not the address
+        kept = [word for word in tokens if word not in DROPPED_MODIFIERS or word == "preference"]
+    return kept or tokens
 
 
 def _rewrite_phrases(tokens: list[str]) -> list[str]:
@@ -250,8 +320,9 @@ def _rewrite_phrases(tokens: list[str]) -> list[str]:
 
 
 def _round(tokens: list[str]) -> list[str]:
-    tokens = _rewrite_phrases(_reorder_of([_singular(token) for token in tokens]))
-    return [token for token in tokens if token not in DROPPED_MODIFIERS] or tokens
+    # Phrases before "of" too: "phone_number_of_mom" is mom's phone, not mom's "phone number".
+    tokens = _rewrite_phrases([_singular(token) for token in tokens])
+    return _drop_modifiers(_rewrite_phrases(_reorder_of(tokens)))
 
 
 # Dedupe normalises every key of a category on each write: the same few keys again and again.

@@ -30,6 +30,31 @@ MUST_MERGE = [
     ("iOS_version", "ios_version"),
     ("macOS_version", "mac_os_version"),
     ("eBay_account", "ebay_account"),
+    # brands whose humps hold a table word, a modifier or an "s"
+    ("WhatsApp_number", "whatsapp_number"),
+    ("MongoDB_version", "mongodb_version"),
+    ("MySQL_version", "mysql_version"),
+    ("NodeJS_version", "nodejs_version"),
+    ("DevOps_experience", "devops_experience"),
+    ("watchOS_version", "watchos_version"),
+    ("cpp_version", "C++_version"),
+    # "A of B" turns the word before "of" only; phrases are read first
+    ("mom_date_of_birth", "mom_dob"),
+    ("favorite_type_of_music", "favorite_music_type"),
+    ("phone_number_of_mom", "mom_phone_number"),
+    ("name_of_wife_of_brother", "brother_wife_name"),
+    # possessives, parents, numbers, plurals
+    ("Marie's_birthday", "marie_birthday"),
+    ("user‘s_name", "username"),
+    ("mom_name", "mother_name"),
+    ("dad_email", "father_email"),
+    ("phone_no", "phone_number"),
+    ("headaches", "headache"),
+    ("beaches", "beach"),
+    ("coaches", "coach"),
+    ("hoodies", "hoodie"),
+    ("diagnoses", "diagnosis"),
+    ("user_ids", "user_id"),
     ("Favourite Colour", "FAVORITE_COLOR"),
     # plurals
     ("languages", "language"),
@@ -132,6 +157,22 @@ MUST_NOT_MERGE = [
     ("python3_path", "python2_path"),
     ("movie", "movies_watched"),
     ("home_town", "home_city"),
+    # "<attribute>_preference" is not the attribute
+    ("gender_preference", "gender"),
+    ("email_preferences", "email"),
+    ("name_preference", "name"),
+    ("seat_preference", "seat"),
+    # a modifier that is part of a name
+    ("primary_school", "school"),
+    ("main_course", "course"),
+    ("MySQL_version", "sql_version"),
+    # one letter and a symbol is a language
+    ("C++_version", "c_version"),
+    ("C#_version", "c_version"),
+    ("F#_version", "f_version"),
+    # a possessive is not a plural, a vowel sign is part of its word
+    ("Marie's_birthday", "Mary's_birthday"),
+    ("पिता", "पता"),
 ]
 
 
