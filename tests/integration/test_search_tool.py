@@ -92,10 +92,26 @@ async def test_argument_errors_are_one_line_of_text(
     assert answer.startswith(starts) and "\n" not in answer
 
 
-async def test_no_user_at_all_is_an_error_text(memory: Memory) -> None:
-    """Without a user in the ToolContext or the request context, the tool refuses in text."""
-    answer = await memory.tools.memory_search.call({"query": "x"})
-    assert answer.startswith("memory_search error: no current user")
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("memory_search", {"query": "x"}),
+        ("memory", {"action": "save", "category": "t", "key": "k", "value": "v"}),
+        ("memory", {"action": "forget", "key": "k"}),
+        ("memory", {"action": "list"}),
+        ("scratchpad", {"action": "write", "section": "plan", "text": "x"}),
+    ],
+)
+async def test_no_user_at_all_is_an_error_text_no_argument_can_fix(
+    memory: Memory, tool: str, arguments: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a user in the ToolContext or the request context, every tool refuses in one
+    line that tells the model no argument helps: a save's refusal spoke of "this read" and
+    advised user_id=..., an argument every tool refuses. The host's mistake is logged."""
+    answer = await memory.tools.call(tool, arguments)
+    assert answer.startswith(f"{tool} error: this conversation has no user"), answer
+    assert "no argument can change" in answer and "\n" not in answer
+    assert any(r.message.startswith("tools.no_user") for r in caplog.records)
 
 
 @pytest.mark.parametrize("scope", SCOPES)

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
+from navi_memory.constants import PERMISSION_READ_ALL
 from navi_memory.errors import (
     InvalidInputError,
     InvalidTypeError,
@@ -144,6 +145,10 @@ class Tool:
     parameters: Mapping[str, Any]
     """The JSON Schema (an ``object``) of the arguments."""
     handler: ToolHandler
+    needs_user: bool = False
+    """A call with no user (in its ToolContext or the request context) and no read_all is
+    answered with one line saying no argument can help, before the handler runs: the memory
+    tools' case (the host forgot the user)."""
 
     def spec(self) -> dict[str, Any]:
         """The tool in the function-calling shape Ollama and OpenAI accept (a fresh copy)."""
@@ -170,6 +175,9 @@ class Tool:
                     f"context must be a navi_memory.ToolContext, got {type(context).__name__}"
                 )
             resolved = context.resolved()
+            held = resolved.permissions or ()
+            if self.needs_user and resolved.user_id is None and PERMISSION_READ_ALL not in held:
+                return self._no_user()
             return await self.handler(decoded, resolved)
         except (InvalidInputError, PermissionDeniedError, NotFoundError) as exc:
             return tool_error(self.name, str(exc))
@@ -190,3 +198,18 @@ class Tool:
                 extra={"event": "tools.failed", "tool": self.name},
             )
             return tool_error(self.name, str(exc))
+
+    def _no_user(self) -> str:
+        # The host's mistake, not the model's: no argument can fix it, so the answer says so
+        # (the refusal of the call underneath spoke of user_id=..., which the tool refuses).
+        logger.warning(
+            "tools.no_user: %s called with no user in its ToolContext nor request context",
+            self.name,
+            extra={"event": "tools.no_user", "tool": self.name},
+        )
+        return tool_error(
+            self.name,
+            "this conversation has no user, so there is no memory to use; no argument can change "
+            "that (the application must call the tool with ToolContext(user_id=...)); go on "
+            "without memory",
+        )

@@ -187,4 +187,5 @@ def memory_search_tool(searcher: Searcher, shown: ShownRecorder | None = None) -
         description=MEMORY_SEARCH_DESCRIPTION,
         parameters=MEMORY_SEARCH_PARAMETERS,
         handler=handle,
+        needs_user=True,
     )

@@ -228,4 +228,5 @@ def scratchpad_tool(kv: SketchStore) -> Tool:
         description=SCRATCHPAD_DESCRIPTION,
         parameters=SCRATCHPAD_PARAMETERS,
         handler=handle,
+        needs_user=True,
     )
