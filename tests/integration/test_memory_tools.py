@@ -294,6 +294,28 @@ async def test_forget_of_a_hidden_spelling_names_the_fact_it_deleted(memory: Mem
     assert await facts_in_db(memory) == 0
 
 
+async def test_forget_finds_a_key_saved_under_another_spelling(memory: Memory) -> None:
+    """save merges spellings of a key (editor, then Editor: one fact); forget asked for
+    EDITOR found "nothing to forget" though list showed the fact. Another spelling of a
+    stored key (the dedupe rule) is forgotten when the exact key is not stored; another key
+    in the category stays."""
+    ctx = await user_and_session(memory)
+    await memory.tools.call("memory", SAVE, ctx)
+    await memory.tools.call("memory", SAVE | {"key": "Editor", "value": "helix"}, ctx)
+    await memory.tools.call("memory", SAVE | {"key": "shell", "value": "zsh"}, ctx)
+    answer = await memory.tools.call(
+        "memory", {"action": "forget", "key": "EDITOR", "category": "PREFERENCES"}, ctx
+    )
+    assert answer == (
+        "memory: forgot 1 fact: [preferences] Editor (the key 'EDITOR' is another spelling of it)"
+    )
+    assert [f.key for f in await memory.store.get_all_facts(user_id=ctx.user_id)] == ["shell"]
+    assert await facts_in_db(memory) == 1  # the hidden "editor" went with it
+    answer = await memory.tools.call("memory", {"action": "forget", "key": "my_shells"}, ctx)
+    assert answer.startswith("memory: forgot 1 fact: [preferences] shell")
+    assert await facts_in_db(memory) == 0
+
+
 async def test_forget_says_when_nothing_matched(memory: Memory) -> None:
     """A key the user does not hold: the answer says nothing matched, nothing changes."""
     ctx = await user_and_session(memory)

@@ -26,7 +26,7 @@ from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.facts import SOURCES
 from navi_memory.text.context import fact_line
 from navi_memory.text.hits import one_line, recent_only_head
-from navi_memory.text.keys import stored_category
+from navi_memory.text.keys import same_key, stored_category
 from navi_memory.tools.arguments import (
     choice,
     optional_int,
@@ -306,6 +306,7 @@ def memory_tool(store: FactStore) -> Tool:
         description=MEMORY_DESCRIPTION,
         parameters=MEMORY_PARAMETERS,
         handler=handle,
+        needs_user=True,
     )
 
 
@@ -389,6 +390,10 @@ async def _forget(store: FactStore, request: ForgetFact) -> str:
             for key in keys:
                 removed += await store.delete_facts(key, category)
     if not removed:
+        # Not stored under that spelling: under another of the same key ("Editor" for the
+        # "editor" a save kept, the rule dedupe merges by), if any.
+        removed = await _forget_spellings(store, request)
+    if not removed:
         scope = f" in category {request.category!r}" if request.category is not None else ""
         return f"memory: nothing to forget, no stored fact has the key {request.key!r}{scope}."
     # Name what went: a key merged into another (a hidden spelling) deletes that other fact.
@@ -405,6 +410,20 @@ async def _forget(store: FactStore, request: ForgetFact) -> str:
             it = "one of them" if spelled == 1 else f"{spelled} of them"
         spelling = f" (the key {request.key!r} is another spelling of {it})"
     return f"memory: forgot {len(removed)} {noun}: {names}{spelling}"
+
+
+async def _forget_spellings(store: FactStore, request: ForgetFact) -> list[Fact]:
+    if request.category is None:
+        facts = await store.get_all_facts()
+    else:
+        facts = []
+        for category in await _stored_spellings(store, request.category):
+            facts += await store.get_all_facts(category=category)
+    spelled = {(fact.category, fact.key) for fact in facts if same_key(fact.key, request.key)}
+    removed: list[Fact] = []
+    for category, key in sorted(spelled):
+        removed += await store.delete_facts(key, category)
+    return removed
 
 
 async def _list(store: FactStore) -> str:
