@@ -1583,6 +1583,51 @@ async def test_a_failure_recorded_after_its_session_went_leaves_no_state_row(
     assert (await memory.sessions.create(sid, user_id=other)).id == sid
 
 
+async def test_an_older_session_saying_the_same_again_confirms_it_and_is_not_outdated(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Sessions extracted out of age order, both telling editor=neovim: the older one's fact
+    was counted outdated and its write skipped, though the user changed nothing. The very
+    key and value said again is written (a confirmation: last_verified_at moves)."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    old = await conversation(memory, uid, "I use neovim", idle_minutes=120)
+    older = await conversation(memory, uid, "neovim, as ever", idle_minutes=150)
+    new = await conversation(memory, uid, "still neovim", idle_minutes=60)
+    await memory.extractor.extract_session(new, user_id=uid)
+    before = (await memory.store.get_all_facts(user_id=uid))[0].last_verified_at
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (1, 0)
+    after = await memory.store.get_all_facts(user_id=uid)
+    assert [(f.key, f.value) for f in after] == [("editor", "neovim")]
+    assert after[0].last_verified_at is not None and before is not None
+    assert after[0].last_verified_at > before
+    # another value, or the same value under another spelling, is still the older word
+    model.facts = facts_json(("preferences", "Editor", "neovim", "user_explicit"))
+    report = await memory.extractor.extract_session(older, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+
+
+async def test_a_forget_made_under_other_key_rules_still_holds(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A forget's canonical key is of the rules in force when it was made (a version whose
+    forms were joined by "_": "home_city"); compared as stored, it stopped matching the
+    form of today's rules ("homecity") and an extraction brought the fact back."""
+    uid = await new_user(memory)
+    old = await conversation(memory, uid, "I live in Brno", idle_minutes=120)
+    await execute(
+        memory,
+        "INSERT INTO memory_fact_forgotten (user_id, category, key_norm) "
+        "VALUES (:u, 'personal', 'home_city'), (:u, '', 'home_city')",
+        u=uid,
+    )
+    model.facts = facts_json(("personal", "home_city", "Brno", "user_explicit"))
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {}
+
+
 async def test_an_older_session_never_overwrites_a_value_the_user_saved_since(
     memory: Memory, model: ExtractionModel
 ) -> None:

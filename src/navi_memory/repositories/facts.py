@@ -682,27 +682,28 @@ class FactRepository:
             )
         )
 
-    async def forgotten_at(
-        self, user_id: uuid.UUID, categories: Sequence[str], key_norm: str
-    ) -> datetime | None:
-        """When the user last forgot the canonical key in any of ``categories`` (as folded);
-        None: never."""
-        forgotten: datetime | None = await self.session.scalar(
-            select(func.max(FactForgottenRow.forgotten_at)).where(
+    async def forgotten_since(
+        self, user_id: uuid.UUID, categories: Sequence[str], since: datetime
+    ) -> list[str]:
+        """The canonical keys (as stored: of the rules in force when each forget was made) the
+        user forgot in any of ``categories`` (as folded) after ``since``: a few rows, read by
+        the (user, category, ...) primary key."""
+        rows = await self.session.scalars(
+            select(FactForgottenRow.key_norm).where(
                 FactForgottenRow.user_id == user_id,
                 FactForgottenRow.category.in_(categories),
-                FactForgottenRow.key_norm == key_norm,
+                FactForgottenRow.forgotten_at > since,
             )
         )
-        return forgotten
+        return list(rows)
 
     async def key_times(
         self, user_id: uuid.UUID, category: str, key_norm: str, rules: str
     ) -> list[RowMapping]:
         """The category's visible rows (expired ones too) stored as ``key_norm``, and those
         whose stored form is missing or of other ``rules`` than the ones in force (the caller
-        spells their keys again): ``key``, ``updated_at``, ``session_id`` and the last activity
-        of that session (``session_active``, None when the fact names no session of the
+        spells their keys again): ``key``, ``value``, ``updated_at``, ``session_id``, the last
+        activity of that session (``session_active``, None when the fact names no session of the
         user's). Through the (user, category, key_norm) index of visible rows: the forms of
         other rules are two ranges of it, empty but right after a change of the rules."""
         session_active = (
@@ -712,7 +713,9 @@ class FactRepository:
             .label("session_active")
         )
         rows = await self.session.execute(
-            select(FactRow.key, FactRow.updated_at, FactRow.session_id, session_active).where(
+            select(
+                FactRow.key, FactRow.value, FactRow.updated_at, FactRow.session_id, session_active
+            ).where(
                 FactRow.user_id == user_id,
                 FactRow.category == category,
                 FactRow.merged_into.is_(None),

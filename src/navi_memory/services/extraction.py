@@ -379,6 +379,7 @@ class ExtractionService:
             draft.key,
             transcript.last_active,
             session_id=transcript.session_id,
+            value=draft.value,
         )
 
     async def _stored_categories(

@@ -346,6 +346,7 @@ class FactService:
         since: datetime,
         *,
         session_id: str,
+        value: str | None = None,
     ) -> bool:
         """Whether the user changed or forgot the key (any spelling of it) in ``category``
         after ``since``, in another conversation than session ``session_id``. The caller holds
@@ -357,21 +358,29 @@ class FactService:
         - changed: a visible row of the key written from another session (the memory tool's
           save, that session's extraction) as of a moment after ``since``: when it was
           written, or that session's last activity if earlier (an extraction writes after the
-          session it reads). A row written outside any session (an application's own
-          upsert_fact) does not count: the conversation order says nothing of it, and an
-          extraction writes over it, as the spec's extractor does; nor does a row whose
-          session is gone (when the user said it is no longer known: its write time is the
-          extraction's, not the conversation's)."""
+          session it reads), unless it holds the same key and ``value`` (the session says it
+          again: its write only confirms it). A row written outside any session (an
+          application's own upsert_fact) does not count: the conversation order says nothing
+          of it, and an extraction writes over it, as the spec's extractor does; nor does a
+          row whose session is gone (when the user said it is no longer known: its write time
+          is the extraction's, not the conversation's)."""
         facts = FactRepository(session=session)
         wanted = normalize_key(key)
-        forgot = await facts.forgotten_at(user_id, (category_fold(category), ANY_CATEGORY), wanted)
-        if forgot is not None and forgot > since:
+        categories = (category_fold(category), ANY_CATEGORY)
+        # A stored form is itself a key: spelled again it is the form of the rules in force
+        # (the same form when they have not changed, normalize_key being idempotent).
+        if any(
+            normalize_key(form) == wanted
+            for form in await facts.forgotten_since(user_id, categories, since)
+        ):
             return True
         rules = key_rules()
         for row in await facts.key_times(user_id, category, f"{rules}:{wanted}", rules):
             told_in = row["session_id"]
             if told_in is None or told_in == session_id or row["session_active"] is None:
                 continue
+            if row["key"] == key and row["value"] == value:
+                continue  # the same word said again: the write only confirms it
             if normalize_key(row["key"]) != wanted:  # a stored form of other rules
                 continue
             if min(row["updated_at"], row["session_active"]) > since:
