@@ -165,12 +165,12 @@ _QUOTE_PAIRS: Final = (
     ("„", "“"),
     ("‘", "’"),
     ("‚", "‘"),
+    ("»", "«"),  # German; never spaced inside: spaced, "» puis «" is the gap between two « »
 )
 # Quotes no apostrophe looks like, written with a space inside in French typography
 # ("« connexion perdue »", often a no-break space), and the CJK corner brackets.
 _PADDED_QUOTE_PAIRS: Final = (
     ("«", "»"),
-    ("»", "«"),
     ("‹", "›"),
 )
 # Corner brackets stand between words of unspaced text ("エラー「接続失敗」が出た").
@@ -183,10 +183,12 @@ def _quoted_pattern(
     o, c = re.escape(opening), re.escape(closing)
     inner = f"[^{o}{c}\\n]"
     pad = "[ \u00a0\u202f]?" if padded else ""
-    before, after = (
-        (f"(?<!{o})", f"(?!{c})") if between_words else (f"(?<![\\w{o}])", f"(?![\\w{c}]| ?:)")
-    )
-    # A quoted string followed by ":" is a key in JSON or a dict literal, not a phrase.
+    if between_words:
+        before, after = f"(?<!{o})", f"(?!{c})"
+    elif padded:  # no JSON key is in guillemets, and French puts a space before ":"
+        before, after = f"(?<![\\w{o}])", f"(?![\\w{c}])"
+    else:  # a quoted string followed by ":" is a key in JSON or a dict literal, not a phrase
+        before, after = f"(?<![\\w{o}])", f"(?![\\w{c}]| ?:)"
     return re.compile(
         rf"{before}{o}{pad}(?!\s)({inner}{{{_QUOTED_MIN},{_QUOTED_MAX}}}?)(?<!\s){pad}{c}{after}"
     )

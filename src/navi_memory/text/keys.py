@@ -288,11 +288,16 @@ def _tokens(key: str) -> list[str]:
 def _reorder_of(tokens: list[str]) -> list[str]:
     # "date_of_birth" is the birth date: "A of B" reads as "B A", A the word before "of"
     # ("mom_date_of_birth" is mom's birth date; "name_of_wife_of_brother" the brother's wife's).
-    if "of" not in tokens:
-        return tokens
-    at = tokens.index("of")
-    head = max(at - 1, 0)
-    return tokens[:head] + _reorder_of(tokens[at + 1 :]) + tokens[head:at]
+    # A loop, not recursion: a key of a thousand "of"s (an application's SQL) must not raise.
+    heads: list[str] = []
+    tails: list[list[str]] = []
+    while "of" in tokens:
+        at = tokens.index("of")
+        start = max(at - 1, 0)
+        heads += tokens[:start]
+        tails.append(tokens[start:at])
+        tokens = tokens[at + 1 :]
+    return heads + tokens + [word for tail in reversed(tails) for word in tail]
 
 
 def _drop_modifiers(tokens: list[str]) -> list[str]:
@@ -358,8 +363,18 @@ def _form(key: str) -> str:
             break
         tokens = rewritten
     # Joined with no separator: a word split at a camelCase hump ("GitHub", "phoneNumber")
-    # is the same key as the word written whole ("github", "phonenumber").
-    return "".join(tokens) or key.strip().lower()
+    # is the same key as the word written whole ("github", "phonenumber"). Between two
+    # numbers "_" stays: server_10.1.11.1 is not server_10.11.1.1.
+    return _joined(tokens) or key.strip().lower()
+
+
+def _joined(tokens: list[str]) -> str:
+    joined = ""
+    for token in tokens:
+        if joined and joined[-1].isdigit() and token[0].isdigit():
+            joined += "_"
+        joined += token
+    return joined
 
 
 def same_key(a: str, b: str) -> bool:

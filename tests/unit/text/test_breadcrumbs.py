@@ -104,6 +104,7 @@ FOUND = [
     ("il a dit «\u00a0bonjour tout le monde\u00a0» hier", "bonjour tout le monde"),
     ("エラー「接続失敗」が出た", "接続失敗"),
     ("『設定』を開く", "設定"),
+    ("« connexion perdue » : oui", "connexion perdue"),
     ('{"name": "staging cluster"}', "staging cluster"),
 ]
 
@@ -414,3 +415,10 @@ def test_a_line_merely_mentioning_keys_is_not_a_keys_line() -> None:
 
 def test_windows_line_endings_are_kept_in_the_rest() -> None:
     assert split_keys_line("One.\r\nTwo.\r\nKEYS: x\r\n") == ("One.\r\nTwo.", ["x"])
+
+
+def test_the_gap_between_two_spaced_guillemet_quotations_is_no_quotation() -> None:
+    """Spaced "» … «" read as German quotes took the words between two French quotations."""
+    found = extract_breadcrumbs("Il a dit « connexion perdue » puis ensuite « accès refusé » hier")
+    assert "connexion perdue" in found and "accès refusé" in found
+    assert "puis ensuite" not in found
