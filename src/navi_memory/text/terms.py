@@ -126,7 +126,7 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     seen: set[str] = set()
     terms: list[str] = []
     for word in _numbers_apart(words):
-        if not any(char.isalnum() for char in word):
+        if not word.strip("_"):
             continue  # "_", "__": no word of any index, and in ILIKE a match of every identifier
         # Told apart as ILIKE tells them (lower(), not casefold(): "STRASSE" is not "Straße").
         folded = word.lower()
