@@ -182,8 +182,9 @@ the color of the user's car."""
 _NOT_A_PREFERENCE: Final = frozenset(
     {"email", "phone", "name", "gender", "sex", "address", "contact", "seat", "date", "time"}
 )
-"""Attributes of the user that ``<attribute>_preference`` is not: ``gender_preference`` and
-``email_preference`` keep their ``preference`` (``language_preference`` is the language)."""
+"""Attributes that ``<attribute>_preference`` is not: ``gender_preference``,
+``partner_gender_preference`` and ``work_email_preference`` keep their ``preference``
+(``language_preference`` is the language)."""
 
 _IRREGULAR_PLURALS: Final = {
     "children": "child",
@@ -302,7 +303,7 @@ def _reorder_of(tokens: list[str]) -> list[str]:
 
 def _drop_modifiers(tokens: list[str]) -> list[str]:
     kept = [token for token in tokens if token not in DROPPED_MODIFIERS]
-    if len(kept) == 1 and kept[0] in _NOT_A_PREFERENCE and "preference" in tokens:
+    if kept and kept[-1] in _NOT_A_PREFERENCE and "preference" in tokens:
         # "email_preference" is how the user likes to be emailed, not the address
         kept = [word for word in tokens if word not in DROPPED_MODIFIERS or word == "preference"]
     return kept or tokens

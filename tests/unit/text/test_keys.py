@@ -162,6 +162,8 @@ MUST_NOT_MERGE = [
     ("email_preferences", "email"),
     ("name_preference", "name"),
     ("seat_preference", "seat"),
+    ("partner_gender_preference", "partner_gender"),
+    ("work_email_preference", "work_email"),
     # a modifier that is part of a name
     ("primary_school", "school"),
     ("main_course", "course"),
