@@ -1608,6 +1608,49 @@ async def test_an_older_session_saying_the_same_again_confirms_it_and_is_not_out
     assert (report.facts_written, report.facts_outdated) == (0, 1)
 
 
+async def test_a_newer_expired_row_of_the_same_value_is_still_the_newer_word(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The same value said again is a confirmation, but not over an expired row: written, it
+    revived the fact with no expiry, overriding the newer session's time limit."""
+    uid = await new_user(memory)
+    old = await conversation(memory, uid, "I use neovim", idle_minutes=120)
+    new = (await memory.sessions.create(user_id=uid)).id
+    save = {"action": "save", "category": "preferences", "key": "editor", "value": "neovim"}
+    await memory.tools.call(
+        "memory", save | {"expires_days": 1}, ToolContext(user_id=uid, session_id=new)
+    )
+    await execute(
+        memory,
+        "UPDATE memory_facts SET expires_at = now() - interval '1 minute' WHERE user_id = :u",
+        u=uid,
+    )
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {}
+
+
+async def test_a_forget_by_another_case_naming_no_category_holds_in_every_category(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The memory tool's forget of a key stored under another case, naming no category, was
+    recorded for the fact's category only: an older session filing it elsewhere brought it
+    back."""
+    uid = await new_user(memory)
+    old = await conversation(memory, uid, "I use neovim", idle_minutes=120)
+    new = (await memory.sessions.create(user_id=uid)).id
+    ctx = ToolContext(user_id=uid, session_id=new)
+    save = {"action": "save", "category": "preferences", "key": "Editor", "value": "neovim"}
+    await memory.tools.call("memory", save, ctx)
+    answer = await memory.tools.call("memory", {"action": "forget", "key": "EDITOR"}, ctx)
+    assert answer.startswith("memory: forgot 1 fact")
+    model.facts = facts_json(("tools", "editor", "neovim", "user_explicit"))
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {}
+
+
 async def test_a_forget_made_under_other_key_rules_still_holds(
     memory: Memory, model: ExtractionModel
 ) -> None:

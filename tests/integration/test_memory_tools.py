@@ -311,9 +311,46 @@ async def test_forget_finds_a_key_saved_under_another_spelling(memory: Memory) -
     )
     assert [f.key for f in await memory.store.get_all_facts(user_id=ctx.user_id)] == ["shell"]
     assert await facts_in_db(memory) == 1  # the hidden "editor" went with it
+    # nothing fuzzier than case: a forget deletes, and the dedupe rule's spellings reach far
     answer = await memory.tools.call("memory", {"action": "forget", "key": "my_shells"}, ctx)
+    assert answer.startswith("memory: nothing to forget")
+    answer = await memory.tools.call("memory", {"action": "forget", "key": "SHELL"}, ctx)
     assert answer.startswith("memory: forgot 1 fact: [preferences] shell")
     assert await facts_in_db(memory) == 0
+
+
+async def test_forget_by_another_case_never_takes_other_facts_of_a_like_key(
+    memory: Memory,
+) -> None:
+    """A first fallback forgot every key of the same canonical form in every category:
+    "language" took preferred_language, a programming language and two more."""
+    ctx = await user_and_session(memory)
+    uid = ctx.user_id
+    await memory.store.upsert_fact("preferences", "preferred_language", "English", user_id=uid)
+    await memory.store.upsert_fact("technical", "default_language", "Python", user_id=uid)
+    await memory.store.upsert_fact("work", "Language", "German", user_id=uid)
+    answer = await memory.tools.call("memory", {"action": "forget", "key": "LANGUAGE"}, ctx)
+    assert answer == (
+        "memory: forgot 1 fact: [work] Language (the key 'LANGUAGE' is another spelling of it)"
+    )
+    left = {f.key for f in await memory.store.get_all_facts(user_id=uid)}
+    assert left == {"preferred_language", "default_language"}
+
+
+async def test_read_all_with_no_user_cannot_save_or_forget_and_says_no_argument_helps(
+    memory: Memory,
+) -> None:
+    """An operator's read-all view with no user: search and list cover everyone, but a save
+    or forget answered "pass user_id=...", an argument the tool refuses."""
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("preferences", "editor", "neovim", user_id=uid)
+    admin = ToolContext(permissions=frozenset([PERMISSION_READ_ALL]))
+    for arguments in (SAVE | {"key": "k"}, {"action": "forget", "key": "editor"}):
+        answer = await memory.tools.call("memory", arguments, admin)
+        assert answer.startswith("memory error: this conversation acts for no user"), answer
+        assert "user_id" not in answer
+    assert await facts_in_db(memory) >= 1
+    assert (await memory.tools.call("memory", {"action": "list"}, admin)).startswith("memory: ")
 
 
 async def test_forget_says_when_nothing_matched(memory: Memory) -> None:

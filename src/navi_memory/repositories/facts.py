@@ -702,10 +702,11 @@ class FactRepository:
     ) -> list[RowMapping]:
         """The category's visible rows (expired ones too) stored as ``key_norm``, and those
         whose stored form is missing or of other ``rules`` than the ones in force (the caller
-        spells their keys again): ``key``, ``value``, ``updated_at``, ``session_id``, the last
-        activity of that session (``session_active``, None when the fact names no session of the
-        user's). Through the (user, category, key_norm) index of visible rows: the forms of
-        other rules are two ranges of it, empty but right after a change of the rules."""
+        spells their keys again): ``key``, ``value``, ``expired``, ``updated_at``,
+        ``session_id``, the last activity of that session (``session_active``, None when the
+        fact names no session of the user's). Through the (user, category, key_norm) index of
+        visible rows: the forms of other rules are two ranges of it, empty but right after a
+        change of the rules."""
         session_active = (
             select(SessionRow.last_active)
             .where(SessionRow.id == FactRow.session_id, SessionRow.user_id == FactRow.user_id)
@@ -714,7 +715,12 @@ class FactRepository:
         )
         rows = await self.session.execute(
             select(
-                FactRow.key, FactRow.value, FactRow.updated_at, FactRow.session_id, session_active
+                FactRow.key,
+                FactRow.value,
+                func.coalesce(FactRow.expires_at <= func.now(), False).label("expired"),
+                FactRow.updated_at,
+                FactRow.session_id,
+                session_active,
             ).where(
                 FactRow.user_id == user_id,
                 FactRow.category == category,

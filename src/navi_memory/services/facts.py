@@ -379,8 +379,10 @@ class FactService:
             told_in = row["session_id"]
             if told_in is None or told_in == session_id or row["session_active"] is None:
                 continue
-            if row["key"] == key and row["value"] == value:
-                continue  # the same word said again: the write only confirms it
+            if row["key"] == key and row["value"] == value and not row["expired"]:
+                # The same word said again: the write only confirms it. Not over an expired
+                # row: the write would revive it without the newer session's time limit.
+                continue
             if normalize_key(row["key"]) != wanted:  # a stored form of other rules
                 continue
             if min(row["updated_at"], row["session_active"]) > since:

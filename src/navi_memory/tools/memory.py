@@ -26,7 +26,7 @@ from navi_memory.schemas import Fact, FactHit
 from navi_memory.services.facts import SOURCES
 from navi_memory.text.context import fact_line
 from navi_memory.text.hits import one_line, recent_only_head
-from navi_memory.text.keys import same_key, stored_category
+from navi_memory.text.keys import stored_category
 from navi_memory.tools.arguments import (
     choice,
     optional_int,
@@ -34,7 +34,7 @@ from navi_memory.tools.arguments import (
     optional_text,
     required_text,
 )
-from navi_memory.tools.base import Tool, ToolContext
+from navi_memory.tools.base import Tool, ToolContext, tool_error
 
 __all__ = [
     "MEMORY",
@@ -282,7 +282,9 @@ class FactStore(Protocol):
         self, user_id: uuid.UUID | str | None = None
     ) -> list[tuple[str, int]]: ...
 
-    async def get_all_facts(self, *, category: str | None = None) -> list[Fact]: ...
+    async def get_all_facts(
+        self, *, category: str | None = None, search: str | None = None
+    ) -> list[Fact]: ...
 
 
 def memory_tool(store: FactStore) -> Tool:
@@ -292,6 +294,14 @@ def memory_tool(store: FactStore) -> Tool:
 
     async def handle(arguments: Mapping[str, Any], context: ToolContext) -> str:
         request = parse_memory_arguments(arguments)
+        if context.user_id is None and isinstance(request, SaveFact | ForgetFact):
+            # read_all with no user (Tool.needs_user let it through): reads cover every user,
+            # a write has no user to go to, and no argument can give it one.
+            return tool_error(
+                MEMORY,
+                "this conversation acts for no user (an operator's read-all view): memory can "
+                "be searched and listed here, not changed; no argument can change that",
+            )
         with context.applied():
             if isinstance(request, SaveFact):
                 return await _save(store, request)
@@ -413,16 +423,26 @@ async def _forget(store: FactStore, request: ForgetFact) -> str:
 
 
 async def _forget_spellings(store: FactStore, request: ForgetFact) -> list[Fact]:
+    """The visible facts whose key is ``request.key`` but for case (and Unicode form), in the
+    category asked for (any case of it) or, without one, in every category — as the exact key
+    would be; each deleted by its stored key through the same call, so a forget naming no
+    category is remembered in every category (FactService.delete). Nothing fuzzier: a forget
+    deletes, and "language" must not take main_language and a programming language with it."""
+    wanted = _nfc(request.key).casefold()
     if request.category is None:
-        facts = await store.get_all_facts()
+        facts = await store.get_all_facts(search=request.key)
+        categories: list[str | None] = [None]
     else:
+        stored = await _stored_spellings(store, request.category)
         facts = []
-        for category in await _stored_spellings(store, request.category):
-            facts += await store.get_all_facts(category=category)
-    spelled = {(fact.category, fact.key) for fact in facts if same_key(fact.key, request.key)}
+        for name in stored:
+            facts += await store.get_all_facts(category=name, search=request.key)
+        categories = list(stored)
+    keys = sorted({fact.key for fact in facts if _nfc(fact.key).casefold() == wanted})
     removed: list[Fact] = []
-    for category, key in sorted(spelled):
-        removed += await store.delete_facts(key, category)
+    for key in keys:
+        for in_category in categories:
+            removed += await store.delete_facts(key, in_category)
     return removed
 
 
