@@ -27,11 +27,19 @@ _CAMEL_BOUNDARY = re.compile(
 )
 # Apostrophes as keyboards and word processors write them; a possessive "'s" goes whole
 # ("Marie's_birthday" is Marie's, not "maries" made singular).
-_POSSESSIVE = re.compile(r"['’‘ʼ]s(?![^\W_])")
+_POSSESSIVE = re.compile(r"['’‘ʼ][sS](?![^\W_])")
 _APOSTROPHES = re.compile(r"['’‘ʼ]")
 # Language names made of one letter and a symbol, which the separators would strip to the letter.
 _SHARP = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])#(?![A-Za-z0-9])")
 _PLUS_PLUS = re.compile(r"(?<=[A-Za-z])\+\+")
+# Brands written with a hump over a table word or a modifier ("MySQL" is not "my SQL", nor
+# "WhatsApp" "whats app"): read as one word before humps are split. Written apart
+# ("my_sql_experience") they are words of their own.
+_BRANDS = re.compile(
+    r"(?<![A-Za-z])(?i:mysql|mypy|whatsapp|mongodb|mariadb|dynamodb|couchdb|influxdb|duckdb|"
+    r"macos|watchos|ipados|tvos|chromeos|nodejs|vuejs|nextjs|devops|github|gitlab|linkedin|"
+    r"youtube|postgresql|myspace)(?![a-z])"
+)
 
 PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     # British -> American spelling
@@ -134,8 +142,6 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("couch", "database"): ("couchdb",),
     ("influx", "database"): ("influxdb",),
     ("duck", "database"): ("duckdb",),
-    ("my", "sql"): ("mysql",),
-    ("my", "py"): ("mypy",),
     ("whats", "app"): ("whatsapp",),
     ("cpp",): ("cplusplus",),
     ("phone", "no"): ("phone",),
@@ -147,6 +153,7 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("main", "course"): ("maincourse",),
     ("main", "dish"): ("maindish",),
     ("user", "agent"): ("useragent",),
+    ("current", "account"): ("currentaccount",),
 }
 """Token phrases rewritten to one canonical spelling, longest match first, left to right.
 Every right-hand side is already canonical: rewriting it again changes nothing. A phrase of
@@ -185,6 +192,10 @@ _NOT_A_PREFERENCE: Final = frozenset(
 """Attributes that ``<attribute>_preference`` is not: ``gender_preference``,
 ``partner_gender_preference`` and ``work_email_preference`` keep their ``preference``
 (``language_preference`` is the language)."""
+
+_NOT_PREFERRED: Final = frozenset({"gender", "sex", "seat", "date", "time"})
+"""Attributes ``preferred_<attribute>`` is not: ``preferred_gender`` is not the user's gender
+(``preferred_email`` is the email address)."""
 
 _IRREGULAR_PLURALS: Final = {
     "children": "child",
@@ -276,6 +287,7 @@ def _fold(text: str) -> str:
 def _tokens(key: str) -> list[str]:
     text = _POSSESSIVE.sub("", unicodedata.normalize("NFKC", key))
     text = _PLUS_PLUS.sub("plusplus", _SHARP.sub(r"\1sharp", _APOSTROPHES.sub("", text)))
+    text = _BRANDS.sub(lambda brand: brand.group(0).lower(), text)
     text = _CAMEL_BOUNDARY.sub(" ", text)
     # Letters, digits and the combining marks inside words (a Devanagari vowel sign is part of
     # its word: "पिता" is not "पता"); anything else separates.
@@ -296,16 +308,26 @@ def _reorder_of(tokens: list[str]) -> list[str]:
         at = tokens.index("of")
         start = max(at - 1, 0)
         heads += tokens[:start]
-        tails.append(tokens[start:at])
+        # "number_of_passports" counts them: the passport count, not the passport number
+        tails.append(["count"] if tokens[start:at] == ["number"] else tokens[start:at])
         tokens = tokens[at + 1 :]
     return heads + tokens + [word for tail in reversed(tails) for word in tail]
 
 
 def _drop_modifiers(tokens: list[str]) -> list[str]:
-    kept = [token for token in tokens if token not in DROPPED_MODIFIERS]
-    if kept and kept[-1] in _NOT_A_PREFERENCE and "preference" in tokens:
+    # A modifier qualifies the word after it; last, it is the thing named ("db_user" is the
+    # database's user, not the database), "preference" alone excepted ("language_preference").
+    last = len(tokens) - 1
+    kept = [
+        word
+        for at, word in enumerate(tokens)
+        if word not in DROPPED_MODIFIERS or (at == last and word != "preference")
+    ]
+    if kept and "preference" in tokens and kept[-1] in _NOT_A_PREFERENCE:
         # "email_preference" is how the user likes to be emailed, not the address
-        kept = [word for word in tokens if word not in DROPPED_MODIFIERS or word == "preference"]
+        kept = [word for word in tokens if word in kept or word == "preference"]
+    if kept and "preferred" in tokens and kept[-1] in _NOT_PREFERRED:
+        kept = [word for word in tokens if word in kept or word == "preferred"]
     return kept or tokens
 
 
@@ -337,13 +359,15 @@ def normalize_key(key: str) -> str:
     """The canonical spelling of a fact key: two keys name the same fact iff these are equal.
 
     Tokens (split on ``_ - . / space`` and camelCase humps, case-folded) are singularized,
-    ``A of B`` becomes ``B A``, phrases are rewritten by ``PHRASES`` (British spelling,
-    abbreviations, compounds), and ``DROPPED_MODIFIERS`` are removed unless nothing else is
-    left; the round repeats until nothing changes (a rewrite or a dropped modifier can bring
-    two tokens of a phrase together). The result is the tokens joined with no separator, so a
-    word split at a camelCase hump is the word written whole (``GitHub_username`` and
-    ``github_username``); a key with no tokens falls back to its lowercased self. The result
-    read as a key again gives itself: ``normalize_key`` is idempotent.
+    phrases are rewritten by ``PHRASES`` (British spelling, abbreviations, compounds), ``A of
+    B`` becomes ``B A`` (A the word before "of"), phrases are rewritten again, and
+    ``DROPPED_MODIFIERS`` are removed where they qualify a word after them; the round repeats
+    until nothing changes (a rewrite or a dropped modifier can bring two tokens of a phrase
+    together). The result is the tokens joined with no separator, so a word split at a
+    camelCase hump is the word written whole (``GitHub_username`` and ``github_username``);
+    "_" stays between two numbers and before a last word that only looks plural; a key with no
+    tokens falls back to its lowercased self. The result read as a key again gives itself:
+    ``normalize_key`` is idempotent. docs/memory.md ("Key spellings") has the whole rule.
     """
     form = _form(key)
     # The form read as a key again can come out shorter ("city_news" -> "citynews" ->
@@ -375,6 +399,13 @@ def _joined(tokens: list[str]) -> str:
         if joined and joined[-1].isdigit() and token[0].isdigit():
             joined += "_"
         joined += token
+    # Read again, the joined word is made singular as a whole: "use_https" would become
+    # "usehttp" (the http setting), the last word's protection ("https", "news", "ms" are no
+    # plurals) lost. Such a last word keeps its "_".
+    if len(tokens) > 1:
+        last = joined.rsplit("_", 1)[-1]
+        if _singular(last) != last and not joined.endswith("_" + tokens[-1]):
+            joined = f"{joined[: -len(tokens[-1])]}_{tokens[-1]}"
     return joined
 
 
