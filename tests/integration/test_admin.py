@@ -202,6 +202,33 @@ async def test_an_import_checks_every_record_as_the_live_api_checks_its_input(
         assert await memory.users.get(target) is None
 
 
+@pytest.mark.parametrize("category", ["Work ", "Work", " work", "cafe\u0301"])
+async def test_an_import_refuses_a_forget_whose_category_is_not_folded(
+    memory: Memory, category: str
+) -> None:
+    """A forget's category is stored folded (an extraction looks it up so): "Work " was
+    imported as written and the forget then matched nothing, quietly."""
+    uid = await new_user(memory)
+    with request_context(user_id=uid):
+        await memory.store.upsert_fact("p", "a", "alpha")
+    with admin():
+        records = dumped(await memory.admin.export_user(uid))
+        forget = {
+            "type": "forgotten",
+            "category": category,
+            "key_norm": "homecity",
+            "forgotten_at": "2026-12-01T00:00:00+00:00",
+        }
+        target = uuid.uuid4()
+        number = len(records) + 1
+        with pytest.raises(InvalidInputError, match=rf"record {number}\b.*forgotten.*folded"):
+            await memory.admin.import_user([*records, forget], user_id=target)
+        assert await memory.users.get(target) is None
+        folded = {**forget, "category": "work"}
+        result = await memory.admin.import_user([*records, folded], user_id=target)
+    assert result.rows["forgotten"] == 1
+
+
 async def test_an_import_keeps_chunks_and_kv_entries_out_of_sessions_not_theirs(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:

@@ -54,6 +54,7 @@ from navi_memory.schemas import (
 )
 from navi_memory.services.chunks import checked_draft
 from navi_memory.services.facts import SOURCES
+from navi_memory.text.keys import category_fold
 from navi_memory.validation import (
     check_aware_datetime,
     check_int,
@@ -204,9 +205,16 @@ def _check_record(record: ExportRecord) -> None:
             check_session_id(record.session_id)
         case ExportForgotten():
             # "" is a forget that named no category (it holds in every category).
-            check_text(
+            category = check_text(
                 "category", record.category, max_chars=FACT_CATEGORY_MAX_CHARS, allow_empty=True
             )
+            if category != category_fold(category):
+                # Stored so, it would match no category an extraction looks up: a forget
+                # kept that quietly does nothing.
+                raise InvalidInputError(
+                    f"category must be folded as the package stores a forget's (lower case, "
+                    f"NFC, no surrounding blanks): {category_fold(category)!r}, not {category!r}"
+                )
             check_text("key_norm", record.key_norm)
         case ExportKv():
             scope = check_text("scope", record.scope, max_chars=KV_SCOPE_MAX_CHARS)
