@@ -185,7 +185,9 @@ class CompressionResult(_Model):
     summary: Message | None
     """The new summary message, now first in the context; None when nothing was demoted."""
     chunks_written: int
-    """Raw chunk rows written (0 with indexing off, on failure, or when all were stored)."""
+    """Raw chunk rows written (0 with indexing off, or when all were stored already; a refused
+    chunk write fails the whole compression with StorageError, an embedder failure stores the
+    chunks without vectors)."""
     breadcrumbs: list[str]
     """The KEYS: line's items merged with the deterministic ones, attached to every chunk."""
     used_fallback: bool
