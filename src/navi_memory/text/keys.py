@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Final
 
 __all__ = [
+    "CHOICES",
     "DROPPED_MODIFIERS",
     "PHRASES",
     "category_fold",
@@ -68,6 +69,14 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("mum",): ("mother",),
     ("mom",): ("mother",),
     ("dad",): ("father",),
+    ("mommy",): ("mother",),
+    ("daddy",): ("father",),
+    ("grandma",): ("grandmother",),
+    ("granny",): ("grandmother",),
+    ("grandpa",): ("grandfather",),
+    ("kid",): ("child",),
+    ("postgresql",): ("postgres",),
+    ("k8s",): ("kubernetes",),
     # abbreviations
     ("os",): ("operating", "system"),
     ("tz",): ("timezone",),
@@ -153,6 +162,9 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("main", "course"): ("maincourse",),
     ("main", "dish"): ("maindish",),
     ("user", "agent"): ("useragent",),
+    ("user", "experience"): ("userexperience",),
+    ("user", "interface"): ("userinterface",),
+    ("primary", "color"): ("primarycolor",),
     ("current", "account"): ("currentaccount",),
 }
 """Token phrases rewritten to one canonical spelling, longest match first, left to right.
@@ -186,16 +198,33 @@ DROPPED_MODIFIERS: Final = frozenset(
 language. ``favorite`` is deliberately absent: ``favorite_color`` is a taste, ``color`` may be
 the color of the user's car."""
 
-_NOT_A_PREFERENCE: Final = frozenset(
-    {"email", "phone", "name", "gender", "sex", "address", "contact", "seat", "date", "time"}
-)
-"""Attributes that ``<attribute>_preference`` is not: ``gender_preference``,
-``partner_gender_preference`` and ``work_email_preference`` keep their ``preference``
-(``language_preference`` is the language)."""
+CHOICES: Final = frozenset(
+    {
+        "language", "editor", "browser", "shell", "terminal", "ide", "theme", "font", "mode",
+        "layout", "currency", "unit", "timezone", "airline", "tone", "style", "format", "engine",
+        "genre", "cuisine", "diet", "pronoun", "greeting", "channel", "method", "tool",
+        "framework", "library", "database", "system", "locale", "notation", "indentation",
+        "voice",
+    }
+)  # fmt: skip
+"""Things one chooses, whose preferred one is the one: ``preferred_language`` and
+``language_preference`` are the language. Only before or after these are ``preferred`` and
+``preference`` dropped: a preferred location, salary, car or partner is a wish, not the one the
+user has (``preferred_location`` is not where they live)."""
 
-_NOT_PREFERRED: Final = frozenset({"gender", "sex", "seat", "date", "time"})
-"""Attributes ``preferred_<attribute>`` is not: ``preferred_gender`` is not the user's gender
-(``preferred_email`` is the email address)."""
+_PREFERRED_CONTACTS: Final = frozenset({"email", "phone", "address"})
+"""Contacts whose preferred one is the one to use: ``preferred_email`` is the email (but
+``email_preference`` is how they like to be emailed)."""
+
+_TWO_WORD_HEADS: Final = frozenset(
+    {
+        ("first", "name"), ("last", "name"), ("middle", "name"), ("full", "name"),
+        ("maiden", "name"), ("birth", "date"), ("start", "date"), ("end", "date"),
+        ("due", "date"), ("expiry", "date"), ("expiration", "date"), ("account", "number"),
+        ("id", "number"), ("home", "address"), ("work", "address"),
+    }
+)  # fmt: skip
+"""Heads of two words that "A of B" moves whole."""
 
 _IRREGULAR_PLURALS: Final = {
     "children": "child",
@@ -222,6 +251,12 @@ _IRREGULAR_PLURALS: Final = {
     "tomatoes": "tomato",
     "heroes": "hero",
     "ids": "id",
+    "lenses": "lens",
+    "bonuses": "bonus",
+    "menus": "menu",
+    "emojis": "emoji",
+    "skis": "ski",
+    "taxis": "taxi",
     "yrs": "yr",
 }
 
@@ -306,7 +341,8 @@ def _reorder_of(tokens: list[str]) -> list[str]:
     tails: list[list[str]] = []
     while "of" in tokens:
         at = tokens.index("of")
-        start = max(at - 1, 0)
+        # A two-word head moves whole: "first_name_of_wife" is the wife's first name.
+        start = max(at - (2 if tuple(tokens[at - 2 : at]) in _TWO_WORD_HEADS else 1), 0)
         heads += tokens[:start]
         # "number_of_passports" counts them: the passport count, not the passport number
         tails.append(["count"] if tokens[start:at] == ["number"] else tokens[start:at])
@@ -323,10 +359,11 @@ def _drop_modifiers(tokens: list[str]) -> list[str]:
         for at, word in enumerate(tokens)
         if word not in DROPPED_MODIFIERS or (at == last and word != "preference")
     ]
-    if kept and "preference" in tokens and kept[-1] in _NOT_A_PREFERENCE:
-        # "email_preference" is how the user likes to be emailed, not the address
+    head = kept[-1] if kept else None
+    if "preference" in tokens and head not in CHOICES:
+        # "location_preference" is a wish, "email_preference" how to email them
         kept = [word for word in tokens if word in kept or word == "preference"]
-    if kept and "preferred" in tokens and kept[-1] in _NOT_PREFERRED:
+    if "preferred" in tokens and head not in CHOICES | _PREFERRED_CONTACTS:
         kept = [word for word in tokens if word in kept or word == "preferred"]
     return kept or tokens
 
@@ -348,8 +385,18 @@ def _rewrite_phrases(tokens: list[str]) -> list[str]:
 
 
 def _round(tokens: list[str]) -> list[str]:
+    # Only the last word (the noun the key names) is made singular; a word before it only by
+    # the irregular table: "lucas_birthday" is Lucas's, not Luca's ("kids_names" is then not
+    # "kid_name": a missed merge, not a false one).
+    last = len(tokens) - 1
+    tokens = [
+        _singular(word) if at == last else _IRREGULAR_PLURALS.get(word, word)
+        for at, word in enumerate(tokens)
+    ]
+    if last > 0 and tokens[last] == "no":
+        tokens[last] = "number"  # phone_no, account_no, passport_no
     # Phrases before "of" too: "phone_number_of_mom" is mom's phone, not mom's "phone number".
-    tokens = _rewrite_phrases([_singular(token) for token in tokens])
+    tokens = _rewrite_phrases(tokens)
     return _drop_modifiers(_rewrite_phrases(_reorder_of(tokens)))
 
 
