@@ -1583,6 +1583,21 @@ async def test_a_failure_recorded_after_its_session_went_leaves_no_state_row(
     assert (await memory.sessions.create(sid, user_id=other)).id == sid
 
 
+async def told_and_left_out(
+    memory: Memory,
+    model: ExtractionModel,
+    uid: uuid.UUID,
+    session_id: str,
+    fact: tuple[str, str, str, str],
+) -> None:
+    """Extract ``session_id`` telling ``fact``: it is left out as an older word (outdated),
+    nothing written, and the user holds no visible fact."""
+    model.facts = facts_json(fact)
+    report = await memory.extractor.extract_session(session_id, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {}
+
+
 async def test_an_older_session_saying_the_same_again_confirms_it_and_is_not_outdated(
     memory: Memory, model: ExtractionModel
 ) -> None:
@@ -1625,10 +1640,9 @@ async def test_a_newer_expired_row_of_the_same_value_is_still_the_newer_word(
         "UPDATE memory_facts SET expires_at = now() - interval '1 minute' WHERE user_id = :u",
         u=uid,
     )
-    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
-    report = await memory.extractor.extract_session(old, user_id=uid)
-    assert (report.facts_written, report.facts_outdated) == (0, 1)
-    assert await visible_facts(memory, uid) == {}
+    await told_and_left_out(
+        memory, model, uid, old, ("preferences", "editor", "neovim", "user_explicit")
+    )
 
 
 async def test_a_forget_by_another_case_naming_no_category_holds_in_every_category(
@@ -1645,10 +1659,7 @@ async def test_a_forget_by_another_case_naming_no_category_holds_in_every_catego
     await memory.tools.call("memory", save, ctx)
     answer = await memory.tools.call("memory", {"action": "forget", "key": "EDITOR"}, ctx)
     assert answer.startswith("memory: forgot 1 fact")
-    model.facts = facts_json(("tools", "editor", "neovim", "user_explicit"))
-    report = await memory.extractor.extract_session(old, user_id=uid)
-    assert (report.facts_written, report.facts_outdated) == (0, 1)
-    assert await visible_facts(memory, uid) == {}
+    await told_and_left_out(memory, model, uid, old, ("tools", "editor", "neovim", "user_explicit"))
 
 
 async def test_a_forget_made_under_other_key_rules_still_holds(
@@ -1665,10 +1676,9 @@ async def test_a_forget_made_under_other_key_rules_still_holds(
         "VALUES (:u, 'personal', 'home_city'), (:u, '', 'home_city')",
         u=uid,
     )
-    model.facts = facts_json(("personal", "home_city", "Brno", "user_explicit"))
-    report = await memory.extractor.extract_session(old, user_id=uid)
-    assert (report.facts_written, report.facts_outdated) == (0, 1)
-    assert await visible_facts(memory, uid) == {}
+    await told_and_left_out(
+        memory, model, uid, old, ("personal", "home_city", "Brno", "user_explicit")
+    )
 
 
 async def test_an_older_session_never_overwrites_a_value_the_user_saved_since(

@@ -9,7 +9,7 @@ import functools
 import re
 import unicodedata
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 __all__ = [
     "CHOICES",
@@ -284,6 +284,8 @@ _IE_SINGULARS: Final = frozenset(
     }
 )  # fmt: skip
 
+_T = TypeVar("_T")
+
 _MAX_PHRASE = max(len(phrase) for phrase in PHRASES)
 _MAX_ROUNDS: Final = 8
 """Rounds of rewriting before we stop; the table converges in two or three."""
@@ -416,24 +418,23 @@ def normalize_key(key: str) -> str:
     tokens falls back to its lowercased self. The result read as a key again gives itself:
     ``normalize_key`` is idempotent. docs/memory.md ("Key spellings") has the whole rule.
     """
-    form = _form(key)
-    # The form read as a key again can come out shorter ("city_news" -> "citynews" ->
-    # "citynew": the joined word is made singular); repeat until it is its own form.
+    # The form read as a key again could come out otherwise (_joined keeps the cases it knows
+    # from it); repeat until it is its own form.
+    return _stable(_form, _form(key))
+
+
+def _stable(step: Callable[[_T], _T], value: _T) -> _T:
+    """``step`` applied until it changes nothing (at most ``_MAX_ROUNDS`` times)."""
     for _ in range(_MAX_ROUNDS):
-        again = _form(form)
-        if again == form:
+        again = step(value)
+        if again == value:
             break
-        form = again
-    return form
+        value = again
+    return value
 
 
 def _form(key: str) -> str:
-    tokens = _tokens(key)
-    for _ in range(_MAX_ROUNDS):
-        rewritten = _round(tokens)
-        if rewritten == tokens:
-            break
-        tokens = rewritten
+    tokens = _stable(_round, _tokens(key))
     # Joined with no separator: a word split at a camelCase hump ("GitHub", "phoneNumber")
     # is the same key as the word written whole ("github", "phonenumber"). Between two
     # numbers "_" stays: server_10.1.11.1 is not server_10.11.1.1.
