@@ -39,7 +39,7 @@ _PLUS_PLUS = re.compile(r"(?<=[A-Za-z])\+\+")
 _BRANDS = re.compile(
     r"(?<![A-Za-z])(?i:mysql|mypy|whatsapp|mongodb|mariadb|dynamodb|couchdb|influxdb|duckdb|"
     r"macos|watchos|ipados|tvos|chromeos|nodejs|vuejs|nextjs|devops|github|gitlab|linkedin|"
-    r"youtube|postgresql|myspace)(?![a-z])"
+    r"youtube|postgresql|myspace|k8s)(?![a-z])"
 )
 
 PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
@@ -202,9 +202,10 @@ CHOICES: Final = frozenset(
     {
         "language", "editor", "browser", "shell", "terminal", "ide", "theme", "font", "mode",
         "layout", "currency", "unit", "timezone", "airline", "tone", "style", "format", "engine",
-        "genre", "cuisine", "diet", "pronoun", "greeting", "channel", "method", "tool",
-        "framework", "library", "database", "system", "locale", "notation", "indentation",
-        "voice",
+        "genre", "cuisine", "diet", "pronoun", "greeting", "method", "tool", "framework",
+        "library", "database", "system", "locale", "notation", "indentation", "voice", "app",
+        "platform", "linter", "formatter", "scheme", "keyboard", "llm", "length", "transport",
+        "stack", "workflow", "brand",
     }
 )  # fmt: skip
 """Things one chooses, whose preferred one is the one: ``preferred_language`` and
@@ -221,10 +222,26 @@ _TWO_WORD_HEADS: Final = frozenset(
         ("first", "name"), ("last", "name"), ("middle", "name"), ("full", "name"),
         ("maiden", "name"), ("birth", "date"), ("start", "date"), ("end", "date"),
         ("due", "date"), ("expiry", "date"), ("expiration", "date"), ("account", "number"),
-        ("id", "number"), ("home", "address"), ("work", "address"),
+        ("id", "number"), ("passport", "number"), ("policy", "number"), ("license", "number"),
+        ("serial", "number"), ("tax", "number"), ("home", "address"), ("work", "address"),
     }
 )  # fmt: skip
 """Heads of two words that "A of B" moves whole."""
+
+_COMMON_PLURALS: Final = frozenset(
+    {
+        "kids", "friends", "pets", "parents", "dogs", "cats", "siblings", "brothers", "sisters",
+        "sons", "daughters", "cousins", "colleagues", "coworkers", "clients", "customers",
+        "users", "employees", "students", "teachers", "projects", "skills", "hobbies",
+        "languages", "movies", "books", "songs", "foods", "drinks", "allergies", "medications",
+        "accounts", "devices", "cars", "vehicles", "servers", "apps", "tools", "games", "shows",
+        "bands", "artists", "sports", "teams", "countries", "cities", "places", "restaurants",
+        "contacts", "emails", "phones", "addresses", "names", "dates", "files", "documents",
+        "orders", "subscriptions", "plants", "birthdays", "grandchildren",
+    }
+)  # fmt: skip
+"""Plurals made singular wherever they stand (a word before the last is otherwise left as it
+is, since a name may end in "s"): "kids_names" is "kid_name"."""
 
 _IRREGULAR_PLURALS: Final = {
     "children": "child",
@@ -346,9 +363,12 @@ def _reorder_of(tokens: list[str]) -> list[str]:
         # A two-word head moves whole: "first_name_of_wife" is the wife's first name.
         start = max(at - (2 if tuple(tokens[at - 2 : at]) in _TWO_WORD_HEADS else 1), 0)
         heads += tokens[:start]
-        # "number_of_passports" counts them: the passport count, not the passport number
-        tails.append(["count"] if tokens[start:at] == ["number"] else tokens[start:at])
+        tails.append(tokens[start:at])
         tokens = tokens[at + 1 :]
+        if tails[-1] == ["number"] and tokens:
+            # "number_of_passports" counts them: the passport count, not the passport number
+            tails[-1] = ["count"]
+            tokens[-1] = _singular(tokens[-1])
     return heads + tokens + [word for tail in reversed(tails) for word in tail]
 
 
@@ -362,9 +382,11 @@ def _drop_modifiers(tokens: list[str]) -> list[str]:
         if word not in DROPPED_MODIFIERS or (at == last and word != "preference")
     ]
     head = kept[-1] if kept else None
-    if "preference" in tokens and head not in CHOICES:
-        # "location_preference" is a wish, "email_preference" how to email them
-        kept = [word for word in tokens if word in kept or word == "preference"]
+    if head is not None and "preference" in tokens and head not in CHOICES:
+        if head in _PREFERRED_CONTACTS:  # "email_preference": how to email them
+            kept = [*kept, "preference"]
+        else:  # "location_preference" is a wish, the preferred location: either way, one key
+            kept = ["preferred", *(word for word in kept if word != "preferred")]
     if "preferred" in tokens and head not in CHOICES | _PREFERRED_CONTACTS:
         kept = [word for word in tokens if word in kept or word == "preferred"]
     return kept or tokens
@@ -387,19 +409,21 @@ def _rewrite_phrases(tokens: list[str]) -> list[str]:
 
 
 def _round(tokens: list[str]) -> list[str]:
-    # Only the last word (the noun the key names) is made singular; a word before it only by
-    # the irregular table: "lucas_birthday" is Lucas's, not Luca's ("kids_names" is then not
-    # "kid_name": a missed merge, not a false one).
-    last = len(tokens) - 1
+    # Only the noun the key names (its last word, once "of" has moved it there) is made
+    # singular by the rule; a word before it by the irregular table and a list of common
+    # plurals only: "lucas_birthday" and "birthday_of_lucas" are Lucas's, not Luca's, while
+    # "kids_names" is "kid_name".
     tokens = [
-        _singular(word) if at == last else _IRREGULAR_PLURALS.get(word, word)
-        for at, word in enumerate(tokens)
+        _IRREGULAR_PLURALS.get(word) or (_singular(word) if word in _COMMON_PLURALS else word)
+        for word in tokens
     ]
-    if last > 0 and tokens[last] == "no":
-        tokens[last] = "number"  # phone_no, account_no, passport_no
+    if len(tokens) > 1 and tokens[-1] == "no":
+        tokens[-1] = "number"  # phone_no, account_no, passport_no
     # Phrases before "of" too: "phone_number_of_mom" is mom's phone, not mom's "phone number".
-    tokens = _rewrite_phrases(tokens)
-    return _drop_modifiers(_rewrite_phrases(_reorder_of(tokens)))
+    tokens = _reorder_of(_rewrite_phrases(tokens))
+    if tokens:
+        tokens[-1] = _singular(tokens[-1])
+    return _drop_modifiers(_rewrite_phrases(tokens))
 
 
 # Dedupe normalises every key of a category on each write: the same few keys again and again.
@@ -407,9 +431,10 @@ def _round(tokens: list[str]) -> list[str]:
 def normalize_key(key: str) -> str:
     """The canonical spelling of a fact key: two keys name the same fact iff these are equal.
 
-    Tokens (split on ``_ - . / space`` and camelCase humps, case-folded) are singularized,
-    phrases are rewritten by ``PHRASES`` (British spelling, abbreviations, compounds), ``A of
-    B`` becomes ``B A`` (A the word before "of"), phrases are rewritten again, and
+    Tokens (split on ``_ - . / space`` and camelCase humps, case-folded): phrases are
+    rewritten by ``PHRASES`` (British spelling, abbreviations, compounds), ``A of B`` becomes
+    ``B A`` (A the word or two-word head before "of"), the last token is made singular (others
+    only by the irregular table and a list of common plurals), phrases are rewritten again, and
     ``DROPPED_MODIFIERS`` are removed where they qualify a word after them; the round repeats
     until nothing changes (a rewrite or a dropped modifier can bring two tokens of a phrase
     together). The result is the tokens joined with no separator, so a word split at a
