@@ -162,6 +162,8 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("main", "course"): ("maincourse",),
     ("main", "dish"): ("maindish",),
     ("user", "agent"): ("useragent",),
+    ("default", "password"): ("defaultpassword",),
+    ("user", "count"): ("usercount",),
     ("user", "experience"): ("userexperience",),
     ("user", "interface"): ("userinterface",),
     ("primary", "color"): ("primarycolor",),
@@ -201,17 +203,25 @@ the color of the user's car."""
 CHOICES: Final = frozenset(
     {
         "language", "editor", "browser", "shell", "terminal", "ide", "theme", "font", "mode",
-        "layout", "currency", "unit", "timezone", "airline", "tone", "style", "format", "engine",
+        "layout", "currency", "unit", "timezone", "airline", "tone", "format", "engine",
         "genre", "cuisine", "diet", "pronoun", "greeting", "method", "tool", "framework",
         "library", "database", "system", "locale", "notation", "indentation", "voice", "app",
-        "platform", "linter", "formatter", "scheme", "keyboard", "llm", "length", "transport",
-        "stack", "workflow", "brand",
+        "platform", "linter", "formatter", "scheme", "keyboard", "llm", "transport", "workflow",
     }
 )  # fmt: skip
 """Things one chooses, whose preferred one is the one: ``preferred_language`` and
 ``language_preference`` are the language. Only before or after these are ``preferred`` and
 ``preference`` dropped: a preferred location, salary, car or partner is a wish, not the one the
 user has (``preferred_location`` is not where they live)."""
+
+_CHOICE_PAIRS: Final = frozenset(
+    {
+        ("package", "manager"), ("password", "manager"), ("email", "client"),
+        ("cloud", "provider"), ("streaming", "service"), ("communication", "channel"),
+        ("contact", "method"), ("search", "engine"),
+    }
+)  # fmt: skip
+"""Choices named by two words whose last alone is no choice (a manager may be a person)."""
 
 _PREFERRED_CONTACTS: Final = frozenset({"email", "phone", "address"})
 """Contacts whose preferred one is the one to use: ``preferred_email`` is the email (but
@@ -238,6 +248,10 @@ _COMMON_PLURALS: Final = frozenset(
         "bands", "artists", "sports", "teams", "countries", "cities", "places", "restaurants",
         "contacts", "emails", "phones", "addresses", "names", "dates", "files", "documents",
         "orders", "subscriptions", "plants", "birthdays", "grandchildren",
+        # relations in a possessive written without its apostrophe ("mothers_maiden_name")
+        "mothers", "fathers", "moms", "mums", "dads", "wifes", "husbands", "partners",
+        "grandmothers", "grandfathers", "grandmas", "grandpas", "aunts", "uncles", "nieces",
+        "nephews", "grandkids", "girlfriends", "boyfriends", "drivers", "doctors", "bosses",
     }
 )  # fmt: skip
 """Plurals made singular wherever they stand (a word before the last is otherwise left as it
@@ -379,17 +393,22 @@ def _drop_modifiers(tokens: list[str]) -> list[str]:
     kept = [
         word
         for at, word in enumerate(tokens)
-        if word not in DROPPED_MODIFIERS or (at == last and word != "preference")
+        if word not in DROPPED_MODIFIERS
+        or (at == last and word != "preference")
+        or (word == "user" and at > 0)  # "app_user_count" counts the app's users
     ]
-    head = kept[-1] if kept else None
-    if head is not None and "preference" in tokens and head not in CHOICES:
-        if head in _PREFERRED_CONTACTS:  # "email_preference": how to email them
+    if not kept:
+        return tokens
+    choice = kept[-1] in CHOICES or tuple(kept[-2:]) in _CHOICE_PAIRS
+    contact = kept[-1] in _PREFERRED_CONTACTS
+    if "preference" in tokens and not choice:
+        if contact:  # "email_preference": how to email them
             kept = [*kept, "preference"]
         else:  # "location_preference" is a wish, the preferred location: either way, one key
             kept = ["preferred", *(word for word in kept if word != "preferred")]
-    if "preferred" in tokens and head not in CHOICES | _PREFERRED_CONTACTS:
+    if "preferred" in tokens and not (choice or contact):
         kept = [word for word in tokens if word in kept or word == "preferred"]
-    return kept or tokens
+    return kept
 
 
 def _rewrite_phrases(tokens: list[str]) -> list[str]:
