@@ -3,6 +3,7 @@ the pool opens it, and a server restart. Each acts from outside, as an operator 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import threading
@@ -45,6 +46,19 @@ class BackendKiller:
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+    async def __aenter__(self) -> BackendKiller:
+        return self.__enter__()
+
+    async def __aexit__(self, *_exc: object) -> None:
+        """Stop without blocking the event loop, then let it run a moment: a backend killed
+        while its connection sat idle in the pool is then known closed and replaced at the next
+        checkout. (``with`` joined the thread on the loop itself: the next call could check out
+        a connection whose end the loop had not yet read, and fail once — a ConnectionLostError
+        the package documents as safe to retry, not the fault the test is after.)"""
+        self._stop.set()
+        await asyncio.to_thread(self._thread.join)
+        await asyncio.sleep(0.1)
 
     def _run(self) -> None:
         with self._server.admin(self._dbname) as conn:

@@ -104,7 +104,7 @@ async def writes_under_kills(
             await attempt(log, "search_facts", tag, store.search_facts("colour", user_id=uid))
             await attempt(log, "search_chunks", tag, store.search_chunks("part", user_id=uid))
 
-    with BackendKiller(pg_server, memory.engine.url.database or "", seed=seed) as killer:
+    async with BackendKiller(pg_server, memory.engine.url.database or "", seed=seed) as killer:
         await asyncio.gather(*(worker(w) for w in range(workers)))
 
     assert raw_errors(log) == {}
@@ -246,7 +246,7 @@ async def compressions_under_kills(
                 log, "compress", sid, memory.sessions.compress(sid, keep_last=2, user_id=uid)
             )
 
-    with BackendKiller(pg_server, memory.engine.url.database or "", seed=seed) as killer:
+    async with BackendKiller(pg_server, memory.engine.url.database or "", seed=seed) as killer:
         await asyncio.gather(*(worker(sid) for sid in sids))
 
     assert raw_errors(log) == {}
@@ -300,7 +300,8 @@ async def test_backfill_under_backend_kills_raises_only_storage_errors_and_resum
         fake_ollama.mode = "ok"
 
         log: list[Outcome] = []
-        with BackendKiller(pg_server, memory.engine.url.database or "", seed=SEED + 2, pause=0.01):
+        dbname = memory.engine.url.database or ""
+        async with BackendKiller(pg_server, dbname, seed=SEED + 2, pause=0.01):
             for attempt_no in range(30):
                 await attempt(log, "backfill", str(attempt_no), memory.store.backfill_embeddings(4))
                 if log[-1].error is None:
