@@ -201,6 +201,7 @@ def draft_dict(content: str, *, naive: bool = False) -> dict[str, object]:
     }
 
 
+@pytest.mark.slow
 async def test_add_chunks_refuses_malformed_and_naive_chunks_and_takes_many(
     memory: Memory,
 ) -> None:

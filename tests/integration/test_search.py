@@ -761,6 +761,7 @@ async def test_concurrent_searches_each_get_their_own_answers(busy_memory: Memor
 VOCABULARY = ["alpha", "deploy", "zebra", "server_port", "8098", "the", "%", "_", "\\", "'; --"]
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -812,6 +813,7 @@ async def two_users(memory: Memory) -> tuple[uuid.UUID, uuid.UUID, str, str]:
     return alice, bob, "gen-sa", "gen-sb"
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -200,6 +200,7 @@ def _console(env: dict[str, str], *argv: str, cwd: Path) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 def test_the_console_script_reports_an_unreachable_database_on_one_line(
     isolated_cwd: Path,
 ) -> None:
@@ -217,6 +218,7 @@ def test_the_console_script_reports_an_unreachable_database_on_one_line(
     assert "Traceback" not in listing.stderr + doctor.stderr + doctor.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "setting", ["BACKFILL_BATCH_SIZE=nan", "EMBEDDING_TIMEOUT_SECONDS=-1", "HNSW_EF_SEARCH=x"]
 )

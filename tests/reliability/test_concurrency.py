@@ -184,6 +184,7 @@ async def test_generated_interleavings_of_many_tenants_lose_nothing_and_leak_not
     await run_schedule(busy_memory, people, schedule)
 
 
+@pytest.mark.slow
 async def test_two_hundred_concurrent_writes_of_ten_users(busy_memory: Memory) -> None:
     """200 writes started at once, twenty per user (facts, sketches, messages, chunks), each
     task acting through its own request context: all land once, each in its tenant."""

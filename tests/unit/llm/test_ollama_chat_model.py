@@ -94,6 +94,7 @@ async def test_scripted_replies_are_used_in_order_then_the_handler(
     assert replies == ["first", "second", "echo: m2"]
 
 
+@pytest.mark.slow
 async def test_settings_choose_host_key_model_and_timeout(fake: FakeOllama) -> None:
     settings = Settings(
         _env_file=None,

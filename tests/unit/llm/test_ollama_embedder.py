@@ -188,6 +188,7 @@ async def test_dedicated_embedding_host_without_key_does_not_get_the_main_key(
     assert "authorization" not in fake.recorded[0].headers
 
 
+@pytest.mark.slow
 async def test_settings_choose_model_prefixes_batch_size_and_timeout(fake: FakeOllama) -> None:
     settings = Settings(
         _env_file=None,

@@ -598,6 +598,7 @@ def _check_drafts(parsed: ParsedFacts) -> None:
 CONFIDENCE = {"tool_call": 95, "auto_discovery": 95, "user_explicit": 90, "conversation": 70}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_JSON_VALUES, st.sampled_from(["{}", "```json\n{}\n```", "Sure: {} Done.", "{}"]))
 def test_any_json_reply_parses_to_clean_drafts(value: object, frame: str) -> None:

@@ -8,6 +8,8 @@ import json
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.extraction import ExtractionService, SessionTranscript
 from navi_memory.services.facts import FactService
@@ -37,6 +39,7 @@ async def test_a_short_reply_gives_its_facts() -> None:
     ]
 
 
+@pytest.mark.slow
 async def test_a_runaway_reply_is_parsed_while_the_event_loop_keeps_turning() -> None:
     """2 MB of fact-shaped items (a few hundred ms of parsing): the same facts and count as a
     short reply would give, and meanwhile the loop runs other tasks (on the loop itself it ran

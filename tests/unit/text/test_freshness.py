@@ -263,6 +263,7 @@ def reference_marks(excerpts: list[RawExcerpt], facts: list[FactVersion]) -> lis
     return marks
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(
     st.lists(st.tuples(texts, st.lists(texts, max_size=2), st.integers(0, 3)), max_size=4),
