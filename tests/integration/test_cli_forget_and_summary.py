@@ -131,6 +131,11 @@ def test_summary_set_for_an_unknown_user_says_what_an_operator_can_do(
     assert "ensure" not in said and said.count("\n") == 1
 
 
+def stdin(data: bytes) -> io.TextIOWrapper:
+    """``data`` as stdin reads it under a C locale (bytes that are not UTF-8 kept as surrogates)."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+
+
 @pytest.mark.usefixtures("cli_env")
 def test_summary_set_from_stdin_that_is_not_utf8_says_so(
     db_url: str,
@@ -142,9 +147,6 @@ def test_summary_set_from_stdin_that_is_not_utf8_says_so(
     were refused as "a lone surrogate"; the operator is told stdin is not UTF-8 text, and
     nothing is written. UTF-8 stdin still works, its line ends read as text."""
     uid = _user(pg_server, db_url)
-
-    def stdin(data: bytes) -> io.TextIOWrapper:
-        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
 
     monkeypatch.setattr(sys, "stdin", stdin(b"Sam \xff writes Dutch."))
     assert main(["summary", "set", "--user", str(uid), "-"]) == 2
@@ -177,9 +179,6 @@ def test_import_from_stdin_that_is_not_utf8_says_so(
     assert main(["export", "--user", str(uid)]) == 0
     exported = capsys.readouterr().out
     assert '"type"' in exported
-
-    def stdin(data: bytes) -> io.TextIOWrapper:
-        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
 
     other = str(uuid.uuid4())
     bad = exported.replace("Sam writes Dutch.", "Sam \udcff writes.").encode(

@@ -391,18 +391,18 @@ async def _forget(store: FactStore, request: ForgetFact) -> str:
         for key in dict.fromkeys((request.key, unicodedata.normalize("NFD", request.key)))
         if len(key) <= FACT_KEY_MAX_CHARS
     ]
-    removed: list[Fact] = []
-    if request.category is None:
-        for key in keys:
-            removed += await store.delete_facts(key)
-    else:  # the category under every case it is stored in (see _save)
-        for category in await _stored_spellings(store, request.category) or [request.category]:
-            for key in keys:
-                removed += await store.delete_facts(key, category)
+    # No category: every category, in one call per key (so the forget is remembered in every
+    # category); else the category under every case it is stored in (see _save).
+    categories: list[str | None] = [None]
+    if request.category is not None:
+        categories = list(await _stored_spellings(store, request.category) or [request.category])
+    removed = await _delete(store, keys, categories)
     if not removed:
-        # Not stored under that spelling: under another of the same key ("Editor" for the
-        # "editor" a save kept, the rule dedupe merges by), if any.
-        removed = await _forget_spellings(store, request)
+        # Not stored as written: under the same key but for case ("EDITOR" for the "Editor" a
+        # save kept), if any.
+        removed = await _delete(
+            store, await _keys_but_for_case(store, request, categories), categories
+        )
     if not removed:
         scope = f" in category {request.category!r}" if request.category is not None else ""
         return f"memory: nothing to forget, no stored fact has the key {request.key!r}{scope}."
@@ -422,28 +422,25 @@ async def _forget(store: FactStore, request: ForgetFact) -> str:
     return f"memory: forgot {len(removed)} {noun}: {names}{spelling}"
 
 
-async def _forget_spellings(store: FactStore, request: ForgetFact) -> list[Fact]:
-    """The visible facts whose key is ``request.key`` but for case (and Unicode form), in the
-    category asked for (any case of it) or, without one, in every category — as the exact key
-    would be; each deleted by its stored key through the same call, so a forget naming no
-    category is remembered in every category (FactService.delete). Nothing fuzzier: a forget
-    deletes, and "language" must not take main_language and a programming language with it."""
-    wanted = _nfc(request.key).casefold()
-    if request.category is None:
-        facts = await store.get_all_facts(search=request.key)
-        categories: list[str | None] = [None]
-    else:
-        stored = await _stored_spellings(store, request.category)
-        facts = []
-        for name in stored:
-            facts += await store.get_all_facts(category=name, search=request.key)
-        categories = list(stored)
-    keys = sorted({fact.key for fact in facts if _nfc(fact.key).casefold() == wanted})
+async def _delete(store: FactStore, keys: list[str], categories: list[str | None]) -> list[Fact]:
     removed: list[Fact] = []
-    for key in keys:
-        for in_category in categories:
-            removed += await store.delete_facts(key, in_category)
+    for category in categories:
+        for key in keys:
+            removed += await store.delete_facts(key, category)
     return removed
+
+
+async def _keys_but_for_case(
+    store: FactStore, request: ForgetFact, categories: list[str | None]
+) -> list[str]:
+    """The stored keys of visible facts in ``categories`` (None: every category) that are
+    ``request.key`` but for case and Unicode form, read through the key's ILIKE. Nothing
+    fuzzier: a forget deletes, and "language" must not take main_language with it."""
+    wanted = _nfc(request.key).casefold()
+    facts: list[Fact] = []
+    for category in categories:
+        facts += await store.get_all_facts(category=category, search=request.key)
+    return sorted({fact.key for fact in facts if _nfc(fact.key).casefold() == wanted})
 
 
 async def _list(store: FactStore) -> str:
