@@ -206,3 +206,34 @@ async def test_another_user_cannot_take_a_session_kept_outside_sessions_by_marki
         marked = await memory.store.mark_session_extracted("ext-1")
         assert await memory.store.get_extracted_at("ext-1") == marked
         await memory.sessions.create("ext-1")
+
+
+# --- upsert_fact's session ---------------------------------------------------------------------
+
+
+async def test_a_fact_is_not_written_from_another_users_session(memory: Memory) -> None:
+    """upsert_fact(session_id=Bob's session) for Alice, and the memory tool's save with a
+    ToolContext naming it, recorded Bob's session as her fact's provenance (her memory_search
+    then showed it). Now both are refused and nothing is written; her own session, and an id
+    `sessions` does not hold, are recorded as given."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    bsid = (await memory.sessions.create(user_id=bob)).id
+    asid = (await memory.sessions.create(user_id=alice)).id
+    await memory.store.upsert_fact("prefs", "editor", "vim", user_id=alice, session_id=asid)
+    with pytest.raises(NotFoundError, match=f"no session '{bsid}' for this user"):
+        await memory.store.upsert_fact("prefs", "editor", "emacs", user_id=alice, session_id=bsid)
+    with pytest.raises(NotFoundError, match="for this user"):
+        await memory.store.upsert_fact("prefs", "shell", "zsh", user_id=alice, session_id=bsid)
+    save = {"action": "save", "category": "prefs", "key": "theme", "value": "dark"}
+    answer = await memory.tools.call("memory", save, ToolContext(user_id=alice, session_id=bsid))
+    assert answer.startswith("memory error: ") and f"no session '{bsid}'" in answer, answer
+    facts = await memory.store.get_all_facts(user_id=alice)
+    assert [(f.key, f.value, f.session_id) for f in facts] == [("editor", "vim", asid)]
+    # An application's own session id (no row in `sessions`) is provenance as given.
+    fact = await memory.store.upsert_fact(
+        "prefs", "editor", "helix", user_id=alice, session_id="app-7"
+    )
+    assert (fact.value, fact.session_id) == ("helix", "app-7")
+    # Bob writes from his own session.
+    own = await memory.store.upsert_fact("prefs", "editor", "nano", user_id=bob, session_id=bsid)
+    assert own.session_id == bsid

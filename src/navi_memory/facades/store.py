@@ -152,7 +152,9 @@ class MemoryStore:
         Same value again: only ``last_verified_at`` moves (an expired fact is revived with the new
         expiry). New value: value, vector, source, confidence, expiry and ``updated_at`` change.
         ``session_id`` (default: the request context's session) is recorded as where the fact
-        was written from; it moves with ``updated_at``.
+        was written from; it moves with ``updated_at``. A session the ``sessions`` table holds
+        under another user is NotFoundError, writing nothing; an id it does not hold (an
+        application's own) is recorded as given.
 
         One statement on an autocommit connection (FactService.write). A vector set or changed
         is queued for memory_fact_vectors, which the fact indexer fills in the background;

@@ -123,7 +123,8 @@ UPSERT: Final = _returning(
     *FACT_FIELDS,
 )
 """upsert_fact in one round trip: ``navi_fact_upsert``, created by revision 0007 and replaced by
-0017 (its text is there). Under the (user, category) lock it finds the target — the visible row
+0017 (its text is there) and 0027 (which refuses a session of another user: ``_FOREIGN_SESSION``).
+Under the (user, category) lock it finds the target — the visible row
 holding the key, else the row a hidden spelling of exactly this key stands behind — and, when
 deduping, the other visible spellings (same ``key_norm``; never a row the user separated, nor
 any when the target is one); then inserts, writes the new value (the vector only on a target
@@ -419,6 +420,9 @@ class UpsertDone:
     """The row written over had expired."""
     row: FetchedRow | None
     """The written row: the Fact columns and ``has_embedding``."""
+    foreign_session: bool = False
+    """Nothing written: ``sessions`` holds the session id given under another user
+    (revision 0027)."""
 
 
 _BEHIND_EXPIRED = """
@@ -472,6 +476,10 @@ _SETTLE_HEIRS = text(
 )
 """An heir (pointing at itself) and the rows behind it: behind the visible row holding the
 heir's key, else behind the newest heir of that key, which becomes visible (NULLIF)."""
+
+
+_FOREIGN_SESSION: Final = "foreign session"
+"""navi_fact_upsert's action when ``sessions`` holds the session id under another user."""
 
 
 def category_lock_scope(user_id: uuid.UUID | None, category: str) -> str:
@@ -528,6 +536,15 @@ class FactUpsertRepository:
         verify, and hide the other spellings — or write nothing and say why."""
         (row,) = await fetch_rows(self.conn, UPSERT, upsert_parameters(write))
         action = row["action"]
+        if action == _FOREIGN_SESSION:
+            return UpsertDone(
+                unnormalized=[],
+                action=None,
+                merged=False,
+                was_expired=False,
+                row=None,
+                foreign_session=True,
+            )
         return UpsertDone(
             unnormalized=list(zip(row["unnormalized_ids"], row["unnormalized_keys"], strict=True)),
             action=action,

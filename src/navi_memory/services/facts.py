@@ -236,6 +236,11 @@ class FactService:
         statement = upsert_statement(write, dedupe=dedupe)
         for _ in range(NORMALIZE_ROUNDS):
             done = await repo.upsert(statement)
+            if done.foreign_session:
+                raise NotFoundError(
+                    f"no session {write.session_id!r} for this user: a fact's session is one "
+                    "of its user's (or an id the sessions table does not hold)"
+                )
             if done.row is not None:
                 fact = to_fact(done.row)
                 own = (
