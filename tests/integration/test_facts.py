@@ -557,6 +557,9 @@ async def test_without_a_current_user_writes_are_refused_and_global_reads_need_r
         assert sorted(f.value for f in await store.search_facts("editor")) == ["emacs", "neovim"]
         assert await store.fact_count() == 2
         assert len(await store.get_all_facts(all_users=True)) == 2
+        # One user and every user at once: which was meant is not guessed (it listed everyone's).
+        with pytest.raises(InvalidInputError, match="pass one of them"):
+            await store.get_all_facts(user_id=alice, all_users=True)
 
 
 async def test_legacy_unowned_facts_are_visible_only_to_global_reads(memory: Memory) -> None:

@@ -350,6 +350,12 @@ class MemoryStore:
 
     def _listing_scope(self, user_id: uuid.UUID | str | None, all_users: bool) -> uuid.UUID | None:
         if all_users:
+            if user_id is not None:
+                # Which was meant is not ours to guess: one user's list, or everyone's.
+                raise InvalidInputError(
+                    f"user_id={user_id!s} and all_users=True ask for one user's facts and for "
+                    "every user's: pass one of them"
+                )
             if not has_permission(PERMISSION_READ_ALL):
                 raise PermissionDeniedError(
                     f"all_users=True lists every user's facts and needs {PERMISSION_READ_ALL}"
