@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from navi_memory import EmbeddingError, Memory, Settings, open_memory
+from navi_memory import EmbeddingError, Memory, Settings, open_memory, request_context
 from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.testing import FakeOllama, HashedEmbedder
 from tests.conftest import make_settings
@@ -61,18 +61,19 @@ async def test_backfill_gives_vectors_to_facts_written_while_the_embedder_was_do
     assert await memory.store.backfill_embeddings() == 0
 
 
-async def test_backfill_skips_hidden_rows(memory: Memory, fake_ollama: FakeOllama) -> None:
+async def test_backfill_embeds_hidden_rows_too(memory: Memory, fake_ollama: FakeOllama) -> None:
+    """A hidden row is shown by no read, but an unmerge (or the expiry of the row it stands
+    behind) brings it back: left without a vector it was found by text alone from then on."""
     uid = await new_user(memory)
     fake_ollama.mode = "fail"
-    await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    old = await memory.store.upsert_fact("p", "language", "English", user_id=uid)
     await memory.store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid, dedupe=True)
     fake_ollama.mode = "ok"
-    assert await memory.store.backfill_embeddings() == 1
-    hidden_without_vector = await scalar(
-        memory,
-        "SELECT count(*) FROM memory_facts WHERE embedding IS NULL AND merged_into IS NOT NULL",
-    )
-    assert hidden_without_vector == 1
+    assert await memory.store.backfill_embeddings() == 2
+    assert await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0
+    with request_context(user_id=uid):
+        back = await memory.store.unmerge_fact(old.id)
+    assert back.has_embedding
 
 
 async def test_backfill_with_the_embedder_down_raises_and_keeps_rows_for_a_rerun(

@@ -151,6 +151,24 @@ async def test_reembed_embeds_every_fact_and_chunk_with_the_configured_model(
     assert checks["stored vectors"].status == "ok"
 
 
+async def test_a_fact_hidden_during_a_reembed_comes_back_with_the_new_models_vector(
+    memory: Memory, settings: Settings, fake_ollama: FakeOllama
+) -> None:
+    """A reembed clears every vector, hidden rows' too; its backfill skipped hidden rows, so an
+    unmerge afterwards brought back a fact only a text search could find."""
+    uid = await new_user(memory)
+    old = await memory.store.upsert_fact("p", "language", "English", user_id=uid)
+    await memory.store.upsert_fact("p", "preferred_language", "Dutch", user_id=uid, dedupe=True)
+    async with open_memory(_other(settings, fake_ollama)) as changed:
+        with request_context(permissions=[PERMISSION_READ_ALL]):
+            assert await changed.admin.reembed() == 2
+        with request_context(user_id=uid):
+            back = await changed.store.unmerge_fact(old.id)
+            assert back.has_embedding
+            hits = await changed.store.search_facts("English")
+        assert [(h.key, h.value) for h in hits][:1] == [("language", "English")]
+
+
 async def test_reembed_with_the_model_down_clears_nothing(
     memory: Memory, fake_ollama: FakeOllama
 ) -> None:

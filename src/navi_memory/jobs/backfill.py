@@ -126,7 +126,7 @@ class Backfill:
         pause_seconds: float,
         progress: ProgressCallback | None = None,
     ) -> int:
-        """Embed every visible fact and every chunk without a vector, ``batch_size`` at a time,
+        """Embed every fact (hidden ones too) and every chunk without a vector, ``batch_size`` at a time,
         committing per batch, and queue for the HNSW index every chunk vector that is in none
         (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector. Raises
         EmbeddingError if the model is down (finished batches stay; a rerun resumes), or at the
@@ -301,7 +301,9 @@ class _ModelCalls:
 
 
 class FactBackfill:
-    """memory_facts rows without a vector; hidden rows are skipped (no read path shows them)."""
+    """memory_facts rows without a vector, hidden ones too: no read path shows a hidden row,
+    but an unmerge or the expiry of the row it stands behind brings it back, and a reembed
+    clears its vector with the rest."""
 
     table = "memory_facts"
 

@@ -890,21 +890,18 @@ class FactRepository:
     # --- backfill ---------------------------------------------------------------------------
 
     async def missing_embeddings(self, after_id: int, limit: int) -> list[FactRow]:
-        """Visible-or-expired rows without a vector (hidden rows are skipped), by id."""
+        """Rows without a vector, by id: hidden ones too (an unmerge, or the expiry of the row
+        a hidden one stands behind, brings it back, to be found by its vector)."""
         stmt = (
             select(FactRow)
-            .where(
-                FactRow.embedding.is_(None), FactRow.merged_into.is_(None), FactRow.id > after_id
-            )
+            .where(FactRow.embedding.is_(None), FactRow.id > after_id)
             .order_by(FactRow.id)
             .limit(limit)
         )
         return list((await self.session.scalars(stmt)).all())
 
     async def count_missing_embeddings(self) -> int:
-        stmt = select(func.count()).where(
-            FactRow.embedding.is_(None), FactRow.merged_into.is_(None)
-        )
+        stmt = select(func.count()).where(FactRow.embedding.is_(None))
         return int(await self.session.scalar(stmt) or 0)
 
     async def set_embedding(
