@@ -269,6 +269,11 @@ OLLAMA_DEFAULT_TAG: Final = "latest"
 """The tag Ollama gives a model named without one: ``nomic-embed-text`` is
 ``nomic-embed-text:latest``."""
 
+OLLAMA_DEFAULT_REGISTRY: Final = "registry.ollama.ai"
+OLLAMA_DEFAULT_NAMESPACE: Final = "library"
+"""The registry and namespace Ollama gives a model named without them:
+``registry.ollama.ai/library/nomic-embed-text`` is ``nomic-embed-text``."""
+
 TEXT_ONLY_EMBEDDING_MODEL: Final = "none"
 """EMBEDDING_MODEL=none: text-only mode, no embedding model at all."""
 

@@ -285,6 +285,13 @@ async def test_a_recheck_that_finds_the_model_of_record_matching_ends_the_mismat
         ("local", "local"),
         ("local:/models/e5", "local:/models/e5"),
         ("none", "none"),
+        # Ollama's own defaults and case folding (its types/model name rules): one model.
+        ("library/nomic-embed-text", "nomic-embed-text:latest"),
+        ("registry.ollama.ai/library/nomic-embed-text:latest", "nomic-embed-text:latest"),
+        ("https://registry.ollama.ai/library/nomic-embed-text", "nomic-embed-text:latest"),
+        ("Nomic-Embed-Text:Latest", "nomic-embed-text:latest"),
+        ("registry.ollama.ai/jina/embed", "jina/embed:latest"),
+        ("example.com/library/embed", "example.com/library/embed:latest"),
     ],
 )
 def test_an_ollama_model_without_a_tag_is_its_latest(name: str, canonical: str) -> None:
@@ -296,6 +303,8 @@ def test_an_ollama_model_without_a_tag_is_its_latest(name: str, canonical: str) 
     [
         ("nomic-embed-text:latest", "nomic-embed-text"),
         ("nomic-embed-text", "nomic-embed-text:latest"),  # recorded before names had a tag
+        ("nomic-embed-text:latest", "library/nomic-embed-text"),
+        ("nomic-embed-text:latest", "Nomic-Embed-Text"),
     ],
 )
 async def test_the_two_spellings_of_one_model_are_no_change(

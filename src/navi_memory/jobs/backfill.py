@@ -126,9 +126,10 @@ class Backfill:
         pause_seconds: float,
         progress: ProgressCallback | None = None,
     ) -> int:
-        """Embed every fact (hidden ones too) and every chunk without a vector, ``batch_size`` at a time,
-        committing per batch, and queue for the HNSW index every chunk vector that is in none
-        (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector. Raises
+        """Embed every fact (hidden ones too) and every chunk without a vector, ``batch_size``
+        at a time, committing per batch, and queue for the HNSW index every chunk vector that
+        is in none (see ChunkRepository.requeue_unindexed). Returns how many rows got a vector.
+        Raises
         EmbeddingError if the model is down (finished batches stay; a rerun resumes), or at the
         end when it failed some rows alone (every other row got its vector; a rerun retries
         them), and ConfigError in text-only mode (there is no model to embed with)."""

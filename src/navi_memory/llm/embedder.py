@@ -6,10 +6,17 @@ Documents and queries get nomic-embed-text's task prefixes; every failure is an 
 from __future__ import annotations
 
 import asyncio
+import string
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol, Self, runtime_checkable
 
-from navi_memory.constants import EMBEDDING_DIM, OLLAMA_DEFAULT_TAG, TEXT_ONLY_EMBEDDING_MODEL
+from navi_memory.constants import (
+    EMBEDDING_DIM,
+    OLLAMA_DEFAULT_NAMESPACE,
+    OLLAMA_DEFAULT_REGISTRY,
+    OLLAMA_DEFAULT_TAG,
+    TEXT_ONLY_EMBEDDING_MODEL,
+)
 from navi_memory.errors import ConfigError, EmbeddingError, EmbeddingTimeoutError
 from navi_memory.llm._ollama import (
     ClientOwner,
@@ -78,23 +85,39 @@ def embedding_text_for_fact(category: str, key: str, value: str) -> str:
 
 def canonical_model_name(model: str) -> str:
     """The name an embedding model is recorded and compared as (memory_embedding_model): an
-    Ollama model named without a tag gets the one Ollama gives it, ``nomic-embed-text`` is
-    ``nomic-embed-text:latest`` (one model, two spellings); a tagged name (or one with a
-    digest), ``local``, ``local:<directory>`` and ``none`` are kept as written, stripped.
+    Ollama name as Ollama resolves it (its ``types/model`` name rules) — without a tag, the
+    one Ollama gives it (``nomic-embed-text`` is ``nomic-embed-text:latest``); the default
+    registry and namespace left out (``registry.ollama.ai/library/x`` and ``library/x`` are
+    ``x``); an ``http://`` or ``https://`` in front dropped; ASCII letters lower-cased (Ollama
+    compares names so: ``Nomic-Embed-Text`` is the same model). ``local``,
+    ``local:<directory>`` and ``none`` are kept as written, stripped.
 
-    Both sides of a comparison go through it: a name recorded untagged (before this rule)
-    equals its ``:latest`` form without any migration."""
+    Both sides of a comparison go through it: a name recorded in another spelling (before
+    this rule) equals its canonical form without any migration."""
     # Imported here, as in embedder_from_settings: the local module only when it is needed.
     from navi_memory.llm.local import local_model_of
 
     name = model.strip()
     if not name or name.lower() == TEXT_ONLY_EMBEDDING_MODEL or local_model_of(name) is not None:
         return name
+    for scheme in ("http://", "https://"):
+        if name.lower().startswith(scheme):
+            name = name[len(scheme) :]
+            break
+    name = name.translate(_ASCII_LOWER)
     # A registry host may carry a port (host:11434/ns/model): the tag is in the last segment.
-    last = name.rsplit("/", 1)[-1]
-    if ":" in last or "@" in last:
-        return name
-    return f"{name}:{OLLAMA_DEFAULT_TAG}"
+    *path, last = name.split("/")
+    if len(path) == 2 and path[0] == OLLAMA_DEFAULT_REGISTRY:
+        path = path[1:]
+    if len(path) == 1 and path[0] == OLLAMA_DEFAULT_NAMESPACE:
+        path = []
+    if ":" not in last and "@" not in last:
+        last = f"{last}:{OLLAMA_DEFAULT_TAG}"
+    return "/".join([*path, last])
+
+
+_ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+"""Ollama folds model names' ASCII letters only (``downcase`` in its types/model)."""
 
 
 def same_model(recorded: str, configured: str) -> bool:
