@@ -24,6 +24,7 @@ from navi_memory import (
     request_context,
 )
 from navi_memory.cli.doctor import diagnose
+from navi_memory.cli.maintenance import reembed_left
 from navi_memory.jobs import embedding_model
 from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.jobs.embedding_model import EmbeddingModelRecord
@@ -540,3 +541,33 @@ async def test_doctor_reports_a_young_record_of_another_model_with_no_vector_sto
     await execute(memory, LEFTOVER)
     aged = {c.name: c for c in await diagnose(other, check_models=False)}["stored vectors"]
     assert aged.status == "ok"
+
+
+def test_an_interrupted_reembed_says_whether_it_cleared_the_vectors(
+    settings: Settings, fake_ollama: FakeOllama
+) -> None:
+    """Ctrl-C during the first model call (a newly pulled model loading) said the vectors were
+    cleared and to run backfill, which is then refused as a model mismatch: nothing had been
+    cleared. The model of record tells which."""
+
+    async def stored() -> None:
+        async with open_memory(settings) as memory:
+            await _stored_memory(memory)
+
+    asyncio.run(stored())
+    other = _other(settings, fake_ollama)
+    assert "nothing was cleared" in reembed_left(other)
+    assert "run navi-memory reembed again" in reembed_left(other)
+
+    async def reembedded() -> None:
+        async with open_memory(other) as changed:
+            with request_context(permissions=[PERMISSION_READ_ALL]):
+                await changed.admin.reembed()
+
+    asyncio.run(reembedded())
+    assert "the vectors were cleared" in reembed_left(other)
+    assert "navi-memory backfill to finish" in reembed_left(other)
+    unreachable = other.model_copy(
+        update={"database_url": "postgresql+asyncpg://nobody@127.0.0.1:9/none"}
+    )
+    assert "could not read whether the vectors were cleared" in reembed_left(unreachable)

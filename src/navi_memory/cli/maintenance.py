@@ -3,14 +3,18 @@ without, and every vector made again after a change of embedding model."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 
 from navi_memory.cli.output import EXIT_INTERRUPTED, TableProgress, admin_memory, err, out, run
-from navi_memory.config import load_settings
+from navi_memory.config import Settings, load_settings
+from navi_memory.db import create_engine, create_sessionmaker, resolve_database_url
 from navi_memory.errors import InvalidInputError
+from navi_memory.jobs.embedding_model import EmbeddingModelRecord, ModelChange
+from navi_memory.llm.embedder import canonical_model_name
 from navi_memory.migrations import current_revision, head_revision, upgrade
 
 __all__ = ["backfill", "migrate", "reembed", "register"]
@@ -97,7 +101,8 @@ def reembed() -> None:
 
     Clears every stored vector and the vector indexes in one transaction, records the
     configured model, then runs the backfill's work (same batches and pause). Meanwhile
-    search finds the rows by text. Interrupted, `navi-memory backfill` finishes it.
+    search finds the rows by text. Interrupted, it says whether the vectors were cleared:
+    then `navi-memory backfill` finishes it, else run it again.
     Refused in text-only mode (EMBEDDING_MODEL=none). Running app processes still set to the
     old model stop making vectors within 10 s (EMBEDDING_MODEL_RECHECK_SECONDS): restart them
     with the new EMBEDDING_MODEL.
@@ -118,13 +123,51 @@ def reembed() -> None:
     try:
         embedded, indexed, facts_indexed = run(work)
     except KeyboardInterrupt:
-        err.print(
-            "navi-memory: interrupted; the vectors were cleared and finished batches are saved: "
-            "run navi-memory backfill to finish"
-        )
+        err.print(f"navi-memory: interrupted; {reembed_left(settings)}", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     out.print(
         f"reembed: {embedded} row(s) embedded with {settings.embedding_model}, {indexed} "
         f"chunk(s) and {facts_indexed} fact vector(s) indexed",
         markup=False,
+    )
+
+
+REEMBED_LOOK_SECONDS: Final = 5.0
+"""How long an interrupted reembed may take to read what it left (the model of record)."""
+
+
+def reembed_left(settings: Settings) -> str:
+    """What an interrupted reembed left, and what finishes it: the model of record says
+    whether the vectors were cleared (the configured model is recorded in the same
+    transaction). Interrupted early — the first call of a newly pulled model often stalls
+    while Ollama loads it — nothing was cleared, and backfill would be refused as a model
+    mismatch."""
+
+    async def recorded_change() -> ModelChange | None:
+        url = await asyncio.to_thread(resolve_database_url, settings)
+        engine = create_engine(settings, url)
+        try:
+            record = EmbeddingModelRecord(
+                create_sessionmaker(engine), model=canonical_model_name(settings.embedding_model)
+            )
+            return await asyncio.wait_for(record.changed_from(), REEMBED_LOOK_SECONDS)
+        finally:
+            await engine.dispose()
+
+    try:
+        change = run(recorded_change)
+    except (Exception, KeyboardInterrupt):
+        return (
+            "could not read whether the vectors were cleared: if `navi-memory doctor` reports "
+            "another model's stored vectors, nothing was cleared (run navi-memory reembed "
+            "again); otherwise finished batches are saved (run navi-memory backfill to finish)"
+        )
+    if change is not None:
+        return (
+            f"nothing was cleared: the stored vectors are still {change.recorded!r}'s; run "
+            "navi-memory reembed again"
+        )
+    return (
+        "the vectors were cleared and finished batches are saved: run navi-memory backfill to "
+        "finish"
     )
