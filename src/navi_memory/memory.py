@@ -17,7 +17,7 @@ from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from navi_memory.config import Settings
+from navi_memory.config import Settings, load_settings
 from navi_memory.constants import EMBEDDING_MODEL_RECHECK_SECONDS
 from navi_memory.db import (
     Capabilities,
@@ -129,11 +129,13 @@ async def open_memory(
     ``embedder=False`` (or EMBEDDING_MODEL=none with no embedder passed) is text-only mode: no
     embedding client at all, rows stored without vectors, every search a text search.
 
+    Without ``settings``, reads them from the environment (a malformed value: ConfigError).
     Refuses, with a SchemaError saying what to do, a server without pgvector >= 0.8 or a schema
     that is not at head; a server that cannot be reached is a StorageError naming the URL.
     """
     _check_arguments(settings, embedder, chat_model)
-    settings = settings or Settings()
+    # From the environment: a malformed value is one ConfigError line naming the variable.
+    settings = settings or load_settings()
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(settings, url)
     cached_plans = create_engine(settings, url, cached_plans=True)

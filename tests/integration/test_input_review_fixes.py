@@ -11,7 +11,9 @@ import pytest
 
 from navi_memory import (
     PERMISSION_READ_ALL,
+    ConfigError,
     InvalidInputError,
+    InvalidTypeError,
     Memory,
     ToolContext,
     open_memory,
@@ -342,3 +344,44 @@ async def test_a_cleared_scratchpad_section_is_no_search_hit_and_reads_as_empty(
         for query in ("plan", ""):
             hits = await memory.search.search(query, scope="sketches", current_session_id="s1")
             assert [hit.key for hit in hits] == ["todo"], query
+
+
+# --- a third bad-input review -------------------------------------------------------------------
+
+
+async def test_record_shown_refuses_what_is_not_a_list_of_hits(memory: Memory) -> None:
+    """None, a str or a list of str leaked a TypeError or AttributeError from inside."""
+    uid = await new_user(memory)
+    sid = (await memory.sessions.create(user_id=uid)).id
+    with request_context(user_id=uid):
+        for bad in (None, "abc", ["x"], {"hit": 1}):
+            with pytest.raises(InvalidTypeError, match="hits must be"):
+                await memory.context.record_shown(sid, bad)  # type: ignore[arg-type]
+        await memory.context.record_shown(sid, [])
+
+
+async def test_a_number_of_thousands_of_digits_as_a_tool_argument_is_a_clear_refusal(
+    memory: Memory,
+) -> None:
+    """A host passing a Python dict with a huge int: the refusal's own text raised ValueError
+    (Python writes out no int of over 4,300 digits); the model got "failed unexpectedly"."""
+    uid = await new_user(memory)
+    context = ToolContext(user_id=uid)
+    for arguments in (
+        {"action": "save", "category": 10**5000, "key": "k", "value": "v"},
+        {"action": 10**5000},
+    ):
+        answer = await memory.tools.call("memory", arguments, context)
+        assert answer.startswith("memory error: ") and "digits" in answer, answer
+        assert "unexpectedly" not in answer
+    answer = await memory.tools.call("memory", [1, 2], context)  # type: ignore[arg-type]
+    assert answer == "memory error: the arguments must be a JSON object, got an array", answer
+
+
+async def test_open_memory_reads_a_malformed_environment_as_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DB_POOL_SIZE", "abc")
+    with pytest.raises(ConfigError, match="DB_POOL_SIZE='abc'"):
+        async with open_memory():
+            pass

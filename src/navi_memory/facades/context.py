@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from navi_memory.config import Settings
 from navi_memory.constants import MESSAGE_MAX_CHARS
-from navi_memory.errors import NotFoundError
+from navi_memory.errors import InvalidTypeError, NotFoundError
 from navi_memory.llm.chat import ChatTurn
 from navi_memory.request_context import write_scope
 from navi_memory.schemas import MemoryHit
@@ -29,7 +29,7 @@ from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.search import UnifiedSearchService
 from navi_memory.text.recall import recall_message_text
 from navi_memory.unit_of_work import LaneEngines, engine_of, unit_of_work
-from navi_memory.validation import check_session_id, check_text
+from navi_memory.validation import check_sequence, check_session_id, check_text
 
 __all__ = ["ContextBuilder", "ContextPrompt"]
 
@@ -159,6 +159,13 @@ class ContextBuilder:
         memory_search tool calls it; ``user_id=None`` is the current user."""
         uid = write_scope(user_id)
         sid = check_session_id(session_id)
+        hits = check_sequence("hits", hits)
+        for hit in hits:
+            if not isinstance(hit, MemoryHit):
+                raise InvalidTypeError(
+                    f"hits must be MemoryHit objects (as memory.search returns them), got "
+                    f"{type(hit).__name__}"
+                )
         shown = [
             hit.chunk_id
             for hit in hits

@@ -37,7 +37,7 @@ def json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):
-        return f"the number {value!r}"
+        return f"the number {_shown(value)}"
     if isinstance(value, str):
         return "text"
     if isinstance(value, list | tuple):

@@ -32,6 +32,7 @@ from navi_memory.request_context import (
     current_user_id,
     request_context,
 )
+from navi_memory.tools.arguments import json_type
 from navi_memory.validation import check_session_id
 
 __all__ = [
@@ -120,9 +121,7 @@ def decode_arguments(arguments: Mapping[str, Any] | str | None) -> dict[str, Any
                 f"the arguments are not valid JSON ({str(exc)[:80]}); send a JSON object"
             ) from exc
     if not isinstance(arguments, Mapping):
-        raise InvalidTypeError(
-            f"the arguments must be a JSON object, got {type(arguments).__name__}"
-        )
+        raise InvalidTypeError(f"the arguments must be a JSON object, got {json_type(arguments)}")
     decoded: dict[str, Any] = {}
     for name, value in arguments.items():
         if not isinstance(name, str):
