@@ -111,6 +111,7 @@ SCHEMA_REVISIONS: Final = (
     "0025",
     "0026",
     "0027",
+    "0028",
 )
 """The Alembic revisions this code ships, oldest first (a test keeps them equal to
 alembic/versions'): a database at any other revision was migrated by a newer release."""

@@ -237,3 +237,41 @@ async def test_a_fact_is_not_written_from_another_users_session(memory: Memory) 
     # Bob writes from his own session.
     own = await memory.store.upsert_fact("prefs", "editor", "nano", user_id=bob, session_id=bsid)
     assert own.session_id == bsid
+
+
+# --- add_chunks under a session kept outside sessions ---------------------------------------------
+
+
+async def test_chunks_are_not_written_under_a_session_another_user_keeps_outside_sessions(
+    memory: Memory,
+) -> None:
+    """Bob keeps "ext-1" outside `sessions` (his chunks name it). Alice's add_chunks under it
+    was written, and then Bob could neither mark nor create his own session id. Refused now,
+    as mark_session_extracted and sessions.create refuse it; so is an id Bob holds extraction
+    state or sketches under."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    await memory.store.add_chunks(
+        [chunk("User: bob external", T0)], user_id=bob, session_id="ext-1"
+    )
+    with request_context(user_id=alice), pytest.raises(NotFoundError, match="ext-1"):
+        await memory.store.add_chunks([chunk("User: alice into ext", T0)], session_id="ext-1")
+    assert await _chunk_count(memory, alice) == 0
+    await memory.store.mark_session_extracted("ext-2", user_id=bob)
+    await execute(
+        memory,
+        "INSERT INTO kv_store (user_id, scope, session_id, key, value) "
+        "VALUES (:u, 'scratchpad', 'ext-3', 'plan', 'bob''s')",
+        u=bob,
+    )
+    for sid in ("ext-2", "ext-3"):
+        with pytest.raises(NotFoundError, match=sid):
+            await memory.store.add_chunks([chunk("User: alice", T0)], user_id=alice, session_id=sid)
+    assert await _chunk_count(memory, alice) == 0
+    # Bob goes on writing under his ids, and marks and creates them; Alice under her own.
+    with request_context(user_id=bob):
+        more = [chunk("User: bob again", T0 + timedelta(minutes=1), seq=3)]
+        assert await memory.store.add_chunks(more, session_id="ext-1") == 1
+        assert await memory.store.add_chunks(more, session_id="ext-3") == 1
+        await memory.store.mark_session_extracted("ext-1")
+        await memory.sessions.create("ext-1")
+    assert await memory.store.add_chunks([chunk("User: a", T0)], user_id=alice, session_id="a-1")

@@ -69,6 +69,8 @@ class ChunkRow(Base):
             text("ended_at DESC"),
         ),
         Index("ix_memory_chunks_breadcrumbs", "breadcrumbs", postgresql_using="gin"),
+        # Whose chunks a session id holds, whoever wrote them (revision 0028).
+        Index("ix_memory_chunks_session_id_user_id", "session_id", "user_id"),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Identity, Text, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Identity, Index, Text, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -29,5 +29,12 @@ class KvRow(Base):
     __table_args__ = (
         UniqueConstraint(
             "user_id", "scope", "session_id", "key", postgresql_nulls_not_distinct=True
+        ),
+        # Whose entries a session id holds, whoever wrote them (revision 0028).
+        Index(
+            "ix_kv_store_session_id_user_id",
+            "session_id",
+            "user_id",
+            postgresql_where=text("session_id IS NOT NULL"),
         ),
     )

@@ -22,7 +22,7 @@ from navi_memory.constants import (
 from navi_memory.db import vector_binary
 from navi_memory.models import ChunkRow
 from navi_memory.repositories.like import term_patterns
-from navi_memory.repositories.sessions import summary_at_of_chunk
+from navi_memory.repositories.sessions import HELD_BY_OTHERS, summary_at_of_chunk
 from navi_memory.repositories.statements import (
     FetchedRow,
     Reads,
@@ -68,7 +68,7 @@ class IndexedBatch(NamedTuple):
 _HALFVEC = f"halfvec({EMBEDDING_DIM})"
 
 _INSERT = text(
-    """
+    f"""
     WITH owner AS (
         -- The session's row, if it has one, share-locked: a session delete that has not
         -- committed makes this wait and then see no row (refused if require_session), and one
@@ -79,8 +79,12 @@ _INSERT = text(
         SELECT user_id FROM navi_session_claim(:sid)
     ),
     allowed AS (
-        SELECT NOT EXISTS (SELECT 1 FROM owner WHERE user_id <> :uid)
-               AND (NOT :require_session OR EXISTS (SELECT 1 FROM owner)) AS ok
+        -- The session's row, else the rows of a session kept outside sessions (revision
+        -- 0028): an id another user holds chunks, sketches or extraction state under is theirs.
+        SELECT CASE WHEN EXISTS (SELECT 1 FROM owner)
+                    THEN NOT EXISTS (SELECT 1 FROM owner WHERE user_id <> :uid)
+                    ELSE NOT :require_session AND NOT ({HELD_BY_OTHERS})
+               END AS ok
     ),
     ins AS (
         INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import (
     BigInteger,
@@ -46,12 +46,20 @@ from navi_memory.repositories.statements import any_of
 from navi_memory.text.chunks import WHITESPACE
 
 __all__ = [
+    "HELD_BY_OTHERS",
     "ExtractionClaim",
     "ExtractionClaimRepository",
     "SessionActivity",
     "SessionRepository",
     "summary_at_of_chunk",
 ]
+
+
+HELD_BY_OTHERS: Final = "navi_session_held_by_others(:sid, :uid)"
+"""Whether a user other than ``:uid`` holds raw chunks, kv entries (sketches) or extraction
+state under the session id ``:sid`` (revision 0028's function, on its indexes)."""
+
+_ROWS_OF_OTHERS: Final = text(f"SELECT {HELD_BY_OTHERS}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,16 +387,10 @@ class SessionRepository:
         return None if row is None else (row[0],)
 
     async def rows_of_others(self, session_id: str, user_id: uuid.UUID) -> bool:
-        """Whether a user other than ``user_id`` holds raw chunks or kv entries (sketches)
-        under ``session_id``: rows of a session kept outside ``sessions`` (neither table has a
-        foreign key to it). Neither table is keyed by session first, so the chunks' probe reads
-        the (user_id, session_id, ended_at) index whole, in an index-only scan: ~1.2 ms at
-        200k chunks (~650 pages), growing with the table; driven by the users instead it was
-        ~31 ms at 100k users even with no chunk at all (measured, 2026-12-06). Only an id the
-        caller chose is probed (SessionService.create)."""
-        chunks = exists().where(ChunkRow.session_id == session_id, ChunkRow.user_id != user_id)
-        kv = exists().where(KvRow.session_id == session_id, KvRow.user_id != user_id)
-        found = await self.session.scalar(select(or_(chunks, kv)))
+        """Whether a user other than ``user_id`` holds raw chunks, kv entries (sketches) or
+        extraction state under ``session_id``: rows of a session kept outside ``sessions``
+        (no table has a foreign key to it). HELD_BY_OTHERS, on revision 0028's indexes."""
+        found = await self.session.scalar(_ROWS_OF_OTHERS, {"sid": session_id, "uid": user_id})
         return bool(found)
 
     async def mark_extracted(
