@@ -409,7 +409,8 @@ async def test_chunk_max_distance_setting_is_the_vector_cut_off(
         settings = make_settings(db_url, fake_ollama, chunk_max_distance=cut_off)
         async with open_memory(settings) as m:
             uid = await new_user(m)
-            await m.store.add_chunks([port], user_id=uid, session_id="s1")
+            # A session id of each user's own (ids are unique across users).
+            await m.store.add_chunks([port], user_id=uid, session_id=f"s-{cut_off}")
             hits = await m.store.search_chunks("which port should the API use", user_id=uid)
         assert [h.content_hash for h in hits] == [port.content_hash]
         assert sum(h.via == "vector" for h in hits) == vector_hits

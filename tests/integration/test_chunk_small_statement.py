@@ -145,9 +145,13 @@ async def test_the_small_statement_returns_the_plain_statements_rows_wherever_th
     the graph — possible only with CHUNK_GRAPH_FROM below CHUNK_BM25_PRUNE_FROM — is read
     exactly by the small statement and through the graph by the plain one: not compared.)"""
     uid, other = await new_user(manual), await new_user(manual)
-    for owner in (uid, other):
-        await manual.store.add_chunks(drafts("a", 16), user_id=owner, session_id="s1")
+    await manual.store.add_chunks(drafts("a", 16), user_id=uid, session_id="s1")
+    await manual.store.add_chunks(drafts("a", 16), user_id=other, session_id="s1-other")
     await manual.store.index_pending_chunks()
+    # The other user's chunks under the same id: left by a version before revision 0028
+    # (add_chunks refuses it now), and read by user all the same.
+    for table in ("memory_chunks", "memory_chunk_vectors", "memory_chunk_terms"):
+        await execute(manual, f"UPDATE {table} SET session_id = 's1' WHERE user_id = :u", u=other)
     await execute(
         manual,
         "UPDATE memory_chunk_vectors SET in_graph = true WHERE user_id = :u AND chunk_id % 3 = 0",
@@ -320,7 +324,7 @@ async def test_a_user_known_small_is_read_on_cached_plans_with_the_same_hits(
     cached-plans engine, with the same hits."""
     uid, stranger = await new_user(manual), await new_user(manual)
     await manual.store.add_chunks(drafts("a", 12), user_id=uid, session_id="s1")
-    await manual.store.add_chunks(drafts("b", 4), user_id=stranger, session_id="s1")
+    await manual.store.add_chunks(drafts("b", 4), user_id=stranger, session_id="s2")
     await manual.store.index_pending_chunks()
     checkouts = {"custom": 0, "cached": 0}
     engines = {"custom": manual.store._engine, "cached": manual.store._cached_plans}
@@ -364,9 +368,9 @@ async def test_a_user_known_small_is_read_on_cached_plans_with_the_same_hits(
         assert [h.id for h in in_session] == [chunk for chunk, _, _ in first]
         # A user not known small (never searched): custom plans, session or not; a session's
         # search teaches the hints too (its rows count all the user's chunks).
-        await manual.store.search_chunks(TOPICS[1], user_id=stranger, session_id="s1")
+        await manual.store.search_chunks(TOPICS[1], user_id=stranger, session_id="s2")
         assert checkouts == {"custom": 2, "cached": 4}
-        await manual.store.search_chunks(TOPICS[1], user_id=stranger, session_id="s1")
+        await manual.store.search_chunks(TOPICS[1], user_id=stranger, session_id="s2")
         assert checkouts == {"custom": 2, "cached": 5}
     finally:
         for pool, listener in listeners:
