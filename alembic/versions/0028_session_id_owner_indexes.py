@@ -64,7 +64,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP FUNCTION IF EXISTS navi_session_held_by_others(text, uuid)")
+    # The indexes first: the autocommit block commits what ran before it, so a function
+    # dropped first would be gone while a failed index drop left the version at 0028 (and
+    # add_chunks calling a missing function). The function goes with the version stamp.
     with op.get_context().autocommit_block():
         for name in INDEXES:
             op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+    op.execute("DROP FUNCTION IF EXISTS navi_session_held_by_others(text, uuid)")

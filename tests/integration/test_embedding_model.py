@@ -547,27 +547,44 @@ def test_an_interrupted_reembed_says_whether_it_cleared_the_vectors(
     settings: Settings, fake_ollama: FakeOllama
 ) -> None:
     """Ctrl-C during the first model call (a newly pulled model loading) said the vectors were
-    cleared and to run backfill, which is then refused as a model mismatch: nothing had been
-    cleared. The model of record tells which."""
+    cleared and to run backfill, which is then refused as a model mismatch (or, the model
+    unchanged, finds nothing to do): nothing had been cleared. The clear records the model:
+    a record younger than the run says it committed, with another model or the same."""
 
     async def stored() -> None:
         async with open_memory(settings) as memory:
             await _stored_memory(memory)
 
     asyncio.run(stored())
+    execute_now(
+        settings, "UPDATE memory_embedding_model SET recorded_at = now() - interval '1 hour'"
+    )
     other = _other(settings, fake_ollama)
-    assert "nothing was cleared" in reembed_left(other)
-    assert "run navi-memory reembed again" in reembed_left(other)
+    for configured in (other, settings):  # a new model, and the same one again
+        assert reembed_left(configured, ran_seconds=30.0) == (
+            "nothing was cleared (the model had not answered yet): run navi-memory reembed again"
+        )
 
-    async def reembedded() -> None:
-        async with open_memory(other) as changed:
+    async def reembedded(configured: Settings) -> None:
+        async with open_memory(configured) as changed:
             with request_context(permissions=[PERMISSION_READ_ALL]):
                 await changed.admin.reembed()
 
-    asyncio.run(reembedded())
-    assert "the vectors were cleared" in reembed_left(other)
-    assert "navi-memory backfill to finish" in reembed_left(other)
+    for configured in (other, settings):
+        asyncio.run(reembedded(configured))
+        assert "the vectors were cleared" in reembed_left(configured, ran_seconds=30.0)
+        assert "navi-memory backfill to finish" in reembed_left(configured, ran_seconds=30.0)
     unreachable = other.model_copy(
         update={"database_url": "postgresql+asyncpg://nobody@127.0.0.1:9/none"}
     )
-    assert "could not read whether the vectors were cleared" in reembed_left(unreachable)
+    assert "could not read whether the vectors were cleared" in reembed_left(unreachable, 30.0)
+
+
+def execute_now(settings: Settings, sql: str) -> None:
+    """One statement on the settings' database, outside any test loop."""
+
+    async def run_it() -> None:
+        async with open_memory(settings) as memory:
+            await execute(memory, sql)
+
+    asyncio.run(run_it())

@@ -373,7 +373,9 @@ async def test_a_number_of_thousands_of_digits_as_a_tool_argument_is_a_clear_ref
     ):
         answer = await memory.tools.call("memory", arguments, context)
         assert answer.startswith("memory error: ") and "digits" in answer, answer
-        assert "unexpectedly" not in answer
+        assert "unexpectedly" not in answer and "the number a number" not in answer
+    answer = await memory.tools.call("memory", {"action": "save", "category": 10**5000}, context)
+    assert answer.endswith("category must be text, got a number of about 5,001 digits"), answer
     answer = await memory.tools.call("memory", [1, 2], context)  # type: ignore[arg-type]
     assert answer == "memory error: the arguments must be a JSON object, got an array", answer
 

@@ -1398,3 +1398,67 @@ def test_0024s_stop_words_are_the_packages() -> None:
     revision = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(revision)
     assert set(revision._STOP_WORDS) == STOP_WORDS
+
+
+def test_0028_finds_whose_rows_a_session_id_holds_and_a_failed_downgrade_keeps_it(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0028's navi_session_held_by_others(sid, uid): chunks, kv entries or extraction state of
+    another user under the id (legacy state of no user does not count). A downgrade that fails
+    at an index drop (a lock it cannot get) leaves the version at 0028 with the function that
+    code at 0028 calls; a full downgrade drops both indexes and the function."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0028")
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    held = "SELECT navi_session_held_by_others(%s, %s)"
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s), (%s)", (alice, bob))
+        conn.execute(
+            "INSERT INTO memory_chunks (user_id, session_id, content, content_hash, start_seq,"
+            " end_seq, started_at, ended_at) VALUES (%s, 'c', 'x', 'h', 1, 2, now(), now())",
+            (bob,),
+        )
+        conn.execute(
+            "INSERT INTO kv_store (user_id, scope, session_id, key, value)"
+            " VALUES (%s, 'scratchpad', 'k', 'plan', 'v')",
+            (bob,),
+        )
+        conn.execute(
+            "INSERT INTO session_memory_state (session_id, user_id) VALUES ('m', %s)", (bob,)
+        )
+        conn.execute("INSERT INTO session_memory_state (session_id) VALUES ('legacy')")
+        for sid, expected in (
+            ("c", True),
+            ("k", True),
+            ("m", True),
+            ("legacy", False),
+            ("n", False),
+        ):
+            assert conn.execute(held, (sid, alice)).fetchone() == (expected,), sid
+            assert conn.execute(held, (sid, bob)).fetchone() == (False,), sid
+        conn.execute(f"ALTER DATABASE {scratch_db} SET lock_timeout = '300ms'")
+    with connect(pg_server, scratch_db) as blocker:
+        blocker.autocommit = False
+        blocker.execute("LOCK TABLE kv_store IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(Exception, match="lock timeout"):
+            dbtools.downgrade(url, "0027")
+        blocker.rollback()
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0028",)
+        assert conn.execute("SELECT to_regproc('navi_session_held_by_others')").fetchone() != (
+            None,
+        )
+        conn.execute(f"ALTER DATABASE {scratch_db} RESET lock_timeout")
+    dbtools.downgrade(url, "0027")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT to_regproc('navi_session_held_by_others')").fetchone() == (
+            None,
+        )
+        names = {
+            row[0]
+            for row in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE indexname LIKE %s", ("%session_id_user_id",)
+            )
+        }
+        assert names == set()
+    dbtools.upgrade(url)

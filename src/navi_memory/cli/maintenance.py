@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from typing import Annotated, Final
 
 import typer
@@ -13,7 +14,7 @@ from navi_memory.cli.output import EXIT_INTERRUPTED, TableProgress, admin_memory
 from navi_memory.config import Settings, load_settings
 from navi_memory.db import create_engine, create_sessionmaker, resolve_database_url
 from navi_memory.errors import InvalidInputError
-from navi_memory.jobs.embedding_model import EmbeddingModelRecord, ModelChange
+from navi_memory.jobs.embedding_model import EmbeddingModelRecord
 from navi_memory.llm.embedder import canonical_model_name
 from navi_memory.migrations import current_revision, head_revision, upgrade
 
@@ -120,10 +121,12 @@ def reembed() -> None:
             facts_indexed = await memory.store.index_pending_facts()
         return embedded, indexed, facts_indexed
 
+    started = time.monotonic()
     try:
         embedded, indexed, facts_indexed = run(work)
     except KeyboardInterrupt:
-        err.print(f"navi-memory: interrupted; {reembed_left(settings)}", markup=False)
+        left = reembed_left(settings, time.monotonic() - started)
+        err.print(f"navi-memory: interrupted; {left}", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     out.print(
         f"reembed: {embedded} row(s) embedded with {settings.embedding_model}, {indexed} "
@@ -136,37 +139,37 @@ REEMBED_LOOK_SECONDS: Final = 5.0
 """How long an interrupted reembed may take to read what it left (the model of record)."""
 
 
-def reembed_left(settings: Settings) -> str:
-    """What an interrupted reembed left, and what finishes it: the model of record says
-    whether the vectors were cleared (the configured model is recorded in the same
-    transaction). Interrupted early — the first call of a newly pulled model often stalls
-    while Ollama loads it — nothing was cleared, and backfill would be refused as a model
-    mismatch."""
+def reembed_left(settings: Settings, ran_seconds: float) -> str:
+    """What a reembed interrupted after ``ran_seconds`` left, and what finishes it: the clear
+    records the configured model in its own transaction, so a record younger than the run
+    says it committed (whatever the model's name: a reembed with the same model clears too).
+    Interrupted early — the first call of a newly pulled model often stalls while Ollama loads
+    it — nothing was cleared, and a backfill would be refused as a model mismatch or find
+    nothing to do."""
 
-    async def recorded_change() -> ModelChange | None:
+    async def cleared() -> bool:
         url = await asyncio.to_thread(resolve_database_url, settings)
         engine = create_engine(settings, url)
         try:
             record = EmbeddingModelRecord(
                 create_sessionmaker(engine), model=canonical_model_name(settings.embedding_model)
             )
-            return await asyncio.wait_for(record.changed_from(), REEMBED_LOOK_SECONDS)
+            # A second of slack: the two clocks measure the same span from either side.
+            within = record.recorded_within(ran_seconds + 1.0)
+            return await asyncio.wait_for(within, REEMBED_LOOK_SECONDS)
         finally:
             await engine.dispose()
 
     try:
-        change = run(recorded_change)
+        done = run(cleared)
     except (Exception, KeyboardInterrupt):
         return (
             "could not read whether the vectors were cleared: if `navi-memory doctor` reports "
             "another model's stored vectors, nothing was cleared (run navi-memory reembed "
             "again); otherwise finished batches are saved (run navi-memory backfill to finish)"
         )
-    if change is not None:
-        return (
-            f"nothing was cleared: the stored vectors are still {change.recorded!r}'s; run "
-            "navi-memory reembed again"
-        )
+    if not done:
+        return "nothing was cleared (the model had not answered yet): run navi-memory reembed again"
     return (
         "the vectors were cleared and finished batches are saved: run navi-memory backfill to "
         "finish"

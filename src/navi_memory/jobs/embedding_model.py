@@ -246,6 +246,13 @@ class EmbeddingModelRecord:
                 return ModelChange(recorded, vectors_stored=False)
             return None
 
+    async def recorded_within(self, seconds: float) -> bool:
+        """Whether a model was recorded in the last ``seconds`` by the database's clock: a
+        reembed's clear, which records its model in the same transaction, committed then."""
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
+            age = await EmbeddingModelRepository(session=session).age_seconds()
+        return age is not None and age <= seconds
+
     async def replace_vectors(self) -> None:
         """In one transaction: clear every stored vector and the vector indexes' copies and
         queues, and record ``model`` as the model of record (a mismatch ends).

@@ -37,7 +37,8 @@ def json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):
-        return f"the number {_shown(value)}"
+        shown = _shown(value)
+        return shown if shown.startswith("a number of about") else f"the number {shown}"
     if isinstance(value, str):
         return "text"
     if isinstance(value, list | tuple):
