@@ -54,11 +54,11 @@ LEGACY_SUFFIX = "_legacy"
 
 
 def _set_aside(table: str) -> None:
-    """Rename an existing ``table`` to ``table_legacy`` with its indexes and the sequences it
-    owns (an index or a serial's sequence keeps its name through a table rename and would clash
-    with the new table's): its rows are kept, untouched, and the new table takes the name. The
-    schema is the one this revision creates its tables in (``current_schema()``), never a
-    table of that name elsewhere on the search path."""
+    """Rename an existing ``table`` to ``table_legacy`` with its indexes, the sequences it owns
+    and its constraints (each keeps its name through a table rename and would clash with the
+    new table's, or push the new one's to a suffixed name): its rows are kept, untouched, and
+    the new table takes the name. The schema is the one this revision creates its tables in
+    (``current_schema()``), never a table of that name elsewhere on the search path."""
     op.execute(
         f"""
         DO $$
@@ -84,6 +84,17 @@ def _set_aside(table: str) -> None:
                                left(r.relname, 63 - length('{LEGACY_SUFFIX}'))
                                || '{LEGACY_SUFFIX}');
             END LOOP;
+            -- Constraints no index stands behind (an index's rename renames its primary key
+            -- or unique constraint): check, foreign key and, from PostgreSQL 18, NOT NULL
+            -- constraints are named too, and the new table's would take a "1" suffix.
+            FOR r IN SELECT conname FROM pg_constraint
+                     WHERE conrelid = t AND contype IN ('c', 'f', 'n', 't')
+            LOOP
+                EXECUTE format('ALTER TABLE %I.%I RENAME CONSTRAINT %I TO %I',
+                               here, '{table}', r.conname,
+                               left(r.conname, 63 - length('{LEGACY_SUFFIX}'))
+                               || '{LEGACY_SUFFIX}');
+            END LOOP;
             EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', here, '{table}',
                            '{table}{LEGACY_SUFFIX}');
         END $$
@@ -92,7 +103,8 @@ def _set_aside(table: str) -> None:
 
 
 def _put_back(table: str) -> None:
-    """Undo _set_aside's table rename (its indexes and sequences keep the suffix)."""
+    """Undo _set_aside's table rename (its indexes, sequences and constraints keep the
+    suffix)."""
     op.execute(
         f"""
         DO $$ BEGIN
