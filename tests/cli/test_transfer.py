@@ -4,6 +4,9 @@ purge-expired and text-only mode as an operator sees them."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import threading
 import uuid
 from pathlib import Path
 
@@ -91,7 +94,15 @@ def test_file_mistakes_of_export_and_import_are_one_line_exit_2(navi: Navi, tmp_
     is refused by name. None of them is reported as a bug."""
     unreachable = {"DATABASE_URL": f"postgresql://u@/db?host={tmp_path}/no-server"}
     user = str(uuid.uuid4())
-    for output, reason in ((tmp_path / "missing" / "u.jsonl", "no folder"), (tmp_path, "folder")):
+    # A symlink is written through: one into a missing folder is refused up front too (it
+    # was refused only once the export was built, exit 1).
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to(tmp_path / "gone" / "u.jsonl")
+    for output, reason in (
+        (tmp_path / "missing" / "u.jsonl", "no folder"),
+        (tmp_path, "folder"),
+        (dangling, "no folder"),
+    ):
         done = navi("export", "--user", user, "--output", str(output), env=unreachable)
         assert done.returncode == 2, done.stdout + done.stderr
         line = done.stderr.strip()
@@ -110,6 +121,47 @@ def test_file_mistakes_of_export_and_import_are_one_line_exit_2(navi: Navi, tmp_
     assert done.returncode == 2, done.stdout + done.stderr
     line = done.stderr.strip()
     assert len(line.splitlines()) == 1 and "line 1" in line and "nested too deeply" in line
+    # A path that cannot be opened for reading (a socket: ENXIO; an unreadable file alike)
+    # was "unexpected PermissionError ... a bug", exit 1.
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(tmp_path / "sock"))
+        done = navi("import", str(tmp_path / "sock"), env=unreachable)
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = done.stderr.strip()
+    assert len(line.splitlines()) == 1 and "cannot read the export" in line
+    assert "unexpected" not in line
+
+
+async def test_export_and_import_through_pipes(
+    navi: Navi, memory: Memory, fake_ollama: FakeOllama, tmp_path: Path
+) -> None:
+    """--output /dev/stdout with stdout a pipe (as here), and an import from a pipe
+    (`<(...)`, a named pipe): /dev/stdout resolved to /proc/<pid>/fd/pipe:[N], which does not
+    exist, and the export failed; a pipe to import from was "no export file"."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-pipe")
+    env = {"DATABASE_URL": memory.settings.database_url or ""}
+    streamed = navi("export", "--user", str(uid), "--output", "/dev/stdout", env=env)
+    assert streamed.returncode == 0, streamed.stderr
+    whole = navi("export", "--user", str(uid), env=env)
+    assert streamed.stdout == whole.stdout and whole.stdout.count("\n") > 3
+    assert "record(s) of user" in streamed.stderr  # not in the stream it would corrupt
+    fifo = tmp_path / "u.fifo"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with fifo.open("w", encoding="utf-8") as pipe:
+            pipe.write(whole.stdout)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        imported = navi("import", str(fifo), "--as-user", str(uuid.uuid4()), "--session-prefix",
+                        "copy-", "--json", env=env)  # fmt: skip
+    finally:
+        writer.join(timeout=30)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["rows"]["fact"] == 3
 
 
 def test_text_only_mode_as_doctor_and_backfill_report_it(

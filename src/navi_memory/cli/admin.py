@@ -193,8 +193,12 @@ def export(
         sys.stdout.writelines(lines)
         sys.stdout.flush()
     else:
+        stream = _is_stream(output)
         write_whole(output, lines)
-        out.print(f"export: {len(records)} record(s) of user {user} in {output}", markup=False)
+        # Into a stream (/dev/stdout above all) the line would be read as part of the export.
+        (err if stream else out).print(
+            f"export: {len(records)} record(s) of user {user} in {output}", markup=False
+        )
     warn_unimportable(records)
 
 
@@ -205,8 +209,9 @@ def write_whole(output: Path, lines: Iterable[str]) -> None:
     before as it was. An ``output`` that is not a regular file (``/dev/stdout``, a pipe, a
     process substitution) is written in place, as a stream. A failure is a NaviMemoryError
     (exit 1: the operation failed, not the command line)."""
-    target = output.resolve()  # a symlink's file is replaced, never the link itself
-    if target.exists() and not target.is_file():
+    # Not resolved first: /dev/stdout on a pipe resolves to /proc/<pid>/fd/pipe:[N], which
+    # does not exist as a path, while the unresolved name opens the pipe.
+    if _is_stream(output):
         try:
             with output.open("w", encoding="utf-8") as stream:
                 stream.writelines(lines)
@@ -215,6 +220,7 @@ def write_whole(output: Path, lines: Iterable[str]) -> None:
                 f"cannot write the export to {output}: {exc.strerror or exc}"
             ) from exc
         return
+    target = output.resolve()  # a symlink's file is replaced, never the link itself
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
         # O_EXCL: never through a file or link someone else put there.
@@ -254,18 +260,30 @@ def warn_unimportable(records: list[ExportRecord]) -> None:
     )
 
 
+def _is_stream(output: Path) -> bool:
+    """An --output that exists and is not a regular file (following links): /dev/stdout, a
+    named pipe, a process substitution — written in place."""
+    return output.exists() and not output.is_file() and not output.is_dir()
+
+
 def check_output(output: Path) -> None:
-    """Refuse an --output that cannot be written (an InvalidInputError naming it)."""
-    folder = output.parent
+    """Refuse an --output that cannot be written (an InvalidInputError naming it), before the
+    export is built: a regular file is written beside where a symlink leads (write_whole), so
+    that folder is the one that must exist and be writable."""
+    target = output if _is_stream(output) else output.resolve()
+    folder = target.parent
     if output.is_dir():
         reason = "it is a folder: name a file in it"
+    elif _is_stream(output):
+        reason = "" if os.access(output, os.W_OK) else "permission denied"
     elif not folder.is_dir():
         reason = f"there is no folder {folder}: create it first"
-    elif not os.access(folder, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+    elif not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
         reason = "permission denied"
     else:
-        return
-    raise InvalidInputError(f"cannot write the export to {output}: {reason}")
+        reason = ""
+    if reason:
+        raise InvalidInputError(f"cannot write the export to {output}: {reason}")
 
 
 def read_export(file: IO[str]) -> Iterator[dict[str, Any]]:
@@ -346,9 +364,18 @@ def import_(
         records = _stdin_records()
     else:
         path = Path(source)
-        if not path.is_file():
+        if path.is_dir():
+            raise InvalidInputError(f"{source} is a folder: name the export file")
+        if not path.exists():
             raise InvalidInputError(f"no export file {source}")
-        with path.open(encoding="utf-8") as file:
+        # A pipe (`<(gunzip -c u.jsonl.gz)`) is read as a file is.
+        try:
+            file = path.open(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot read the export {source}: {exc.strerror or exc}"
+            ) from exc
+        with file:
             try:
                 records = list(read_export(file))
             except InvalidInputError as exc:
