@@ -283,6 +283,10 @@ async def test_reembed_after_a_model_change_clears_doctor_s_finding(
     before = json.loads(navi("doctor", "--json", "--no-models", env=env).stdout)
     check = next(c for c in before["checks"] if c["name"] == "stored vectors")
     assert check["status"] == "finding" and check["fix"] == "navi-memory reembed"
+    # backfill is refused in the mismatch: exit 2, stdout empty (Rich wrote an empty line).
+    mixing = navi("backfill", env=env)
+    assert mixing.returncode == 2 and "reembed" in mixing.stderr
+    assert mixing.stdout == ""
 
     refused = navi("reembed", env={**env, "EMBEDDING_MODEL": "none"})
     assert refused.returncode == 2

@@ -278,15 +278,25 @@ class TableProgress:
             console=console,
         )
         self._tasks: dict[str, TaskID] = {}
+        self._shown = False
 
     def __call__(self, progress: BackfillProgress) -> None:
         task = self._tasks.get(progress.table)
         if task is None:
+            if self._shown and not self._tasks:
+                self._progress.start()  # at the first bar: a refusal before it draws nothing
             task = self._progress.add_task(progress.table, total=progress.total)
             self._tasks[progress.table] = task
         self._progress.update(task, completed=progress.done, total=progress.total)
 
     @contextmanager
     def shown(self) -> Iterator[TableProgress]:
-        with self._progress:
+        """The bars drawn from the first report on, and left drawn at the end. A job refused
+        before its first report writes nothing to stdout (Rich wrote an empty line)."""
+        self._shown = True
+        try:
             yield self
+        finally:
+            self._shown = False
+            if self._tasks:
+                self._progress.stop()
