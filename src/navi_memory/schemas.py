@@ -431,6 +431,9 @@ class ExportExtraction(_Record):
     type: Literal["extraction"] = "extraction"
     session_id: str
     extracted_at: datetime | None = None
+    failed_at: datetime | None = None
+    """The extractor's last failed attempt since its last success (revision 0025): a sweep
+    takes such a session after the others. Absent in exports made before it was carried."""
 
 
 class ExportChunk(_Record):

@@ -21,7 +21,7 @@ from navi_memory import (
     request_context,
 )
 from navi_memory.constants import EXPORT_FORMAT, EXPORT_FORMAT_VERSION, INJECTED_LEDGER_KEY
-from navi_memory.schemas import ExportChunk, ExportFact, ExportSession
+from navi_memory.schemas import ExportChunk, ExportExtraction, ExportFact, ExportSession
 from navi_memory.services.transfer import import_refusals
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
@@ -684,6 +684,37 @@ async def test_an_export_without_unmerged_at_or_session_id_still_imports(memory:
         "SELECT unmerged_at IS NULL AND session_id IS NULL FROM memory_facts WHERE user_id = :u",
         u=copy,
     )
+
+
+async def test_an_extractions_last_failure_survives_export_and_import(
+    memory: Memory, other_memory: Memory
+) -> None:
+    """session_memory_state.failed_at (a session the model failed on is swept after the
+    others) was left out of the export: the copy took a failing session first again. An
+    export made before it was carried imports with none."""
+    uid = await new_user(memory)
+    sid = (await memory.sessions.create(user_id=uid)).id
+    await memory.store.mark_session_extracted(sid, user_id=uid)
+    await execute(
+        memory,
+        "UPDATE session_memory_state SET failed_at = now() - interval '1 hour' "
+        "WHERE session_id = :s",
+        s=sid,
+    )
+    failed = "SELECT failed_at FROM session_memory_state WHERE session_id = :s"
+    with admin():
+        records = await memory.admin.export_user(uid)
+        await other_memory.admin.import_user(records)
+        assert dumped(await other_memory.admin.export_user(uid)) == dumped(records)
+        older = dumped(records)
+        for record in older:
+            record.pop("failed_at", None)
+        copy = uuid.uuid4()
+        await memory.admin.import_user(older, user_id=copy, session_prefix="copy-")
+    (state,) = [r for r in records if isinstance(r, ExportExtraction)]
+    assert state.failed_at is not None
+    assert await scalar(other_memory, failed, s=sid) == state.failed_at
+    assert await scalar(memory, failed, s=f"copy-{sid}") is None
 
 
 async def test_purge_of_every_user_commits_user_by_user(busy_memory: Memory) -> None:

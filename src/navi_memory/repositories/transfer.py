@@ -127,7 +127,11 @@ class TransferRepository:
 
     async def extraction_states(self, user_id: uuid.UUID) -> list[RowMapping]:
         stmt = (
-            select(SessionMemoryStateRow.session_id, SessionMemoryStateRow.extracted_at)
+            select(
+                SessionMemoryStateRow.session_id,
+                SessionMemoryStateRow.extracted_at,
+                SessionMemoryStateRow.failed_at,
+            )
             .where(SessionMemoryStateRow.user_id == user_id)
             .order_by(SessionMemoryStateRow.session_id)
         )

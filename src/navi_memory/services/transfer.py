@@ -441,7 +441,11 @@ class TransferService:
         await repo.insert_extraction_states(
             target,
             [
-                {"session_id": plan.sid(e.session_id), "extracted_at": e.extracted_at}
+                {
+                    "session_id": plan.sid(e.session_id),
+                    "extracted_at": e.extracted_at,
+                    "failed_at": e.failed_at,
+                }
                 for e in plan.extractions
             ],
         )
