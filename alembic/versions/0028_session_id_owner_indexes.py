@@ -37,12 +37,17 @@ INDEXES = {
 # Two range probes a table, not ``user_id <> uid``: that is no index condition, and would read
 # every entry of the id. PL/pgSQL with a generic plan: planned once a connection, not at every
 # add_chunks (whose connections force custom plans), and run only for an id with no sessions row.
+# Two users' first chunks under one new id at once: each would find no rows of the other's in
+# its snapshot, and both be written. So the id's "outside sessions" lock is taken first,
+# exclusively, and the probes run after it (VOLATILE: each query a new snapshot, which sees
+# what the other committed while this one waited).
 HELD_BY_OTHERS_FUNCTION = """
 CREATE FUNCTION navi_session_held_by_others(sid text, uid uuid) RETURNS boolean
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('sessions.outside:' || sid, 0));
     RETURN EXISTS (SELECT 1 FROM memory_chunks c WHERE c.session_id = sid AND c.user_id < uid)
         OR EXISTS (SELECT 1 FROM memory_chunks c WHERE c.session_id = sid AND c.user_id > uid)
         OR EXISTS (SELECT 1 FROM kv_store k WHERE k.session_id = sid AND k.user_id < uid)

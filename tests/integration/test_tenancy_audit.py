@@ -8,6 +8,7 @@ alone.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -275,3 +276,25 @@ async def test_chunks_are_not_written_under_a_session_another_user_keeps_outside
         await memory.store.mark_session_extracted("ext-1")
         await memory.sessions.create("ext-1")
     assert await memory.store.add_chunks([chunk("User: a", T0)], user_id=alice, session_id="a-1")
+
+
+async def test_two_users_first_chunks_under_one_new_id_at_once_go_to_one_of_them(
+    memory: Memory,
+) -> None:
+    """Each add_chunks found none of the other's rows in its snapshot, and both were written:
+    the id's lock (taken when it has no sessions row) makes the second see the first's."""
+    alice, bob = await new_user(memory), await new_user(memory)
+    for round_ in range(12):
+        sid = f"race-{round_}"
+        results = await asyncio.gather(
+            *(
+                memory.store.add_chunks(
+                    [chunk(f"User: {who} {round_}", T0)], user_id=who, session_id=sid
+                )
+                for who in ((alice, bob) if round_ % 2 else (bob, alice))
+            ),
+            return_exceptions=True,
+        )
+        assert sorted(type(r).__name__ for r in results) == ["NotFoundError", "int"], results
+        owners = "SELECT count(DISTINCT user_id) FROM memory_chunks WHERE session_id = :s"
+        assert await scalar(memory, owners, s=sid) == 1
