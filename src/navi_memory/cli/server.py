@@ -103,7 +103,12 @@ def stop(
     if not current.running:
         out.print(f"not running   data {current.pgdata}", markup=False)
         return
-    clients = embedded_server_clients(current)
+    try:
+        clients = embedded_server_clients(current)
+    except StorageError:
+        if not force:
+            raise
+        clients = {}  # --force stops it whoever is connected: no need to know who
     if clients and not force:
         who = ", ".join(f"{name}: {count}" for name, count in clients.items())
         raise StorageError(
