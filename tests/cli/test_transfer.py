@@ -3,9 +3,11 @@ purge-expired and text-only mode as an operator sees them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
+import subprocess
 import threading
 import uuid
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 from navi_memory import Memory, request_context
 from navi_memory.constants import EXPORT_FORMAT, EXPORT_FORMAT_VERSION, INJECTED_LEDGER_KEY
 from navi_memory.testing import FakeOllama
-from tests.cli.conftest import Navi
+from tests.cli.conftest import CLI, Navi
 from tests.integration.factories import execute, new_user
 from tests.seed import seed_user
 
@@ -98,16 +100,24 @@ def test_file_mistakes_of_export_and_import_are_one_line_exit_2(navi: Navi, tmp_
     # was refused only once the export was built, exit 1).
     dangling = tmp_path / "dangling.jsonl"
     dangling.symlink_to(tmp_path / "gone" / "u.jsonl")
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")  # was "unexpected RuntimeError"
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "out.sock"))  # was accepted, then failed once built (exit 1)
     for output, reason in (
         (tmp_path / "missing" / "u.jsonl", "no folder"),
         (tmp_path, "folder"),
         (dangling, "no folder"),
+        (tmp_path / "loop-a", "loop"),
+        (tmp_path / "out.sock", "socket"),
+        (Path("/dev/fd/57"), "no descriptor 57"),
     ):
         done = navi("export", "--user", user, "--output", str(output), env=unreachable)
         assert done.returncode == 2, done.stdout + done.stderr
         line = done.stderr.strip()
         assert len(line.splitlines()) == 1 and reason in line and str(output) in line
         assert "unexpected" not in line and "PostgreSQL" not in line
+    listening.close()
     binary = tmp_path / "bin.jsonl"
     binary.write_bytes(b"\x00\xff\xfe{}\n")
     done = navi("import", str(binary), env=unreachable)
@@ -146,6 +156,26 @@ async def test_export_and_import_through_pipes(
     whole = navi("export", "--user", str(uid), env=env)
     assert streamed.stdout == whole.stdout and whole.stdout.count("\n") > 3
     assert "record(s) of user" in streamed.stderr  # not in the stream it would corrupt
+    # /dev/stdout redirected to a file by the shell: written where stdout stands. Reopened by
+    # name it was truncated (what came before it lost) or, replaced by rename, an appending
+    # `>>` lost the file's earlier lines and the summary went to the unlinked file.
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("OLD\n")
+    script = (
+        f"{{ echo HEADER; {CLI} export --user {uid} --output /dev/stdout; echo TRAILER; }}"
+        f" >> {kept}"
+    )
+    shell = await asyncio.to_thread(
+        subprocess.run,
+        ["bash", "-c", script],
+        env={**os.environ, **env},
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert kept.read_text() == "OLD\nHEADER\n" + whole.stdout + "TRAILER\n"
+    assert "record(s) of user" in shell.stderr
     fifo = tmp_path / "u.fifo"
     os.mkfifo(fifo)
 

@@ -236,6 +236,15 @@ def test_a_data_dir_whose_path_has_a_space_starts(
         assert socket.stat().st_mode & 0o777 == 0o700
         psql = [*embedded.embedded_psql(status), "-X", "-t", "-A", "-c", "SELECT 1"]
         assert subprocess.run(psql, capture_output=True, text=True, check=True).stdout == "1\n"
+        # ALTER SYSTEM (which the docs suggest for tuning) outranks postgresql.conf, not the
+        # server's command line: neither setting can be moved so.
+        for setting in ("port = 5433", "unix_socket_permissions = '0777'"):
+            alter = [*embedded.embedded_psql(status), "-X", "-c", f"ALTER SYSTEM SET {setting}"]
+            subprocess.run(alter, capture_output=True, text=True, check=True)
+        embedded.stop_embedded_server(data_dir)
+        assert embedded.ensure_embedded_server(data_dir) == url
+        assert socket.stat().st_mode & 0o777 == 0o700
+        assert subprocess.run(psql, capture_output=True, text=True, check=True).stdout == "1\n"
     finally:
         embedded.stop_embedded_server(data_dir)
 

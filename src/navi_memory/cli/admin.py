@@ -6,12 +6,13 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import sys
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Annotated, Any, BinaryIO
+from typing import IO, Annotated, Any, BinaryIO, Final
 
 import typer
 from rich.table import Table
@@ -212,15 +213,21 @@ def write_whole(output: Path, lines: Iterable[str]) -> None:
     # Not resolved first: /dev/stdout on a pipe resolves to /proc/<pid>/fd/pipe:[N], which
     # does not exist as a path, while the unresolved name opens the pipe.
     if _is_stream(output):
+        descriptor = _open_descriptor(output)
         try:
-            with output.open("w", encoding="utf-8") as stream:
+            if descriptor is not None:
+                sys.stdout.flush()  # what this process wrote there before comes first
+                stream = os.fdopen(os.dup(descriptor), "w", encoding="utf-8")
+            else:
+                stream = output.open("w", encoding="utf-8")
+            with stream:
                 stream.writelines(lines)
         except OSError as exc:
             raise NaviMemoryError(
                 f"cannot write the export to {output}: {exc.strerror or exc}"
             ) from exc
         return
-    target = output.resolve()  # a symlink's file is replaced, never the link itself
+    target = _resolved(output)  # a symlink's file is replaced, never the link itself
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
         # O_EXCL: never through a file or link someone else put there.
@@ -260,28 +267,68 @@ def warn_unimportable(records: list[ExportRecord]) -> None:
     )
 
 
+_DESCRIPTOR_PATH: Final = re.compile(r"/dev/fd/(\d+)|/proc/self/fd/(\d+)")
+
+
+def _open_descriptor(output: Path) -> int | None:
+    """The descriptor an --output names that this process holds open already (/dev/stdout,
+    /dev/stderr, /dev/fd/N, /proc/self/fd/N: a process substitution is one): written through
+    it, where it stands — reopened, a stdout redirected to a file (`>>`, `{ ...; } >`) was
+    truncated or replaced."""
+    text = str(output)
+    if text in ("/dev/stdout", "/dev/stderr"):
+        return 1 if text == "/dev/stdout" else 2
+    match = _DESCRIPTOR_PATH.fullmatch(text)
+    return None if match is None else int(match.group(1) or match.group(2))
+
+
 def _is_stream(output: Path) -> bool:
-    """An --output that exists and is not a regular file (following links): /dev/stdout, a
-    named pipe, a process substitution — written in place."""
+    """An --output written in place: a descriptor of this process (_open_descriptor), or a
+    path that exists and is not a regular file (a named pipe, a device)."""
+    if _open_descriptor(output) is not None:
+        return True
     return output.exists() and not output.is_file() and not output.is_dir()
+
+
+def _resolved(output: Path) -> Path:
+    """Where a symlink --output leads (the file write_whole replaces); a loop is refused."""
+    try:
+        return output.resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11: RuntimeError; later: OSError ELOOP
+        raise InvalidInputError(
+            f"cannot write the export to {output}: its symlinks go round in a loop"
+        ) from exc
 
 
 def check_output(output: Path) -> None:
     """Refuse an --output that cannot be written (an InvalidInputError naming it), before the
     export is built: a regular file is written beside where a symlink leads (write_whole), so
     that folder is the one that must exist and be writable."""
-    target = output if _is_stream(output) else output.resolve()
-    folder = target.parent
-    if output.is_dir():
+    descriptor = _open_descriptor(output)
+    if descriptor is not None:
+        try:
+            os.fstat(descriptor)
+        except OSError:
+            raise InvalidInputError(
+                f"cannot write the export to {output}: this process has no descriptor "
+                f"{descriptor} open"
+            ) from None
+        return
+    if output.is_socket():
+        reason = "it is a socket: name a file, a pipe or /dev/stdout"
+    elif output.is_dir():
         reason = "it is a folder: name a file in it"
     elif _is_stream(output):
         reason = "" if os.access(output, os.W_OK) else "permission denied"
-    elif not folder.is_dir():
-        reason = f"there is no folder {folder}: create it first"
-    elif not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        reason = "permission denied"
     else:
-        reason = ""
+        target = _resolved(output)
+        folder = target.parent
+        if not folder.is_dir():
+            reason = f"there is no folder {folder}: create it first"
+        elif not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+            reason = "permission denied"
+        else:
+            reason = ""
     if reason:
         raise InvalidInputError(f"cannot write the export to {output}: {reason}")
 
