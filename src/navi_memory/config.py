@@ -57,6 +57,10 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("navi-memory", appauthor=False))
 
 
+DEFAULT_OLLAMA_HOST: Final = "http://127.0.0.1:11434"
+"""OLLAMA_HOST when unset or empty: a local Ollama."""
+
+
 class Settings(BaseSettings):
     """All configuration of navi-memory. Field names are the environment names, lower-cased."""
 
@@ -105,7 +109,7 @@ class Settings(BaseSettings):
     )
 
     # --- models ---------------------------------------------------------------------------
-    ollama_host: str = "http://127.0.0.1:11434"
+    ollama_host: str = DEFAULT_OLLAMA_HOST
     ollama_api_key: str = ""
     embedding_ollama_host: str = ""
     embedding_ollama_api_key: str = ""
@@ -204,11 +208,13 @@ class Settings(BaseSettings):
         default=2.0, ge=0, le=BACKFILL_PAUSE_MAX_SECONDS, allow_inf_nan=False
     )
 
-    @field_validator("*")
+    @field_validator("*", mode="before")
     @classmethod
     def _utf8_text(cls, value: object) -> object:
         # The environment hands bytes that are not UTF-8 over as lone surrogates
-        # (surrogateescape): such a value failed far from here, where it was encoded.
+        # (surrogateescape): such a value failed far from here, where it was encoded. Before
+        # the field's own parsing: a number, flag or choice failed pydantic's check first,
+        # whose report printed the undecodable value.
         if isinstance(value, str):
             try:
                 value.encode()
@@ -232,6 +238,14 @@ class Settings(BaseSettings):
                 "1 to 65535): write it as http://host:11434 or https://host"
             )
         return host
+
+    @field_validator("ollama_host", mode="before")
+    @classmethod
+    def _empty_host_is_unset(cls, value: object) -> object:
+        # OLLAMA_HOST= (a .env line left empty) is the default, as DATABASE_URL= is: it was
+        # taken as a host, and every chat call failed (EMBEDDING_OLLAMA_HOST= means "the
+        # chat model's", as documented).
+        return DEFAULT_OLLAMA_HOST if isinstance(value, str) and not value.strip() else value
 
     @field_validator("database_url", mode="before")
     @classmethod

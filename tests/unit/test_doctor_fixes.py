@@ -1,4 +1,5 @@
-"""doctor's model checks word their fix sensibly when a setting is empty."""
+"""doctor's model checks word their fix sensibly when a setting is empty (an empty
+OLLAMA_HOST is the default: tests/unit/test_load_settings.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from navi_memory.config import Settings
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        ({"ollama_host": ""}, "OLLAMA_HOST is empty"),
         ({"embedding_model": ""}, "EMBEDDING_MODEL is empty"),
         ({"memory_llm_model": ""}, "MEMORY_LLM_MODEL is empty"),
     ],

@@ -138,6 +138,28 @@ def test_a_variable_holding_bytes_that_are_not_utf8_is_named_without_them(
 
 
 @pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DB_POOL_SIZE", "1\udce9"),
+        ("DB_POOL_PRE_PING", "tru\udce9"),
+        ("EMBEDDING_TIMEOUT_SECONDS", "3\udce9"),
+        ("CHUNK_TEXT_RANKING", "bm\udce9"),
+    ],
+)
+def test_a_number_flag_or_choice_not_utf8_is_named_without_its_value(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """Text settings were checked for UTF-8 after their parsing: a number, flag or choice
+    failed pydantic's own check first, whose report printed the value (as '1\\udce9')."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(_env_file=None)
+    message = str(caught.value)
+    assert message.startswith(f"bad setting {name}: is not UTF-8 text"), message
+    assert "udce9" not in message
+
+
+@pytest.mark.parametrize(
     "host",
     [
         "http://127.0.0.1:99999",
@@ -185,3 +207,13 @@ def test_a_host_given_in_code_wins_over_a_malformed_one_in_the_environment(
     assert load_settings(_env_file=None, ollama_host="http://127.0.0.1:9").ollama_host == (
         "http://127.0.0.1:9"
     )
+
+
+def test_an_empty_ollama_host_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OLLAMA_HOST= (a .env line left empty) was taken as a host: every chat call failed, and
+    doctor reported findings (exit 1) where DATABASE_URL= is simply the default."""
+    monkeypatch.setenv("OLLAMA_HOST", " ")
+    monkeypatch.setenv("EMBEDDING_OLLAMA_HOST", "")
+    settings = load_settings(_env_file=None)
+    assert settings.ollama_host == "http://127.0.0.1:11434"
+    assert settings.embedding_host == "http://127.0.0.1:11434"

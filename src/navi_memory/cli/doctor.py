@@ -361,7 +361,6 @@ async def _embedding_check(settings: Settings) -> Check:
         call,
         _ollama_fix(
             host,
-            "OLLAMA_HOST" if not settings.embedding_ollama_host else "EMBEDDING_OLLAMA_HOST",
             model,
             "EMBEDDING_MODEL",
             f"or set EMBEDDING_OLLAMA_HOST / EMBEDDING_MODEL (a {EMBEDDING_DIM}-dimensional model)",
@@ -369,16 +368,11 @@ async def _embedding_check(settings: Settings) -> Check:
     )
 
 
-def _ollama_fix(host: str, host_var: str, model: str, model_var: str, otherwise: str) -> str:
-    """Run Ollama at the host and pull the model there; an empty setting is named instead of
-    being printed as nothing."""
-    wanted = []
-    if not host:
-        wanted.append(f"{host_var} is empty: set it to your Ollama's address")
+def _ollama_fix(host: str, model: str, model_var: str, otherwise: str) -> str:
+    """Run Ollama at the host and pull the model there; an empty model is named instead of
+    being printed as nothing (an empty host is the default already: Settings)."""
     if not model:
-        wanted.append(f"{model_var} is empty: set it to a model your Ollama has pulled")
-    if wanted:
-        return "; ".join(wanted)
+        return f"{model_var} is empty: set it to a model your Ollama has pulled"
     return f"run Ollama at {host} and `ollama pull {model}` there, {otherwise}"
 
 
@@ -398,7 +392,5 @@ async def _chat_check(settings: Settings) -> Check:
         "chat model",
         f"{model} at {host}",
         call,
-        _ollama_fix(
-            host, "OLLAMA_HOST", model, "MEMORY_LLM_MODEL", "or set OLLAMA_HOST / MEMORY_LLM_MODEL"
-        ),
+        _ollama_fix(host, model, "MEMORY_LLM_MODEL", "or set OLLAMA_HOST / MEMORY_LLM_MODEL"),
     )
