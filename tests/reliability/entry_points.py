@@ -165,6 +165,7 @@ ENTRY_POINTS: list[EntryPoint] = [
                 "source_context": st.one_of(s.text_param(), st.none()),
                 "user_id": _user(w),
                 "dedupe": s.bool_param(),
+                "session_id": st.one_of(st.none(), _session(w)),
             },
         ),
     ),
@@ -494,6 +495,14 @@ ENTRY_POINTS: list[EntryPoint] = [
                 "incoming": s.text_param(),
                 "system_prompt": s.text_param(st.just("You are Navi.")),
             },
+            {"user_id": _user(w)},
+        ),
+    ),
+    EntryPoint(
+        "context.record_shown",
+        lambda m, a: m.context.record_shown(**a),
+        lambda w: args(
+            {"session_id": _session(w), "hits": st.one_of(st.just([]), s.hostile)},
             {"user_id": _user(w)},
         ),
     ),

@@ -56,6 +56,7 @@ VALID: Final[dict[str, Callable[[World], Arguments]]] = {
         "source_context": "said so",
         "user_id": w.me,
         "dedupe": True,
+        "session_id": w.my_session,
     },
     "store.search_facts": lambda w: {"query": "editor", "user_id": w.me, "limit": 5},
     "store.delete_fact": lambda w: {"key": SPARE_KEY, "category": "tools", "user_id": w.me},
@@ -159,6 +160,7 @@ VALID: Final[dict[str, Callable[[World], Arguments]]] = {
         "system_prompt": "You are Navi.",
         "user_id": w.me,
     },
+    "context.record_shown": lambda w: {"session_id": w.my_session, "hits": [], "user_id": w.me},
     "extractor.process_stale_sessions": lambda w: {"user_id": w.me, "limit": 5},
     "extractor.extract_session": lambda w: {"session_id": w.my_session, "user_id": w.me},
 }
