@@ -25,7 +25,14 @@ from navi_memory.schemas import ExportChunk, ExportExtraction, ExportFact, Expor
 from navi_memory.services.transfer import import_refusals
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
-from tests.integration.factories import execute, new_session_row, new_user, scalar
+from tests.integration.factories import (
+    execute,
+    new_session_row,
+    new_user,
+    scalar,
+    slow_trigger,
+    wait_for_a_sleeping_statement,
+)
 from tests.integration.test_review_fixes import holding_category_lock
 from tests.integration.test_search import draft
 from tests.seed import seed_user
@@ -790,6 +797,44 @@ async def test_an_import_is_refused_a_session_id_another_user_keeps_chunks_or_sk
     with admin():
         await memory.admin.import_user(records, session_prefix="kim-")
     assert [s.id for s in await memory.sessions.list(user_id=kim)] == ["kim-ext-1"]
+
+
+@pytest.mark.parametrize("claim", ["add_chunks", "create"])
+async def test_an_import_holds_its_session_ids_until_it_commits(
+    memory: Memory, fake_ollama: FakeOllama, claim: str
+) -> None:
+    """An import checks that no other user holds its session ids, then writes for a while:
+    another user's first chunks under one of them (a session their application keeps outside
+    ``sessions``), or a create of it, wait for the import's commit and are then refused, so
+    the id never ends up held by two users."""
+    kim = uuid.uuid4()
+    await seed_user(memory, fake_ollama, kim, "ext-2")
+    with admin():
+        records = await memory.admin.export_user(kim)
+    await memory.users.delete(kim)
+    sam = await new_user(memory, "Sam")
+    await slow_trigger(memory, "kv_store", "INSERT", 0.5)  # the import writes sketches last
+    try:
+        with admin():
+            importing = asyncio.create_task(memory.admin.import_user(records))
+        await wait_for_a_sleeping_statement(memory)
+        with request_context(user_id=sam):
+            if claim == "add_chunks":
+                with pytest.raises(NotFoundError, match="no session 'ext-2'"):
+                    await memory.store.add_chunks([draft("Sam's own text")], session_id="ext-2")
+            else:
+                with pytest.raises(InvalidInputError, match="'ext-2' is already taken"):
+                    await memory.sessions.create("ext-2")
+        assert importing.done()  # the claim waited for the import
+        await importing
+    finally:
+        await execute(memory, "DROP TRIGGER IF EXISTS slow ON kv_store")
+    holders = await scalar(
+        memory,
+        "SELECT array_agg(DISTINCT user_id::text) FROM (SELECT user_id FROM memory_chunks "
+        "WHERE session_id = 'ext-2' UNION ALL SELECT user_id FROM sessions WHERE id = 'ext-2') h",
+    )
+    assert holders == [str(kim)]
 
 
 async def test_an_export_names_the_legacy_rows_an_import_would_refuse(memory: Memory) -> None:

@@ -1470,3 +1470,39 @@ def test_0028_finds_whose_rows_a_session_id_holds_and_a_failed_downgrade_keeps_i
         }
         assert names == set()
     dbtools.upgrade(url)
+
+
+def test_0029_buckets_session_ids_and_its_claim_reads_the_sessions_row(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0029: navi_session_bucket_key spreads ids over 256 keys (one key an id, every time);
+    navi_session_held_by_others also counts another user's ``sessions`` row, and waits while
+    an import holds the id's bucket. A downgrade puts back 0028's function."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0029")
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    held = "SELECT navi_session_held_by_others(%s, %s)"
+    with connect(pg_server, scratch_db) as conn:
+        keys = conn.execute(
+            "SELECT count(DISTINCT navi_session_bucket_key('s-' || i)),"
+            " bool_and(navi_session_bucket_key('s-' || i) = navi_session_bucket_key('s-' || i))"
+            " FROM generate_series(1, 20000) i"
+        ).fetchone()
+        assert keys == (256, True)
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s), (%s)", (alice, bob))
+        conn.execute("INSERT INTO sessions (id, user_id) VALUES ('s', %s)", (bob,))
+        assert conn.execute(held, ("s", alice)).fetchone() == (True,)
+        assert conn.execute(held, ("s", bob)).fetchone() == (False,)
+    with connect(pg_server, scratch_db) as importer, connect(pg_server, scratch_db) as claimer:
+        importer.autocommit = False
+        importer.execute("SELECT pg_advisory_xact_lock(navi_session_bucket_key('new'))")
+        claimer.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(Exception, match="lock timeout"):
+            claimer.execute(held, ("new", alice))
+        importer.rollback()
+        assert claimer.execute(held, ("new", alice)).fetchone() == (False,)
+    dbtools.downgrade(url, "0028")
+    with connect(pg_server, scratch_db) as conn:
+        assert conn.execute("SELECT to_regproc('navi_session_bucket_key')").fetchone() == (None,)
+        assert conn.execute(held, ("s", alice)).fetchone() == (False,)  # 0028 read no sessions
+    dbtools.upgrade(url)

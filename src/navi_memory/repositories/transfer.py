@@ -45,6 +45,14 @@ def _columns(model: Any, names: Iterable[str]) -> list[InstrumentedAttribute[Any
     return [getattr(model, name) for name in names]
 
 
+_HOLD_BUCKETS = text(
+    """
+    SELECT count(pg_advisory_xact_lock(b.key))
+    FROM (SELECT DISTINCT navi_session_bucket_key(s) AS key
+          FROM unnest(CAST(:ids AS text[])) AS s ORDER BY 1) AS b
+    """
+)
+
 _FACT_FIELDS = (
     "id",
     "category",
@@ -183,6 +191,14 @@ class TransferRepository:
         )
         stmt = select(or_(*(exists().where(column == user_id) for column in owners)))
         return bool(await self.session.scalar(stmt))
+
+    async def hold_session_ids(self, session_ids: Sequence[str]) -> None:
+        """Hold ``session_ids`` against other users' claims until the transaction ends: their
+        buckets (revision 0029's navi_session_bucket_key, at most 256 locks however many ids),
+        exclusively and in order. A claim of an id outside ``sessions`` takes its bucket
+        shared (navi_session_held_by_others): it waits for this import, then sees its rows."""
+        if session_ids:
+            await self.session.execute(_HOLD_BUCKETS, {"ids": list(session_ids)})
 
     async def session_ids_of_others(
         self, session_ids: Sequence[str], user_id: uuid.UUID

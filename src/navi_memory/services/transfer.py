@@ -369,6 +369,9 @@ class TransferService:
         # user's rows are deleted or written, in the order a reembed takes them, which waits
         # for this import or is waited for (never a deadlock, never old vectors after it).
         with_vectors, vectors_dropped = await _vectors_kept(session, header, configured_model)
+        # Then the session ids, held from the check below to the commit: another user's first
+        # chunks under one of them wait for this import and are then refused (revision 0029).
+        await repo.hold_session_ids(sorted(plan.session_ids))
         existing = await repo.user(target)
         replaced = False
         if existing is not None and await repo.owns_anything(target):
