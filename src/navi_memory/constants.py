@@ -245,6 +245,15 @@ EXTRACTION_BACKGROUND_CONCURRENCY: Final = 2
 wait their turn. Each holds a pooled connection for its claim, and one model server answers
 them in turn anyway."""
 
+EXTRACTION_RETRY_BASE_SECONDS: Final = 300
+"""A session whose extraction failed for its own sake (a reply with no usable JSON, a row that
+cannot be read) is left by sweeps for this long after its first failure, twice as long after
+each further one (revision 0030), up to EXTRACTION_RETRY_MAX_SECONDS; new activity in it, or
+a call naming it (extract_session), tries it at once."""
+
+EXTRACTION_RETRY_MAX_SECONDS: Final = 86_400
+"""The longest a failing session is left between two attempts: once a day."""
+
 EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS: Final = 60.0
 """A failing embedding model is reported at most once per this many seconds, with the number of
 failures since the last report (one warning per call would drown the log)."""

@@ -113,6 +113,7 @@ SCHEMA_REVISIONS: Final = (
     "0027",
     "0028",
     "0029",
+    "0030",
 )
 """The Alembic revisions this code ships, oldest first (a test keeps them equal to
 alembic/versions'): a database at any other revision was migrated by a newer release."""

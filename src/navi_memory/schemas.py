@@ -434,6 +434,9 @@ class ExportExtraction(_Record):
     failed_at: datetime | None = None
     """The extractor's last failed attempt since its last success (revision 0025): a sweep
     takes such a session after the others. Absent in exports made before it was carried."""
+    failures: int = Field(default=0, ge=0, le=2_147_483_647)
+    """The extractor's failures of the session's own since its last success (revision 0030):
+    sweeps leave it for a while after each. Absent in exports made before it was carried."""
 
 
 class ExportChunk(_Record):

@@ -697,18 +697,19 @@ async def test_an_extractions_last_failure_survives_export_and_import(
     memory: Memory, other_memory: Memory
 ) -> None:
     """session_memory_state.failed_at (a session the model failed on is swept after the
-    others) was left out of the export: the copy took a failing session first again. An
-    export made before it was carried imports with none."""
+    others) and failures (revision 0030: sweeps leave it for a while) were left out of the
+    export: the copy took a failing session first again. An export made before they were
+    carried imports with none."""
     uid = await new_user(memory)
     sid = (await memory.sessions.create(user_id=uid)).id
     await memory.store.mark_session_extracted(sid, user_id=uid)
     await execute(
         memory,
-        "UPDATE session_memory_state SET failed_at = now() - interval '1 hour' "
+        "UPDATE session_memory_state SET failed_at = now() - interval '1 hour', failures = 3 "
         "WHERE session_id = :s",
         s=sid,
     )
-    failed = "SELECT failed_at FROM session_memory_state WHERE session_id = :s"
+    failed = "SELECT (failed_at, failures) FROM session_memory_state WHERE session_id = :s"
     with admin():
         records = await memory.admin.export_user(uid)
         await other_memory.admin.import_user(records)
@@ -716,12 +717,13 @@ async def test_an_extractions_last_failure_survives_export_and_import(
         older = dumped(records)
         for record in older:
             record.pop("failed_at", None)
+            record.pop("failures", None)
         copy = uuid.uuid4()
         await memory.admin.import_user(older, user_id=copy, session_prefix="copy-")
     (state,) = [r for r in records if isinstance(r, ExportExtraction)]
-    assert state.failed_at is not None
-    assert await scalar(other_memory, failed, s=sid) == state.failed_at
-    assert await scalar(memory, failed, s=f"copy-{sid}") is None
+    assert state.failed_at is not None and state.failures == 3
+    assert await scalar(other_memory, failed, s=sid) == (state.failed_at, 3)
+    assert await scalar(memory, failed, s=f"copy-{sid}") == (None, 0)
 
 
 async def test_purge_of_every_user_commits_user_by_user(busy_memory: Memory) -> None:
@@ -825,7 +827,7 @@ async def test_an_import_holds_its_session_ids_until_it_commits(
             else:
                 with pytest.raises(InvalidInputError, match="'ext-2' is already taken"):
                     await memory.sessions.create("ext-2")
-        assert importing.done()  # the claim waited for the import
+        # Refused: the claim waited for the import's commit (its bucket), then saw its rows.
         await importing
     finally:
         await execute(memory, "DROP TRIGGER IF EXISTS slow ON kv_store")

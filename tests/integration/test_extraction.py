@@ -88,6 +88,17 @@ async def idle(memory: Memory, session_id: str, minutes: float) -> None:
     )
 
 
+async def failed_ago(memory: Memory, session_id: str, minutes: float) -> None:
+    """Date the session's last failed extraction ``minutes`` ago: its retry wait passed."""
+    await execute(
+        memory,
+        "UPDATE session_memory_state SET failed_at = now() - make_interval(secs => :s) "
+        "WHERE session_id = :id",
+        s=minutes * 60,
+        id=session_id,
+    )
+
+
 async def conversation(
     memory: Memory,
     user_id: uuid.UUID,
@@ -611,7 +622,8 @@ async def test_junk_reply_shapes_are_handled_and_counted(
 async def test_reply_without_json_is_a_failure_that_is_retried(
     memory: Memory, model: ExtractionModel
 ) -> None:
-    """A reply with no JSON at all leaves the session unmarked; the next run retries it."""
+    """A reply with no JSON at all leaves the session unmarked; a run after its retry wait
+    (5 minutes after a first failure) retries it."""
     uid = await new_user(memory)
     model.facts = "I could not find any facts, sorry."
     sid = await conversation(memory, uid, "hello")
@@ -619,6 +631,7 @@ async def test_reply_without_json_is_a_failure_that_is_retried(
     assert (report.sessions_extracted, report.failures) == (0, 1)
     assert await memory.store.get_extracted_at(sid, uid) is None
     model.facts = "[]"
+    await failed_ago(memory, sid, 6)
     assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1
 
 
@@ -633,8 +646,8 @@ async def test_a_reply_cut_off_before_its_first_fact_is_a_failure_that_is_retrie
     memory: Memory, model: ExtractionModel, reply: str
 ) -> None:
     """A reply the model could not finish before its first complete fact (its output limit)
-    is no answer: the session is left unmarked, and the next run extracts its facts. It was
-    once marked as extracted with nothing written, its facts lost for good."""
+    is no answer: the session is left unmarked, and a run after its retry wait extracts its
+    facts. It was once marked as extracted with nothing written, its facts lost for good."""
     uid = await new_user(memory)
     model.facts = reply
     sid = await conversation(memory, uid, "I work at Acme")
@@ -642,6 +655,7 @@ async def test_a_reply_cut_off_before_its_first_fact_is_a_failure_that_is_retrie
     assert (report.sessions_extracted, report.failures) == (0, 1)
     assert await memory.store.get_extracted_at(sid, uid) is None
     model.facts = facts_json(("work", "employer", "Acme", "user_explicit"))
+    await failed_ago(memory, sid, 6)
     again = await memory.extractor.process_stale_sessions(uid)
     assert (again.sessions_extracted, again.facts_written) == (1, 1)
     assert await visible_facts(memory, uid) == {("work", "employer"): "Acme"}
@@ -1551,8 +1565,9 @@ async def test_a_session_the_model_always_fails_on_does_not_starve_the_others(
     assert second.failures == 0
     assert await memory.store.get_extracted_at(fine, uid) is not None
     # Still retried: the only stale session left is the failed one, and it is extracted once
-    # the model answers.
+    # the model answers (after its retry wait).
     replies["poison"] = "[]"
+    await failed_ago(memory, poison, 6)
     third = await memory.extractor.process_stale_sessions(uid, limit=1)
     assert (third.sessions_seen, third.failures) == (1, 0)
     assert await memory.store.get_extracted_at(poison, uid) is not None
@@ -1898,3 +1913,180 @@ async def test_a_forget_travels_with_an_export(memory: Memory, model: Extraction
     report = await memory.extractor.extract_session(f"x-{old}", user_id=other)
     assert (report.facts_written, report.facts_outdated) == (0, 1)
     assert await visible_facts(memory, other) == {}
+
+
+async def at_times(memory: Memory, session_id: str, *minutes_ago: float) -> None:
+    """Date the session's messages, in seq order, ``minutes_ago`` each (database clock), and
+    its last activity as its last message: a conversation that happened then."""
+    for seq, ago in enumerate(minutes_ago, start=1):
+        await execute(
+            memory,
+            "UPDATE session_messages SET created_at = now() - make_interval(secs => :s) "
+            "WHERE session_id = :id AND seq = :seq",
+            s=ago * 60,
+            id=session_id,
+            seq=seq,
+        )
+    await idle(memory, session_id, minutes_ago[-1])
+
+
+async def forgotten_ago(memory: Memory, user_id: uuid.UUID, minutes: float) -> None:
+    await execute(
+        memory,
+        "UPDATE memory_fact_forgotten SET forgotten_at = now() - make_interval(secs => :s) "
+        "WHERE user_id = :u",
+        s=minutes * 60,
+        u=user_id,
+    )
+
+
+BRNO = ("personal", "home_city", "Brno", "user_explicit")
+
+
+async def test_a_session_that_only_goes_on_after_a_forget_does_not_bring_the_fact_back(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Monday's session said "I live in Brno" (extracted); on Tuesday the user had it
+    forgotten in another chat; on Wednesday they wrote "thanks!" in Monday's session. Its
+    re-extraction reads the whole history again, and the forget was older than the
+    session's last activity: the city came back. A forget (or a change) made after the
+    session said the fact now holds unless a later message of the user's says it again."""
+    uid = await new_user(memory)
+    model.facts = lambda transcript: facts_json(BRNO) if "Brno" in transcript else "[]"
+    old = await conversation(memory, uid, "I live in Brno")
+    await at_times(memory, old, 4 * 24 * 60)
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert report.facts_written == 1
+    new = (await memory.sessions.create(user_id=uid)).id
+    forgot = await memory.tools.call(
+        "memory", {"action": "forget", "key": "home_city"}, ToolContext(uid, new)
+    )
+    assert forgot.startswith("memory: forgot 1 fact")
+    await forgotten_ago(memory, uid, 3 * 24 * 60)
+
+    await memory.sessions.append(old, "user", "thanks!", user_id=uid)
+    await at_times(memory, old, 4 * 24 * 60, 2 * 24 * 60)
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {}
+
+    await memory.sessions.append(old, "user", "Actually I still live in brno.", user_id=uid)
+    await at_times(memory, old, 4 * 24 * 60, 2 * 24 * 60, 60)
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (1, 0)
+    assert await visible_facts(memory, uid) == {("personal", "home_city"): "Brno"}
+
+
+async def test_a_forget_in_the_session_itself_holds_at_its_next_extraction(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The user said "I live in Brno", then, in the same session, asked to forget it (the
+    memory tool's forget) and the assistant said "Done": the exchange made the session stale
+    again, later than the forget, and its extraction wrote the city back."""
+    uid = await new_user(memory)
+    model.facts = lambda transcript: facts_json(BRNO) if "Brno" in transcript else "[]"
+    sid = await conversation(memory, uid, "I live in Brno")
+    await at_times(memory, sid, 240)
+    assert (await memory.extractor.extract_session(sid, user_id=uid)).facts_written == 1
+    await memory.sessions.append(sid, "user", "Please forget where I live.", user_id=uid)
+    forgot = await memory.tools.call(
+        "memory", {"action": "forget", "key": "home_city"}, ToolContext(uid, sid)
+    )
+    assert forgot.startswith("memory: forgot 1 fact")
+    await memory.sessions.append(sid, "assistant", "Done, I forgot it.", user_id=uid)
+    await forgotten_ago(memory, uid, 120)
+    await at_times(memory, sid, 240, 121, 119)
+    report = await memory.extractor.extract_session(sid, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {}
+
+
+async def test_a_value_changed_elsewhere_is_not_rolled_back_when_an_old_session_goes_on(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """Monday's session said green (extracted); on Tuesday the user saved blue with the memory
+    tool in another chat; Monday's session went on with an unrelated message on Wednesday:
+    its re-extraction wrote green back over blue. Blue stands now."""
+    uid = await new_user(memory)
+    green = ("preferences", "favorite_color", "green", "user_explicit")
+    model.facts = lambda transcript: facts_json(green) if "green" in transcript else "[]"
+    old = await conversation(memory, uid, "My favourite colour is green")
+    await at_times(memory, old, 3 * 24 * 60)
+    assert (await memory.extractor.extract_session(old, user_id=uid)).facts_written == 1
+    new = (await memory.sessions.create(user_id=uid)).id
+    save = {"action": "save", "category": "preferences", "key": "favorite_color", "value": "blue"}
+    assert (await memory.tools.call("memory", save, ToolContext(uid, new))).startswith(
+        "memory: saved"
+    )
+    await execute(
+        memory,
+        "UPDATE memory_facts SET updated_at = now() - interval '2 days' WHERE user_id = :u",
+        u=uid,
+    )
+    await memory.sessions.append(new, "user", "make it blue", user_id=uid)
+    await at_times(memory, new, 2 * 24 * 60)
+    await memory.sessions.append(old, "user", "what's the weather like?", user_id=uid)
+    await at_times(memory, old, 3 * 24 * 60, 60)
+    report = await memory.extractor.extract_session(old, user_id=uid)
+    assert (report.facts_written, report.facts_outdated) == (0, 1)
+    assert await visible_facts(memory, uid) == {("preferences", "favorite_color"): "blue"}
+
+
+async def test_a_session_whose_reply_is_always_unusable_is_retried_later_and_later(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """A model that answers one session in prose: every sweep asked it again (the background
+    sweep of every sessions.create too), and a cron's extract failed at every run. Such a
+    failure is counted; sweeps leave the session 5 minutes after the first, 10 after the
+    second (doubling, at most a day), and try it at once when it has new activity or when a
+    call names it; a success clears the count."""
+    uid = await new_user(memory)
+    model.facts = "I'm sorry, I can't help with that."
+    sid = await conversation(memory, uid, "something the model refuses")
+    failures = "SELECT failures FROM session_memory_state WHERE session_id = :s"
+
+    assert (await memory.extractor.process_stale_sessions(uid)).failures == 1
+    assert await scalar(memory, failures, s=sid) == 1
+    assert await memory.extractor.process_stale_sessions(uid) == ExtractionReport()
+    await failed_ago(memory, sid, 4)
+    assert await memory.extractor.process_stale_sessions(uid) == ExtractionReport()
+    await failed_ago(memory, sid, 6)
+    assert (await memory.extractor.process_stale_sessions(uid)).failures == 1
+    assert await scalar(memory, failures, s=sid) == 2
+    await failed_ago(memory, sid, 9)
+    assert await memory.extractor.process_stale_sessions(uid) == ExtractionReport()
+    await failed_ago(memory, sid, 11)
+    assert (await memory.extractor.process_stale_sessions(uid)).failures == 1
+    await failed_ago(memory, sid, 50 * 24 * 60)
+    await execute(
+        memory, "UPDATE session_memory_state SET failures = 1000000 WHERE session_id = :s", s=sid
+    )
+    assert (await memory.extractor.process_stale_sessions(uid)).failures == 1  # a day at most
+    assert model.extraction_calls == 4
+
+    await failed_ago(memory, sid, 2 * STALE)
+    await memory.sessions.append(sid, "user", "one more thing", user_id=uid)
+    await idle(memory, sid, STALE)
+    assert (await memory.extractor.process_stale_sessions(uid)).failures == 1  # new activity
+    assert (await memory.extractor.extract_session(sid, user_id=uid)).failures == 1  # named
+    assert model.extraction_calls == 6
+
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    assert (await memory.extractor.extract_session(sid, user_id=uid)).sessions_extracted == 1
+    assert await scalar(memory, failures, s=sid) == 0
+
+
+async def test_a_model_outage_is_not_counted_against_the_session(
+    memory: Memory, fake_ollama: FakeOllama, model: ExtractionModel
+) -> None:
+    """A model that is down failed the session through no fault of its own: it is tried again
+    at the next sweep, not left for minutes."""
+    uid = await new_user(memory)
+    model.facts = facts_json(("preferences", "editor", "neovim", "user_explicit"))
+    sid = await conversation(memory, uid, "I use neovim")
+    fake_ollama.mode = "fail"
+    assert (await memory.extractor.process_stale_sessions(uid)).failures == 1
+    failures = "SELECT failures FROM session_memory_state WHERE session_id = :s"
+    assert await scalar(memory, failures, s=sid) == 0
+    fake_ollama.mode = "ok"
+    assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1

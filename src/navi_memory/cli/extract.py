@@ -38,8 +38,10 @@ def extract(
     Each session's facts are upserted with dedupe, the user's summary is rewritten from their
     facts, and the session is marked; a summary set by hand (`navi-memory summary set`) or
     imported is replaced only by a session that gives facts. A session whose model call fails
-    stays unmarked and is retried next run; any failure makes the exit code 1. Three sessions
-    in a row failed by the chat model stop the run (the rest wait for the next one).
+    stays unmarked and is retried by a later run (at once after a model outage; after 5 min,
+    doubling up to a day, when the reply was unusable); any failure makes the exit code 1.
+    Three sessions in a row failed by the chat model stop the run (the rest wait for the next
+    one).
     """
     settings = load_settings()
     progress = Progress(

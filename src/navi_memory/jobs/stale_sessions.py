@@ -116,7 +116,7 @@ def _not_written(
     if refused is not CLAIM_LOST:
         return _skipped(session_id, refused.reason, done)
     logger.warning(
-        "extractor.session_failed: %s: %s (left unmarked, retried next run)",
+        "extractor.session_failed: %s: %s (left unmarked, retried by a later run)",
         session_id,
         refused.reason,
         extra={"event": "extractor.session_failed", "session_id": session_id},
@@ -220,7 +220,7 @@ class StaleSessionSweep:
                     await self._release(conn, claim)
         except (ChatModelError, ExtractionError, StorageError) as exc:
             logger.warning(
-                "extractor.session_failed: %s: %s (left unmarked, retried next run)",
+                "extractor.session_failed: %s: %s (left unmarked, retried by a later run)",
                 session_id,
                 exc,
                 extra={"event": "extractor.session_failed", "session_id": session_id},
@@ -229,7 +229,9 @@ class StaleSessionSweep:
             # the session did nothing wrong); a row the session cannot be read from, or any
             # other failure of this session, sends it behind the others.
             if owner is not None and not isinstance(exc, ConnectionLostError):
-                await self._record_failure(owner, session_id)
+                await self._record_failure(
+                    owner, session_id, counted=not isinstance(exc, ChatModelError)
+                )
             return SessionExtraction(
                 "failed",
                 ExtractionReport(sessions_seen=1, failures=1),
@@ -240,20 +242,22 @@ class StaleSessionSweep:
             # A defect of ours meeting some reply or row: one session's failure, with its
             # traceback, never the sweep's (the sessions after it would go unextracted).
             logger.exception(
-                "extractor.session_failed: %s: unexpected error (left unmarked, retried next run)",
+                "extractor.session_failed: %s: unexpected error "
+                "(left unmarked, retried by a later run)",
                 session_id,
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
             if owner is not None:
-                await self._record_failure(owner, session_id)
+                await self._record_failure(owner, session_id, counted=True)
             return SessionExtraction("failed", ExtractionReport(sessions_seen=1, failures=1))
 
-    async def _record_failure(self, user_id: uuid.UUID, session_id: str) -> None:
-        """Record the failed attempt (sweeps then take the session after the others). A failure
+    async def _record_failure(self, user_id: uuid.UUID, session_id: str, *, counted: bool) -> None:
+        """Record the failed attempt (sweeps then take the session after the others; a
+        ``counted`` one, of the session's own, leaves it out of them for a while). A failure
         to record it is logged, never raised: the extraction's own failure is the result."""
         try:
             async with unit_of_work(self._sessionmaker) as session:
-                await self._service.record_failure(session, user_id, session_id)
+                await self._service.record_failure(session, user_id, session_id, counted=counted)
         except Exception as exc:
             logger.warning(
                 "extractor.failure_not_recorded: %s: %s",
@@ -333,7 +337,9 @@ class StaleSessionSweep:
                 exc,
                 extra={"event": "extractor.session_failed", "session_id": session_id},
             )
-            await self._record_failure(user_id, session_id)
+            await self._record_failure(
+                user_id, session_id, counted=not isinstance(exc, ChatModelError)
+            )
             return SessionExtraction(
                 "failed",
                 report.model_copy(update={"failures": 1}),

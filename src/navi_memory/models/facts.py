@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 
 from pgvector.sqlalchemy import HALFVEC, Vector
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, Integer, Text
+from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, Text, text
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -151,6 +151,14 @@ class SessionMemoryStateRow(Base):
     # The extractor's last failed attempt since the last success (revision 0025): a sweep takes
     # such sessions after the others, so one the model always fails on cannot starve them.
     failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Failures of the session's own (not a model outage) since the last success (revision
+    # 0030): sweeps leave it for longer after each (EXTRACTION_RETRY_*), or until new activity.
+    failures: Mapped[int] = mapped_column(
+        Integer,
+        CheckConstraint("failures >= 0", name="failures"),
+        nullable=False,
+        server_default=text("0"),
+    )
     # Who the session belongs to (NULL on legacy rows): extraction state is readable by its owner
     # only, also for sessions the application keeps outside the sessions table, and it goes with
     # the user.

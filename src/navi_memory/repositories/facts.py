@@ -701,18 +701,18 @@ class FactRepository:
 
     async def forgotten_since(
         self, user_id: uuid.UUID, categories: Sequence[str], since: datetime
-    ) -> list[str]:
-        """The canonical keys (as stored: of the rules in force when each forget was made) the
-        user forgot in any of ``categories`` (as folded) after ``since``: a few rows, read by
-        the (user, category, ...) primary key."""
-        rows = await self.session.scalars(
-            select(FactForgottenRow.key_norm).where(
+    ) -> list[tuple[str, datetime]]:
+        """(canonical key, when) of each forget the user made in any of ``categories`` (as
+        folded) after ``since``; the keys as stored, of the rules in force when each was made.
+        A few rows, read by the (user, category, ...) primary key."""
+        rows = await self.session.execute(
+            select(FactForgottenRow.key_norm, FactForgottenRow.forgotten_at).where(
                 FactForgottenRow.user_id == user_id,
                 FactForgottenRow.category.in_(categories),
                 FactForgottenRow.forgotten_at > since,
             )
         )
-        return list(rows)
+        return [(key, at) for key, at in rows]
 
     async def key_times(
         self, user_id: uuid.UUID, category: str, key_norm: str, rules: str

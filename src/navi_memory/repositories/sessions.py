@@ -32,6 +32,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import aliased
 
+from navi_memory.constants import EXTRACTION_RETRY_BASE_SECONDS, EXTRACTION_RETRY_MAX_SECONDS
 from navi_memory.models import (
     ChunkRow,
     ChunkTextQueueRow,
@@ -72,6 +73,27 @@ class SessionActivity:
     extracted_at: datetime | None
     idle_seconds: float
     """Seconds since ``last_active`` by the database clock."""
+
+
+_RETRY_DOUBLINGS_MAX: Final = 20
+"""Past this many failures the wait is the longest anyway (2^19 × 5 min ≫ a day)."""
+
+
+def _retry_due() -> ColumnElement[bool]:
+    """Whether a sweep may try the session (of ``_activity``'s join) again: no failure of its
+    own since its last success, new activity since its last failure, or its back-off passed:
+    EXTRACTION_RETRY_BASE_SECONDS × 2^(failures − 1), at most EXTRACTION_RETRY_MAX_SECONDS."""
+    state = SessionMemoryStateRow
+    doublings = func.least(state.failures, _RETRY_DOUBLINGS_MAX) - 1
+    wait = func.least(
+        EXTRACTION_RETRY_BASE_SECONDS * func.power(2.0, doublings), EXTRACTION_RETRY_MAX_SECONDS
+    )
+    return or_(
+        func.coalesce(state.failures, 0) == 0,
+        state.failed_at.is_(None),
+        state.failed_at < SessionRow.last_active,
+        state.failed_at < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, wait),
+    )
 
 
 class SessionRepository:
@@ -407,31 +429,42 @@ class SessionRepository:
         result = await self.session.execute(
             stmt.on_conflict_do_update(
                 index_elements=[SessionMemoryStateRow.session_id],
-                set_={"extracted_at": when, "user_id": user_id, "failed_at": None},
+                set_={"extracted_at": when, "user_id": user_id, "failed_at": None, "failures": 0},
                 where=or_(state.user_id.is_(None), state.user_id == user_id),
             ).returning(SessionMemoryStateRow.extracted_at)
         )
         extracted: datetime | None = result.scalar_one_or_none()
         return extracted
 
-    async def record_failure(self, session_id: str, user_id: uuid.UUID) -> None:
+    async def record_failure(self, session_id: str, user_id: uuid.UUID, *, counted: bool) -> None:
         """Record a failed extraction of the session now (its mark unchanged): sweeps take it
-        after the sessions never failed. Nothing when the session is gone or not the user's
-        (a state row left for a deleted id would hold the id against every other user), nor
-        when its state row is another user's."""
+        after the sessions never failed; ``counted`` (a failure of the session's own, not a
+        model outage) also adds one to ``failures``, which leaves it out of sweeps for a
+        while (stale_sessions). Nothing when the session is gone or not the user's (a state
+        row left for a deleted id would hold the id against every other user), nor when its
+        state row is another user's."""
         state = SessionMemoryStateRow.__table__.c
+        added = 1 if counted else 0
         mine = select(
             SessionRow.id,
             SessionRow.user_id,
             literal(None, DateTime(timezone=True)),
             func.now(),
+            literal(added),
         ).where(SessionRow.id == session_id, SessionRow.user_id == user_id)
         await self.session.execute(
             insert(SessionMemoryStateRow)
-            .from_select(["session_id", "user_id", "extracted_at", "failed_at"], mine)
+            .from_select(["session_id", "user_id", "extracted_at", "failed_at", "failures"], mine)
             .on_conflict_do_update(
                 index_elements=[SessionMemoryStateRow.session_id],
-                set_={"failed_at": func.now(), "user_id": user_id},
+                set_={
+                    "failed_at": func.now(),
+                    "user_id": user_id,
+                    # A legacy row of no user starts its count afresh.
+                    "failures": case(
+                        (state.user_id.is_(None), added), else_=state.failures + added
+                    ),
+                },
                 where=or_(state.user_id.is_(None), state.user_id == user_id),
             )
         )
@@ -460,7 +493,9 @@ class SessionRepository:
         was never extracted: no mark, or a mark older than ``last_active``. Of ``owner`` (every
         user's for None), longest idle first; those the extractor failed on since their last
         extraction (``failed_at``) after the others, the longest-failed first, so a session
-        the model always fails on cannot hold a limited sweep's every place."""
+        the model always fails on cannot hold a limited sweep's every place. A session with
+        ``failures`` of its own is left out until its back-off has passed (``_retry_due``) or
+        it has new activity."""
         stmt = (
             self._activity()
             .where(
@@ -470,6 +505,7 @@ class SessionRepository:
                     SessionMemoryStateRow.extracted_at.is_(None),
                     SessionMemoryStateRow.extracted_at < SessionRow.last_active,
                 ),
+                _retry_due(),
             )
             .where(~_foreign_state(SessionRow))
             .order_by(

@@ -139,6 +139,7 @@ class TransferRepository:
                 SessionMemoryStateRow.session_id,
                 SessionMemoryStateRow.extracted_at,
                 SessionMemoryStateRow.failed_at,
+                SessionMemoryStateRow.failures,
             )
             .where(SessionMemoryStateRow.user_id == user_id)
             .order_by(SessionMemoryStateRow.session_id)

@@ -39,7 +39,7 @@ from navi_memory.services.extraction_prompts import extraction_messages, summary
 from navi_memory.services.facts import FactService, FactWrite
 from navi_memory.services.sessions import to_message
 from navi_memory.text.keys import stored_category
-from navi_memory.text.transcript import render_transcript
+from navi_memory.text.transcript import render_transcript, says_again
 
 __all__ = [
     "CLAIM_LOST",
@@ -70,6 +70,16 @@ class SessionTranscript:
     extracted_at: datetime | None
     idle_seconds: float
     text: str
+    started_at: datetime | None = None
+    """When its first message was written (None: no message): a forget or a change of a fact
+    elsewhere before it is older than everything the session says."""
+    user_said: tuple[tuple[datetime, str], ...] = ()
+    """The user's messages with when each was written (never after ``last_active``, the
+    activity of record): what ``says_again_after`` reads."""
+
+    def says_again_after(self, value: str, moment: datetime) -> bool:
+        """Whether a user message written after ``moment`` states ``value`` again."""
+        return says_again(value, (text for at, text in self.user_said if at > moment))
 
     @property
     def needs_extraction(self) -> bool:
@@ -212,11 +222,17 @@ class ExtractionService:
         return await SessionRepository(session=session).stale_sessions(scope, stale_minutes, limit)
 
     async def record_failure(
-        self, session: AsyncSession, user_id: uuid.UUID, session_id: str
+        self, session: AsyncSession, user_id: uuid.UUID, session_id: str, *, counted: bool
     ) -> None:
         """Record that extracting the user's session failed now: later sweeps take it after the
-        sessions never failed (stale_sessions), until an extraction of it succeeds."""
-        await SessionRepository(session=session).record_failure(session_id, user_id)
+        sessions never failed (stale_sessions), until an extraction of it succeeds. A failure
+        of the session's own (``counted``: the model's reply unusable, a row unreadable, a
+        defect meeting its content; not a model outage) also makes sweeps leave it for a
+        while, longer after each: EXTRACTION_RETRY_BASE_SECONDS doubling, at most
+        EXTRACTION_RETRY_MAX_SECONDS, or until it has new activity."""
+        await SessionRepository(session=session).record_failure(
+            session_id, user_id, counted=counted
+        )
 
     async def try_claim(self, conn: AsyncConnection, session_id: str) -> ExtractionClaim | None:
         """Claim the session for this extractor, held by ``conn`` (outside any transaction)
@@ -248,6 +264,9 @@ class ExtractionService:
         if activity is None:
             return None
         rows = await repo.messages(session_id, context_only=False)
+        # A message's time, as of the activity of record at the latest (a clock step, an
+        # application's SQL moving last_active back).
+        times = [min(row.created_at, activity.last_active) for row in rows]
         return SessionTranscript(
             session_id=session_id,
             user_id=activity.user_id,
@@ -255,6 +274,12 @@ class ExtractionService:
             extracted_at=activity.extracted_at,
             idle_seconds=activity.idle_seconds,
             text=render_transcript(to_message(row) for row in rows),
+            started_at=min(times, default=None),
+            user_said=tuple(
+                (at, row.content)
+                for at, row in zip(times, rows, strict=True)
+                if row.role == "user" and row.kind == "message"
+            ),
         )
 
     # --- the model (no transaction) -------------------------------------------------------
@@ -366,20 +391,29 @@ class ExtractionService:
         category: str,
         draft: FactDraft,
     ) -> bool:
-        """Whether the user changed or forgot the draft's fact in another conversation after
-        the session's last activity (FactService.told_since, under the category's lock, taken
-        here first so a forget or a save committing meanwhile is seen). The session's word is
-        older then: a reply re-reading an old conversation must not overwrite, hide or bring
-        back what the user said since."""
+        """Whether the user changed or forgot the draft's fact after the session said it:
+        the last time they did (FactService.last_told_since, under the category's lock, taken
+        here first so a forget or a save committing meanwhile is seen) is after the session's
+        last activity, or after its first message with no message of the user's since then
+        stating the value again. The session's word is older then: a reply re-reading an old
+        conversation must not overwrite, hide or bring back what the user said since — nor
+        a conversation that only went on after it (a "thanks" the next day, or the forget's
+        own exchange: a re-extraction reads the whole history again)."""
         await self.facts.lock_category(session, transcript.user_id, category)
-        return await self.facts.told_since(
+        started = transcript.started_at or transcript.last_active
+        moment = await self.facts.last_told_since(
             session,
             transcript.user_id,
             category,
             draft.key,
-            transcript.last_active,
+            started,
             session_id=transcript.session_id,
             value=draft.value,
+        )
+        if moment is None:
+            return False
+        return moment >= transcript.last_active or not transcript.says_again_after(
+            draft.value, moment
         )
 
     async def _stored_categories(

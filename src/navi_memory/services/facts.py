@@ -342,7 +342,7 @@ class FactService:
             facts=removed, expired=len(deleted) - len(removed), summary_removed=summary_removed
         )
 
-    async def told_since(
+    async def last_told_since(
         self,
         session: AsyncSession,
         user_id: uuid.UUID,
@@ -352,33 +352,33 @@ class FactService:
         *,
         session_id: str,
         value: str | None = None,
-    ) -> bool:
-        """Whether the user changed or forgot the key (any spelling of it) in ``category``
-        after ``since``, in another conversation than session ``session_id``. The caller holds
-        the category's lock (``lock_category``), so a forget or a save committing meanwhile is
-        seen here.
+    ) -> datetime | None:
+        """The last time after ``since`` the user changed or forgot the key (any spelling of
+        it) in ``category`` in a conversation, a change in another one than session
+        ``session_id``; None when they did not. The caller holds the category's lock
+        (``lock_category``), so a forget or a save committing meanwhile is seen here.
 
-        - forgot: a forget asked for in a conversation (``delete(in_conversation=True)``)
-          after ``since``;
+        - forgot: a forget asked for in a conversation (``delete(in_conversation=True)``),
+          this one included;
         - changed: a visible row of the key written from another session (the memory tool's
-          save, that session's extraction) as of a moment after ``since``: when it was
-          written, or that session's last activity if earlier (an extraction writes after the
-          session it reads), unless it holds the same key and ``value`` (the session says it
-          again: its write only confirms it). A row written outside any session (an
-          application's own upsert_fact) does not count: the conversation order says nothing
-          of it, and an extraction writes over it, as the spec's extractor does; nor does a
-          row whose session is gone (when the user said it is no longer known: its write time
-          is the extraction's, not the conversation's)."""
+          save, that session's extraction), as of when it was written, or that session's
+          last activity if earlier (an extraction writes after the session it reads), unless
+          it holds the same key and ``value`` (the session says it again: its write only
+          confirms it). A row written outside any session (an application's own upsert_fact)
+          does not count: the conversation order says nothing of it, and an extraction
+          writes over it, as the spec's extractor does; nor does a row whose session is gone
+          (when the user said it is no longer known: its write time is the extraction's, not
+          the conversation's)."""
         facts = FactRepository(session=session)
         wanted = normalize_key(key)
         categories = (category_fold(category), ANY_CATEGORY)
         # A stored form is itself a key: spelled again it is the form of the rules in force
         # (the same form when they have not changed, normalize_key being idempotent).
-        if any(
-            normalize_key(form) == wanted
-            for form in await facts.forgotten_since(user_id, categories, since)
-        ):
-            return True
+        moments = [
+            at
+            for form, at in await facts.forgotten_since(user_id, categories, since)
+            if normalize_key(form) == wanted
+        ]
         rules = key_rules()
         for row in await facts.key_times(user_id, category, f"{rules}:{wanted}", rules):
             told_in = row["session_id"]
@@ -390,9 +390,10 @@ class FactService:
                 continue
             if normalize_key(row["key"]) != wanted:  # a stored form of other rules
                 continue
-            if min(row["updated_at"], row["session_active"]) > since:
-                return True
-        return False
+            moment = min(row["updated_at"], row["session_active"])
+            if moment > since:
+                moments.append(moment)
+        return max(moments, default=None)
 
     async def lock_category(self, session: AsyncSession, user_id: uuid.UUID, category: str) -> None:
         """Serialise with the category's other writers until the transaction ends."""

@@ -448,6 +448,7 @@ class TransferService:
                     "session_id": plan.sid(e.session_id),
                     "extracted_at": e.extracted_at,
                     "failed_at": e.failed_at,
+                    "failures": e.failures,
                 }
                 for e in plan.extractions
             ],

@@ -6,6 +6,7 @@ Pure logic: which messages count, how tool calls and results read, and the overa
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable
 from typing import Final
 
@@ -13,8 +14,9 @@ from navi_memory.constants import TRANSCRIPT_MAX_CHARS, TRANSCRIPT_TOOL_OUTPUT_M
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import Message
 from navi_memory.text.chunks import elide_middle
+from navi_memory.text.terms import query_terms
 
-__all__ = ["render_transcript", "transcript_line"]
+__all__ = ["render_transcript", "says_again", "transcript_line"]
 
 _SKIPPED_KINDS: Final = frozenset({"summary", "marker"})
 
@@ -79,3 +81,22 @@ def render_transcript(
         )
     lines = (transcript_line(m, tool_output_max_chars=tool_output_max_chars) for m in messages)
     return elide_middle("\n".join(line for line in lines if line is not None), max_chars)
+
+
+def says_again(value: str, said: Iterable[str]) -> bool:
+    """Whether one of the user's messages ``said`` states ``value`` again: holds each of its
+    words (stop words aside; case, and Unicode form, ignored), or the whole value. How the
+    extractor tells a user who repeats a fact after forgetting or changing it elsewhere from
+    a conversation that only went on (services/extraction.py): a paraphrase ("I live in the
+    Czech capital" for "Prague") is not a restatement, and the older word is then left out."""
+    wanted = _folded(value)
+    terms = [term.lower() for term in query_terms(wanted, limit=64)]
+    for message in said:
+        text = _folded(message)
+        if wanted in text or (terms and all(term in text for term in terms)):
+            return True
+    return False
+
+
+def _folded(text: str) -> str:
+    return unicodedata.normalize("NFC", text).lower().strip()

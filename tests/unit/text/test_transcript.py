@@ -10,7 +10,7 @@ import pytest
 from navi_memory.constants import TRANSCRIPT_MAX_CHARS, TRANSCRIPT_TOOL_OUTPUT_MAX_CHARS
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import Message
-from navi_memory.text.transcript import render_transcript, transcript_line
+from navi_memory.text.transcript import render_transcript, says_again, transcript_line
 
 T0 = datetime(2026, 11, 6, 18, 41, tzinfo=UTC)
 
@@ -140,3 +140,23 @@ def test_non_positive_limits_are_refused(limits: dict[str, int]) -> None:
     """A limit below one is a caller's bug, reported as InvalidInputError."""
     with pytest.raises(InvalidInputError):
         render_transcript([message(1)], **limits)
+
+
+@pytest.mark.parametrize(
+    ("value", "said", "expected"),
+    [
+        ("Brno", ["thanks!"], False),
+        ("Brno", ["Actually I still live in brno."], True),
+        ("dark blue", ["blue, and dark please"], True),  # each word, in any order
+        ("dark blue", ["dark mode", "blue sky"], False),  # in one message
+        ("Lives in Brno", ["I live in Brno"], False),  # a paraphrase is not a restatement
+        ("Zu\u0308rich", ["I moved to Zürich"], True),  # Unicode forms
+        ("C++", ["I write c++ all day"], True),
+        ("the", ["the end"], True),  # nothing but stop words: the whole value
+        ("Brno", [], False),
+    ],
+)
+def test_says_again_wants_every_word_of_the_value_in_one_message(
+    value: str, said: list[str], expected: bool
+) -> None:
+    assert says_again(value, said) is expected
