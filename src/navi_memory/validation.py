@@ -173,8 +173,14 @@ def check_aware_datetime(name: str, value: Any) -> datetime:
 
 
 def check_json_object(name: str, value: Any, *, max_chars: int) -> dict[str, Any]:
-    """``value`` as the JSON object PostgreSQL's jsonb will store (so what is read back equals
-    it): a dict of JSON values, finite numbers, valid Unicode, no NUL, at most ``max_chars``."""
+    """``value`` as the JSON object PostgreSQL's jsonb will store: a dict of JSON values,
+    finite numbers, valid Unicode, no NUL, at most ``max_chars`` as JSON text.
+
+    What is read back has the same keys, strings, booleans and nulls, but not always the same
+    numbers: jsonb keeps a number as ``numeric``, so it comes back as the decimal value its
+    JSON text denotes — a float written with an exponent as an int when that value is whole
+    (``1e20`` as ``100000000000000000000``, ``1e308`` as a 309-digit int), ``-0.0`` as
+    ``0.0``; ``1.5e-07`` stays a float."""
     if not isinstance(value, dict):
         raise InvalidTypeError(f"{name} must be a dict, got {type(value).__name__}")
     try:

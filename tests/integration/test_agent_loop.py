@@ -11,6 +11,7 @@ import pytest
 
 from examples.agent_loop import SYSTEM_PROMPT, agent_turn
 from navi_memory import Memory, OllamaChatModel, open_memory, request_context
+from navi_memory.constants import MESSAGE_MAX_CHARS
 from navi_memory.testing import FakeOllama
 from navi_memory.text.recall import RECALL_HEADER
 from tests.conftest import make_settings
@@ -163,3 +164,39 @@ async def test_junk_from_the_model_is_answered_and_stored_and_the_turn_completes
     assert "NUL" in history[2].content  # the tool's error text, as the model read it
     assert "there is no tool" in history[4].content
     assert history[-1].content == "helloworld"
+
+
+async def test_lone_surrogates_and_oversized_arguments_are_stored_cleaned(
+    memory: Memory, model: OllamaChatModel, fake_ollama: FakeOllama
+) -> None:
+    """A lone surrogate (the legal JSON escape "\\ud800") in a tool call's argument values and
+    names and in the reply, and a tool call's arguments and a reply over what a session row
+    holds: the session keeps U+FFFD for each surrogate, the big arguments as a placeholder
+    saying they were cut, the reply cut with a note, and the turn ends with the model's answer
+    (the turn, cleaned alike, went back to the model)."""
+    uid = await new_user(memory)
+    huge = "v" * MESSAGE_MAX_CHARS
+    with request_context(user_id=uid):
+        sid = (await memory.sessions.create()).id
+        fake_ollama.script_chat(
+            tool_calls=[
+                {
+                    "name": "memory",
+                    "arguments": {"action": "list", "note": ["a\ud800b"], "\udc00x": 1},
+                },
+                {"name": "memory", "arguments": {"action": "save", "key": "k", "value": huge}},
+            ]
+        )
+        fake_ollama.script_chat("bad \udc00 reply " + huge)
+        answer = await agent_turn(memory, model, sid, "hi")
+        history = await memory.sessions.history(sid)
+    assert answer == "bad \udc00 reply " + huge
+    assert [m.role for m in history] == ["user", *["tool_call", "tool"] * 2, "assistant"]
+    assert history[1].tool_args == {"action": "list", "note": ["a\ufffdb"], "\ufffdx": 1}
+    cut = history[3].tool_args
+    assert cut is not None and set(cut) == {"cut", "text"}
+    assert "cut" in cut["cut"] and f"{MESSAGE_MAX_CHARS:,}" in cut["cut"]
+    assert cut["text"].startswith('{"action": "save", "key": "k", "value": "vvv')
+    reply = history[-1].content
+    assert reply.startswith("bad \ufffd reply vvv") and len(reply) == MESSAGE_MAX_CHARS
+    assert reply.endswith(f"cut: {len(answer):,} characters, over the limit of 1,000,000]")

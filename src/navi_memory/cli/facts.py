@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Final, Literal
 
 import typer
@@ -156,29 +157,29 @@ def show_fact(
     fact_id: Annotated[int, typer.Argument(metavar="ID", min=1, help="The fact's id.")],
     as_json: JsonOption = False,
 ) -> None:
-    """Everything about one fact (hidden or expired alike), with the rows hidden behind it."""
+    """Everything about one fact (hidden or expired alike), with the rows hidden behind it.
+
+    An expired row behind it is shown too, marked expired: it is never visible, but forgetting
+    the fact deletes it with the fact. `--json` names those in `merged_here_expired`.
+    """
     settings = load_settings()
 
     async def work() -> tuple[Fact, list[Fact]]:
         async with admin_memory(settings) as memory:
             fact = await memory.store.get_fact(fact_id)
-            # A row is hidden behind one of its owner's facts. Behind a legacy unowned fact
-            # (adopting a legacy database hides its duplicates so, in their category) they
-            # are found among every user's rows of that category: no user to narrow to.
-            owned = await memory.store.get_all_facts(
-                user_id=fact.user_id,
-                all_users=fact.user_id is None,
-                category=fact.category if fact.user_id is None else None,
-                include_merged=True,
-                sort_by="id",
-                sort_order="asc",
-            )
-            merged = [f for f in owned if f.merged_into == fact_id and f.user_id == fact.user_id]
-        return fact, merged
+            return fact, await memory.store.get_merged_facts(fact_id)
 
     fact, merged = run(work)
+    now = datetime.now(UTC)
+    expired = [hidden.id for hidden in merged if _expired(hidden, now)]
     if as_json:
-        print_json({**fact.model_dump(mode="json"), "merged_here": [f.id for f in merged]})
+        print_json(
+            {
+                **fact.model_dump(mode="json"),
+                "merged_here": [hidden.id for hidden in merged],
+                "merged_here_expired": expired,
+            }
+        )
         return
     fields = fact.model_dump()
     width = max(len(name) for name in fields)
@@ -186,11 +187,17 @@ def show_fact(
         shown = "" if value is None else printable(str(value))
         out.print(f"{name:<{width}}  {shown}", markup=False)
     for hidden in merged:
+        mark = " (expired)" if hidden.id in expired else ""
         out.print(
             f"{'merged here':<{width}}  #{hidden.id} {printable(hidden.key)} = "
-            f"{printable(hidden.value)}",
+            f"{printable(hidden.value)}{mark}",
             markup=False,
         )
+
+
+def _expired(fact: Fact, now: datetime) -> bool:
+    """Past its expiry, by this machine's clock: no read of the memory shows it."""
+    return fact.expires_at is not None and fact.expires_at <= now
 
 
 @facts_app.command("forget")
@@ -235,7 +242,10 @@ def forget_fact(
 def unmerge_fact(
     fact_id: Annotated[int, typer.Argument(metavar="ID", min=1, help="The hidden row's id.")],
 ) -> None:
-    """Make a hidden (merged) fact visible again; the fact it was merged into stays."""
+    """Make a hidden (merged) fact visible again; the fact it was merged into stays.
+
+    A row past its expiry is unmerged all the same, but stays invisible: the output says so.
+    """
     settings = load_settings()
 
     async def work() -> Fact:
@@ -243,7 +253,8 @@ def unmerge_fact(
             return await memory.store.unmerge_fact(fact_id)
 
     fact = run(work)
-    out.print(
-        f"fact #{fact.id} [{printable(fact.category)}] {printable(fact.key)} is visible again",
-        markup=False,
-    )
+    name = f"fact #{fact.id} [{printable(fact.category)}] {printable(fact.key)}"
+    if _expired(fact, datetime.now(UTC)):
+        out.print(f"{name} was unmerged but has expired (not visible)", markup=False)
+    else:
+        out.print(f"{name} is visible again", markup=False)

@@ -387,6 +387,13 @@ class MemoryStore:
         async with unit_of_work(self._sessionmaker, read_only=True) as session:
             return await self._facts.get(session, fact_id)
 
+    async def get_merged_facts(self, fact_id: int) -> list[Fact]:
+        """The rows hidden behind one fact (merged into it), expired ones too, by id: what
+        forgetting that fact deletes with it. The fact is read as by ``get_fact``."""
+        fact_id = check_int("fact_id", fact_id, minimum=1, maximum=BIGINT_MAX)
+        async with unit_of_work(self._sessionmaker, read_only=True) as session:
+            return await self._facts.hidden_behind(session, fact_id)
+
     async def unmerge_fact(self, fact_id: int) -> Fact:
         """Make a hidden row visible again (the row it was merged into stays as it is): the
         current user's own row, or — with no current user — any row with read_all (admin)."""

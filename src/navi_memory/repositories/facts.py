@@ -858,6 +858,17 @@ class FactRepository:
         )
         return list((await self.session.execute(stmt)).mappings())
 
+    async def hidden_behind(self, fact_id: int, user_id: uuid.UUID | None) -> list[RowMapping]:
+        """The rows of ``user_id`` (None: the legacy unowned rows) hidden behind ``fact_id``,
+        expired ones too (they are behind it, and go when it is deleted), by id."""
+        owner = FactRow.user_id.is_(None) if user_id is None else FactRow.user_id == user_id
+        stmt = (
+            select(*fact_columns())
+            .where(FactRow.merged_into == fact_id, owner)
+            .order_by(FactRow.id)
+        )
+        return list((await self.session.execute(stmt)).mappings())
+
     async def most_recent(self, user_id: uuid.UUID, limit: int) -> list[RowMapping]:
         """The user's ``limit`` visible facts in the prompt's order (text.context.prompt_facts):
         the latest of ``last_verified_at``, else ``updated_at``, else ``created_at`` (a legacy

@@ -466,6 +466,15 @@ class FactService:
             raise NotFoundError(f"fact {fact_id} does not exist")
         return to_fact(row)
 
+    async def hidden_behind(self, session: AsyncSession, fact_id: int) -> list[Fact]:
+        """The rows hidden behind one fact, expired ones too, by id, if the caller may read
+        that fact (``may_read``). Only its owner's: a row is merged into its owner's facts."""
+        facts = FactRepository(session=session)
+        row = await facts.get(fact_id)
+        if row is None or not may_read(row.user_id):
+            raise NotFoundError(f"fact {fact_id} does not exist")
+        return [to_fact(hidden) for hidden in await facts.hidden_behind(row.id, row.user_id)]
+
     async def search(
         self,
         conn: Reads,
