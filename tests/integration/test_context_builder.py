@@ -831,6 +831,36 @@ async def test_list_numbers_never_count_for_recall(db_url: str, fake_ollama: Fak
         assert garden.recall == "injected"
 
 
+async def test_courtesy_and_stop_words_never_count_for_recall(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """An excerpt "Thanks! Please book the flight to Oslo" matched "thanks, please continue with
+    the invoice" on two courtesy words and was injected into a talk about an invoice. Recall leaves
+    out courtesy words and stop words (which search keeps when a query holds nothing else);
+    two real words still recall the excerpt."""
+    settings = make_settings(db_url, fake_ollama, chunk_max_chars=200)
+    async with open_memory(settings, embedder=False) as memory:
+        uid = await new_user(memory)
+        lines = [
+            ("user", padded("Thanks! Please book the flight to Oslo on monday")),
+            ("user", "ok"),
+        ]
+        sid = await conversation(memory, fake_ollama, uid, lines, keep_last=1)
+        invoice = await memory.context.build_prompt(
+            sid, "thanks, please continue with the invoice", system_prompt=HOST, user_id=uid
+        )
+        assert invoice.recall == "nothing_found"
+        assert {"thanks", "please", "ok"}.isdisjoint(t.casefold() for t in invoice.recall_terms)
+        filler = await memory.context.build_prompt(
+            sid, "Thanks to the, on to it", system_prompt=HOST, user_id=uid
+        )
+        assert (filler.recall, filler.recall_terms) == ("nothing_found", ())
+        flight = await memory.context.build_prompt(
+            sid, "thanks! which flight to Oslo?", system_prompt=HOST, user_id=uid
+        )
+        assert flight.recall == "injected"
+
+
 @pytest.mark.parametrize(
     ("excerpt", "incoming"),
     [

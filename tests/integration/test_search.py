@@ -335,6 +335,27 @@ async def test_an_empty_or_stop_word_query_lists_the_newest_items_of_each_store_
     assert fake_ollama.requests_to("/api/embed") == []
 
 
+BLANK_VALUES = ["", "   ", "\u200b", " \u200b\u00a0\ufeff\u2060\n", "\u00ad\u200d"]
+"""Values a note shows nothing of: empty, whitespace, zero-width and other invisible format
+characters (``is_blank``)."""
+
+
+async def test_a_cleared_or_blank_sketch_is_never_a_hit(memory: Memory) -> None:
+    """A scratchpad entry whose value is empty or blank (the tool's "cleared") is no hit, for a
+    query matching its key or for an empty query listing the newest; a value with a visible
+    character among invisible ones is a hit."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    for number, value in enumerate(BLANK_VALUES):
+        await memory.kv.set(SKETCH_SCOPE, f"zebra{number}", value, session_id=sid, user_id=uid)
+    for query in ("zebra", ""):
+        assert await memory.search.search(query, "sketches", user_id=uid) == []
+    await memory.kv.set(SKETCH_SCOPE, "zebra_shown", "\u200bx\u200b", session_id=sid, user_id=uid)
+    for query in ("zebra", ""):
+        hits = await memory.search.search(query, "sketches", user_id=uid)
+        assert [hit.key for hit in hits] == ["zebra_shown"]
+
+
 async def test_with_the_embedder_down_search_answers_by_text(
     memory: Memory, fake_ollama: FakeOllama, caplog: pytest.LogCaptureFixture
 ) -> None:

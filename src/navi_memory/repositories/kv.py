@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import ColumnElement, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
@@ -20,7 +20,7 @@ from navi_memory.repositories.statements import (
     statement,
 )
 
-__all__ = ["KvRepository", "KvSearchRepository"]
+__all__ = ["SHOWS_SOMETHING", "KvRepository", "KvSearchRepository"]
 
 _UNIQUE = "uq_kv_store_user_id_scope_session_id_key"
 
@@ -106,6 +106,19 @@ class KvRepository:
         return list((await self.session.scalars(stmt)).all())
 
 
+SHOWS_SOMETHING: Final = (
+    "[^\\u0009-\\u000d\\u001c-\\u0020\\u0085\\u00a0\\u00ad\\u061c\\u1680\\u180e"
+    "\\u2000-\\u200f\\u2028-\\u202f\\u205f-\\u2064\\u2066-\\u206f\\u3000\\ufeff"
+    "\\ufff9-\\ufffb\\U00013430-\\U00013438\\U0001bca0-\\U0001bca3\\U0001d173-\\U0001d17a"
+    "\\U000e0001\\U000e0020-\\U000e007f]"
+)
+"""A PostgreSQL regular expression matching a value that is not blank as ``validation.is_blank``
+reads it: one character outside the blank ones (whitespace, zero-width and other invisible
+format characters). Written out, not derived at run time (a walk of the Unicode table, ~0.15 s,
+on the first search of every process); tests/unit/test_blank_class.py derives it from is_blank
+and keeps the two equal."""
+
+
 class KvSearchRepository:
     """search_values's read: one statement, so it runs on an autocommit connection (unified
     search) as well as in a transaction."""
@@ -128,7 +141,8 @@ class KvSearchRepository:
         """Rows of the scope matching any term in key or value, each with ``terms_hit`` (how
         many distinct terms it matches): rows of ``prefer_session_id`` first, then most terms,
         then the newest. No terms: the newest rows, ``prefer_session_id`` first, 0 terms hit.
-        ``with_value``: only rows whose value is not empty (a cleared note has nothing to show).
+        ``with_value``: only rows whose value shows something (a cleared note, empty or blank
+        as ``is_blank`` reads it, has nothing to show).
         ``short_terms``: keep one-character terms beside longer ones (``like.term_patterns``).
 
         The terms go in as one ``text[]`` of escaped patterns: one statement shape whatever
@@ -140,7 +154,8 @@ class KvSearchRepository:
         }
         where = ["k.scope = :scope", *owner_where("k", user_id, session_id, params)]
         if with_value:
-            where.append("k.value <> ''")
+            where.append("k.value ~ :shows_something")
+            params["shows_something"] = SHOWS_SOMETHING
         if terms:
             where.append(
                 "(k.key ILIKE ANY (CAST(:patterns AS text[])) "

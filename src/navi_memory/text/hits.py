@@ -188,24 +188,42 @@ def _echo(query: str) -> str:
 
 def _title(hit: MemoryHit, *, show_user: bool = False) -> str:
     # Stored names (a session id, a category, a sketch's section) may hold line breaks (a
-    # model names scratchpad sections): on the title line they are spaces.
+    # model names scratchpad sections): on the title line they are spaces. A part the hit
+    # does not have (a hit made by hand needs only source_type, text and timestamp) is left
+    # out, never shown as "None" or an empty name.
     session = f" · session {one_line(hit.session_id)}" if hit.session_id else ""
     if show_user:  # hits of several users (a read_all search): whose each one is
         session = f" · user {hit.user_id or 'none'}{session}"
     if hit.source_type == "fact":
-        category = one_line(hit.category or "")
-        return f"fact [{category}]{session} · updated {_when(hit.timestamp)}"
+        category = _name(hit.category)
+        shown = f" [{category}]" if category else ""
+        return f"fact{shown}{session} · updated {_when(hit.timestamp)}"
     if hit.source_type == "raw":
-        turns = (
-            f"{hit.start_seq}" if hit.start_seq == hit.end_seq else f"{hit.start_seq}–{hit.end_seq}"
-        )
-        return f"raw{session} · turn {turns} · {_when(hit.timestamp)}"
-    return f"sketch{session} · {one_line(hit.key or '')}"
+        return f"raw{session}{_turns(hit.start_seq, hit.end_seq)} · {_when(hit.timestamp)}"
+    key = _name(hit.key)
+    return f"sketch{session} · {key}" if key else f"sketch{session}"
+
+
+def _name(value: str | None) -> str:
+    """A stored name for the title line or a fact's key: one line, without outer blanks
+    (empty when the hit has none)."""
+    return one_line(value).strip() if value else ""
+
+
+def _turns(start: int | None, end: int | None) -> str:
+    """`` · turn 12–14``, `` · turn 12`` for one message (or one end known), nothing
+    when neither is known."""
+    if start is None or end is None or start == end:
+        known = start if start is not None else end
+        return "" if known is None else f" · turn {known}"
+    return f" · turn {start}–{end}"
 
 
 def _body(hit: MemoryHit, terms: Sequence[str] = ()) -> list[str]:
     if hit.source_type == "fact":
-        return _indented(f"{one_line(hit.key or '')}: {cut_text(hit.text, terms=terms)}")
+        key = _name(hit.key)
+        value = cut_text(hit.text, terms=terms)
+        return _indented(f"{key}: {value}" if key else value)
     if hit.source_type == "sketch":
         return _indented(cut_text(hit.text, terms=terms))
     lines: list[str] = []

@@ -14,7 +14,7 @@ from typing import Final, Literal, Protocol, TypeVar
 
 from navi_memory.constants import INJECTED_LEDGER_MAX
 from navi_memory.schemas import MemoryHit, Message
-from navi_memory.text.chunks import RENDERING_WORDS
+from navi_memory.text.freshness import FRESHNESS_STOP_WORDS
 from navi_memory.text.hits import format_hit
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "RECALL_MIN_TERMS",
     "RECALL_QUERY_MESSAGES",
     "RECALL_QUERY_MESSAGE_MAX_CHARS",
+    "RECALL_STOP_WORDS",
     "RecallCandidate",
     "context_seqs",
     "extend_ledger",
@@ -49,6 +50,20 @@ query should say what the topic is, not carry a pasted file."""
 
 RECALL_MIN_TERMS: Final = 2
 """A hit found by text (not by vector) qualifies when it matches this many distinct terms."""
+
+# fmt: off
+RECALL_STOP_WORDS: Final = FRESHNESS_STOP_WORDS | frozenset(
+    {
+        # Courtesy and filler: half the messages of a chat hold some, and two of them made an
+        # excerpt about something else "match two terms" ("Thanks! Please book the flight"
+        # recalled for "thanks, please continue with the invoice").
+        "bye", "cheers", "cool", "great", "hello", "hey", "hi", "please", "pls", "sorry",
+        "sure", "thank", "thanks", "thx", "ty", "yeah", "yep",
+    }
+)
+# fmt: on
+"""Words left out of the recall query's terms: the search stop words, the chunk rendering
+prefixes and the other words without a subject (FRESHNESS_STOP_WORDS), and courtesy words."""
 
 RECALL_HEADER: Final = "## Recalled from earlier in this conversation"
 
@@ -123,14 +138,18 @@ def recall_query(
 
 
 def recall_terms(terms: Sequence[str]) -> tuple[str, ...]:
-    """The recall query's terms without the words every excerpt holds through its rendering
-    ("User:", "Assistant:", …: RENDERING_WORDS): "what did the user say about water" would
-    otherwise match every excerpt on "user", and recall's two matched terms would be one.
-    None left ("user or assistant?"): no terms, so nothing is recalled — those words match
-    every excerpt, whatever it says. One-character terms go too: the lone digits a search
-    keeps ("floor 4") are, in five messages of conversation, list numbers ("1. … 2. …"), and
-    two of them made an excerpt numbering its own list "match two terms"."""
-    return tuple(term for term in terms if term.casefold() not in RENDERING_WORDS and len(term) > 1)
+    """The recall query's terms without the words that say nothing about its topic
+    (RECALL_STOP_WORDS). The words every excerpt holds through its rendering ("User:",
+    "Assistant:", …): "what did the user say about water" would otherwise match every excerpt
+    on "user", and recall's two matched terms would be one. Stop words, which the search keeps
+    when a query holds nothing else, and courtesy words ("thanks", "please", "ok"): two of them
+    are in half the excerpts of a chat, whatever it was about. None left ("user or
+    assistant?", "thanks!"): no terms, so nothing is recalled. One-character terms go too: the
+    lone digits a search keeps ("floor 4") are, in five messages of conversation, list numbers
+    ("1. … 2. …"), and two of them made an excerpt numbering its own list "match two terms"."""
+    return tuple(
+        term for term in terms if term.casefold() not in RECALL_STOP_WORDS and len(term) > 1
+    )
 
 
 # --- which hits qualify -----------------------------------------------------------------------

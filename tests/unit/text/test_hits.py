@@ -175,6 +175,38 @@ def test_sketches_show_session_and_section_then_the_value() -> None:
     ]
 
 
+def test_a_hand_made_hit_shows_only_the_parts_it_has() -> None:
+    """A hit made by hand needs only source_type, text and timestamp: a raw hit without turns
+    has no turn part (never "turn None"), one with a single end known shows that turn, and a
+    sketch or fact without a key (or category) shows no empty name or stray ": "."""
+    when = datetime(2026, 11, 6, 18, 41, tzinfo=UTC)
+    hits = [
+        MemoryHit(source_type="raw", text="hello", timestamp=when),
+        MemoryHit(source_type="raw", text="hello", timestamp=when, start_seq=3),
+        MemoryHit(source_type="raw", text="hello", timestamp=when, end_seq=5),
+        MemoryHit(source_type="sketch", text="note", timestamp=when),
+        MemoryHit(source_type="sketch", text="note", timestamp=when, key=" \n "),
+        MemoryHit(source_type="fact", text="8099", timestamp=when),
+        MemoryHit(source_type="fact", text="8099", timestamp=when, key="port", category="ops"),
+    ]
+    assert format_hits("q", "all", hits).splitlines()[2:] == [
+        "1. raw · 2026-11-06 18:41",
+        "   hello",
+        "2. raw · turn 3 · 2026-11-06 18:41",
+        "   hello",
+        "3. raw · turn 5 · 2026-11-06 18:41",
+        "   hello",
+        "4. sketch",
+        "   note",
+        "5. sketch",
+        "   note",
+        "6. fact · updated 2026-11-06 18:41",
+        "   8099",
+        "7. fact [ops] · updated 2026-11-06 18:41",
+        "   port: 8099",
+    ]
+
+
 def test_no_hits_is_one_line_naming_query_and_scope() -> None:
     """Nothing found: a single line with the query and the scope searched."""
     assert format_hits("zebra", "raw", []) == (

@@ -22,6 +22,7 @@ from navi_memory.text.recall import (
     qualifies,
     recall_message_text,
     recall_query,
+    recall_terms,
     repeats_context,
     select_recall,
 )
@@ -251,3 +252,20 @@ def test_an_excerpt_wholly_in_the_context_repeats_it_and_one_holding_a_dropped_r
     assert not repeats_context(Hit(1, start_seq=9, end_seq=9), seqs)
     assert not repeats_context(Hit(1, start_seq=None, end_seq=None), seqs)
     assert not repeats_context(Hit(1, start_seq=7, end_seq=6), seqs)
+
+
+# --- the query's terms ------------------------------------------------------------------------
+
+
+def test_recall_terms_leave_out_courtesy_stop_and_rendering_words() -> None:
+    """Words that say nothing about the topic never count as matched: courtesy words ("thanks",
+    "please": two of them matched an excerpt about a flight to a message about an invoice),
+    stop words (search keeps them when nothing else is left), the rendering prefixes and
+    one-character terms. The topic's words stay, in their order and spelling."""
+    assert recall_terms(["Thanks", "please", "continue", "invoice", "OK"]) == (
+        "continue",
+        "invoice",
+    )
+    assert recall_terms(["hi", "hello", "yes", "no", "Sure", "yeah", "great", "cool"]) == ()
+    assert recall_terms(["the", "of", "it", "User", "assistant", "4", "x"]) == ()
+    assert recall_terms(["Oslo", "flight", "thank"]) == ("Oslo", "flight")
