@@ -240,6 +240,12 @@ def test_empty_text_gives_nothing() -> None:
         "a+" * 50_000,
         "1+" * 50_000,
         "a.b+c-" * 16_000 + "@x",
+        # unspaced scripts bound links and paths: a run of them is a run of starts
+        "中" * 100_000,
+        "中a" * 50_000,
+        "/中" * 50_000,
+        "中.pdf" * 20_000,
+        "12," * 33_000,
     ],
     ids=lambda s: repr(s[:4]),
 )
@@ -422,3 +428,148 @@ def test_the_gap_between_two_spaced_guillemet_quotations_is_no_quotation() -> No
     found = extract_breadcrumbs("Il a dit « connexion perdue » puis ensuite « accès refusé » hier")
     assert "connexion perdue" in found and "accès refusé" in found
     assert "puis ensuite" not in found
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Docs at “https://example.com/docs/page” today", "https://example.com/docs/page"),
+        ("链接：https://example.com/a，然后再看", "https://example.com/a"),
+        ("Voir https://example.fr/x» ici", "https://example.fr/x"),
+        ("and then https://example.com/more… maybe", "https://example.com/more"),
+        ("see ‘https://example.com/q’ there", "https://example.com/q"),
+        ("siehe „https://example.de/a“ dort", "https://example.de/a"),
+        ("打开www.example.com/a。好的", "www.example.com/a"),
+        ("(see https://x.org/a_(b))…", "https://x.org/a_(b)"),
+    ],
+)
+def test_a_url_ends_at_non_ascii_punctuation(text: str, expected: str) -> None:
+    """Typographic quotes, guillemets, "…" and full-width punctuation end a URL; none is kept."""
+    links = [item for item in extract_breadcrumbs(text) if "example." in item or "x.org" in item]
+    assert links == [expected]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("详见https://example.com/guide。谢谢", "https://example.com/guide"),
+        ("文件在/etc/nginx/nginx.conf里，端口8099", "/etc/nginx/nginx.conf"),
+        ("代码在src/app/main.py里", "src/app/main.py"),
+        ("ファイルは/etc/hosts。", "/etc/hosts"),
+        ("설정은/etc/hosts에", "/etc/hosts"),
+        ("邮件ops@example.org。", "ops@example.org"),
+        ("服务在192.168.1.1:8080。", "192.168.1.1:8080"),
+        ("访问example.com/x。", "example.com/x"),
+        ("请修改config.yaml然后重启", "config.yaml"),
+        ("看 ./src/app.py里", "./src/app.py"),
+    ],
+)
+def test_unspaced_scripts_bound_links_and_paths(text: str, expected: str) -> None:
+    """Han, kana, Hangul and full-width text has no spaces: a link or a path starts and ends
+    where it does, not at the edges of the run of characters around it."""
+    found = extract_breadcrumbs(text)
+    assert expected in found
+    assert not [item for item in found if expected in item and item != expected]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("ПУТЬ /home/иван/документы/файл.txt", "/home/иван/документы/файл.txt"),
+        ("see docs/файлы/отчёt.pdf", "docs/файлы/отчёt.pdf"),
+        ("voir /srv/données/été.csv ici", "/srv/données/été.csv"),
+        ("打开 报告.pdf 看看", "报告.pdf"),
+    ],
+)
+def test_non_ascii_path_segments_stay_whole(text: str, expected: str) -> None:
+    assert expected in extract_breadcrumbs(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("The quote is ₹1,00,000 for the year", "₹1,00,000"),
+        ("₹12,34,567.50 in total", "₹12,34,567.50"),
+        ("a crore is ₹1,00,00,000", "₹1,00,00,000"),
+        ("it costs $1,234,567 now", "$1,234,567"),
+    ],
+)
+def test_indian_digit_grouping_is_one_amount(text: str, expected: str) -> None:
+    found = extract_breadcrumbs(text)
+    assert expected in found
+    assert not [item for item in found if item != expected and expected.startswith(item)]
+
+
+@pytest.mark.parametrize("text", ["pay $1.2.3 now", "pay ₹1,00,0000 now", "pay $12,3,4 now"])
+def test_an_amount_is_never_cut_before_a_digit(text: str) -> None:
+    """A number followed by ",digit" or ".digit" was only partly read: no amount rather than
+    the wrong one."""
+    assert not [item for item in extract_breadcrumbs(text) if item[:1] in "$₹"]
+
+
+@pytest.mark.parametrize(
+    ("text", "absent"),
+    [
+        ("Hosting costs 10 €/month now", "/month"),
+        ("about $5/month", "/month"),
+        ("growth 50%/year", "/year"),
+        ("it is ¥300/day", "/day"),
+    ],
+)
+def test_a_per_unit_price_is_not_a_path(text: str, absent: str) -> None:
+    assert absent not in extract_breadcrumbs(text)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "KEYS：端口8099、nginx.conf",
+        "KEYS: 端口8099，nginx.conf",
+        "KEYS：端口8099；nginx.conf。",
+        "**KEYS：** 端口8099、 nginx.conf",
+    ],
+)
+def test_keys_line_in_cjk_punctuation(line: str) -> None:
+    """A full-width colon starts the KEYS line; "，", "、" and "；" separate its items."""
+    assert split_keys_line(f"用户把端口改成8099。\n{line}") == (
+        "用户把端口改成8099。",
+        ["端口8099", "nginx.conf"],
+    )
+
+
+def test_fullwidth_keys_none_means_no_keys() -> None:
+    assert split_keys_line("没有变化。\nKEYS：NONE") == ("没有变化。", [])
+
+
+def test_a_comma_between_digits_stays_in_its_item_next_to_cjk_separators() -> None:
+    assert split_keys_line("KEYS: 4,5 GB、$1,200，a")[1] == ["4,5 GB", "$1,200", "a"]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "```\nWe use port 8099.\nKEYS: port 8099, nginx.conf\n```",
+        "```text\nWe use port 8099.\nKEYS: port 8099, nginx.conf\n```\n",
+        "~~~\nWe use port 8099.\nKEYS: port 8099, nginx.conf\n~~~",
+        "We use port 8099.\nKEYS: port 8099, nginx.conf\n```",
+        "```\r\nWe use port 8099.\r\nKEYS: port 8099, nginx.conf\r\n```\r\n",
+    ],
+)
+def test_keys_line_before_a_closing_code_fence_is_found(reply: str) -> None:
+    """A model may wrap its whole reply in a code fence: the KEYS line is the last line inside,
+    and the fence is no part of the summary."""
+    assert split_keys_line(reply) == ("We use port 8099.", ["port 8099", "nginx.conf"])
+
+
+def test_a_code_block_inside_the_summary_is_kept() -> None:
+    reply = "Ran:\n```\nmake test\n```\nKEYS: make test"
+    assert split_keys_line(reply) == ("Ran:\n```\nmake test\n```", ["make test"])
+
+
+def test_a_fence_wrapping_a_reply_without_keys_is_stripped() -> None:
+    assert split_keys_line("```\nJust a summary.\n```") == ("Just a summary.", [])
+
+
+def test_two_code_blocks_are_not_one_wrapping_fence() -> None:
+    reply = "```\na\n```\nthen\n```\nb\n```"
+    assert split_keys_line(reply) == (reply, [])
