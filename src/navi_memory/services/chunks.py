@@ -39,6 +39,7 @@ from navi_memory.schemas import ChunkDraft, ChunkHit
 from navi_memory.services.embedding import EmbeddingService
 from navi_memory.services.ranking import fuse_hits, hit_fields, rank_hits
 from navi_memory.text import BREADCRUMB_MAX_CHARS
+from navi_memory.text.terms import unspaced
 from navi_memory.validation import check_aware_datetime, check_int, check_text
 
 __all__ = ["ChunkService", "PruneHints", "checked_draft", "ranked_lists"]
@@ -145,12 +146,22 @@ def small_user(
     (docs/benchmarks.md, "2026-12-06, 12:10–14:40 UTC"). Users not known small keep the
     statements planned for them."""
     return (
-        text_ranking == "bm25"
+        text_ranking_for(text_ranking, terms) == "bm25"
         and bool(terms)
         and hints is not None
         and scope is not None
         and not hints.prune(scope)
     )
+
+
+def text_ranking_for(text_ranking: str, terms: Sequence[str]) -> str:
+    """The ranking a search for ``terms`` takes: ``text_ranking`` (CHUNK_TEXT_RANKING), but
+    ``terms`` for a term in a script written without spaces (``text.terms.unspaced``). The
+    BM25 text list reads the text index, whose lexemes are whole runs of such letters
+    ("服务器端口是"): "端口" would never match. The terms ranking matches substrings (ILIKE on
+    the content and breadcrumbs, the spec's text path), as fact and sketch search do; it reads
+    every chunk of the user (or session), so only such queries take it."""
+    return "terms" if text_ranking == "bm25" and unspaced(terms) else text_ranking
 
 
 async def ranked_lists(
@@ -288,7 +299,7 @@ class ChunkService:
         if not terms:
             recent = await repo.recent(scope, session_id, limit)
             return [to_chunk_hit(row, via="recent") for row in recent]
-        if self.text_ranking == "terms":
+        if text_ranking_for(self.text_ranking, terms) == "terms":
             rows = await repo.search(
                 scope,
                 session_id,

@@ -29,7 +29,12 @@ from navi_memory.repositories.facts import FactSearchRepository
 from navi_memory.repositories.kv import KvSearchRepository
 from navi_memory.repositories.statements import FetchedRow, Reads
 from navi_memory.schemas import MemoryHit
-from navi_memory.services.chunks import PruneHints, ranked_lists, small_user
+from navi_memory.services.chunks import (
+    PruneHints,
+    ranked_lists,
+    small_user,
+    text_ranking_for,
+)
 from navi_memory.services.ranking import fuse_hits, rank_hits
 from navi_memory.text.freshness import (
     ExcerptWords,
@@ -385,7 +390,7 @@ class UnifiedSearchService:
         if not plan.terms:
             recent = await repo.recent(request.owner, request.session_id, k, with_summary_at=True)
             ranked = [(row, "recent") for row in recent]
-        elif self.text_ranking == "terms":
+        elif text_ranking_for(self.text_ranking, plan.terms) == "terms":
             rows = await repo.search(
                 request.owner,
                 request.session_id,

@@ -6,6 +6,7 @@ import functools
 import re
 import sys
 import unicodedata
+from collections.abc import Iterable
 from typing import Final
 
 from navi_memory.constants import MAX_QUERY_TERMS
@@ -17,6 +18,7 @@ __all__ = [
     "combining_marks",
     "query_phrase",
     "query_terms",
+    "unspaced",
 ]
 
 
@@ -160,3 +162,20 @@ def query_phrase(query: str) -> str | None:
     if not phrase or len(phrase) > PHRASE_MAX_CHARS:
         return None
     return phrase if phrase.isascii() else unicodedata.normalize("NFC", phrase)
+
+
+# Scripts written without spaces between words: Thai and Lao, Myanmar, Khmer, Hangul jamo, the
+# CJK block run (radicals, kana, ideographs), Hangul syllables, compatibility ideographs, the
+# supplementary ideographs. Korean puts spaces between phrases, but its particles cling to the
+# noun ("서버의" is "of the server"), so a noun is inside a word there too.
+_UNSPACED_LETTER: Final = re.compile(
+    "[\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u2e80-\u9fff\ua960-\ua97f"
+    "\uac00-\ud7ff\uf900-\ufaff\U00020000-\U0003ffff]"
+)
+
+
+def unspaced(terms: Iterable[str]) -> bool:
+    """Whether a term holds a letter of a script written without spaces (Chinese, Japanese,
+    Thai, Korean…): there a word is a run of letters the text index holds whole ("服务器端口是"),
+    so a term inside it ("端口") is found by substring alone, not by the index's lexemes."""
+    return any(_UNSPACED_LETTER.search(term) for term in terms)

@@ -7,7 +7,7 @@ import unicodedata
 import pytest
 
 from navi_memory.repositories.like import term_patterns
-from navi_memory.text.terms import query_terms
+from navi_memory.text.terms import query_terms, unspaced
 
 
 def test_identifiers_paths_and_addresses_stay_whole() -> None:
@@ -97,3 +97,19 @@ def test_a_mark_does_not_glue_two_words_or_split_an_identifier() -> None:
         "na\u00efve_flag",
         "r\u00e9sum\u00e9.pdf",
     ]
+
+
+@pytest.mark.parametrize(
+    ("terms", "expected"),
+    [
+        (["端口"], True),
+        (["ポート"], True),
+        (["서버의"], True),
+        (["พอร์ต"], True),
+        (["port", "8099"], False),
+        (["Zürich", "порт", "हिन्दी"], False),
+        ([], False),
+    ],
+)
+def test_unspaced_tells_scripts_written_without_spaces(terms: list[str], expected: bool) -> None:
+    assert unspaced(terms) is expected
