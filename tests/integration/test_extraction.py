@@ -2090,3 +2090,24 @@ async def test_a_model_outage_is_not_counted_against_the_session(
     assert await scalar(memory, failures, s=sid) == 0
     fake_ollama.mode = "ok"
     assert (await memory.extractor.process_stale_sessions(uid)).sessions_extracted == 1
+
+
+async def test_a_failure_count_at_its_largest_stays_there(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """An import may bring a count of int4's largest: the next failure overflowed it, was not
+    recorded (failed_at stayed old), and the session was tried at every sweep again."""
+    uid = await new_user(memory)
+    model.facts = "no json here"
+    sid = await conversation(memory, uid, "hello")
+    assert (await memory.extractor.process_stale_sessions(uid)).failures == 1
+    await execute(
+        memory,
+        "UPDATE session_memory_state SET failures = 2147483647, failed_at = now() - "
+        "interval '2 days' WHERE session_id = :s",
+        s=sid,
+    )
+    assert (await memory.extractor.process_stale_sessions(uid)).failures == 1
+    state = "SELECT (failures, failed_at > now() - interval '1 minute') FROM session_memory_state"
+    assert await scalar(memory, f"{state} WHERE session_id = :s", s=sid) == (2147483647, True)
+    assert await memory.extractor.process_stale_sessions(uid) == ExtractionReport()

@@ -75,6 +75,9 @@ class SessionActivity:
     """Seconds since ``last_active`` by the database clock."""
 
 
+_FAILURES_MAX: Final = 2_147_483_647
+"""``failures`` is an int4: a count stops there."""
+
 _RETRY_DOUBLINGS_MAX: Final = 20
 """Past this many failures the wait is the longest anyway (2^19 × 5 min ≫ a day)."""
 
@@ -462,7 +465,9 @@ class SessionRepository:
                     "user_id": user_id,
                     # A legacy row of no user starts its count afresh.
                     "failures": case(
-                        (state.user_id.is_(None), added), else_=state.failures + added
+                        (state.user_id.is_(None), added),
+                        # An imported count may be int4's largest already.
+                        else_=func.least(state.failures, _FAILURES_MAX - added) + added,
                     ),
                 },
                 where=or_(state.user_id.is_(None), state.user_id == user_id),

@@ -42,6 +42,10 @@ _UNSPACED = (
     "\uff00-\uffef\U00020000-\U0003ffff"
 )
 _W = rf"[^\W{_UNSPACED}]"
+# A letter of those scripts (not their punctuation, which _UNSPACED holds too). One group: a
+# quantifier after it repeats the lookahead with the class ("报：" is no run of two letters;
+# without the group a run went on through the punctuation, and scanned quadratically).
+_UNSPACED_LETTER = rf"(?:(?=\w)[{_UNSPACED}])"
 # Punctuation no URL or path holds: typographic quotes, guillemets, "…", the CJK and full-width
 # punctuation ("。" "，" "、" "；" "：" "（" "）", brackets) and the ideographic space.
 _PUNCT_STOPS = (
@@ -72,7 +76,8 @@ _URL = re.compile(
     r"postgres(?:ql)?|mysql|redis|mongodb(?:\+srv)?|amqps?)://" + _URL_CHARS + r"+",
     re.IGNORECASE,
 )
-_HOST_PART = _run("-")
+# A host name's labels may be in an unspaced script too ("例え.jp").
+_HOST_PART = rf"(?:{_W}++|{_UNSPACED_LETTER}++|-++)++"
 _WWW = re.compile(
     _not_after(".@/-") + rf"www\.{_HOST_PART}(?:\.{_HOST_PART})+(?:[:/?#]{_URL_CHARS}*)?"
 )
@@ -135,7 +140,6 @@ _FILE_EXTENSIONS: Final = (
 # A name in an unspaced script cannot be told from the words before it: "打开 报告.pdf" is
 # "报告.pdf" and "打开报告.pdf" is taken whole. Such a stem starts at the start of its run, so a
 # long run without an extension is scanned once, not from each of its characters.
-_UNSPACED_LETTER = rf"(?=\w)[{_UNSPACED}]"
 _BARE_FILE = re.compile(
     _not_after(r".@/\\~+-")
     + rf"(?:{_W}(?:{_run('+-')})?|(?<!{_UNSPACED_LETTER}){_UNSPACED_LETTER}++)"

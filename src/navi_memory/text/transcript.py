@@ -6,6 +6,7 @@ Pure logic: which messages count, how tool calls and results read, and the overa
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Iterable
 from typing import Final
@@ -14,7 +15,7 @@ from navi_memory.constants import TRANSCRIPT_MAX_CHARS, TRANSCRIPT_TOOL_OUTPUT_M
 from navi_memory.errors import InvalidInputError
 from navi_memory.schemas import Message
 from navi_memory.text.chunks import elide_middle
-from navi_memory.text.terms import query_terms
+from navi_memory.text.terms import query_terms, unspaced
 
 __all__ = ["render_transcript", "says_again", "transcript_line"]
 
@@ -85,18 +86,30 @@ def render_transcript(
 
 def says_again(value: str, said: Iterable[str]) -> bool:
     """Whether one of the user's messages ``said`` states ``value`` again: holds each of its
-    words (stop words aside; case, and Unicode form, ignored), or the whole value. How the
-    extractor tells a user who repeats a fact after forgetting or changing it elsewhere from
-    a conversation that only went on (services/extraction.py): a paraphrase ("I live in the
-    Czech capital" for "Prague") is not a restatement, and the older word is then left out."""
+    words (stop words aside), or the whole value, as words — "Rome" is not in "Chrome", nor
+    "2" in "12" — with case and Unicode form ignored; a word of a script written without
+    spaces (``unspaced``) is matched inside the letters around it. How the extractor tells a
+    user who repeats a fact after forgetting or changing it elsewhere from a conversation that
+    only went on (services/extraction.py): a paraphrase ("I live in the Czech capital" for
+    "Prague") is not a restatement, and the older word is then left out."""
     wanted = _folded(value)
-    terms = [term.lower() for term in query_terms(wanted, limit=64)]
+    if not wanted:
+        return False
+    whole = _as_word(wanted)
+    words = [_as_word(term) for term in query_terms(wanted, limit=64)]
     for message in said:
         text = _folded(message)
-        if wanted in text or (terms and all(term in text for term in terms)):
+        if whole.search(text) or (words and all(word.search(text) for word in words)):
             return True
     return False
 
 
 def _folded(text: str) -> str:
-    return unicodedata.normalize("NFC", text).lower().strip()
+    return unicodedata.normalize("NFC", text).casefold().strip()
+
+
+def _as_word(text: str) -> re.Pattern[str]:
+    """``text`` found as a word of its own (not inside a longer word), or anywhere for a word
+    of an unspaced script."""
+    escaped = re.escape(text)
+    return re.compile(escaped if unspaced([text]) else rf"(?<!\w){escaped}(?!\w)")

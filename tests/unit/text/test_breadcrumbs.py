@@ -246,6 +246,12 @@ def test_empty_text_gives_nothing() -> None:
         "/中" * 50_000,
         "中.pdf" * 20_000,
         "12," * 33_000,
+        # a letter, then the script's punctuation: each letter after one restarted a file
+        # name's run to the end (13.6 s at 40k characters)
+        "报：" * 50_000,
+        "报。" * 50_000,
+        "例え." * 30_000,
+        "a@例" * 30_000,
     ],
     ids=lambda s: repr(s[:4]),
 )
@@ -573,3 +579,26 @@ def test_a_fence_wrapping_a_reply_without_keys_is_stripped() -> None:
 def test_two_code_blocks_are_not_one_wrapping_fence() -> None:
     reply = "```\na\n```\nthen\n```\nb\n```"
     assert split_keys_line(reply) == (reply, [])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("文件名：报告.pdf。", ["报告.pdf"]),
+        ("请看。报告.pdf", ["报告.pdf"]),
+        ("他说、报告.pdf", ["报告.pdf"]),
+        ("下载\u3000报告.pdf", ["报告.pdf"]),
+        ("见（报告.pdf）", ["报告.pdf"]),
+        ("附件：设计文档.docx，请查收。", ["设计文档.docx"]),
+        ("첨부：보고서.pdf", ["보고서.pdf"]),
+        ("打开报告.pdf", ["打开报告.pdf"]),  # a name glued to the words before it: whole
+        ("email@例え.jp", ["email@例え.jp"]),
+        ("www.例え.jp/x", ["www.例え.jp/x"]),
+    ],
+)
+def test_a_file_name_in_an_unspaced_script_starts_after_its_punctuation(
+    text: str, expected: list[str]
+) -> None:
+    """The script's punctuation ends a name as a space does: "文件名：报告.pdf" was taken
+    whole, punctuation and all. A host name may be in such a script."""
+    assert extract_breadcrumbs(text) == expected

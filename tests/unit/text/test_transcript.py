@@ -154,6 +154,13 @@ def test_non_positive_limits_are_refused(limits: dict[str, int]) -> None:
         ("C++", ["I write c++ all day"], True),
         ("the", ["the end"], True),  # nothing but stop words: the whole value
         ("Brno", [], False),
+        ("Rome", ["I switched to Chrome yesterday."], False),  # words, not substrings
+        ("vim", ["my vimrc is long"], False),
+        ("2", ["I have 12 cats"], False),
+        ("2", ["I have 2 cats"], True),
+        ("Straße", ["STRASSE 5"], True),  # case folded as Unicode folds it
+        ("北京", ["我住在北京市"], True),  # an unspaced script: inside the letters around it
+        ("", ["anything"], False),
     ],
 )
 def test_says_again_wants_every_word_of_the_value_in_one_message(
