@@ -174,7 +174,10 @@ async def open_memory(
                 else embedding_model_name(guarded)
             )
             record = EmbeddingModelRecord(
-                sessionmaker, model=model, recheck_seconds=EMBEDDING_MODEL_RECHECK_SECONDS
+                sessionmaker,
+                model=model,
+                recheck_seconds=EMBEDDING_MODEL_RECHECK_SECONDS,
+                passed_in_code=embedder is not None,
             )
             await record.recheck()
         embedding = EmbeddingService(

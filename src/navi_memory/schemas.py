@@ -97,6 +97,9 @@ class Fact(_Model):
     last_verified_at: datetime | None = None
     source_context: str | None = None
     merged_into: int | None = None
+    unmerged_at: datetime | None = None
+    """When the user separated it from a merge (``unmerge_fact``): a dedupe never merges it
+    again. None: never separated."""
     has_embedding: bool = False
     created_at: datetime | None = None
     updated_at: datetime | None = None

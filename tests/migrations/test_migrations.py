@@ -1506,3 +1506,38 @@ def test_0029_buckets_session_ids_and_its_claim_reads_the_sessions_row(
         assert conn.execute("SELECT to_regproc('navi_session_bucket_key')").fetchone() == (None,)
         assert conn.execute(held, ("s", alice)).fetchone() == (False,)  # 0028 read no sessions
     dbtools.upgrade(url)
+
+
+def test_0031_the_upsert_returns_unmerged_at_and_a_downgrade_puts_back_0027s(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """0031 changes navi_fact_upsert's result type (drop and create): the written row's
+    unmerged_at comes back; a downgrade restores the result without it."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0031")
+    uid = uuid.uuid4()
+    upsert = (
+        "SELECT * FROM navi_fact_upsert(%s, 'p', 'k', 'r:k', 'r', 'v', NULL, 'conversation',"
+        " 70, NULL, NULL, NULL, false)"
+    )
+    columns = (
+        "SELECT array_agg(a ORDER BY o) FROM pg_proc p, unnest(p.proargnames) WITH ORDINALITY"
+        " AS x(a, o) WHERE p.proname = 'navi_fact_upsert'"
+    )
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        conn.execute(upsert, (uid,))
+        conn.execute(
+            "UPDATE memory_facts SET unmerged_at = '2026-12-01Z' WHERE user_id = %s", (uid,)
+        )
+        cursor = conn.execute(upsert, (uid,))
+        row = cursor.fetchone()
+        assert row is not None and cursor.description is not None
+        names = [column.name for column in cursor.description]
+        assert row[names.index("action")] == "verify"
+        assert str(row[names.index("unmerged_at")]).startswith("2026-12-01")
+    dbtools.downgrade(url, "0030")
+    with connect(pg_server, scratch_db) as conn:
+        (args,) = conn.execute(columns).fetchone() or (None,)
+        assert args is not None and "unmerged_at" not in args and "has_embedding" in args
+    dbtools.upgrade(url)

@@ -52,7 +52,11 @@ class ModelChange:
 
 class EmbeddingModelRecord:
     """The model of record of one database, against ``model``, the configured one, as this
-    process last saw it (read at most every ``recheck_seconds``)."""
+    process last saw it (read at most every ``recheck_seconds``).
+
+    ``passed_in_code``: ``model`` names an embedder the application passed to open_memory,
+    not EMBEDDING_MODEL. Then neither `navi-memory reembed` (it embeds with EMBEDDING_MODEL's
+    model) nor setting EMBEDDING_MODEL (ignored) is a fix, and the messages say what is."""
 
     def __init__(
         self,
@@ -61,9 +65,11 @@ class EmbeddingModelRecord:
         model: str,
         recheck_seconds: float = EMBEDDING_MODEL_RECHECK_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        passed_in_code: bool = False,
     ) -> None:
         self._sessionmaker = sessionmaker
         self.model = model
+        self.passed_in_code = passed_in_code
         self._recheck_seconds = recheck_seconds
         self._clock = clock
         self._checked_at = -math.inf
@@ -145,12 +151,10 @@ class EmbeddingModelRecord:
                 "memory.embedding_model_changed: the embedding model of record is %r, the "
                 "configured one is %r: vectors of two models are not comparable, so no vector "
                 "is made meanwhile (rows are stored without one, searches are text searches) "
-                "until `navi-memory reembed` (memory.admin.reembed()) has embedded everything "
-                "with %r; or set EMBEDDING_MODEL back to %r and run `navi-memory backfill`",
+                "until %s",
                 recorded,
                 self.model,
-                self.model,
-                recorded,
+                self._fixes(recorded),
                 extra={
                     "event": "memory.embedding_model_changed",
                     "recorded": recorded,
@@ -220,12 +224,36 @@ class EmbeddingModelRecord:
     def _mixing(self, recorded: str) -> ConfigError:
         # Setting the model back is a fix: rows written meanwhile got no vector (may_embed),
         # and a backfill with the recorded model fills them.
+        if self.passed_in_code:
+            fixes = (
+                f"Call memory.admin.reembed() (on a Memory opened with this embedder) to embed "
+                f"everything with {self.model!r}, or pass open_memory an embedder of "
+                f"{recorded!r}"
+            )
+        else:
+            fixes = (
+                f"Run `navi-memory reembed` (memory.admin.reembed()) to embed everything with "
+                f"{self.model!r}, or set EMBEDDING_MODEL back to {recorded!r}"
+            )
         return ConfigError(
             f"the embedding model of record is {recorded!r}, the configured one is "
             f"{self.model!r}: a backfill would store {self.model!r}'s vectors where "
-            f"{recorded!r}'s are expected (two models' vectors are not comparable). Run "
-            f"`navi-memory reembed` (memory.admin.reembed()) to embed everything with "
-            f"{self.model!r}, or set EMBEDDING_MODEL back to {recorded!r}"
+            f"{recorded!r}'s are expected (two models' vectors are not comparable). {fixes}"
+        )
+
+    def _fixes(self, recorded: str) -> str:
+        """What ends a mismatch with ``recorded``, for the warning: the fixes that apply to
+        how the model was configured (an embedder passed in code is out of the CLI's reach)."""
+        if self.passed_in_code:
+            return (
+                f"memory.admin.reembed() (on a Memory opened with this embedder) has embedded "
+                f"everything with {self.model!r}; or pass open_memory an embedder of "
+                f"{recorded!r} and run memory.store.backfill_embeddings()"
+            )
+        return (
+            f"`navi-memory reembed` (memory.admin.reembed()) has embedded everything with "
+            f"{self.model!r}; or set EMBEDDING_MODEL back to {recorded!r} and run "
+            f"`navi-memory backfill`"
         )
 
     async def changed_from(self) -> ModelChange | None:

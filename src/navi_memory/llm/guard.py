@@ -31,7 +31,7 @@ from navi_memory.llm.chat import (
     checked_tool_specs,
     reply_tool_calls,
 )
-from navi_memory.llm.embedder import Embedder
+from navi_memory.llm.embedder import Embedder, embedding_model_name
 from navi_memory.llm.vectors import storable_vector, storable_vectors
 
 if TYPE_CHECKING:
@@ -75,7 +75,8 @@ class GuardedEmbedder:
         self.timeout_seconds = timeout_seconds
         self.batch_size = batch_size
         self.dim = EMBEDDING_DIM
-        self._subject = f"embedding model {type(inner).__name__}"
+        # The name the model of record and doctor know it by (its ``model``, else its class).
+        self._subject = f"embedding model {embedding_model_name(inner)}"
         self._timer = _own_timer(inner, timeout_seconds)
 
     def __repr__(self) -> str:

@@ -75,8 +75,8 @@ FACT_SORT_COLUMNS = {
 
 _FACT_COLUMNS = (
     "f.id, f.user_id, f.category, f.key, f.value, f.source, f.confidence, f.expires_at, "
-    "f.last_verified_at, f.source_context, f.merged_into, f.created_at, f.updated_at, "
-    "f.session_id"
+    "f.last_verified_at, f.source_context, f.merged_into, f.unmerged_at, f.created_at, "
+    "f.updated_at, f.session_id"
 )
 """Every memory_facts column a Fact shows, the vector excepted (text SQL form)."""
 
@@ -92,6 +92,7 @@ FACT_FIELDS: Final = (
     "last_verified_at",
     "source_context",
     "merged_into",
+    "unmerged_at",
     "created_at",
     "updated_at",
     "session_id",
@@ -123,17 +124,17 @@ UPSERT: Final = _returning(
     *FACT_FIELDS,
 )
 """upsert_fact in one round trip: ``navi_fact_upsert``, created by revision 0007 and replaced by
-0017 (its text is there) and 0027 (which refuses a session of another user: ``_FOREIGN_SESSION``).
-Under the (user, category) lock it finds the target — the visible row
-holding the key, else the row a hidden spelling of exactly this key stands behind — and, when
-deduping, the other visible spellings (same ``key_norm``; never a row the user separated, nor
-any when the target is one); then inserts, writes the new value (the vector only on a target
-holding the key itself), or verifies (filling a missing vector, likewise); then hides the
-other spellings, and the rows behind them, behind the written row. It writes nothing when a
-visible spelling of the category has no current ``key_norm``: it returns those instead, for
-the caller to fill. A function, not a statement here, because a
-VOLATILE function's second statement sees what committed before its lock was granted, and its
-body keeps one cached plan (``SET plan_cache_mode``) on connections that force custom plans."""
+0017 (its text is there), 0027 (which refuses a session of another user: ``_FOREIGN_SESSION``)
+and 0031 (which returns ``unmerged_at`` too). Under the (user, category) lock it finds the
+target — the visible row holding the key, else the row a hidden spelling of exactly this key
+stands behind — and, when deduping, the other visible spellings (same ``key_norm``; never a row
+the user separated, nor any when the target is one); then inserts, writes the new value (the
+vector only on a target holding the key itself), or verifies (filling a missing vector,
+likewise); then hides the other spellings, and the rows behind them, behind the written row. It
+writes nothing when a visible spelling of the category has no current ``key_norm``: it returns
+those instead, for the caller to fill. A function, not a statement here, because a VOLATILE
+function's second statement sees what committed before its lock was granted, and its body keeps
+one cached plan (``SET plan_cache_mode``) on connections that force custom plans."""
 
 _SET_KEY_NORMS: Final = text(
     """
@@ -347,6 +348,7 @@ def fact_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
         FactRow.last_verified_at,
         FactRow.source_context,
         FactRow.merged_into,
+        FactRow.unmerged_at,
         FactRow.created_at,
         FactRow.updated_at,
         FactRow.session_id,

@@ -28,7 +28,13 @@ from typing import Literal, Protocol
 
 from navi_memory.constants import EMBEDDING_FAILURE_LOG_INTERVAL_SECONDS
 from navi_memory.errors import EmbeddingError, StorageError
-from navi_memory.llm import Embedder, GuardedEmbedder, storable_vector, storable_vectors
+from navi_memory.llm import (
+    Embedder,
+    GuardedEmbedder,
+    embedding_model_name,
+    storable_vector,
+    storable_vectors,
+)
 
 __all__ = ["EmbeddingService", "VectorRecorder", "storable_vector", "storable_vectors"]
 
@@ -91,6 +97,10 @@ class EmbeddingService:
         """``pause_seconds``: how long a model that hung is left alone (0: never); a failure
         counts as a hang when the call took ``hang_seconds`` or more."""
         self.embedder = embedder
+        # An unguarded embedder's junk is named as a guard names it (GuardedEmbedder).
+        self._subject = (
+            "" if embedder is None else f"embedding model {embedding_model_name(embedder)}"
+        )
         self._recorder = recorder
         self._interval = log_interval_seconds
         self._clock = clock
@@ -131,7 +141,9 @@ class EmbeddingService:
             if isinstance(embedder, GuardedEmbedder):
                 vectors = await embedder.embed_documents(texts)
             else:
-                vectors = storable_vectors(await embedder.embed_documents(texts), len(texts))
+                vectors = storable_vectors(
+                    await embedder.embed_documents(texts), len(texts), subject=self._subject
+                )
         except EmbeddingError as exc:
             self._failed(exc, started)
             return None
@@ -154,7 +166,7 @@ class EmbeddingService:
             if isinstance(embedder, GuardedEmbedder):  # checked by the guard (see documents)
                 vector = await embedder.embed_query(text)
             else:
-                vector = storable_vector(await embedder.embed_query(text))
+                vector = storable_vector(await embedder.embed_query(text), subject=self._subject)
         except EmbeddingError as exc:
             self._failed(exc, started)
             return None
