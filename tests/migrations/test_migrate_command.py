@@ -85,11 +85,16 @@ def test_migrate_to_a_revision_says_the_revision_it_reached(
     0002 reaches 0003, and `heads` is head."""
     monkeypatch.setenv("DATABASE_URL", pg_server.url(scratch_db))
     assert main(["migrate", "--to", "0002"]) == 0
-    assert capsys.readouterr().out.strip() == "migrate: the database is at 0002"
+    said = capsys.readouterr().out.strip()
+    assert said == "migrate: applied 2 revision(s), (none) -> 0002; the database is at 0002"
     assert main(["migrate", "--to", "+1"]) == 0
-    assert capsys.readouterr().out.strip() == "migrate: the database is at 0003"
+    said = capsys.readouterr().out.strip()
+    assert said == "migrate: applied 1 revision(s), 0002 -> 0003; the database is at 0003"
     assert main(["migrate", "--to", "heads"]) == 0
-    assert capsys.readouterr().out.strip() == f"migrate: the database is at head ({SCHEMA_HEAD})"
+    assert capsys.readouterr().out.strip() == (
+        f"migrate: applied {len(SCHEMA_REVISIONS) - 3} revision(s), 0003 -> {SCHEMA_HEAD}; "
+        f"the database is at head ({SCHEMA_HEAD})"
+    )
 
 
 @pytest.mark.parametrize("to", ["base", "0001", SCHEMA_REVISIONS[-2], "head-1", "0020+1"])

@@ -14,8 +14,8 @@ from navi_memory.config import Settings
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        ({"embedding_model": ""}, "EMBEDDING_MODEL is empty"),
-        ({"memory_llm_model": ""}, "MEMORY_LLM_MODEL is empty"),
+        ({"embedding_model": ""}, "set EMBEDDING_MODEL to "),
+        ({"memory_llm_model": ""}, "set MEMORY_LLM_MODEL to "),
     ],
 )
 async def test_an_empty_host_or_model_is_named_in_the_fix_not_left_blank(

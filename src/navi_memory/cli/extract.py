@@ -41,7 +41,7 @@ def extract(
     stays unmarked and is retried by a later run (at once after a model outage; after 5 min,
     doubling up to a day, when the reply was unusable); any failure makes the exit code 1.
     Three sessions in a row failed by the chat model stop the run (the rest wait for the next
-    one).
+    one: the summary line says how many, `--json` as `sessions_left`).
     """
     settings = load_settings()
     progress = Progress(
@@ -52,16 +52,22 @@ def extract(
         console=out,
     )
     task = progress.add_task("sessions", total=None)
+    # The sweep's last step: how many stale sessions it found, and how many it went through
+    # (a sweep the chat model stopped leaves the rest; the report counts only those tried).
+    last = ExtractionProgress(0, 0, "")
 
     def advance(step: ExtractionProgress) -> None:
-        progress.update(task, completed=step.done, total=step.total)
+        nonlocal last
+        last = step
+        if not as_json:
+            progress.update(task, completed=step.done, total=step.total)
 
     async def work() -> ExtractionReport:
         # A bad --user is refused before the server is reached and the bar drawn.
         user_id = None if user is None else as_user_id(user)
         async with admin_memory(settings) as memory:
             if as_json:
-                return await memory.extractor.process_stale_sessions(user_id)
+                return await memory.extractor.process_stale_sessions(user_id, progress=advance)
             with progress:
                 return await memory.extractor.process_stale_sessions(user_id, progress=advance)
 
@@ -70,11 +76,18 @@ def extract(
     except KeyboardInterrupt:
         err.print("navi-memory: interrupted; extracted sessions are saved, run it again to resume")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    left = last.total - last.done
     if as_json:
-        print_json(report.model_dump(mode="json"))
+        print_json({**report.model_dump(mode="json"), "sessions_left": left})
     else:
+        stale = (
+            f"{last.done} of {last.total} stale session(s) tried (the sweep stopped: "
+            f"{left} left for the next run)"
+            if left
+            else f"{report.sessions_seen} stale session(s)"
+        )
         out.print(
-            f"extract: {report.sessions_seen} stale session(s), {report.sessions_extracted} "
+            f"extract: {stale}, {report.sessions_extracted} "
             f"extracted, {report.sessions_skipped} skipped, {report.failures} failed; "
             f"{report.facts_written} fact(s) written, {report.facts_merged} merged, "
             f"{report.facts_skipped} unusable item(s) skipped, {report.facts_outdated} "

@@ -56,9 +56,17 @@ def show_summary(
 @summary_app.command("set")
 def set_summary(
     user: UserOption,
-    text: Annotated[str, typer.Argument(help="The new summary; `-` reads it from stdin.")],
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="The new summary; `-` reads it from stdin (its final line breaks dropped)."
+        ),
+    ],
 ) -> None:
     """Replace the user's summary; the user must exist (users are created by the application).
+
+    From stdin (`-`) the line breaks at its end are dropped, as the shell's `$(...)` drops
+    them: `echo "Prefers Dutch." | navi-memory summary set --user U -` stores the sentence.
 
     A summary set here is of unknown origin: the extractor leaves it as it is until it
     extracts a session of the user that gives facts, and then rewrites it from their facts.
@@ -87,10 +95,11 @@ def _read_stdin() -> str:
     """stdin as UTF-8 text, decoded here from its bytes: Python's text stdin may hand bytes
     that are not UTF-8 over as lone surrogates (surrogateescape, under a C or POSIX locale),
     which the library then refuses in words about surrogates. Line ends are read as the text
-    stdin reads them (universal newlines)."""
+    stdin reads them (universal newlines), and those at the end dropped: the one `echo` or an
+    editor ends a file with is no part of the summary."""
     buffer: BinaryIO | None = getattr(sys.stdin, "buffer", None)
     if buffer is None:  # a stdin that is text only (a host's or a test's)
-        return sys.stdin.read()
+        return sys.stdin.read().rstrip("\n")
     data = buffer.read()
     try:
         text = data.decode("utf-8")
@@ -99,4 +108,4 @@ def _read_stdin() -> str:
             f"stdin is not UTF-8 text (the byte {data[exc.start : exc.start + 1]!r} at offset "
             f"{exc.start}): give the summary as UTF-8"
         ) from exc
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n")
