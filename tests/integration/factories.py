@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
+import random
+import struct
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -209,3 +212,38 @@ async def delete_user_during(
         resume.set()
     done = await asyncio.wait_for(task, 10)
     return done, await asyncio.wait_for(delete, 10)
+
+
+def _unit(v: Sequence[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in v))
+    return [x / norm for x in v]
+
+
+def _half(v: Sequence[float]) -> list[float]:
+    return [struct.unpack("e", struct.pack("e", x))[0] for x in v]
+
+
+def _cosine_distance(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return 1 - dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def near_tie(query: Sequence[float], distance: float) -> tuple[list[float], list[float]]:
+    """Two vectors at cosine distance ~``distance`` from ``query``: A nearer than B exactly (by
+    5e-6 to 3e-5), B nearer than A once both are normalised and rounded to half precision (as
+    the vector indexes hold them) by more than 8e-6."""
+    rnd = random.Random(7)
+    unit = _unit(query)
+    half_query = _half(unit)
+    theta = math.acos(1 - distance)
+    while True:
+        noise = _unit([rnd.gauss(0, 1) for _ in query])
+        dot = sum(a * b for a, b in zip(noise, unit, strict=True))
+        orth = _unit([n - dot * a for n, a in zip(noise, unit, strict=True)])
+        a = [math.cos(theta) * x + math.sin(theta) * y for x, y in zip(unit, orth, strict=True)]
+        nudge = _unit([rnd.gauss(0, 1) for _ in query])
+        b = _unit([x + 1e-3 * y for x, y in zip(a, nudge, strict=True)])
+        exact_gap = _cosine_distance(b, query) - _cosine_distance(a, query)
+        half_gap = _cosine_distance(_half(a), half_query) - _cosine_distance(_half(b), half_query)
+        if 5e-6 < exact_gap < 3e-5 and half_gap > 8e-6:
+            return a, b

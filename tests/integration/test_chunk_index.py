@@ -13,15 +13,18 @@ import pytest
 from sqlalchemy import text
 
 from navi_memory import PERMISSION_READ_ALL, Memory, StorageError, open_memory, request_context
+from navi_memory.db import vector_binary
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.queue_indexer import RETRY_DELAYS
 from navi_memory.repositories.chunks import ChunkRepository, ChunkSearchRepository, IndexedBatch
 from navi_memory.schemas import ChunkDraft
 from navi_memory.testing import FakeOllama
+from navi_memory.testing.hashing import hashed_embedding
 from tests.conftest import make_settings
 from tests.integration.factories import chunk_draft as draft
 from tests.integration.factories import (
     execute,
+    near_tie,
     new_user,
     refuse_inserts,
     scalar,
@@ -759,3 +762,45 @@ async def test_an_explicit_drain_skips_and_ends_a_background_retrys_sleep(manual
         assert await counts(memory) == (0, 8)
     finally:
         await indexer.aclose()
+
+
+@pytest.mark.parametrize("made_ahead", [False, True])
+async def test_a_near_tie_keeps_the_same_hit_before_and_after_indexing(
+    manual: Memory, made_ahead: bool
+) -> None:
+    """Two chunks 1e-5 apart: a queued chunk whose copy was not made yet was ranked by its
+    exact distance, the indexed rows (and copies made ahead) by the half-precision one, which
+    orders them the other way; with limit=1 the hit changed once they were indexed. Every
+    side now ranks by the index's distance."""
+    uid = await new_user(manual)
+    query = "zzqx probe wording"
+    a_vec, b_vec = near_tie(hashed_embedding(query), 0.1)
+    await manual.store.add_chunks(
+        [draft("User: first plain chunk", 1), draft("User: second plain chunk", 2)],
+        user_id=uid,
+        session_id="s1",
+    )
+    ids = [
+        int(str(await scalar(manual, "SELECT id FROM memory_chunks WHERE start_seq = :s", s=s)))
+        for s in (1, 2)
+    ]
+    for chunk_id, vector in zip(ids, (a_vec, b_vec), strict=True):
+        await execute(
+            manual,
+            "UPDATE memory_chunks SET embedding = CAST(:v AS vector) WHERE id = :i",
+            v=vector_binary(vector),
+            i=chunk_id,
+        )
+    if made_ahead:
+        await execute(
+            manual,
+            "UPDATE memory_chunk_vector_queue q"
+            " SET embedding = CAST(l2_normalize(c.embedding) AS halfvec(768))"
+            " FROM memory_chunks c WHERE c.id = q.chunk_id",
+        )
+    queued = await manual.store.search_chunks(query, user_id=uid, limit=1)
+    await manual.store.index_pending_chunks()
+    assert await manual.store.pending_chunk_count() == 0
+    indexed = await manual.store.search_chunks(query, user_id=uid, limit=1)
+    assert [(h.id, h.distance) for h in queued] == [(h.id, h.distance) for h in indexed]
+    assert [h.distance is not None for h in indexed] == [True]

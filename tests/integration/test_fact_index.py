@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,15 +16,18 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from navi_memory import PERMISSION_READ_ALL, Memory, NotFoundError, open_memory, request_context
+from navi_memory.db import vector_binary
 from navi_memory.jobs.fact_indexer import FactIndexer
-from navi_memory.repositories.facts import FactWriteRepository
+from navi_memory.repositories.facts import _INDEX_QUEUED, FactWriteRepository
 from navi_memory.schemas import FactHit
 from navi_memory.services.facts import key_norm, key_rules
 from navi_memory.testing import FakeOllama, HashedEmbedder
+from navi_memory.testing.hashing import hashed_embedding
 from tests.conftest import make_settings
 from tests.integration.extraction_model import ExtractionModel
 from tests.integration.factories import (
     execute,
+    near_tie,
     new_user,
     scalar,
     slow_trigger,
@@ -639,3 +643,89 @@ async def test_an_upsert_for_a_user_never_created_is_not_found(memory: Memory) -
     uid = await new_user(memory)  # the pool still serves
     fact = await memory.store.upsert_fact("p", "editor", "vim", user_id=uid)
     assert fact.value == "vim"
+
+
+@pytest.mark.slow
+async def test_a_vector_written_while_the_indexer_starts_is_never_lost(manual: Memory) -> None:
+    """A new vector that commits after the indexer's statement took its snapshot but before it
+    locked the rows: the lock took the fact's new version, the snapshot gave the old vector,
+    and the queue row (the write's queueing found it there) was taken: the index held the old
+    vector of a fact no longer queued, and search ranked it by its old meaning. The vector is
+    now read from the version locked. Timing-dependent: rounds with the write at random
+    moments of a 3,000-row batch (the old code failed within a few)."""
+    uid = await new_user(manual)
+    base = vector_binary(hashed_embedding("bulk filler"))
+    await execute(
+        manual,
+        "INSERT INTO memory_facts (user_id, category, key, key_norm, value, embedding)"
+        " SELECT :u, 'bulk', 'k' || g, 'k' || g, 'v' || g, CAST(:v AS vector)"
+        " FROM generate_series(1, 3000) g",
+        u=uid,
+        v=base,
+    )
+    await execute(
+        manual,
+        "INSERT INTO memory_facts (user_id, category, key, key_norm, value, embedding)"
+        " VALUES (:u, 'notes', 'target', 'target', 'x', CAST(:v AS vector))",
+        u=uid,
+        v=base,
+    )
+    target = int(str(await scalar(manual, "SELECT max(id) FROM memory_facts")))
+    vectors = [vector_binary(hashed_embedding(f"vector number {i}")) for i in range(2)]
+    pace = random.Random(1)
+
+    async def index() -> None:
+        async with manual.engine.begin() as conn:
+            await conn.execute(_INDEX_QUEUED, {"limit": 10_000})
+
+    async def write(vector: bytes, delay: float) -> None:
+        await asyncio.sleep(delay)
+        async with manual.engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE memory_facts SET embedding = CAST(:v AS vector) WHERE id = :i"),
+                {"v": vector, "i": target},
+            )
+
+    for round_ in range(60):
+        await execute(
+            manual,
+            "INSERT INTO memory_fact_vector_queue (fact_id, user_id)"
+            " SELECT id, user_id FROM memory_facts ON CONFLICT DO NOTHING",
+        )
+        await asyncio.gather(index(), write(vectors[round_ % 2], pace.uniform(0, 0.006)))
+        await index()  # what the write queued again, if it came after the lock
+        fresh = await scalar(
+            manual,
+            "SELECT v.embedding = CAST(l2_normalize(f.embedding) AS halfvec(768))"
+            " FROM memory_facts f JOIN memory_fact_vectors v ON v.fact_id = f.id"
+            " WHERE f.id = :i",
+            i=target,
+        )
+        assert fresh is True, f"round {round_}: the index holds an old vector, nothing queued"
+
+
+async def test_a_near_tie_keeps_the_same_hit_before_and_after_indexing(manual: Memory) -> None:
+    """Two facts 1e-5 apart: the queued side ranked them by the exact distance, the index by
+    the half-precision one, which orders them the other way; with limit=1 the hit changed
+    once they were indexed. Both sides now choose by the index's distance."""
+    uid = await new_user(manual)
+    query = "zzqx probe wording"
+    a_vec, b_vec = near_tie(hashed_embedding(query), 0.1)
+    a = await manual.store.upsert_fact("notes", "alpha", "first plain value", user_id=uid)
+    b = await manual.store.upsert_fact("notes", "beta", "second plain value", user_id=uid)
+    for fact_id, vector in ((a.id, a_vec), (b.id, b_vec)):
+        await execute(
+            manual,
+            "UPDATE memory_facts SET embedding = CAST(:v AS vector) WHERE id = :i",
+            v=vector_binary(vector),
+            i=fact_id,
+        )
+    assert await manual.store.pending_fact_count() == 2
+    queued = await manual.store.search_facts(query, user_id=uid, limit=1)
+    await manual.store.index_pending_facts()
+    assert await manual.store.pending_fact_count() == 0
+    indexed = await manual.store.search_facts(query, user_id=uid, limit=1)
+    assert [(h.id, h.via, h.distance) for h in queued] == [
+        (h.id, h.via, h.distance) for h in indexed
+    ]
+    assert [h.via for h in indexed] == ["vector"]

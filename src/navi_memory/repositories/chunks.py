@@ -290,7 +290,10 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: 
     CHUNK_GRAPH_FROM indexed chunks or more), exactly over the indexed rows beside it (smaller
     users': their partial btree), and exactly over the chunks still queued — by the normalised
     copy on the queue row when the indexer made one ahead (as the rows beside the graph are
-    read), by memory_chunks' vector otherwise. The indexer moves a
+    read), by memory_chunks' vector otherwise, normalised and rounded as the indexer will
+    store it: every side ranks by the same half-precision distance (ties by id), so which rows
+    make the ``limit`` does not depend on the indexer's progress, near-ties included (the
+    exact distance is computed for the rows kept). The indexer moves a
     chunk between them in one transaction, and one statement sees one snapshot, so each row is
     read from exactly one place whatever the indexer's progress (the graph's side is
     approximate, as HNSW is, so a user's hits may change a little when their rows move in).
@@ -361,13 +364,13 @@ def _nearest(vector_where: str, queue_where: str, *, by_user: bool, by_session: 
              ORDER BY approx
              LIMIT :limit)
             UNION ALL
-            (SELECT c.id, c.embedding <=> {QUERY_VECTOR} AS approx
+            (SELECT c.id, CAST(l2_normalize(c.embedding) AS {_HALFVEC}) <=> {unit} AS approx
              FROM memory_chunk_vector_queue p JOIN memory_chunks c ON c.id = p.chunk_id
              WHERE p.embedding IS NULL AND {queue_where} AND c.embedding IS NOT NULL
-             ORDER BY approx
+             ORDER BY approx, c.id
              LIMIT :limit)
         ) u
-        ORDER BY u.approx + 0
+        ORDER BY u.approx + 0, u.id
         LIMIT :limit"""
 
 
@@ -410,7 +413,7 @@ def _nearest_small(*, by_session: bool) -> str:
              LIMIT :limit)
             UNION ALL
             (SELECT s.id, s.approx FROM (
-                SELECT c.id, c.embedding <=> {QUERY_VECTOR} AS approx
+                SELECT c.id, CAST(l2_normalize(c.embedding) AS {_HALFVEC}) <=> {unit} AS approx
                 FROM memory_chunk_vector_queue p JOIN memory_chunks c ON c.id = p.chunk_id
                 WHERE p.embedding IS NULL AND {queued} AND c.embedding IS NOT NULL
                 OFFSET 0) s

@@ -158,10 +158,20 @@ _XACT_LOCK: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 
 
 _INDEX_QUEUED: Final = text(
     f"""
-    WITH {queue_pop("memory_fact_vector_queue", "fact_id", "memory_facts")},
+    WITH {
+        queue_pop(
+            "memory_fact_vector_queue",
+            "fact_id",
+            "memory_facts",
+            parent_columns=("user_id", "embedding"),
+            parent_lock="SHARE",
+        )
+    },
     source AS MATERIALIZED (
-        SELECT t.fact_id, f.user_id, f.embedding
-        FROM taken t JOIN memory_facts f ON f.id = t.fact_id
+        -- The vector of the version ``held`` locked FOR SHARE (the newest committed), not
+        -- of this statement's snapshot: a write committed in between would otherwise be lost.
+        SELECT t.fact_id, h.user_id, h.embedding
+        FROM taken t JOIN held h ON h.id = t.fact_id
     ),
     moved AS (
         INSERT INTO memory_fact_vectors AS v (fact_id, user_id, embedding)
@@ -275,23 +285,29 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
          ORDER BY m.approx, m.fact_id
          LIMIT :limit)
     ),"""
+    # Which facts make the ``limit`` is decided by one distance on both sides: the
+    # half-precision one the index holds, made for a queued fact as the indexer will make it
+    # (ties by id). Ranked by its exact distance, a queued fact could take the place of one
+    # the index ranks first by 1e-5, and a search's hits changed once it was indexed. The
+    # exact distance is the hits' own.
+    approx = f"CAST(l2_normalize(f.embedding) AS {_HALFVEC}) <=> (SELECT {unit})"
     vector_pass = f"""{nearest}
         queued AS MATERIALIZED (
-            SELECT f.id, f.embedding <=> {query} AS distance
+            SELECT f.id, f.embedding <=> {query} AS distance, {approx} AS approx
             FROM memory_fact_vector_queue p JOIN memory_facts f ON f.id = p.fact_id
             WHERE {owner.replace("f.", "p.")} AND {_VISIBLE} AND f.embedding IS NOT NULL
-            ORDER BY distance
+            ORDER BY approx, f.id
             LIMIT :limit
         ),
         vec AS MATERIALIZED (
             SELECT n.id, n.distance FROM (
-                SELECT f.id, f.embedding <=> {query} AS distance
+                SELECT f.id, f.embedding <=> {query} AS distance, {approx} AS approx
                 FROM memory_facts f WHERE f.id = ANY (ARRAY(SELECT id FROM indexed))
                 UNION ALL
-                SELECT id, distance FROM queued
+                SELECT id, distance, approx FROM queued
             ) n
             WHERE n.distance < :max_distance
-            ORDER BY n.distance, n.id
+            ORDER BY n.approx, n.id
             LIMIT :limit
         )"""
     # The hits are looked up by id as an array (ARRAY(...), not IN or a join): these statements
