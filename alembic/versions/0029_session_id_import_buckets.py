@@ -20,7 +20,9 @@ Revises: 0028
 Create Date: 2026-12-07
 """
 
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
 
 from alembic import op
 
@@ -35,48 +37,50 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN hashtextextended('sessions.bucket:' || (hashtext(sid) & 255), 0)
 """
 
-HELD_BY_OTHERS_FUNCTION = """
-CREATE OR REPLACE FUNCTION navi_session_held_by_others(sid text, uid uuid) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock_shared(navi_session_bucket_key(sid));
-    PERFORM pg_advisory_xact_lock(hashtextextended('sessions.outside:' || sid, 0));
-    RETURN EXISTS (SELECT 1 FROM sessions s WHERE s.id = sid AND s.user_id <> uid)
-        OR EXISTS (SELECT 1 FROM memory_chunks c WHERE c.session_id = sid AND c.user_id < uid)
-        OR EXISTS (SELECT 1 FROM memory_chunks c WHERE c.session_id = sid AND c.user_id > uid)
-        OR EXISTS (SELECT 1 FROM kv_store k WHERE k.session_id = sid AND k.user_id < uid)
-        OR EXISTS (SELECT 1 FROM kv_store k WHERE k.session_id = sid AND k.user_id > uid)
-        OR EXISTS (SELECT 1 FROM session_memory_state m
-                   WHERE m.session_id = sid AND m.user_id <> uid);
-END
-$$
-"""
+_CHANGES = (
+    # The id's bucket, shared, before the id's own lock.
+    (
+        "BEGIN\n    PERFORM pg_advisory_xact_lock(",
+        "BEGIN\n    PERFORM pg_advisory_xact_lock_shared(navi_session_bucket_key(sid));\n"
+        "    PERFORM pg_advisory_xact_lock(",
+        1,
+    ),
+    # Another user's sessions row counts too.
+    (
+        "    RETURN EXISTS",
+        "    RETURN EXISTS (SELECT 1 FROM sessions s WHERE s.id = sid AND s.user_id <> uid)\n"
+        "        OR EXISTS",
+        1,
+    ),
+)
 
-HELD_BY_OTHERS_0028 = """
-CREATE OR REPLACE FUNCTION navi_session_held_by_others(sid text, uid uuid) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('sessions.outside:' || sid, 0));
-    RETURN EXISTS (SELECT 1 FROM memory_chunks c WHERE c.session_id = sid AND c.user_id < uid)
-        OR EXISTS (SELECT 1 FROM memory_chunks c WHERE c.session_id = sid AND c.user_id > uid)
-        OR EXISTS (SELECT 1 FROM kv_store k WHERE k.session_id = sid AND k.user_id < uid)
-        OR EXISTS (SELECT 1 FROM kv_store k WHERE k.session_id = sid AND k.user_id > uid)
-        OR EXISTS (SELECT 1 FROM session_memory_state m
-                   WHERE m.session_id = sid AND m.user_id <> uid);
-END
-$$
-"""
+
+def _function_0028() -> str:
+    """0028's function text (frozen, like this revision's), as CREATE OR REPLACE."""
+    path = Path(__file__).with_name("0028_session_id_owner_indexes.py")
+    spec = importlib.util.spec_from_file_location(f"navi_revision_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text: str = module.HELD_BY_OTHERS_FUNCTION
+    return text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+
+
+def held_by_others_function() -> str:
+    """0028's function with the bucket lock and the sessions probe."""
+    text: str = _function_0028()
+    for old, new, count in _CHANGES:
+        if text.count(old) != count:
+            raise RuntimeError(f"revision 0029: 0028's function text changed near {old!r}")
+        text = text.replace(old, new)
+    return text
 
 
 def upgrade() -> None:
     op.execute(BUCKET_KEY_FUNCTION)
-    op.execute(HELD_BY_OTHERS_FUNCTION)
+    op.execute(held_by_others_function())
 
 
 def downgrade() -> None:
-    op.execute(HELD_BY_OTHERS_0028)
+    op.execute(_function_0028())
     op.execute("DROP FUNCTION IF EXISTS navi_session_bucket_key(text)")
