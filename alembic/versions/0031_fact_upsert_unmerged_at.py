@@ -7,8 +7,9 @@ lack it; looking it up in the calling statement cost ≈ 0.07 ms a call (≈ 7% 
 function returns it from its RETURNING clauses instead: no work more.
 
 A function's result type cannot be changed in place: the function is dropped and created
-again, in the migration's transaction (a caller waits for its commit). Its text is 0027's with
-the column added. Downgrade restores 0027's function the same way.
+again, in the migration's transaction (a caller meanwhile runs the old definition; the swap is
+atomic at the commit). Its text is 0027's with the column added. Downgrade restores 0027's
+function the same way.
 
 Revision ID: 0031
 Revises: 0030
