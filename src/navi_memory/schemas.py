@@ -437,7 +437,7 @@ class ExportExtraction(_Record):
     failed_at: datetime | None = None
     """The extractor's last failed attempt since its last success (revision 0025): a sweep
     takes such a session after the others. Absent in exports made before it was carried."""
-    failures: int = Field(default=0, ge=0, le=2_147_483_647)
+    failures: int = Field(default=0, ge=0, le=2_147_483_647, strict=True)  # not "3", true, 1.0
     """The extractor's failures of the session's own since its last success (revision 0030):
     sweeps leave it for a while after each. Absent in exports made before it was carried."""
 

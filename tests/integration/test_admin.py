@@ -189,6 +189,12 @@ async def test_a_malformed_export_is_refused_whole(
         ("message", {"seq": 2**40}, "seq"),
         ("message", {"tool_args": {"a\ud800": 1}}, "tool_args"),
         ("kv", {"scope": "s" * 100_000}, "scope"),
+        ("extraction", {"failures": -1}, "failures"),
+        ("extraction", {"failures": True}, "failures"),
+        ("extraction", {"failures": 1.0}, "failures"),
+        ("extraction", {"failures": "3"}, "failures"),
+        ("extraction", {"failures": 2**31}, "failures"),
+        ("extraction", {"failures": None}, "failures"),
     ],
 )
 async def test_an_import_checks_every_record_as_the_live_api_checks_its_input(
@@ -958,3 +964,26 @@ async def test_an_import_into_a_database_of_another_configured_model_leaves_vect
         assert result.vectors_dropped
         assert await vectors_of(other, uid) == (0, 0)
         assert await scalar(other, "SELECT count(*) FROM memory_embedding_model") == 0
+
+
+@pytest.mark.parametrize("failures", [-1, True, 1.5, "3", 2**31])
+async def test_an_import_checks_a_constructed_records_failure_count(
+    memory: Memory, fake_ollama: FakeOllama, failures: object
+) -> None:
+    """A record built without validation (model_construct) reached the database with its
+    failure count unchecked: True and 1.5 were stored as 1, -1 and 2**31 ended in a
+    StorageError. The import checks it as it checks a message's seq."""
+    uid = uuid.uuid4()
+    await seed_user(memory, fake_ollama, uid, "s-construct")
+    with admin():
+        records = await memory.admin.export_user(uid)
+        number, state = next(
+            (n, r) for n, r in enumerate(records, 1) if isinstance(r, ExportExtraction)
+        )
+        records[number - 1] = ExportExtraction.model_construct(
+            **{**state.model_dump(), "failures": failures}
+        )
+        target = uuid.uuid4()
+        with pytest.raises(InvalidInputError, match=rf"record {number}\b.*failures"):
+            await memory.admin.import_user(records, user_id=target, session_prefix="p-")
+        assert await memory.users.get(target) is None

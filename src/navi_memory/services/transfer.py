@@ -203,6 +203,7 @@ def _check_record(record: ExportRecord) -> None:
                 check_json_object("tool_args", record.tool_args, max_chars=MESSAGE_MAX_CHARS)
         case ExportExtraction():
             check_session_id(record.session_id)
+            check_int("failures", record.failures, minimum=0, maximum=INT32_MAX)
         case ExportForgotten():
             # "" is a forget that named no category (it holds in every category).
             category = check_text(
