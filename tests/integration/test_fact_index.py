@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from navi_memory import PERMISSION_READ_ALL, Memory, NotFoundError, open_memory, request_context
 from navi_memory.db import vector_binary
 from navi_memory.jobs.fact_indexer import FactIndexer
-from navi_memory.repositories.facts import _INDEX_QUEUED, FactWriteRepository
+from navi_memory.repositories.facts import FactVectorRepository, FactWriteRepository
 from navi_memory.schemas import FactHit
 from navi_memory.services.facts import key_norm, key_rules
 from navi_memory.testing import FakeOllama, HashedEmbedder
@@ -648,11 +648,11 @@ async def test_an_upsert_for_a_user_never_created_is_not_found(memory: Memory) -
 @pytest.mark.slow
 async def test_a_vector_written_while_the_indexer_starts_is_never_lost(manual: Memory) -> None:
     """A new vector that commits after the indexer's statement took its snapshot but before it
-    locked the rows: the lock took the fact's new version, the snapshot gave the old vector,
-    and the queue row (the write's queueing found it there) was taken: the index held the old
-    vector of a fact no longer queued, and search ranked it by its old meaning. The vector is
-    now read from the version locked. Timing-dependent: rounds with the write at random
-    moments of a 3,000-row batch (the old code failed within a few)."""
+    locked the queue row: the lock took the row the write's queueing had moved, the snapshot
+    gave the old vector: the index held the old vector of a fact no longer queued, and search
+    ranked it by its old meaning. The batch now queues again, in a new snapshot, the facts
+    whose vector differs from what it indexed. Timing-dependent: rounds with the write at
+    random moments of a 3,000-row batch (the old code failed within 20)."""
     uid = await new_user(manual)
     base = vector_binary(hashed_embedding("bulk filler"))
     await execute(
@@ -675,8 +675,8 @@ async def test_a_vector_written_while_the_indexer_starts_is_never_lost(manual: M
     pace = random.Random(1)
 
     async def index() -> None:
-        async with manual.engine.begin() as conn:
-            await conn.execute(_INDEX_QUEUED, {"limit": 10_000})
+        async with AsyncSession(manual.engine) as session, session.begin():
+            await FactVectorRepository(session=session).index_queued(10_000)
 
     async def write(vector: bytes, delay: float) -> None:
         await asyncio.sleep(delay)

@@ -158,20 +158,10 @@ _XACT_LOCK: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 
 
 _INDEX_QUEUED: Final = text(
     f"""
-    WITH {
-        queue_pop(
-            "memory_fact_vector_queue",
-            "fact_id",
-            "memory_facts",
-            parent_columns=("user_id", "embedding"),
-            parent_lock="SHARE",
-        )
-    },
+    WITH {queue_pop("memory_fact_vector_queue", "fact_id", "memory_facts")},
     source AS MATERIALIZED (
-        -- The vector of the version ``held`` locked FOR SHARE (the newest committed), not
-        -- of this statement's snapshot: a write committed in between would otherwise be lost.
-        SELECT t.fact_id, h.user_id, h.embedding
-        FROM taken t JOIN held h ON h.id = t.fact_id
+        SELECT t.fact_id, f.user_id, f.embedding
+        FROM taken t JOIN memory_facts f ON f.id = t.fact_id
     ),
     moved AS (
         INSERT INTO memory_fact_vectors AS v (fact_id, user_id, embedding)
@@ -186,11 +176,39 @@ _INDEX_QUEUED: Final = text(
         WHERE v.fact_id = s.fact_id AND s.embedding IS NULL
     )
     SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM taken) AS taken,
-           (SELECT count(*) FROM moved) AS indexed
+           (SELECT count(*) FROM moved) AS indexed,
+           ARRAY(SELECT fact_id FROM source) AS done
     """
 )
 """Move a batch from the queue into memory_fact_vectors: each fact's current vector of record
-replaces what the index held (a fact whose vector is gone leaves it)."""
+replaces what the index held (a fact whose vector is gone leaves it). The vectors are read in
+the statement's snapshot; ``_REQUEUE_CHANGED`` then catches a vector written since."""
+
+_REQUEUE_CHANGED: Final = text(
+    f"""
+    WITH changed AS (
+        SELECT f.id, f.user_id FROM memory_facts f
+        LEFT JOIN memory_fact_vectors v ON v.fact_id = f.id
+        WHERE f.id = ANY (CAST(:done AS bigint[]))
+          AND CAST(l2_normalize(f.embedding) AS {_HALFVEC}) IS DISTINCT FROM v.embedding
+    ),
+    queued AS (
+        INSERT INTO memory_fact_vector_queue (fact_id, user_id)
+        SELECT id, user_id FROM changed
+        ON CONFLICT (fact_id) DO NOTHING
+        RETURNING fact_id
+    )
+    SELECT count(*) FROM queued
+    """
+)
+"""After a batch, in its transaction and a new snapshot: queue again the facts of the batch
+whose vector now differs from what the batch indexed (or dropped). A write that committed
+between the batch's snapshot and its lock on the queue row (the trigger's DO UPDATE moved the
+row, which the batch then took: 0011's wait does not cover it) is seen here; one that commits
+later waits for the batch, its own queueing blocked by the row the batch took, and queues the
+fact again itself. The batch locks facts FOR KEY SHARE, so writers never wait for it: a lock
+that followed the update (FOR SHARE) would make every write of a fact in the batch wait, and
+skip facts a verify holds."""
 
 _REQUEUE_UNINDEXED: Final = text(
     """
@@ -289,14 +307,23 @@ def _search_sql(*, by_user: bool, with_vector: bool) -> TextualSelect:
     # half-precision one the index holds, made for a queued fact as the indexer will make it
     # (ties by id). Ranked by its exact distance, a queued fact could take the place of one
     # the index ranks first by 1e-5, and a search's hits changed once it was indexed. The
-    # exact distance is the hits' own.
+    # exact distance is the hits' own. Normalising every queued vector cost 2.5x on a queue
+    # of 5,000 (review): the nearest FACT_SCAN_HEAD x limit by exact distance are the
+    # candidates, ranked again by the index's (rounding swaps near-ties, not a fact at the
+    # limit with one three times the limit further down).
     approx = f"CAST(l2_normalize(f.embedding) AS {_HALFVEC}) <=> (SELECT {unit})"
     vector_pass = f"""{nearest}
-        queued AS MATERIALIZED (
-            SELECT f.id, f.embedding <=> {query} AS distance, {approx} AS approx
+        queued_near AS MATERIALIZED (
+            SELECT f.id, f.embedding <=> {query} AS distance
             FROM memory_fact_vector_queue p JOIN memory_facts f ON f.id = p.fact_id
             WHERE {owner.replace("f.", "p.")} AND {_VISIBLE} AND f.embedding IS NOT NULL
-            ORDER BY approx, f.id
+            ORDER BY distance, f.id
+            LIMIT {head}
+        ),
+        queued AS MATERIALIZED (
+            SELECT n.id, n.distance, {approx} AS approx
+            FROM queued_near n JOIN memory_facts f ON f.id = n.id
+            ORDER BY approx, n.id
             LIMIT :limit
         ),
         vec AS MATERIALIZED (
@@ -596,6 +623,8 @@ class FactVectorRepository:
         taken are facts a delete holds (they stay queued). Rows another indexer holds are
         skipped, so indexers in several processes share the queue."""
         row = (await self.session.execute(_INDEX_QUEUED, {"limit": limit})).one()
+        if row.done:
+            await self.session.execute(_REQUEUE_CHANGED, {"done": list(row.done)})
         return int(row.picked), int(row.taken), int(row.indexed)
 
     async def queued_count(self) -> int:

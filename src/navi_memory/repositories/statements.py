@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
 from sqlalchemy import ColumnElement, Dialect, TextClause, TextualSelect, any_, literal, text
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -78,13 +78,7 @@ def owner_where(
 
 
 def queue_pop(
-    queue: str,
-    key: str,
-    parent: str,
-    where: str = "TRUE",
-    returning: Sequence[str] = (),
-    parent_columns: Sequence[str] = (),
-    parent_lock: Literal["KEY SHARE", "SHARE"] = "KEY SHARE",
+    queue: str, key: str, parent: str, where: str = "TRUE", returning: Sequence[str] = ()
 ) -> str:
     """The CTEs ``picked``, ``held`` and ``taken`` of a batch taken off ``queue``: up to
     ``:limit`` rows, lowest ``key`` first, skipping rows another indexer holds; ``taken``
@@ -103,15 +97,7 @@ def queue_pop(
     deadlock (CI, 2026-12-05: a fact deleted while the fact indexer ran). A row whose parent is
     held stays queued (the delete's cascade, or a later batch, drops it); a row whose parent is
     gone (the chunk text queue has no foreign key) is taken and indexes nothing. So the
-    indexer never waits for a delete, and a delete waits for one batch at most.
-
-    ``parent_columns``: columns of the parent ``held`` returns beside its ``id``. With
-    ``parent_lock`` SHARE they are of the version it locked, the newest committed one: a lock
-    in SHARE mode follows a row updated since the statement's snapshot (KEY SHARE keeps the
-    snapshot's version when the update left the key alone: measured). A vector written between
-    the snapshot and the lock was otherwise read in its old version and indexed, while its queue
-    row (the same row: the write's queueing found it there) was taken. SHARE makes an update of
-    a parent in the batch wait for the batch (a delete waits already)."""
+    indexer never waits for a delete, and a delete waits for one batch at most."""
     return f"""picked AS (
         -- The queue alone, by its primary key: with the parent joined here, the vector-only
         -- batches of a 100k drain took 126 s against 27 s (measured, 2026-12-05).
@@ -119,9 +105,8 @@ def queue_pop(
         ORDER BY q.{key} LIMIT :limit FOR UPDATE SKIP LOCKED
     ),
     held AS (
-        SELECT {", ".join(f"p.{column}" for column in ("id", *parent_columns))}
-        FROM {parent} p JOIN picked k ON p.id = k.{key}
-        FOR {parent_lock} OF p SKIP LOCKED
+        SELECT p.id FROM {parent} p JOIN picked k ON p.id = k.{key}
+        FOR KEY SHARE OF p SKIP LOCKED
     ),
     taken AS (
         DELETE FROM {queue} q USING picked k
