@@ -7,6 +7,7 @@ from navi_memory.config import Settings
 from navi_memory.constants import EMBEDDING_DIM, PERMISSION_READ_ALL
 from navi_memory.db import Capabilities
 from navi_memory.errors import (
+    BackfillIncompleteError,
     ChatModelError,
     ChatModelTimeoutError,
     ConfigError,
@@ -60,6 +61,7 @@ __all__ = [
     "EMBEDDING_DIM",
     "MEMORY_USAGE_GUIDELINES",
     "PERMISSION_READ_ALL",
+    "BackfillIncompleteError",
     "Capabilities",
     "ChatModelError",
     "ChatModelTimeoutError",

@@ -12,7 +12,8 @@ Leaves also subclass the matching built-in where one fits, so ``except ValueErro
     ├── PermissionDeniedError(PermissionError)   no current user / missing navi.memory.read_all
     ├── NotFoundError(LookupError)        the named row does not exist (or is not yours)
     ├── EmbeddingError                    the embedding model failed or answered junk
-    │   └── EmbeddingTimeoutError(TimeoutError)   ... did not answer in time
+    │   ├── EmbeddingTimeoutError(TimeoutError)   ... did not answer in time
+    │   └── BackfillIncompleteError       a backfill ran through, but the model refused some rows
     ├── ChatModelError                    the chat model failed or answered junk
     │   └── ChatModelTimeoutError(TimeoutError)   ... did not answer in time
     └── ExtractionError                   the extractor could not turn a session into facts
@@ -21,6 +22,7 @@ Leaves also subclass the matching built-in where one fits, so ``except ValueErro
 from __future__ import annotations
 
 __all__ = [
+    "BackfillIncompleteError",
     "ChatModelError",
     "ChatModelTimeoutError",
     "ConfigError",
@@ -86,6 +88,17 @@ class EmbeddingError(NaviMemoryError):
 class EmbeddingTimeoutError(EmbeddingError, TimeoutError):
     """The embedding model did not answer within EMBEDDING_TIMEOUT_SECONDS. A ``TimeoutError``
     too, so ``except TimeoutError`` catches a model that is too slow."""
+
+
+class BackfillIncompleteError(EmbeddingError):
+    """A backfill went through every row, but the model refused some of them (each on its own:
+    junk for that text): they keep no vector, text search finds them, and a rerun retries
+    them. Not a stop: ``embedded`` rows got their vector, ``left`` did not."""
+
+    def __init__(self, message: str, *, embedded: int, left: int) -> None:
+        super().__init__(message)
+        self.embedded = embedded
+        self.left = left
 
 
 class ChatModelError(NaviMemoryError):

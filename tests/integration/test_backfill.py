@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from navi_memory import EmbeddingError, Memory, Settings, open_memory, request_context
+from navi_memory import (
+    PERMISSION_READ_ALL,
+    BackfillIncompleteError,
+    EmbeddingError,
+    Memory,
+    Settings,
+    open_memory,
+    request_context,
+)
+from navi_memory.cli import main, maintenance
 from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.testing import FakeOllama, HashedEmbedder
 from tests.conftest import make_settings
@@ -159,8 +170,10 @@ async def test_a_row_the_model_always_refuses_holds_back_no_other_row(settings: 
         await memory.store.add_chunks([draft("User: deploy on fridays")], uid, "s1")
         embedder.failing = False
         seen: list[BackfillProgress] = []
-        with pytest.raises(EmbeddingError, match=r"1 row\(s\) .*all-zero"):
+        with pytest.raises(BackfillIncompleteError, match=r"1 row\(s\) .*all-zero") as caught:
             await memory.store.backfill_embeddings(batch_size=4, progress=seen.append)
+        assert isinstance(caught.value, EmbeddingError)
+        assert (caught.value.embedded, caught.value.left) == (6, 1)
         missing = "SELECT count(*) FROM memory_facts WHERE embedding IS NULL"
         assert await scalar(memory, missing) == 1
         assert await scalar(memory, missing + " AND value = 'refused value'") == 1
@@ -195,3 +208,43 @@ async def test_a_backfill_with_the_model_down_stops_after_three_failures_in_a_ro
         assert embedder.calls == 4  # the batch, then its rows one by one until three failed
         missing = "SELECT count(*) FROM memory_facts WHERE embedding IS NULL"
         assert await scalar(memory, missing) == 12
+
+
+@pytest.fixture
+def cli_env(db_url: str, fake_ollama: FakeOllama, monkeypatch: pytest.MonkeyPatch) -> None:
+    """main() in this process, on the test's database and the fake Ollama."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("OLLAMA_HOST", fake_ollama.url)
+    monkeypatch.setenv("BACKFILL_PAUSE_SECONDS", "0")
+    monkeypatch.setenv("COLUMNS", "400")
+
+
+@pytest.mark.usefixtures("cli_env")
+async def test_the_backfill_command_counts_a_refused_row_apart_from_a_stop(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that went through every row but one the model refuses said "the embedding step
+    stopped" and dropped the count of rows embedded: it says how many were embedded and how
+    many refused; exit 1, the error on stderr."""
+    embedder = _RefusingEmbedder()
+    async with open_memory(settings, embedder=embedder) as memory:
+        uid = await new_user(memory)
+        embedder.failing = True
+        await memory.store.upsert_fact("notes", "b", "refused value", user_id=uid)
+        for i in range(3):
+            await memory.store.upsert_fact("notes", f"n{i}", f"note {i}", user_id=uid)
+        embedder.failing = False
+
+    @asynccontextmanager
+    async def refusing_admin(configured: Settings) -> AsyncIterator[Memory]:
+        async with open_memory(configured, embedder=_RefusingEmbedder()) as opened:
+            with request_context(permissions=[PERMISSION_READ_ALL]):
+                yield opened
+
+    monkeypatch.setattr(maintenance, "admin_memory", refusing_admin)
+    code = await asyncio.to_thread(main, ["backfill"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "3 row(s) embedded, 1 refused (the error below)" in captured.out
+    assert "stopped" not in captured.out
+    assert "1 row(s) could not be embedded" in captured.err

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import logging
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -39,3 +41,18 @@ def test_debug_logs_show_no_password_of_a_url(capsys: pytest.CaptureFixture[str]
     assert "HOST-PASS" not in logged and "DB-PASS" not in logged and "KEY-PASS" not in logged
     assert "https://bob:***@ollama.example/api/chat" in logged
     assert "postgresql://navi:***@db/x" in logged
+
+
+def test_the_log_handler_writes_to_the_stderr_of_the_moment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """main() run in a process that swaps stderr (a test capturing it) left a handler bound to
+    that stream: closed later, every log line of the process failed ("--- Logging error ---").
+    The handler writes to whatever sys.stderr is when a record comes."""
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    configure_logging(debug=False)
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("navi_memory.test").warning("after the swap")
+    assert second.getvalue() == "navi-memory: WARNING after the swap\n"

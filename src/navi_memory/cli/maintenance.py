@@ -19,7 +19,7 @@ from navi_memory.db import (
     create_sessionmaker,
     resolve_database_url,
 )
-from navi_memory.errors import EmbeddingError, InvalidInputError
+from navi_memory.errors import BackfillIncompleteError, EmbeddingError, InvalidInputError
 from navi_memory.jobs.embedding_model import EmbeddingModelRecord
 from navi_memory.llm.embedder import canonical_model_name
 from navi_memory.migrations import current_revision, head_revision, upgrade
@@ -117,7 +117,9 @@ def backfill() -> None:
     except KeyboardInterrupt:
         err.print("navi-memory: interrupted; finished batches are saved, run it again to resume")
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    if stopped is not None:
+    if isinstance(stopped, BackfillIncompleteError):
+        made = f"{stopped.embedded} row(s) embedded, {stopped.left} refused (the error below)"
+    elif stopped is not None:
         made = (
             "the embedding step stopped (the error below; the vectors already queued were "
             "indexed all the same)"

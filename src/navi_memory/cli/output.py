@@ -249,17 +249,29 @@ class _RedactingFormatter(logging.Formatter):
         return redact_text(super().format(record))
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not the stream it was
+    when the handler was made: main() run in a process that swaps stderr (a test capturing it,
+    an application calling main()) left a handler writing to a closed stream, and every later
+    log line of the process failed ("--- Logging error ---")."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass  # StreamHandler.__init__ and setStream assign it: always sys.stderr
+
+
 def configure_logging(debug: bool) -> None:
     """The library's log events on stderr: warnings by default, everything with --debug; no
     password of a URL in either."""
+    handler = _StderrHandler()
+    handler.setFormatter(_RedactingFormatter("navi-memory: %(levelname)s %(message)s"))
     logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="navi-memory: %(levelname)s %(message)s",
-        stream=sys.stderr,
-        force=True,
+        level=logging.DEBUG if debug else logging.WARNING, handlers=[handler], force=True
     )
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(_RedactingFormatter("navi-memory: %(levelname)s %(message)s"))
 
 
 class TableProgress:

@@ -15,7 +15,7 @@ from typing import Final, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from navi_memory.errors import ConfigError, EmbeddingError
+from navi_memory.errors import BackfillIncompleteError, ConfigError, EmbeddingError
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.fact_indexer import FactIndexer
 from navi_memory.llm import Embedder, embedding_text_for_fact
@@ -155,10 +155,12 @@ class Backfill:
             raise
         await self._requeue_and_kick(filled=bool(sum(result.filled.values())))
         if result.left:
-            raise EmbeddingError(
+            raise BackfillIncompleteError(
                 f"backfill: {result.left} row(s) could not be embedded ({result.refusal}); they "
                 "keep no vector and are found by text search; run the backfill again to retry "
-                "them"
+                "them",
+                embedded=sum(result.filled.values()),
+                left=result.left,
             ) from result.refusal
         return sum(result.filled.values())
 
