@@ -56,3 +56,17 @@ def test_a_closed_pipe_on_stdout_ends_quietly_with_141(
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["--version"]) == EXIT_PIPE_CLOSED == 141
     assert capsys.readouterr().err == ""
+
+
+def test_output_a_failed_write_left_is_not_printed_by_the_next_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rich kept what it failed to write, and printed it before the next output of the
+    process: main() run again (a test, an application) began with the failed command's
+    "navi-memory 0.1.0"."""
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "stdout", FullDisk())
+        assert main(["--version"]) == 1
+    capsys.readouterr()
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.count("navi-memory ") == 1

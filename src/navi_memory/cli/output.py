@@ -168,7 +168,12 @@ def discard_stdout() -> None:
     """Point file descriptor 1 at /dev/null once writing stdout has failed: what is still
     buffered then goes nowhere when Python flushes it on exit, instead of failing again as
     "Exception ignored ... BrokenPipeError" (Python's own advice, the signal module's docs).
-    Nothing to do for a stdout with no descriptor (a test's capture)."""
+    Nothing to do for a stdout with no descriptor (a test's capture).
+
+    Rich's console keeps what it failed to write in its buffer, and wrote it before the next
+    output of the process: main() run again in one process (a test, an application) printed
+    the failed command's lines first. The buffer is emptied (Rich has no public call for it)."""
+    del out._buffer[:]
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):
