@@ -880,44 +880,45 @@ async def test_a_hung_embedding_model_is_skipped_for_the_pause(
     assert not fact.has_embedding
 
 
-@pytest.mark.parametrize(
-    ("word", "stored"),
-    [
-        ("端口", "服务器端口是8099"),  # Chinese
-        ("ポート", "サーバーのポートは8099です"),  # Japanese
-        ("서버", "서버의 포트는 8099입니다"),  # Korean: the particle clings to the noun
-        ("พอร์ต", "เซิร์ฟเวอร์ใช้พอร์ต8099"),  # Thai
-    ],
+UNSPACED = (
+    ("端口", "服务器端口是8099"),  # Chinese
+    ("ポート", "サーバーのポートは8099です"),  # Japanese
+    ("서버", "서버의 포트는 8099입니다"),  # Korean: the particle clings to the noun
+    ("พอร์ต", "เซิร์ฟเวอร์ใช้พอร์ต8099"),  # Thai
 )
+
+
 @pytest.mark.parametrize("embedder", ["up", "down"])
 async def test_a_word_inside_unspaced_text_is_found_in_every_store(
-    memory: Memory, fake_ollama: FakeOllama, word: str, stored: str, embedder: str
+    memory: Memory, fake_ollama: FakeOllama, embedder: str
 ) -> None:
     """Chinese, Japanese, Thai write no spaces between words: the text index holds
     "服务器端口是" as one lexeme, so "端口" found the fact and the sketch (substring search)
     but never the raw excerpt, in unified search and search_chunks alike. A query with such a
     term reads the raw history by substring (the terms ranking), with the embedder up or
     down; a query of spaced words keeps the BM25 ranking."""
-    uid = await new_user(memory)
-    sid = await new_session_row(memory, uid)
-    await memory.store.upsert_fact("ops", "port", stored, user_id=uid)
-    await memory.store.add_chunks([draft(f"User: {stored}")], user_id=uid, session_id=sid)
-    await memory.store.add_chunks(
-        [draft("User: the deploy port is 8099", start_seq=3)], user_id=uid, session_id=sid
-    )
-    await memory.kv.set(SKETCH_SCOPE, "port", stored, session_id=sid, user_id=uid)
-    await memory.store.wait_chunk_indexing()
-    if embedder == "down":
-        fake_ollama.mode = "fail"
-    hits = await memory.search.search(word, user_id=uid)
-    assert [(h.source_type, h.text) for h in hits] == [
-        ("fact", stored),
-        ("raw", f"User: {stored}"),
-        ("sketch", stored),
-    ]
-    chunks = await memory.store.search_chunks(word, user_id=uid)
-    assert [c.content for c in chunks] == [f"User: {stored}"]
-    assert chunks[0].score is None  # the terms ranking: distinct terms hit
-    spaced = await memory.store.search_chunks("deploy port", user_id=uid)
-    assert spaced[0].content == "User: the deploy port is 8099"
-    assert spaced[0].score is not None  # BM25 fused
+    for word, stored in UNSPACED:
+        fake_ollama.mode = "ok"
+        uid = await new_user(memory)
+        sid = await new_session_row(memory, uid)
+        await memory.store.upsert_fact("ops", "port", stored, user_id=uid)
+        await memory.store.add_chunks([draft(f"User: {stored}")], user_id=uid, session_id=sid)
+        await memory.store.add_chunks(
+            [draft("User: the deploy port is 8099", start_seq=3)], user_id=uid, session_id=sid
+        )
+        await memory.kv.set(SKETCH_SCOPE, "port", stored, session_id=sid, user_id=uid)
+        await memory.store.wait_chunk_indexing()
+        if embedder == "down":
+            fake_ollama.mode = "fail"
+        hits = await memory.search.search(word, user_id=uid)
+        assert [(h.source_type, h.text) for h in hits] == [
+            ("fact", stored),
+            ("raw", f"User: {stored}"),
+            ("sketch", stored),
+        ], word
+        chunks = await memory.store.search_chunks(word, user_id=uid)
+        assert [c.content for c in chunks] == [f"User: {stored}"], word
+        assert chunks[0].score is None  # the terms ranking: distinct terms hit
+        spaced = await memory.store.search_chunks("deploy port", user_id=uid)
+        assert spaced[0].content == "User: the deploy port is 8099"
+        assert spaced[0].score is not None  # BM25 fused
