@@ -34,6 +34,10 @@ SCRIPT = textwrap.dedent(
                     await memory.store.upsert_fact("preferences", "editor", "neovim")
                     hits = await memory.store.search_facts("which editor")
                     print("found", hits[0].key, hits[0].value, hits[0].via)
+                # A short script's exit can come before the background indexer's first batch
+                # (it gathers writes for 50 ms): doctor below would then report the queued
+                # vector (docs/operations.md). Wait for it, as a script should.
+                await memory.store.wait_fact_indexing()
 
     asyncio.run(main())
     """
