@@ -68,6 +68,7 @@ __all__ = [
     "drain_engines",
     "ensure_trgm_indexes",
     "is_connection_lost",
+    "missing_trgm_indexes",
     "newer_schema_error",
     "parallel_settings",
     "probe",
@@ -996,7 +997,8 @@ async def ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
     return created
 
 
-async def _missing_trgm_indexes(conn: AsyncConnection) -> list[str]:
+async def missing_trgm_indexes(conn: AsyncConnection) -> list[str]:
+    """TRGM_INDEXES that memory_facts lacks (doctor reports them; the next open makes them)."""
     present = set(
         (
             await conn.execute(
@@ -1015,7 +1017,7 @@ async def _ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
         ).scalar()
         if not installed:
             return created
-        if not await _missing_trgm_indexes(conn):
+        if not await missing_trgm_indexes(conn):
             return created
         # Two processes creating one index at once: one of them failed on the catalog's
         # unique name (IF NOT EXISTS checks before it inserts). One builds, the others go on.
@@ -1024,7 +1026,7 @@ async def _ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
             return created
         # Read again under the lock: a process that held it before may have built them (and
         # they are not this one's to report as created).
-        for name in await _missing_trgm_indexes(conn):
+        for name in await missing_trgm_indexes(conn):
             await conn.execute(
                 text(
                     f"CREATE INDEX IF NOT EXISTS {name} ON memory_facts "

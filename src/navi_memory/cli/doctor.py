@@ -12,8 +12,6 @@ from dataclasses import asdict, dataclass
 from typing import Annotated, Final, Literal
 
 import typer
-from sqlalchemy import inspect
-from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from navi_memory.cli.output import EXIT_FAILURE, out, print_json, run
@@ -23,10 +21,10 @@ from navi_memory.db import (
     DRIVER_ERRORS,
     SCHEMA_HEAD,
     SCHEMA_REVISIONS,
-    TRGM_INDEXES,
     Capabilities,
     create_engine,
     create_sessionmaker,
+    missing_trgm_indexes,
     probe,
     redact_url,
     resolve_database_url,
@@ -249,7 +247,7 @@ async def _trgm_indexes_check(settings: Settings, caps: Capabilities, engine: As
         )
     try:
         async with engine.connect() as conn:
-            missing = await conn.run_sync(_missing_trgm_indexes)
+            missing = await missing_trgm_indexes(conn)
     except DRIVER_ERRORS as exc:
         reason = translate_driver_error(exc, engine, committing=False, read_only=True)
         return Check("pg_trgm", "finding", f"{version}: {reason}", _reach_fix(settings))
@@ -268,11 +266,6 @@ async def _trgm_indexes_check(settings: Settings, caps: Capabilities, engine: As
         "results, slower on large tables)",
         f"{opener} makes them{role}",
     )
-
-
-def _missing_trgm_indexes(conn: Connection) -> list[str]:
-    present = {index["name"] for index in inspect(conn).get_indexes("memory_facts")}
-    return [name for name in TRGM_INDEXES if name not in present]
 
 
 def _schema_check(caps: Capabilities) -> Check:
