@@ -183,6 +183,21 @@ async def test_closing_with_a_backlog_loses_nothing(db_url: str, fake_ollama: Fa
         assert await counts(memory) == (0, 200)
 
 
+async def test_a_script_that_exits_right_after_writing_leaves_nothing_queued(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """Closing right after add_chunks: the background batch those writes kicked, text and
+    vectors, runs before the indexer stops."""
+    async with open_memory(make_settings(db_url, fake_ollama)) as memory:
+        uid = await new_user(memory)
+        await memory.store.add_chunks(drafts("short"), user_id=uid, session_id="s1")
+        assert memory.store._indexer.running
+        await memory.store.aclose()
+    async with open_memory(make_settings(db_url, fake_ollama)) as memory:
+        assert await counts(memory) == (0, len(TOPICS))
+        assert await scalar(memory, "SELECT count(*) FROM memory_chunk_text_queue") == 0
+
+
 async def test_two_indexers_share_the_queue_without_doing_a_row_twice(
     db_url: str, fake_ollama: FakeOllama
 ) -> None:

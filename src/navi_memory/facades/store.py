@@ -124,8 +124,9 @@ class MemoryStore:
         )
 
     async def aclose(self) -> None:
-        """Stop the background chunk and fact indexers (the batches in flight finish;
-        open_memory calls this on exit). Queued vectors stay queued for the next indexer."""
+        """Stop the background chunk and fact indexers (open_memory calls this on exit): the
+        batches in flight finish, a drain that was kicked but had not begun runs one batch,
+        and what is queued beyond that stays queued for the next indexer."""
         try:
             await self._indexer.aclose()
         finally:

@@ -10,8 +10,9 @@ is ever unsearchable and no result depends on the indexer's progress (docs/raw-h
 One ChunkIndexer per Memory, with CHUNK_INDEX_WORKERS - 1 helpers (``from_settings``).
 ``kick()`` starts a background drain on the running event loop (at most one at a time; a kick
 during a drain makes it go round again), which kicks the helpers when a batch finds a backlog;
-``drain()`` indexes in the caller's task; ``aclose()`` lets the batches in flight finish and
-stops. Indexers in several processes share the queue (``FOR UPDATE SKIP LOCKED``).
+``drain()`` indexes in the caller's task; ``aclose()`` lets the batches in flight finish (or
+runs one where a kicked drain had not begun) and stops. Indexers in several processes share
+the queue (``FOR UPDATE SKIP LOCKED``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ rest of a fact's write, for global searches alone.
 
 One FactIndexer per Memory. ``kick()`` starts a background drain on the running event loop (at
 most one at a time; a kick during a drain makes it go round again); ``drain()`` indexes in the
-caller's task; ``aclose()`` lets the batch in flight finish and stops. Indexers in several
-processes share the queue (``FOR UPDATE SKIP LOCKED``).
+caller's task; ``aclose()`` lets the batch in flight finish (or runs one where a kicked drain
+had not begun) and stops. Indexers in several processes share the queue (``FOR UPDATE SKIP
+LOCKED``).
 """
 
 from __future__ import annotations

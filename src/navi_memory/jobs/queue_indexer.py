@@ -4,7 +4,9 @@ transaction, started by ``kick()`` on the running event loop and retried after a
 A subclass says what one batch does (``_index_batch``) and how many rows wait
 (``_queued_count``); ``ChunkIndexer`` and ``FactIndexer`` are the two. At most one background
 drain runs per indexer; a kick during a drain makes it go round again; ``drain()`` indexes in
-the caller's task; ``aclose()`` lets the batch in flight finish and stops. A background drain
+the caller's task; ``aclose()`` lets the batch in flight finish and stops, and a background
+drain that was kicked but had not begun its batch (gathering writes, or not yet scheduled) runs
+one batch first, so a short script's last writes are not left queued. A background drain
 that failed sleeps before its retry; ``wait_batches()`` (an explicit drain's wait) does not wait
 for that sleep, and ``wake()`` ends it. Indexers in several
 processes share a queue (``FOR UPDATE SKIP LOCKED``), and so do an indexer's ``helpers``: more
@@ -82,6 +84,9 @@ class QueueIndexer:
         """Set while the background drain sleeps before a retry: no batch of it is in flight."""
         self._helpers = tuple(helpers)
         self._resting_until = 0.0
+        self._in_batch = False
+        self._last_batch = False
+        """Set by closing while a kicked drain had not begun its batch: it runs one."""
         self.batches_run = 0
         """Batches this indexer has run (drains in the caller's task and in the background)."""
         self.caught_up = False
@@ -94,9 +99,16 @@ class QueueIndexer:
         how many were indexed. ``relay``: kick the idle helpers whenever a batch finds a
         backlog. Raises StorageError if the database fails."""
         indexed, batches = 0, 0
-        while not self._closing and (max_batches is None or batches < max_batches):
-            async with unit_of_work(self._sessionmaker) as session:
-                full, moved = await self._index_batch(session, self._batch_size)
+        while (not self._closing or self._last_batch) and (
+            max_batches is None or batches < max_batches
+        ):
+            self._last_batch = False
+            self._in_batch = True
+            try:
+                async with unit_of_work(self._sessionmaker) as session:
+                    full, moved = await self._index_batch(session, self._batch_size)
+            finally:
+                self._in_batch = False
             indexed += moved
             batches += 1
             self.batches_run += 1
@@ -276,15 +288,20 @@ class QueueIndexer:
             await asyncio.wait(running)
 
     async def aclose(self) -> None:
-        """Stop after the batch in flight (and the helpers after theirs); cancel a batch that
-        takes longer than the grace."""
+        """Stop after the batch in flight (and the helpers after theirs), or after one batch
+        when a kicked drain had not begun one yet; cancel a batch that takes longer than the
+        grace."""
         await asyncio.gather(self._close(), *(helper.aclose() for helper in self._helpers))
 
     async def _close(self) -> None:
+        task = self._task
+        running = task is not None and not task.done()
+        # Kicked, and neither in a batch nor sleeping before a retry: the writes that kicked it
+        # get one batch, so a script that exits right after them leaves nothing queued.
+        self._last_batch = running and not self._in_batch and not self._retry_pending.is_set()
         self._closing = True
         self._closed.set()
         self._woken.set()
-        task = self._task
         if task is None or task.done():
             return
         _, pending = await asyncio.wait({task}, timeout=CLOSE_GRACE_SECONDS)
