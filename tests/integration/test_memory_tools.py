@@ -366,6 +366,27 @@ async def test_forget_says_when_nothing_matched(memory: Memory) -> None:
     assert await facts_in_db(memory) == 1
 
 
+async def test_forget_of_a_key_whose_only_row_expired_says_it_deleted_that_row(
+    memory: Memory,
+) -> None:
+    """The fact had expired (no longer shown), but forget still deletes its row and the summary
+    that may tell it: the answer said "nothing to forget" although a row went."""
+    ctx = await user_and_session(memory)
+    await memory.tools.call("memory", SAVE, ctx)
+    assert ctx.user_id is not None
+    await memory.store.set_summary("Uses neovim.", user_id=ctx.user_id)
+    await execute(memory, "UPDATE memory_facts SET expires_at = now() - interval '1 day'")
+    answer = await memory.tools.call("memory", {"action": "forget", "key": "editor"}, ctx)
+    assert answer == (
+        "memory: the fact with the key 'editor' had already expired and was no longer shown; "
+        "its stored row is deleted now (1 row(s))."
+    )
+    assert await facts_in_db(memory) == 0
+    assert await memory.store.get_summary(user_id=ctx.user_id) is None
+    answer = await memory.tools.call("memory", {"action": "forget", "key": "editor"}, ctx)
+    assert answer.startswith("memory: nothing to forget")
+
+
 async def test_list_gives_categories_with_counts_not_facts(memory: Memory) -> None:
     """list names each category with its count, fullest first; no value is shown."""
     ctx = await user_and_session(memory)

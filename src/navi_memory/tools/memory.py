@@ -22,7 +22,7 @@ from navi_memory.constants import (
     TOOL_EXPIRES_MIN_DAYS,
 )
 from navi_memory.errors import InvalidInputError
-from navi_memory.schemas import Fact, FactHit
+from navi_memory.schemas import Fact, FactHit, ForgetResult
 from navi_memory.services.facts import SOURCES
 from navi_memory.text.context import fact_line
 from navi_memory.text.hits import one_line, recent_only_head
@@ -274,9 +274,9 @@ class FactStore(Protocol):
         self, query: str, user_id: uuid.UUID | str | None = None, limit: int = 15
     ) -> list[FactHit]: ...
 
-    async def delete_facts(
+    async def forget_facts(
         self, key: str, category: str | None = None, user_id: uuid.UUID | str | None = None
-    ) -> list[Fact]: ...
+    ) -> ForgetResult: ...
 
     async def fact_categories(
         self, user_id: uuid.UUID | str | None = None
@@ -396,15 +396,23 @@ async def _forget(store: FactStore, request: ForgetFact) -> str:
     categories: list[str | None] = [None]
     if request.category is not None:
         categories = list(await _stored_spellings(store, request.category) or [request.category])
-    removed = await _delete(store, keys, categories)
+    removed, expired = await _delete(store, keys, categories)
     if not removed:
         # Not stored as written: under the same key but for case ("EDITOR" for the "Editor" a
         # save kept), if any.
-        removed = await _delete(
+        removed, expired_too = await _delete(
             store, await _keys_but_for_case(store, request, categories), categories
         )
+        expired += expired_too
+    scope = f" in category {request.category!r}" if request.category is not None else ""
+    if not removed and expired:
+        # Past its expiry the fact was no longer shown, but its row was there: it is gone now
+        # (and the summary with it), which the answer must not deny.
+        return (
+            f"memory: the fact with the key {request.key!r}{scope} had already expired and was "
+            f"no longer shown; its stored row is deleted now ({expired} row(s))."
+        )
     if not removed:
-        scope = f" in category {request.category!r}" if request.category is not None else ""
         return f"memory: nothing to forget, no stored fact has the key {request.key!r}{scope}."
     # Name what went: a key merged into another (a hidden spelling) deletes that other fact.
     noun = "fact" if len(removed) == 1 else "facts"
@@ -422,12 +430,18 @@ async def _forget(store: FactStore, request: ForgetFact) -> str:
     return f"memory: forgot {len(removed)} {noun}: {names}{spelling}"
 
 
-async def _delete(store: FactStore, keys: list[str], categories: list[str | None]) -> list[Fact]:
+async def _delete(
+    store: FactStore, keys: list[str], categories: list[str | None]
+) -> tuple[list[Fact], int]:
+    """The visible facts deleted, and how many expired rows went with them."""
     removed: list[Fact] = []
+    expired = 0
     for category in categories:
         for key in keys:
-            removed += await store.delete_facts(key, category)
-    return removed
+            result = await store.forget_facts(key, category)
+            removed += result.facts
+            expired += result.expired
+    return removed, expired
 
 
 async def _keys_but_for_case(
