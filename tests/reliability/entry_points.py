@@ -226,6 +226,16 @@ ENTRY_POINTS: list[EntryPoint] = [
         lambda w: args({"fact_id": st.one_of(st.sampled_from(w.fact_ids), s.hostile)}),
     ),
     EntryPoint(
+        "store.get_fact",
+        lambda m, a: m.store.get_fact(**a),
+        lambda w: args({"fact_id": st.one_of(st.sampled_from(w.fact_ids), s.hostile)}),
+    ),
+    EntryPoint(
+        "store.get_merged_facts",
+        lambda m, a: m.store.get_merged_facts(**a),
+        lambda w: args({"fact_id": st.one_of(st.sampled_from(w.fact_ids), s.hostile)}),
+    ),
+    EntryPoint(
         "store.get_summary",
         lambda m, a: m.store.get_summary(**a),
         lambda w: args({}, {"user_id": _user(w)}),

@@ -74,6 +74,8 @@ VALID: Final[dict[str, Callable[[World], Arguments]]] = {
     },
     "store.fact_count": lambda w: {"user_id": w.me, "include_merged": False},
     "store.unmerge_fact": lambda w: {"fact_id": w.fact_ids[0]},
+    "store.get_fact": lambda w: {"fact_id": w.fact_ids[0]},
+    "store.get_merged_facts": lambda w: {"fact_id": w.fact_ids[0]},
     "store.get_summary": lambda w: {"user_id": w.me},
     "store.set_summary": lambda w: {"content": "likes Dutch", "user_id": w.me},
     "store.mark_session_extracted": lambda w: {"session_id": w.my_session, "user_id": w.me},
