@@ -155,8 +155,12 @@ _NAMED_FILE = re.compile(
     r"Jenkinsfile|Justfile|Rakefile|Pipfile|Brewfile|Caddyfile)" + rf"(?!{_W}|[.-])"
 )
 
-_HASH_TICKET = re.compile(r"(?<![\w&#/.-])(?:[\w.-]+/[\w.-]+)?#[0-9]{1,9}(?!\w)")
-_KEY_TICKET = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]{1,9}-[0-9]{1,7}(?![\w-]|\.[0-9])")
+# Tickets, amounts, versions, dates, numbers and identifiers end where a word of a spaced script
+# does, and at a letter of an unspaced one ("端口8099", "修复JIRA-123的问题"): _W, not \w.
+_HASH_TICKET = re.compile(
+    rf"{_not_after('&#/.-')}(?:{_run('.-')}/{_run('.-')})?#[0-9]{{1,9}}(?!{_W})"
+)
+_KEY_TICKET = re.compile(rf"{_not_after('-')}[A-Z][A-Z0-9]{{1,9}}-[0-9]{{1,7}}(?!{_W}|-|\.[0-9])")
 
 # A number: grouped thousands (1,200 · 1.200 · 1'200 · 1 200 with a no-break space), Indian
 # lakhs and crores (1,00,000 · 12,34,567) or plain, with an optional decimal part in either
@@ -181,39 +185,40 @@ _UNIT_WORDS = (
 _MULTIPLIER = r"(?:[kKmMbB]|bn|mn|million|billion|thousand)"
 _CURRENCY_WORD = r"usd|eur|gbp|chf|dollars?|euros?|pounds?|bucks"
 _CURRENCY_FIRST = (
-    rf"(?:US\$|[$€£¥₹]){_SPACE}{_NUM}(?:{_SPACE}{_MULTIPLIER})?(?!\w)"
-    rf"|(?:USD|EUR|GBP|CHF|JPY|CAD|AUD){_SPACE}{_NUM}(?!\w)"
+    rf"(?:US\$|[$€£¥₹]){_SPACE}{_NUM}(?:{_SPACE}{_MULTIPLIER})?(?!{_W})"
+    rf"|(?:USD|EUR|GBP|CHF|JPY|CAD|AUD){_SPACE}{_NUM}(?!{_W})"
 )
 _UNIT_AFTER = (
     rf"{_SPACE}(?:[€£$%‰]|°[CF]?)"
-    rf"|{_SPACE}(?i:{_UNIT_WORDS}|{_CURRENCY_WORD})(?!\w)"
+    rf"|{_SPACE}(?i:{_UNIT_WORDS}|{_CURRENCY_WORD})(?!{_W})"
     # one-letter units only when glued on (5s, 10m, 7B, 2x): "5 s" is more often prose
-    r"|[smhdwykKMBGTgLlVWx](?!\w)"
+    rf"|[smhdwykKMBGTgLlVWx](?!{_W})"
 )
 # Thousands grouped by a plain space, only before a currency: in prose "2 500 GB" is more often
 # two numbers. Not after "digit space": a run of "123 456 …" is read from its first group only.
 _SPACED_AMOUNT = (
     rf"(?<![0-9] )[0-9]{{1,3}}(?: [0-9]{{3}})+(?![0-9])(?:[.,][0-9]+)?"
-    rf"{_SPACE}(?:[€£$¥₹]|(?i:{_CURRENCY_WORD}|jpy|cad|aud))(?!\w)"
+    rf"{_SPACE}(?:[€£$¥₹]|(?i:{_CURRENCY_WORD}|jpy|cad|aud))(?!{_W})"
 )
 # With its sign: "-5 °C", "−12%", "+3%" are not "5 °C", "12%", "3%" (a "-" after a word
 # character is a range's or a date's: "3-5%" is "5%"). Never after "digit, no-break space": the
 # number's own group ("1 000 000" read from its first group only, in linear time).
 _AMOUNT = re.compile(
-    r"(?<![\w.,])(?<![0-9][\u00a0\u202f])(?:[-−+](?=[0-9$€£¥₹]))?"
+    rf"{_not_after('.,')}(?<![0-9][\u00a0\u202f])(?:[-−+](?=[0-9$€£¥₹]))?"
     rf"(?:{_CURRENCY_FIRST}|{_SPACED_AMOUNT}|{_NUM}(?:{_UNIT_AFTER}))"
 )
 _VERSION = re.compile(
-    r"(?<![\w.])(?:v[0-9]+(?:\.[0-9]+)*|[0-9]+\.[0-9]+\.[0-9]+(?:\.[0-9]+)*)"
-    r"(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![\w-]|\.\w)"
+    rf"{_not_after('.')}(?:v[0-9]+(?:\.[0-9]+)*|[0-9]+\.[0-9]+\.[0-9]+(?:\.[0-9]+)*)"
+    rf"(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?!{_W}|-|\.{_W})"
 )
-_DATE = re.compile(r"(?<![\w.-])[0-9]{4}-[01][0-9]-[0-3][0-9](?![\w-]|\.[0-9])")
+_DATE = re.compile(rf"{_not_after('.-')}[0-9]{{4}}-[01][0-9]-[0-3][0-9](?!{_W}|-|\.[0-9])")
 _BARE_NUMBER = re.compile(
-    r"(?<![\w.,/\\#$€£¥-])"
-    r"(?:[0-9]{1,2}(?:,[0-9]{2})+,[0-9]{3}|[0-9]{1,3}(?:,[0-9]{3})+|[0-9]{3,})(?![\w]|[.,][0-9])"
+    _not_after(r".,/\\#$€£¥-")
+    + r"(?:[0-9]{1,2}(?:,[0-9]{2})+,[0-9]{3}|[0-9]{1,3}(?:,[0-9]{3})+|[0-9]{3,})"
+    + rf"(?!{_W}|[.,][0-9])"
 )
 
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(rf"{_W}+")
 _CAMEL = re.compile(
     r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+|[A-Z]{2,}[a-z]{2,}\w*"
 )

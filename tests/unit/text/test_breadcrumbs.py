@@ -481,6 +481,31 @@ def test_unspaced_scripts_bound_links_and_paths(text: str, expected: str) -> Non
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
+        ("端口8099已开放", ["8099"]),
+        ("8099端口", ["8099"]),
+        ("ポート8099を開く", ["8099"]),
+        ("포트8099번", ["8099"]),
+        ("修复JIRA-123的问题", ["JIRA-123"]),
+        ("见#4411了", ["#4411"]),
+        ("延迟5ms左右", ["5ms"]),
+        ("价格$500元", ["$500"]),
+        ("版本v1.2.3发布", ["v1.2.3"]),
+        ("日期2026-12-07上线", ["2026-12-07"]),
+        ("用camelCase写的", ["camelCase"]),
+        ("服务user_service挂了", ["user_service"]),
+    ],
+)
+def test_unspaced_scripts_bound_numbers_tickets_and_identifiers(
+    text: str, expected: list[str]
+) -> None:
+    """A number, a ticket, an amount, a version, a date or an identifier glued to Han, kana or
+    Hangul letters is found alone: "端口8099" gave nothing, "服务user_service挂了" the whole run."""
+    assert extract_breadcrumbs(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
         ("ПУТЬ /home/иван/документы/файл.txt", "/home/иван/документы/файл.txt"),
         ("see docs/файлы/отчёt.pdf", "docs/файлы/отчёt.pdf"),
         ("voir /srv/données/été.csv ici", "/srv/données/été.csv"),
