@@ -888,6 +888,36 @@ UNSPACED = (
 )
 
 
+async def test_a_question_in_chinese_finds_the_rows_holding_most_of_its_words(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """A whole question typed in Chinese was one term, a substring no row holds, so only a
+    vector found anything: its runs of Han, kana or Hangul letters are cut into overlapping
+    pairs, and the rows holding most of them rank first (the embedder down here: text only)."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    answer = "我们把服务器的端口改成了8099"
+    await memory.store.add_chunks(
+        [draft("User: 今天的服务很好"), draft(f"User: {answer}", start_seq=3)],
+        user_id=uid,
+        session_id=sid,
+    )
+    await memory.store.upsert_fact("ops", "port", answer, user_id=uid)
+    await memory.store.upsert_fact("ops", "weather", "今天天气很好", user_id=uid)
+    await memory.store.wait_chunk_indexing()
+    fake_ollama.mode = "fail"
+    question = "服务器端口改成多少"
+    chunks = await memory.store.search_chunks(question, user_id=uid)
+    assert [c.content for c in chunks] == [f"User: {answer}", "User: 今天的服务很好"]
+    facts = await memory.store.search_facts(question, user_id=uid)
+    assert [f.key for f in facts] == ["port"]
+    hits = await memory.search.search(question, user_id=uid)
+    assert [(h.source_type, h.text) for h in hits][:2] == [
+        ("fact", answer),
+        ("raw", f"User: {answer}"),
+    ]
+
+
 @pytest.mark.parametrize("embedder", ["up", "down"])
 async def test_a_word_inside_unspaced_text_is_found_in_every_store(
     memory: Memory, fake_ollama: FakeOllama, embedder: str

@@ -127,7 +127,7 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
         words = _unicode_term().findall(unicodedata.normalize("NFC", query))
     seen: set[str] = set()
     terms: list[str] = []
-    for word in _numbers_apart(words):
+    for word in _cjk_apart(_numbers_apart(words)):
         if not word.strip("_"):
             continue  # "_", "__": no word of any index, and in ILIKE a match of every identifier
         # Told apart as ILIKE tells them (lower(), not casefold(): "STRASSE" is not "Straße").
@@ -139,6 +139,37 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     useful = [t for t in terms if t.casefold() not in STOP_WORDS and _not_a_letter(t)]
     chosen = useful or [t for t in terms if _not_a_letter(t)] or terms
     return chosen[:limit]
+
+
+# Han, kana and Hangul syllables. Such text has no spaces between words (or, in Korean, none
+# between a noun and its particles), so a query's run of them is no word a row holds: "服务器端口
+# 改成多少" is a question, not a substring of the answer. The run is cut into overlapping pairs,
+# the usual unit of CJK search ("服务", "务器", "器端", "端口"…): a row holding most of them ranks
+# first, by distinct terms hit, and the whole query still counts as the phrase. A run of one or
+# two letters stays whole; so does Thai, Lao, Myanmar or Khmer, whose letters take marks.
+_CJK_RUN: Final = re.compile(
+    "([\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+    "\uff66-\uff9f\U00020000-\U0003ffff]+)"
+)
+
+
+def _cjk_apart(words: list[str]) -> list[str]:
+    """``words`` with each run of Han, kana or Hangul letters cut out of its word and into
+    overlapping pairs; what stood beside the run ("8099" of "端口8099") is a term of its own."""
+    if all(word.isascii() for word in words):
+        return words
+    apart: list[str] = []
+    for word in words:
+        parts = _CJK_RUN.split(word)
+        if len(parts) == 1:
+            apart.append(word)
+            continue
+        for index, part in enumerate(parts):
+            if index % 2:  # a run of those letters
+                apart.extend(part[i : i + 2] for i in range(max(1, len(part) - 1)))
+            elif (rest := part.strip(".-/@:#,")) and any(c.isalnum() for c in rest):
+                apart.append(rest)
+    return apart
 
 
 def _not_a_letter(term: str) -> bool:

@@ -113,3 +113,25 @@ def test_a_mark_does_not_glue_two_words_or_split_an_identifier() -> None:
 )
 def test_unspaced_tells_scripts_written_without_spaces(terms: list[str], expected: bool) -> None:
     assert unspaced(terms) is expected
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("服务器端口改成多少", ["服务", "务器", "器端", "端口", "口改", "改成", "成多", "多少"]),
+        ("端口", ["端口"]),
+        ("端口8099", ["端口", "8099"]),
+        ("user_service挂了", ["user_service", "挂了"]),
+        ("서버의 포트는", ["서버", "버의", "포트", "트는"]),
+        ("サーバー", ["サー", "ーバ", "バー"]),
+        ("เซิร์ฟเวอร์ใช้พอร์ต", ["เซิร์ฟเวอร์ใช้พอร์ต"]),
+        ("deploy port", ["deploy", "port"]),
+    ],
+)
+def test_runs_of_han_kana_and_hangul_become_overlapping_pairs(
+    query: str, expected: list[str]
+) -> None:
+    """Such text has no spaces between words: a run of its letters is cut into pairs (what
+    stood beside it a term of its own); Thai keeps its run whole (its letters take marks)."""
+    assert query_terms(query) == expected
+    assert len(query_terms("我们把服务器的端口改成了八千零九十九号端口然后重启了服务")) == 16
