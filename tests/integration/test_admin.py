@@ -988,3 +988,92 @@ async def test_an_import_checks_a_constructed_records_failure_count(
             with pytest.raises(InvalidInputError, match=rf"record {number}\b.*failures"):
                 await memory.admin.import_user(bad, user_id=target, session_prefix="p-")
             assert await memory.users.get(target) is None, failures
+
+
+async def user_holding_only_forgets(memory: Memory) -> uuid.UUID:
+    """A user who forgot their last fact in a conversation: forgets are all they hold."""
+    uid = await new_user(memory, "Kim")
+    with request_context(user_id=uid, session_id="kim-chat"):
+        await memory.store.upsert_fact("places", "home_city", "Berlin")
+        assert (await memory.store.forget_facts("home_city")).facts
+    assert await scalar(
+        memory, "SELECT count(*) FROM memory_fact_forgotten WHERE user_id = :u", u=uid
+    )
+    return uid
+
+
+async def test_a_user_holding_only_forgets_holds_memory_an_import_must_replace(
+    memory: Memory,
+) -> None:
+    """Forgets count as memory: an import into such a user was not refused (it broke on a
+    duplicate key, or merged its forgets into the old ones), and a replace kept the old
+    forgets, which then went on holding those keys back from extraction."""
+    kim = await user_holding_only_forgets(memory)
+    with admin():
+        own = await memory.admin.export_user(kim)
+        with pytest.raises(InvalidInputError, match="already holds memory"):
+            await memory.admin.import_user(own)
+    sam = await new_user(memory, "Sam")
+    with request_context(user_id=sam):
+        await memory.store.upsert_fact("tools", "editor", "vim")
+    with admin():
+        other = await memory.admin.export_user(sam)
+        result = await memory.admin.import_user(other, user_id=kim, replace=True)
+        again = await memory.admin.export_user(kim)
+    assert result.replaced
+    assert [record.type for record in again] == ["header", "fact"]
+
+
+async def test_two_imports_into_one_user_at_once_let_only_the_first_write(
+    busy_memory: Memory,
+) -> None:
+    """Each import checked that the user held nothing, then wrote: two at once both passed
+    the check, and the user ended up with both files merged. The second now waits for the
+    first and is refused."""
+    memory = busy_memory
+    a, b = await new_user(memory, "A"), await new_user(memory, "B")
+    with request_context(user_id=a):
+        await memory.store.upsert_fact("p", "from_a", "alpha")
+    with request_context(user_id=b):
+        await memory.store.upsert_fact("p", "from_b", "beta")
+    with admin():
+        from_a, from_b = await memory.admin.export_user(a), await memory.admin.export_user(b)
+    copy = uuid.uuid4()
+    await slow_trigger(memory, "memory_facts", "INSERT", 0.5)
+    try:
+        with admin():
+            first = asyncio.create_task(memory.admin.import_user(from_a, user_id=copy))
+            await wait_for_a_sleeping_statement(memory)
+            with pytest.raises(InvalidInputError, match="already holds memory"):
+                await memory.admin.import_user(from_b, user_id=copy)
+            await first
+    finally:
+        await execute(memory, "DROP TRIGGER IF EXISTS slow ON memory_facts")
+    with request_context(user_id=copy):
+        assert [f.key for f in await memory.store.get_all_facts()] == ["from_a"]
+
+
+async def test_an_import_is_refused_a_fact_written_from_another_users_session(
+    memory: Memory,
+) -> None:
+    """upsert_fact refuses another user's session as the one a fact was written from
+    (revision 0027); an import took it, so a fact named another user's conversation."""
+    victim = await new_user(memory, "Victim")
+    with request_context(user_id=victim):
+        await memory.sessions.create("victim-secret")
+    sam = await new_user(memory, "Sam")
+    with request_context(user_id=sam):
+        await memory.store.upsert_fact("p", "editor", "vim", session_id="sam-1")
+    with admin():
+        records = dumped(await memory.admin.export_user(sam))
+    for record in records:
+        if record["type"] == "fact":
+            record["session_id"] = "victim-secret"
+    copy = uuid.uuid4()
+    with admin(), pytest.raises(InvalidInputError, match="'victim-secret' belong"):
+        await memory.admin.import_user(records, user_id=copy)
+    assert await memory.users.get(copy) is None
+    with admin():
+        await memory.admin.import_user(records, user_id=copy, session_prefix="copy-")
+    with request_context(user_id=copy):
+        assert [f.session_id for f in await memory.store.get_all_facts()] == ["copy-victim-secret"]

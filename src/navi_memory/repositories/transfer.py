@@ -53,6 +53,8 @@ _HOLD_BUCKETS = text(
     """
 )
 
+_HOLD_USER = text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))")
+
 _FACT_FIELDS = (
     "id",
     "category",
@@ -181,9 +183,11 @@ class TransferRepository:
     # --- checks before an import ---------------------------------------------------------------
 
     async def owns_anything(self, user_id: uuid.UUID) -> bool:
-        """Whether the user holds any memory row (a bare navi_users row does not count)."""
+        """Whether the user holds any memory row (a bare navi_users row does not count; the
+        forgets a conversation left do)."""
         owners = (
             FactRow.user_id,
+            FactForgottenRow.user_id,
             SummaryRow.user_id,
             SessionRow.user_id,
             ChunkRow.user_id,
@@ -192,6 +196,11 @@ class TransferRepository:
         )
         stmt = select(or_(*(exists().where(column == user_id) for column in owners)))
         return bool(await self.session.scalar(stmt))
+
+    async def hold_user(self, user_id: uuid.UUID) -> None:
+        """Hold the user against other imports until the transaction ends: a second import
+        into the same user waits here, then sees what the first wrote (and is refused)."""
+        await self.session.execute(_HOLD_USER, {"scope": f"users.import:{user_id}"})
 
     async def hold_session_ids(self, session_ids: Sequence[str]) -> None:
         """Hold ``session_ids`` against other users' claims until the transaction ends: their

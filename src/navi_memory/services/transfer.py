@@ -373,6 +373,9 @@ class TransferService:
         # Then the session ids, held from the check below to the commit: another user's first
         # chunks under one of them wait for this import and are then refused (revision 0029).
         await repo.hold_session_ids(sorted(plan.session_ids))
+        # And the user: a second import into it waits, then sees this one's rows and is
+        # refused (each statement of the check reads what was committed before it began).
+        await repo.hold_user(target)
         existing = await repo.user(target)
         replaced = False
         if existing is not None and await repo.owns_anything(target):
@@ -546,9 +549,11 @@ class _Plan:
         self.session_ids = {s.id for s in self.sessions} | {e.session_id for e in self.extractions}
         # Chunks may name sessions that are no sessions row, but never another user's.
         self.session_ids |= {c.session_id for c in self.chunks}
+        # And the sessions the facts were written from: upsert_fact refuses another user's
+        # session there (revision 0027), so does the import.
+        self.session_ids |= {f.session_id for f in self.facts if f.session_id is not None}
         self.session_ids = {self.sid(sid) for sid in self.session_ids}
-        provenance = {self.sid(f.session_id) for f in self.facts if f.session_id is not None}
-        for sid in self.session_ids | provenance:
+        for sid in self.session_ids:
             if not sid.strip() or len(sid) > SESSION_ID_MAX_CHARS:
                 raise InvalidInputError(
                     f"session id {sid[:40]!r} is blank or longer than {SESSION_ID_MAX_CHARS}"
