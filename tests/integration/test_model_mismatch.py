@@ -284,7 +284,14 @@ async def test_a_recheck_that_finds_the_model_of_record_matching_ends_the_mismat
         ("team/embedder@sha256:abc", "team/embedder@sha256:abc"),
         ("local", "local"),
         ("local:/models/e5", "local:/models/e5"),
+        # local_model_of runs the same in-process model for these spellings: one name.
+        ("Local", "local"),
+        (" LOCAL ", "local"),
+        ("local:", "local"),
+        ("Local: /models/e5", "local:/models/e5"),
+        ("local:/Models/E5", "local:/Models/E5"),  # a directory keeps its case
         ("none", "none"),
+        ("None", "none"),
         # Ollama's own defaults and case folding (its types/model name rules): one model.
         ("library/nomic-embed-text", "nomic-embed-text:latest"),
         ("registry.ollama.ai/library/nomic-embed-text:latest", "nomic-embed-text:latest"),

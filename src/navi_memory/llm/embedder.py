@@ -89,17 +89,20 @@ def canonical_model_name(model: str) -> str:
     one Ollama gives it (``nomic-embed-text`` is ``nomic-embed-text:latest``); the default
     registry and namespace left out (``registry.ollama.ai/library/x`` and ``library/x`` are
     ``x``); an ``http://`` or ``https://`` in front dropped; ASCII letters lower-cased (Ollama
-    compares names so: ``Nomic-Embed-Text`` is the same model). ``local``,
-    ``local:<directory>`` and ``none`` are kept as written, stripped.
+    compares names so: ``Nomic-Embed-Text`` is the same model). The in-process model as
+    ``local`` or ``local:<directory>`` however ``local`` is written and spaced (``Local``,
+    ``local: /dir``: ``local_model_of`` runs the same model for them); ``none`` lower-cased.
 
     Both sides of a comparison go through it: a name recorded in another spelling (before
     this rule) equals its canonical form without any migration."""
     # Imported here, as in embedder_from_settings: the local module only when it is needed.
-    from navi_memory.llm.local import local_model_of
+    from navi_memory.llm.local import LOCAL_MODEL_PREFIX, local_model_of
 
     name = model.strip()
-    if not name or name.lower() == TEXT_ONLY_EMBEDDING_MODEL or local_model_of(name) is not None:
-        return name
+    if (local := local_model_of(name)) is not None:
+        return f"{LOCAL_MODEL_PREFIX}:{local}" if local else LOCAL_MODEL_PREFIX
+    if not name or name.lower() == TEXT_ONLY_EMBEDDING_MODEL:
+        return name.lower()
     for scheme in ("http://", "https://"):
         if name.lower().startswith(scheme):
             name = name[len(scheme) :]
