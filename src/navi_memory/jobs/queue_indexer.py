@@ -85,8 +85,10 @@ class QueueIndexer:
         self._helpers = tuple(helpers)
         self._resting_until = 0.0
         self._in_batch = False
+        """Whether the background drain is in a batch (an explicit drain's do not count)."""
         self._last_batch = False
-        """Set by closing while a kicked drain had not begun its batch: it runs one."""
+        """Set by closing while a kicked background drain had not begun its batch: it runs
+        one."""
         self.batches_run = 0
         """Batches this indexer has run (drains in the caller's task and in the background)."""
         self.caught_up = False
@@ -98,17 +100,24 @@ class QueueIndexer:
         """Index queued rows until the queue is empty (or ``max_batches`` batches ran); returns
         how many were indexed. ``relay``: kick the idle helpers whenever a batch finds a
         backlog. Raises StorageError if the database fails."""
+        return await self._drain(max_batches, relay=relay, background=False)
+
+    async def _drain(self, max_batches: int | None, *, relay: bool, background: bool) -> int:
+        """``drain``; ``background``: the background drain's, which alone tells closing whether
+        it is in a batch, and alone runs the one batch a close grants it (``_last_batch``)."""
         indexed, batches = 0, 0
-        while (not self._closing or self._last_batch) and (
+        while (not self._closing or (background and self._last_batch)) and (
             max_batches is None or batches < max_batches
         ):
-            self._last_batch = False
-            self._in_batch = True
+            if background:
+                self._last_batch = False
+                self._in_batch = True
             try:
                 async with unit_of_work(self._sessionmaker) as session:
                     full, moved = await self._index_batch(session, self._batch_size)
             finally:
-                self._in_batch = False
+                if background:
+                    self._in_batch = False
             indexed += moved
             batches += 1
             self.batches_run += 1
@@ -180,7 +189,7 @@ class QueueIndexer:
         while True:
             self._again = False
             try:
-                indexed = await self.drain(relay=True)
+                indexed = await self._drain(None, relay=True, background=True)
             except NaviMemoryError as exc:
                 # The queue keeps its rows, and search reads them exactly meanwhile.
                 if failures < len(self._retry_delays) and not self._closing:
