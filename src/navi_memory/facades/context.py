@@ -197,7 +197,10 @@ class ContextBuilder:
                 self._engines.run, search.request(user_id, session_id, snapshot, vector)
             )
             candidates = service.recall_candidates(
-                hits, snapshot, min_similarity=settings.memory_recall_min_similarity
+                hits,
+                snapshot,
+                min_similarity=settings.memory_recall_min_similarity,
+                min_terms=search.min_terms,
             )
             if not candidates:
                 return [], "nothing_found", search.plan.terms
@@ -209,6 +212,7 @@ class ContextBuilder:
                     candidates,
                     k=settings.memory_recall_k,
                     min_similarity=settings.memory_recall_min_similarity,
+                    min_terms=search.min_terms,
                 )
         except Exception:
             # A turn never fails because recall did (spec): whatever broke — the database, a

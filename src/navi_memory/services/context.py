@@ -28,12 +28,14 @@ from navi_memory.services.sessions import to_message
 from navi_memory.text.context import facts_block_text, memory_message_text, prompt_facts
 from navi_memory.text.recall import (
     LEDGER_KEY,
+    RECALL_MIN_TERMS,
     RecallCandidate,
     context_seqs,
     extend_ledger,
     metadata_ledger,
     qualifies,
     recall_message_text,
+    recall_min_terms,
     recall_query,
     recall_terms,
     repeats_context,
@@ -89,6 +91,11 @@ class RecallSearch:
     query: str
     plan: SearchPlan
 
+    @property
+    def min_terms(self) -> int:
+        """The distinct terms an excerpt found by text must hit (``recall_min_terms``)."""
+        return recall_min_terms(self.plan.terms)
+
     def request(
         self,
         user_id: uuid.UUID,
@@ -139,7 +146,11 @@ class ContextService:
 
     @staticmethod
     def recall_candidates(
-        hits: Sequence[MemoryHit], snapshot: ContextSnapshot, *, min_similarity: float
+        hits: Sequence[MemoryHit],
+        snapshot: ContextSnapshot,
+        *,
+        min_similarity: float,
+        min_terms: int = RECALL_MIN_TERMS,
     ) -> list[MemoryHit]:
         """The hits that qualify for recall (``qualifies``: similar enough, or enough terms;
         not superseded, not "recent") and hold more than messages the prompt shows already
@@ -148,7 +159,7 @@ class ContextService:
         return [
             hit
             for hit in hits
-            if qualifies(hit, min_similarity=min_similarity)
+            if qualifies(hit, min_similarity=min_similarity, min_terms=min_terms)
             and not repeats_context(hit, in_context)
         ]
 
@@ -195,6 +206,7 @@ class ContextService:
         *,
         k: int,
         min_similarity: float,
+        min_terms: int = RECALL_MIN_TERMS,
     ) -> list[H]:
         """Choose up to ``k`` of ``candidates`` (search order) that qualify and are not in the
         session's ledger, and append their chunk ids to it — all under the session row lock,
@@ -205,7 +217,9 @@ class ContextService:
         if row is None:
             return []
         ledger = metadata_ledger(row.session_metadata)
-        chosen = select_recall(candidates, ledger=ledger, min_similarity=min_similarity, k=k)
+        chosen = select_recall(
+            candidates, ledger=ledger, min_similarity=min_similarity, k=k, min_terms=min_terms
+        )
         delivered = [hit.chunk_id for hit in chosen if hit.chunk_id is not None]
         await _append_to_ledger(sessions, session_id, ledger, delivered)
         return chosen

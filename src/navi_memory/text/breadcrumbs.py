@@ -215,7 +215,8 @@ _DATE = re.compile(rf"{_not_after('.-')}[0-9]{{4}}-[01][0-9]-[0-3][0-9](?!{_W}|-
 _BARE_NUMBER = re.compile(
     _not_after(r".,/\\#$€£¥-")
     + r"(?:[0-9]{1,2}(?:,[0-9]{2})+,[0-9]{3}|[0-9]{1,3}(?:,[0-9]{3})+|[0-9]{3,})"
-    + rf"(?!{_W}|[.,][0-9])"
+    # Not before a CJK numeral: "100万" is a million, and no number is better than a wrong one.
+    + rf"(?!{_W}|[.,][0-9]|[万萬亿億千百十兆만억천])"
 )
 
 _WORD = re.compile(rf"{_W}+")

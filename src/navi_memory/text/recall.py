@@ -16,10 +16,12 @@ from navi_memory.constants import INJECTED_LEDGER_MAX
 from navi_memory.schemas import MemoryHit, Message
 from navi_memory.text.freshness import FRESHNESS_STOP_WORDS
 from navi_memory.text.hits import format_hit
+from navi_memory.text.terms import cjk_pair
 
 __all__ = [
     "LEDGER_KEY",
     "RECALL_HEADER",
+    "RECALL_MIN_PAIRS",
     "RECALL_MIN_TERMS",
     "RECALL_QUERY_MESSAGES",
     "RECALL_QUERY_MESSAGE_MAX_CHARS",
@@ -31,6 +33,7 @@ __all__ = [
     "metadata_ledger",
     "qualifies",
     "recall_message_text",
+    "recall_min_terms",
     "recall_query",
     "recall_terms",
     "repeats_context",
@@ -153,6 +156,21 @@ def recall_terms(terms: Sequence[str]) -> tuple[str, ...]:
 
 
 # --- which hits qualify -----------------------------------------------------------------------
+
+
+RECALL_MIN_PAIRS: Final = 3
+"""The terms an excerpt found by text must hit when the query's terms hold pairs of Han, kana
+or Hangul letters (``text.terms``): one word of three letters is two pairs ("服务器": "服务",
+"务器"), and one shared word is not the two words of evidence RECALL_MIN_TERMS asks for."""
+
+
+def recall_min_terms(terms: Sequence[str]) -> int:
+    """How many distinct ``terms`` an excerpt found by text must hit to be recalled:
+    RECALL_MIN_TERMS, or RECALL_MIN_PAIRS where the terms hold such pairs (at most as many as
+    there are terms, never fewer than RECALL_MIN_TERMS)."""
+    if any(cjk_pair(term) for term in terms):
+        return max(RECALL_MIN_TERMS, min(RECALL_MIN_PAIRS, len(terms)))
+    return RECALL_MIN_TERMS
 
 
 def similarity(hit: RecallCandidate) -> float:

@@ -12,9 +12,11 @@ from typing import Final
 from navi_memory.constants import MAX_QUERY_TERMS
 
 __all__ = [
+    "CJK_STOP_CHARACTERS",
     "MAX_QUERY_TERMS",
     "PHRASE_MAX_CHARS",
     "STOP_WORDS",
+    "cjk_pair",
     "combining_marks",
     "query_phrase",
     "query_terms",
@@ -108,7 +110,7 @@ def _numbers_apart(words: list[str]) -> list[str]:
     return apart
 
 
-def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
+def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS, pairs: bool = True) -> list[str]:
     """Distinct terms of ``query`` (case-insensitive, first spelling kept), stop words dropped.
 
     One-letter terms are dropped unless nothing else is left (a one-digit term is kept); when
@@ -120,6 +122,10 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
     "Zu\u0308rich" finds the "Zürich" a chat stored), its combining marks inside words. The
     chunk text index reads stored text in NFC too (revision 0023): a chunk stored decomposed is
     found by either form.
+
+    A run of Han, kana or Hangul letters becomes its overlapping pairs (``_cjk_apart``), after
+    the query's other terms when ``limit`` cuts; ``pairs=False`` keeps each run whole (where
+    every term must be found, a pair anywhere is not the word).
     """
     if query.isascii():
         words = _ASCII_TERM.findall(query)
@@ -127,7 +133,8 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
         words = _unicode_term().findall(unicodedata.normalize("NFC", query))
     seen: set[str] = set()
     terms: list[str] = []
-    for word in _cjk_apart(_numbers_apart(words)):
+    words = _numbers_apart(words)
+    for word in _cjk_apart(words) if pairs else words:
         if not word.strip("_"):
             continue  # "_", "__": no word of any index, and in ILIKE a match of every identifier
         # Told apart as ILIKE tells them (lower(), not casefold(): "STRASSE" is not "Straße").
@@ -138,6 +145,17 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
         terms.append(word)
     useful = [t for t in terms if t.casefold() not in STOP_WORDS and _not_a_letter(t)]
     chosen = useful or [t for t in terms if _not_a_letter(t)] or terms
+    if pairs and len(chosen) > limit:
+        # The pairs of a long run must not crowd out the query's other terms ("…怎么样了
+        # JIRA-123"): those first, then as many pairs as fit — the last ones, since a long
+        # question puts its topic last ("不好意思再问一下，…我们测试服务器的登录密码是什么"),
+        # after the courtesies —, all in query order.
+        cjk = [bool(_CJK_PAIR.fullmatch(term)) for term in chosen]
+        others = [i for i, is_pair in enumerate(cjk) if not is_pair][:limit]
+        room = limit - len(others)
+        pairs_kept = [i for i, is_pair in enumerate(cjk) if is_pair][-room:] if room else []
+        keep = {*others, *pairs_kept}
+        chosen = [term for i, term in enumerate(chosen) if i in keep]
     return chosen[:limit]
 
 
@@ -147,15 +165,43 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
 # the usual unit of CJK search ("服务", "务器", "器端", "端口"…): a row holding most of them ranks
 # first, by distinct terms hit, and the whole query still counts as the phrase. A run of one or
 # two letters stays whole; so does Thai, Lao, Myanmar or Khmer, whose letters take marks.
-_CJK_RUN: Final = re.compile(
-    "([\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-    "\uff66-\uff9f\U00020000-\U0003ffff]+)"
+_CJK_LETTERS: Final = (
+    "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+    "\uff66-\uff9f\U00020000-\U0003ffff"
 )
+_CJK_RUN: Final = re.compile(f"([{_CJK_LETTERS}]+)")
+_CJK_PAIR: Final = re.compile(f"[{_CJK_LETTERS}]{{1,2}}")
+
+
+# Function characters: pronouns, particles, question and aspect markers of Chinese, the one-kana
+# particles of Japanese, the one-syllable particles of Korean. A pair holding one ("器的", "是什",
+# "のポ", "버의") crosses a word boundary or is a filler word: left out, as STOP_WORDS are,
+# unless every pair of the run holds one. They are what made "你还记得我们…吗" rank a chatty
+# row above the answer, and fill the 16 terms of a polite question.
+CJK_STOP_CHARACTERS: Final = frozenset(
+    "的了吗呢吧啊呀是在我你他她它们这那个么什怎哪谁就都也很のはがをにでとも의는은을를에도와과"
+)
+
+
+def cjk_pair(term: str) -> bool:
+    """Whether ``term`` is one or two Han, kana or Hangul letters (what ``query_terms`` cuts
+    a run of them into)."""
+    return _CJK_PAIR.fullmatch(term) is not None
+
+
+def _cjk_pairs(run: str) -> list[str]:
+    """The overlapping pairs of a run, those holding a function character left out (all of
+    them kept when every pair holds one); a run of one or two letters whole."""
+    if len(run) <= 2:
+        return [run]
+    pairs = [run[i : i + 2] for i in range(len(run) - 1)]
+    return [p for p in pairs if CJK_STOP_CHARACTERS.isdisjoint(p)] or pairs
 
 
 def _cjk_apart(words: list[str]) -> list[str]:
     """``words`` with each run of Han, kana or Hangul letters cut out of its word and into
-    overlapping pairs; what stood beside the run ("8099" of "端口8099") is a term of its own."""
+    overlapping pairs (``_cjk_pairs``); what stood beside the run ("8099" of "端口8099") is a
+    term of its own."""
     if all(word.isascii() for word in words):
         return words
     apart: list[str] = []
@@ -166,7 +212,7 @@ def _cjk_apart(words: list[str]) -> list[str]:
             continue
         for index, part in enumerate(parts):
             if index % 2:  # a run of those letters
-                apart.extend(part[i : i + 2] for i in range(max(1, len(part) - 1)))
+                apart.extend(_cjk_pairs(part))
             elif (rest := part.strip(".-/@:#,")) and any(c.isalnum() for c in rest):
                 apart.append(rest)
     return apart

@@ -96,7 +96,9 @@ def says_again(value: str, said: Iterable[str]) -> bool:
     if not wanted:
         return False
     whole = _as_word(wanted)
-    words = [_as_word(term) for term in query_terms(wanted, limit=64)]
+    # Runs of Han, kana or Hangul whole, not as pairs: every word must be found, and pairs
+    # found anywhere are not the value ("不喝咖啡" in "我喝咖啡，不喝茶").
+    words = [_as_word(term) for term in query_terms(wanted, limit=64, pairs=False)]
     for message in said:
         text = _folded(message)
         if whole.search(text) or (words and all(word.search(text) for word in words)):

@@ -493,6 +493,7 @@ def test_unspaced_scripts_bound_links_and_paths(text: str, expected: str) -> Non
         ("日期2026-12-07上线", ["2026-12-07"]),
         ("用camelCase写的", ["camelCase"]),
         ("服务user_service挂了", ["user_service"]),
+        ("预算100万元", []),  # a million: no bare "100"
     ],
 )
 def test_unspaced_scripts_bound_numbers_tickets_and_identifiers(

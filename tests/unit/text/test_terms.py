@@ -122,7 +122,7 @@ def test_unspaced_tells_scripts_written_without_spaces(terms: list[str], expecte
         ("端口", ["端口"]),
         ("端口8099", ["端口", "8099"]),
         ("user_service挂了", ["user_service", "挂了"]),
-        ("서버의 포트는", ["서버", "버의", "포트", "트는"]),
+        ("서버의 포트는", ["서버", "포트"]),  # the particles' pairs left out
         ("サーバー", ["サー", "ーバ", "バー"]),
         ("เซิร์ฟเวอร์ใช้พอร์ต", ["เซิร์ฟเวอร์ใช้พอร์ต"]),
         ("deploy port", ["deploy", "port"]),
@@ -135,3 +135,37 @@ def test_runs_of_han_kana_and_hangul_become_overlapping_pairs(
     stood beside it a term of its own); Thai keeps its run whole (its letters take marks)."""
     assert query_terms(query) == expected
     assert len(query_terms("我们把服务器的端口改成了八千零九十九号端口然后重启了服务")) == 16
+
+
+def test_pairs_holding_a_function_character_are_left_out() -> None:
+    """ "的", "是", "吗", "の", "의"…: a pair holding one crosses a word boundary or is filler,
+    and such pairs made a chatty row outrank the answer; a run of nothing else keeps them."""
+    assert query_terms("你还记得我们的服务器端口是多少吗") == [
+        "还记",
+        "记得",
+        "服务",
+        "务器",
+        "器端",
+        "端口",
+        "多少",
+    ]
+    assert query_terms("サーバーのポートは") == ["サー", "ーバ", "バー", "ポー", "ート"]
+    assert query_terms("什么是") == ["什么", "么是"]
+
+
+def test_a_long_run_leaves_room_for_the_other_terms_and_keeps_its_last_pairs() -> None:
+    """The 16 terms: a ticket after a long Chinese question was cut off, and a polite opening
+    filled the budget before the topic ("登录密码") came."""
+    mixed = query_terms(
+        "我们上周讨论的那个服务器部署问题现在怎么样了呢"
+        "大家都觉得这个方案还需要再讨论一下吧 JIRA-123"
+    )
+    assert mixed[-1] == "JIRA-123" and len(mixed) == 16
+    polite = query_terms(
+        "不好意思再问一下，我之前好像跟你提过一次，我们测试服务器的登录密码是什么？"
+    )
+    assert polite[-3:] == ["登录", "录密", "密码"] and len(polite) == 16
+
+
+def test_pairs_false_keeps_each_run_whole() -> None:
+    assert query_terms("服务器端口改成多少", pairs=False) == ["服务器端口改成多少"]

@@ -167,3 +167,14 @@ def test_says_again_wants_every_word_of_the_value_in_one_message(
     value: str, said: list[str], expected: bool
 ) -> None:
     assert says_again(value, said) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("不喝咖啡", "我喝咖啡，不喝茶"), ("东京都", "我去过东京和京都")],
+)
+def test_a_chinese_value_is_said_again_only_as_a_whole_word(value: str, said: str) -> None:
+    """Every pair of the value somewhere in the message is not the value: "I drink coffee,
+    not tea" does not restate "does not drink coffee"."""
+    assert not says_again(value, [said])
+    assert says_again(value, [f"对，{value}。"])

@@ -1,0 +1,103 @@
+"""Search and recall in Chinese, Japanese and Korean: a query's runs of those letters are
+overlapping pairs (text.terms), the pairs holding a function character left out, the query's
+other terms kept when the 16 terms run out, and recall asks three pairs of evidence."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from navi_memory import Memory, open_memory
+from navi_memory.testing import FakeOllama
+from tests.conftest import make_settings
+from tests.integration.factories import new_session_row, new_user
+from tests.integration.test_context_builder import HOST, conversation, padded
+from tests.integration.test_search import draft
+
+POLITE = "不好意思再问一下，我之前好像跟你提过一次，我们测试服务器的登录密码是什么？"
+CHATTY = "你还记得我们的服务器端口是多少吗"
+
+
+async def chunks(memory: Memory, uid: uuid.UUID, sid: str, *contents: str) -> None:
+    await memory.store.add_chunks(
+        [draft(c, start_seq=i * 2) for i, c in enumerate(contents)], user_id=uid, session_id=sid
+    )
+
+
+async def test_a_long_polite_question_finds_its_topic(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """The opening courtesies' pairs filled the 16 terms before "登录密码" came."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    await memory.store.upsert_fact("technical", "测试服务器登录密码", "hunter2", user_id=uid)
+    await memory.store.upsert_fact("personal", "午饭", "我喜欢吃面条", user_id=uid)
+    await chunks(memory, uid, sid, "User: 测试服务器的登录密码是hunter2", "User: 今天天气不错")
+    fake_ollama.mode = "fail"
+    facts = await memory.store.search_facts(POLITE, user_id=uid)
+    assert [f.value for f in facts][:1] == ["hunter2"]
+    raw = await memory.search.search(POLITE, "raw", user_id=uid)
+    assert "hunter2" in raw[0].text
+
+
+async def test_a_ticket_after_a_long_question_is_still_a_term(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("work", "ticket", "deploy ticket JIRA-123", user_id=uid)
+    fake_ollama.mode = "fail"
+    facts = await memory.store.search_facts(
+        "我们上周讨论的那个服务器部署问题现在怎么样了 JIRA-123", user_id=uid
+    )
+    assert [f.key for f in facts] == ["ticket"]
+
+
+async def test_a_chatty_row_sharing_filler_does_not_outrank_the_answer(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """ "你还", "我们", "少吗"… matched the chatty row six times against the answer's four."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    await memory.store.upsert_fact("technical", "服务器端口", "8099", user_id=uid)
+    await memory.store.upsert_fact(
+        "personal", "晚饭", "你还记得我们上次吃饭花了多少钱吗", user_id=uid
+    )
+    answer = "User: 服务器端口改成8099了"
+    await chunks(memory, uid, sid, answer, "User: 你还记得我们上次吃饭花了多少钱吗？不记得了")
+    fake_ollama.mode = "fail"
+    assert (await memory.store.search_facts(CHATTY, user_id=uid))[0].value == "8099"
+    assert (await memory.store.search_chunks(CHATTY, user_id=uid))[0].content == answer
+
+
+@pytest.fixture
+async def small_chunks(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Memory]:
+    async with open_memory(make_settings(db_url, fake_ollama, chunk_max_chars=200)) as opened:
+        yield opened
+
+
+@pytest.mark.parametrize(
+    ("said", "incoming", "recalled"),
+    [
+        # one shared word of three letters is two pairs: not two words of evidence
+        ("服务器的风扇声音很吵", "服务器重启了吗", False),
+        # function words ("怎么", "问题" beside "的") are no evidence
+        ("火锅怎么样？有什么问题吗", "发票的问题怎么处理", False),
+        ("部署脚本在/opt/navi/deploy.sh，需要root权限", "部署脚本在哪里", True),
+    ],
+)
+async def test_recall_in_chinese_asks_three_pairs_of_evidence(
+    small_chunks: Memory, fake_ollama: FakeOllama, said: str, incoming: str, recalled: bool
+) -> None:
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", padded(said)), ("user", "好")], keep_last=1
+    )
+    fake_ollama.mode = "fail"
+    prompt = await memory.context.build_prompt(sid, incoming, system_prompt=HOST, user_id=uid)
+    assert bool(prompt.recalled) == recalled, (
+        [h.text for h in prompt.recalled],
+        prompt.recall_terms,
+    )
