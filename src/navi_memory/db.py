@@ -465,12 +465,17 @@ def redact_url(url: str | URL) -> str:
 
 
 _URL_PASSWORD = re.compile(r"(//[^:/@\s]*:)\S*@")
+# A URL that did not parse: a password with a blank ("u:my pass@h"), a slash or two missing
+# ("postgresql:/u:pw@h", "postgresql:u:pw@h"). Everything from the user's ":" to the text's last
+# "@" goes: more than the password at times, never less.
+_LOOSE_URL_PASSWORD = re.compile(r"((?<![\w+.-])[A-Za-z][\w+.-]*:/{0,3}[^:/@\s]*:).*@", re.S)
 _OPTION_PASSWORD = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", re.I)
 
 
 def redact_text(value: str) -> str:
     """``value`` (a URL or a key=value DSN that did not parse) with every password masked."""
-    return _OPTION_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", value))
+    masked = _LOOSE_URL_PASSWORD.sub(r"\1***@", _URL_PASSWORD.sub(r"\1***@", value))
+    return _OPTION_PASSWORD.sub(r"\1***", masked)
 
 
 def resolve_database_url(settings: Settings) -> str:

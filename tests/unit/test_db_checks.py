@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy.exc import DBAPIError
 
 from navi_memory import SchemaError
+from navi_memory.config import Settings
 from navi_memory.db import (
     SCHEMA_HEAD,
     Capabilities,
@@ -227,3 +228,23 @@ def test_the_database_option_names_the_database_as_dbname_does() -> None:
         assert "'other' does not exist" in str(error) and "'db1'" not in str(error)
     with pytest.raises(ConfigError, match="dbname and database"):
         connect_options("postgresql://postgres@/db1?dbname=a&database=b")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:my secret@h:abc/db",  # a blank in the password, and a bad port
+        "postgresql://u:my secret@h:5432:5433/db",
+        "postgresql:/u:secret@h/db",  # a slash missing
+        "postgresql:u:secret@h/db",
+    ],
+)
+def test_a_url_that_does_not_parse_never_shows_its_password(url: str) -> None:
+    """The password was printed: the mask wanted "//" and no blank in the password. It is
+    masked in the refusal, in the printed settings and in any text holding the URL."""
+    with pytest.raises(ConfigError) as refused:
+        to_async_url(url)
+    assert "secret" not in str(refused.value)
+    assert "secret" not in repr(Settings(database_url=url, _env_file=None))
+    assert redact_text(f"not a number: {url}: bad").startswith("not a number: postgresql")
+    assert "secret" not in redact_text(f"not a number: {url}: bad")
