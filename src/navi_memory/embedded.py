@@ -7,6 +7,7 @@ stop``) is the way to stop it, and nothing else does short of a reboot.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -137,7 +138,26 @@ def _let_the_server_user_through(*paths: Path) -> None:
 
     for path in paths:
         if path.exists():
-            ensure_prefix_permissions(path)
+            # It chmods every directory above, needed or not: on a read-only file system (a
+            # container's root, a volume below it) that fails though the directories may be
+            # open already. Go on: if the server's user cannot pass, running pg_ctl says so.
+            with contextlib.suppress(OSError):
+                ensure_prefix_permissions(path)
+
+
+def _garbled(pid_file: Path) -> bool:
+    """Whether ``pid_file`` exists but holds no pid on its first line."""
+    try:
+        first = pid_file.read_text(errors="replace").split("\n", 1)[0]
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        int(first)
+    except ValueError:
+        return True
+    return False
 
 
 def embedded_server_status(data_dir: Path) -> EmbeddedStatus:
@@ -482,8 +502,16 @@ def ensure_embedded_server(data_dir: Path) -> str:
         # What the server logged meanwhile says why it did not start; once it runs, its log
         # is other clients' business.
         reason = _server_reason(log, logged_before) if starting else ""
+        pid_file = data_dir / "pgdata" / "postmaster.pid"
         if reason:
             reason += f" (the server's log: {log})"
+        elif _garbled(pid_file):
+            raise StorageError(
+                f"could not start the embedded PostgreSQL in {data_dir}: {pid_file} is empty or "
+                "unreadable (left by a crash or a full disk while the server started). If no "
+                f"server runs from {data_dir} (`navi-memory server status`), remove that file and "
+                "start again"
+            ) from exc
         else:
             detail = " ".join((getattr(exc, "stderr", "") or "").split())
             reason = f"{exc} {detail}".strip()

