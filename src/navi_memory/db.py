@@ -311,6 +311,22 @@ def to_async_url(url: str) -> str:
             f"DATABASE_URL has an '@' in its user name or password ({redact_url(parsed)}): "
             "percent-encode it as %40 (and ':' as %3A, '/' as %2F)"
         )
+    if parsed.host is not None and parsed.host[:3].lower() == "%2f":
+        # libpq's way of naming a socket directory in the host part (postgresql://%2Frun%2F
+        # postgresql/db): asyncpg would resolve "%2Frun%2Fpostgresql" by DNS.
+        if "host" in parsed.query:
+            raise ConfigError(
+                f"DATABASE_URL names a socket directory in its host part and a host option "
+                f"({redact_url(parsed)}): keep one"
+            )
+        parsed = URL.create(
+            parsed.drivername,
+            username=parsed.username,
+            password=parsed.password,
+            port=parsed.port,
+            database=parsed.database,
+            query={**parsed.query, "host": unquote(parsed.host)},
+        )
     connect_options(parsed)
     return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
 

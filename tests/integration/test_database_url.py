@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from navi_memory import ConfigError, NaviMemoryError, StorageError, open_memory
-from navi_memory.db import connect_options
+from navi_memory.db import connect_options, to_async_url
 from navi_memory.testing import FakeOllama
 from tests.conftest import make_settings
 from tests.integration.factories import new_user
@@ -202,6 +202,27 @@ async def test_several_hosts_are_tried_in_turn(db_url: str, fake_ollama: FakeOll
     url = f"{base}?host=127.0.0.1:1&host={socket_dir}:{port}&target_session_attrs=primary"
     async with open_memory(make_settings(url, fake_ollama)) as memory, memory.engine.connect() as c:
         assert (await c.execute(text("SELECT 1"))).scalar() == 1
+
+
+async def test_libpqs_socket_directory_in_the_host_part_reaches_the_socket(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """postgresql://user@%2Frun%2Fpostgresql/db, libpq's way of naming a socket directory in
+    the host part, went to DNS as the host "%2Frun%2Fpostgresql"."""
+    from urllib.parse import quote
+
+    base, _, query = db_url.partition("?")
+    socket_dir = dict(part.split("=", 1) for part in query.split("&"))["host"]
+    user, _, database = base.removeprefix("postgresql+asyncpg://").partition("@/")
+    url = f"postgresql://{user}@{quote(socket_dir, safe='')}/{database}"
+    assert (
+        to_async_url(url)
+        == f"postgresql+asyncpg://{user}@/{database}?host={quote(socket_dir, safe='')}"
+    )
+    async with open_memory(make_settings(url, fake_ollama)) as memory, memory.engine.connect() as c:
+        assert (await c.execute(text("SELECT 1"))).scalar() == 1
+    with pytest.raises(ConfigError, match="keep one"):
+        to_async_url(f"{url}?host=/elsewhere")
 
 
 def test_libpqs_comma_hosts_are_refused_with_the_form_that_works() -> None:
