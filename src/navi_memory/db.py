@@ -73,6 +73,7 @@ __all__ = [
     "parallel_settings",
     "probe",
     "redact_text",
+    "redact_unparsed_url",
     "redact_url",
     "refuse_connections",
     "resolve_database_url",
@@ -346,7 +347,7 @@ def _parse_url(url: str | URL) -> URL:
     except ValueError as exc:  # make_url's int(port)
         several = "," in str(url).partition("?")[0]
         raise ConfigError(
-            f"DATABASE_URL's port is not a number: {redact_text(str(url))}: write "
+            f"DATABASE_URL's port is not a number: {redact_unparsed_url(str(url))}: write "
             + (
                 "several hosts as postgresql://user:password@/database?host=h1:5432&host=h2:5432 "
                 "(every host with its port)"
@@ -356,7 +357,7 @@ def _parse_url(url: str | URL) -> URL:
         ) from exc
     except ArgumentError as exc:
         raise ConfigError(
-            f"DATABASE_URL is not a database URL: {redact_text(str(url))}: write it as "
+            f"DATABASE_URL is not a database URL: {redact_unparsed_url(str(url))}: write it as "
             "postgresql://user:password@host:port/database (key=value connection strings are "
             "not supported)"
         ) from exc
@@ -469,7 +470,7 @@ def redact_url(url: str | URL) -> str:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        return redact_text(str(url))
+        return redact_unparsed_url(str(url))
     if parsed.host is not None and "@" in parsed.host:
         # An un-encoded '@' in the password: the parser split it at the first one.
         parsed = parsed.set(password="***", host=parsed.host.rpartition("@")[2])  # noqa: S106
@@ -481,17 +482,27 @@ def redact_url(url: str | URL) -> str:
 
 
 _URL_PASSWORD = re.compile(r"(//[^:/@\s]*:)\S*@")
-# A URL that did not parse: a password with a blank ("u:my pass@h"), a slash or two missing
-# ("postgresql:/u:pw@h", "postgresql:u:pw@h"). Everything from the user's ":" to the text's last
-# "@" goes: more than the password at times, never less.
-_LOOSE_URL_PASSWORD = re.compile(r"((?<![\w+.-])[A-Za-z][\w+.-]*:/{0,3}[^:/@\s]*:).*@", re.S)
+_SCHEME = re.compile(r"\s*[A-Za-z][\w+.-]*:/{0,3}")
 _OPTION_PASSWORD = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", re.I)
 
 
 def redact_text(value: str) -> str:
     """``value`` (a URL or a key=value DSN that did not parse) with every password masked."""
-    masked = _LOOSE_URL_PASSWORD.sub(r"\1***@", _URL_PASSWORD.sub(r"\1***@", value))
-    return _OPTION_PASSWORD.sub(r"\1***", masked)
+    return _OPTION_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", value))
+
+
+def redact_unparsed_url(url: str) -> str:
+    """A database URL that did not parse, with its password masked however it is written: a
+    blank or an "@" in the user or the password ("my user:my pass@h", Azure's
+    "user@server:pw@h"), a slash or two missing ("postgresql:u:pw@h"). The user part ends at
+    the first ":" after the scheme, the password at the URL's last "@": more than the password
+    at times, never less. Only for a URL alone (``redact_text`` is for text holding one)."""
+    scheme = _SCHEME.match(url)
+    start = scheme.end() if scheme else 0
+    at = url.rfind("@")
+    colon = url.find(":", start, at) if at > start else -1
+    masked = f"{url[: colon + 1]}***{url[at:]}" if colon != -1 else url
+    return redact_text(masked)
 
 
 def resolve_database_url(settings: Settings) -> str:

@@ -15,6 +15,7 @@ from navi_memory.db import (
     connect_options,
     connection_error,
     redact_text,
+    redact_unparsed_url,
     redact_url,
     to_async_url,
 )
@@ -237,6 +238,8 @@ def test_the_database_option_names_the_database_as_dbname_does() -> None:
         "postgresql://u:my secret@h:5432:5433/db",
         "postgresql:/u:secret@h/db",  # a slash missing
         "postgresql:u:secret@h/db",
+        "postgresql://my user:secret@h:abc/db",  # a blank in the user name
+        "postgresql://navi@myserver:secret@db.example:abc/db",  # Azure's user@server
     ],
 )
 def test_a_url_that_does_not_parse_never_shows_its_password(url: str) -> None:
@@ -246,5 +249,20 @@ def test_a_url_that_does_not_parse_never_shows_its_password(url: str) -> None:
         to_async_url(url)
     assert "secret" not in str(refused.value)
     assert "secret" not in repr(Settings(database_url=url, _env_file=None))
-    assert redact_text(f"not a number: {url}: bad").startswith("not a number: postgresql")
-    assert "secret" not in redact_text(f"not a number: {url}: bad")
+    assert "secret" not in redact_unparsed_url(url)
+    assert redact_unparsed_url(url).startswith("postgresql")
+
+
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [
+        ("Ollama at http://localhost:11434 is unreachable; ask ops@example.com", "11434"),
+        ("embedding:retry:gave up for alice@example.com", "gave up"),
+        ("POST http://u:pw@ollama:11434/api/embed failed\nreported by bob@example.com", "ollama"),
+    ],
+)
+def test_text_holding_no_password_keeps_what_it_says(message: str, kept: str) -> None:
+    """The masking of log lines (the CLI's formatter) and messages must not eat what is no
+    password: a loose URL mask once took everything up to the text's last "@"."""
+    assert kept in redact_text(message)
+    assert ":pw@" not in redact_text(message)
