@@ -101,3 +101,75 @@ async def test_recall_in_chinese_asks_three_pairs_of_evidence(
         [h.text for h in prompt.recalled],
         prompt.recall_terms,
     )
+
+
+async def test_recall_on_two_whole_words_beside_a_chinese_pair(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    """Three pairs are asked only of a query of nothing but pairs: "nginx" and "port" are two
+    words of evidence though the question ends in Chinese."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory,
+        fake_ollama,
+        uid,
+        [("user", padded("The nginx port on staging is 8080")), ("user", "ok")],
+        keep_last=1,
+    )
+    fake_ollama.mode = "fail"
+    prompt = await memory.context.build_prompt(
+        sid, "nginx 的 port 是多少", system_prompt=HOST, user_id=uid
+    )
+    assert prompt.recalled, prompt.recall_terms
+
+
+@pytest.mark.parametrize(
+    "context_message",
+    [
+        "Sure, here are the steps: install docker compose, configure nginx proxy, restart "
+        "postgres service, check journalctl logs, verify firewall rules, update certificates, "
+        "rotate secrets, monitor grafana dashboards",
+        "好的，我明天下午三点去机场接朋友，然后一起去吃火锅",
+    ],
+)
+async def test_recall_keeps_the_incoming_questions_terms_first(
+    small_chunks: Memory, fake_ollama: FakeOllama, context_message: str
+) -> None:
+    """Recall's query is the incoming message, then the context's: its 16 terms are the first
+    ones, so an older message's words (English, or Chinese pairs) never evict the question's."""
+    memory = small_chunks
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory,
+        fake_ollama,
+        uid,
+        [
+            ("user", padded("部署脚本在/opt/navi/deploy.sh，需要root权限")),
+            ("assistant", context_message),
+        ],
+        keep_last=1,
+    )
+    fake_ollama.mode = "fail"
+    prompt = await memory.context.build_prompt(
+        sid, "部署脚本在哪里", system_prompt=HOST, user_id=uid
+    )
+    assert prompt.recalled, prompt.recall_terms
+
+
+@pytest.mark.parametrize(
+    ("query", "answer", "other"),
+    [
+        ("はしはどこ？", "User: はしはひきだしにいれたよ", "User: どこでもいいよ"),  # chopsticks
+        ("의자가 부서졌어", "User: 의자는 이케아에서 샀어", "User: 오늘 날씨 좋다"),  # the chair
+    ],
+)
+async def test_a_kana_or_hangul_word_holding_a_particles_letter_is_searched(
+    memory: Memory, fake_ollama: FakeOllama, query: str, answer: str, other: str
+) -> None:
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    await chunks(memory, uid, sid, answer, other)
+    fake_ollama.mode = "fail"
+    raw = await memory.search.search(query, "raw", user_id=uid)
+    assert raw[0].text.endswith(answer.removeprefix("User: ")), [h.text for h in raw]

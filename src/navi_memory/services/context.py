@@ -138,7 +138,8 @@ class ContextService:
         many match. Its terms leave out the rendering words (recall_terms). None without a
         term: search would list the most recent excerpts, and "recent" never qualifies."""
         query = recall_query(snapshot.messages, incoming)
-        plan = plan_search(query, "raw", SEARCH_K_MAX + len(snapshot.ledger))
+        # The first 16 terms, in order: the incoming message's first (recall_query).
+        plan = plan_search(query, "raw", SEARCH_K_MAX + len(snapshot.ledger), topic_last=False)
         plan = replace(plan, terms=recall_terms(plan.terms))
         if not plan.terms:
             return None

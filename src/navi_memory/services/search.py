@@ -106,12 +106,14 @@ class SearchPlan:
         return tuple(_CUSTOM_PLANS.isdisjoint(lane) for lane in self.lanes)
 
 
-def plan_search(query: str, scope: SearchScope, k: int, *, pairs: bool = True) -> SearchPlan:
+def plan_search(
+    query: str, scope: SearchScope, k: int, *, pairs: bool = True, topic_last: bool = True
+) -> SearchPlan:
     """The plan for an already validated query, scope and (clamped) ``k``.
 
     A query with no terms, or with stop words only, reads the most recent items of each store
     and needs no vector; sketches are never searched by vector."""
-    terms = query_terms(query, pairs=pairs)
+    terms = query_terms(query, pairs=pairs, topic_last=topic_last)
     if all(term.casefold() in STOP_WORDS for term in terms):
         terms = []
     lanes = _LANES[scope]

@@ -159,16 +159,18 @@ def recall_terms(terms: Sequence[str]) -> tuple[str, ...]:
 
 
 RECALL_MIN_PAIRS: Final = 3
-"""The terms an excerpt found by text must hit when the query's terms hold pairs of Han, kana
-or Hangul letters (``text.terms``): one word of three letters is two pairs ("服务器": "服务",
-"务器"), and one shared word is not the two words of evidence RECALL_MIN_TERMS asks for."""
+"""The terms an excerpt found by text must hit when the query's terms are all pairs of Han,
+kana or Hangul letters (``text.terms``): one word of three letters is two pairs ("服务器":
+"服务", "务器"), and one shared word is not the two words of evidence RECALL_MIN_TERMS asks
+for. A query with other terms beside its pairs keeps RECALL_MIN_TERMS: two whole words
+("nginx", "port") are evidence enough."""
 
 
 def recall_min_terms(terms: Sequence[str]) -> int:
     """How many distinct ``terms`` an excerpt found by text must hit to be recalled:
-    RECALL_MIN_TERMS, or RECALL_MIN_PAIRS where the terms hold such pairs (at most as many as
+    RECALL_MIN_TERMS, or RECALL_MIN_PAIRS where every term is such a pair (at most as many as
     there are terms, never fewer than RECALL_MIN_TERMS)."""
-    if any(cjk_pair(term) for term in terms):
+    if terms and all(cjk_pair(term) for term in terms):
         return max(RECALL_MIN_TERMS, min(RECALL_MIN_PAIRS, len(terms)))
     return RECALL_MIN_TERMS
 

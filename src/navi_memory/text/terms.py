@@ -110,7 +110,9 @@ def _numbers_apart(words: list[str]) -> list[str]:
     return apart
 
 
-def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS, pairs: bool = True) -> list[str]:
+def query_terms(
+    query: str, *, limit: int = MAX_QUERY_TERMS, pairs: bool = True, topic_last: bool = True
+) -> list[str]:
     """Distinct terms of ``query`` (case-insensitive, first spelling kept), stop words dropped.
 
     One-letter terms are dropped unless nothing else is left (a one-digit term is kept); when
@@ -124,8 +126,10 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS, pairs: bool = True)
     found by either form.
 
     A run of Han, kana or Hangul letters becomes its overlapping pairs (``_cjk_apart``), after
-    the query's other terms when ``limit`` cuts; ``pairs=False`` keeps each run whole (where
-    every term must be found, a pair anywhere is not the word).
+    the query's other terms when ``limit`` cuts (``topic_last``: the last pairs, where a long
+    question puts its topic; else the first ``limit`` terms, in query order, as recall's
+    newest-first query wants); ``pairs=False`` keeps each run whole (where every term must be
+    found, a pair anywhere is not the word).
     """
     if query.isascii():
         words = _ASCII_TERM.findall(query)
@@ -145,7 +149,7 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS, pairs: bool = True)
         terms.append(word)
     useful = [t for t in terms if t.casefold() not in STOP_WORDS and _not_a_letter(t)]
     chosen = useful or [t for t in terms if _not_a_letter(t)] or terms
-    if pairs and len(chosen) > limit:
+    if pairs and topic_last and len(chosen) > limit:
         # The pairs of a long run must not crowd out the query's other terms ("…怎么样了
         # JIRA-123"): those first, then as many pairs as fit — the last ones, since a long
         # question puts its topic last ("不好意思再问一下，…我们测试服务器的登录密码是什么"),
@@ -173,14 +177,14 @@ _CJK_RUN: Final = re.compile(f"([{_CJK_LETTERS}]+)")
 _CJK_PAIR: Final = re.compile(f"[{_CJK_LETTERS}]{{1,2}}")
 
 
-# Function characters: pronouns, particles, question and aspect markers of Chinese, the one-kana
-# particles of Japanese, the one-syllable particles of Korean. A pair holding one ("器的", "是什",
-# "のポ", "버의") crosses a word boundary or is a filler word: left out, as STOP_WORDS are,
-# unless every pair of the run holds one. They are what made "你还记得我们…吗" rank a chatty
-# row above the answer, and fill the 16 terms of a polite question.
-CJK_STOP_CHARACTERS: Final = frozenset(
-    "的了吗呢吧啊呀是在我你他她它们这那个么什怎哪谁就都也很のはがをにでとも의는은을를에도와과"
-)
+# Chinese function characters: particles, question and aspect markers, pronouns, "is". A pair
+# holding one ("器的", "是什", "你还") crosses a word boundary or is a filler word: left out, as
+# STOP_WORDS are, unless every pair of the run holds one. They made "你还记得我们…吗" rank a
+# chatty row above the answer, and filled the 16 terms of a polite question. Characters that are
+# as often part of a word (在 of 现在, 个 of 个人, 都 of 都市) are not among them; nor are kana
+# or Hangul syllables: a Japanese particle is a letter of many words (はし, もの), a Korean one a
+# syllable of many more (의자, 도시, 과일).
+CJK_STOP_CHARACTERS: Final = frozenset("的了吗呢吧啊呀是我你他她它们这那么什怎哪谁就也很")
 
 
 def cjk_pair(term: str) -> bool:

@@ -122,7 +122,7 @@ def test_unspaced_tells_scripts_written_without_spaces(terms: list[str], expecte
         ("端口", ["端口"]),
         ("端口8099", ["端口", "8099"]),
         ("user_service挂了", ["user_service", "挂了"]),
-        ("서버의 포트는", ["서버", "포트"]),  # the particles' pairs left out
+        ("서버의 포트는", ["서버", "버의", "포트", "트는"]),
         ("サーバー", ["サー", "ーバ", "バー"]),
         ("เซิร์ฟเวอร์ใช้พอร์ต", ["เซิร์ฟเวอร์ใช้พอร์ต"]),
         ("deploy port", ["deploy", "port"]),
@@ -138,8 +138,9 @@ def test_runs_of_han_kana_and_hangul_become_overlapping_pairs(
 
 
 def test_pairs_holding_a_function_character_are_left_out() -> None:
-    """ "的", "是", "吗", "の", "의"…: a pair holding one crosses a word boundary or is filler,
-    and such pairs made a chatty row outrank the answer; a run of nothing else keeps them."""
+    """ "的", "是", "吗", "我"…: a pair holding one crosses a word boundary or is filler, and
+    such pairs made a chatty row outrank the answer; a run of nothing else keeps them. Kana and
+    Hangul have none: their particles are letters of many words ("はし", "의자")."""
     assert query_terms("你还记得我们的服务器端口是多少吗") == [
         "还记",
         "记得",
@@ -149,7 +150,8 @@ def test_pairs_holding_a_function_character_are_left_out() -> None:
         "端口",
         "多少",
     ]
-    assert query_terms("サーバーのポートは") == ["サー", "ーバ", "バー", "ポー", "ート"]
+    assert query_terms("はしはどこ") == ["はし", "しは", "はど", "どこ"]
+    assert query_terms("의자가") == ["의자", "자가"]
     assert query_terms("什么是") == ["什么", "么是"]
 
 
@@ -169,3 +171,11 @@ def test_a_long_run_leaves_room_for_the_other_terms_and_keeps_its_last_pairs() -
 
 def test_pairs_false_keeps_each_run_whole() -> None:
     assert query_terms("服务器端口改成多少", pairs=False) == ["服务器端口改成多少"]
+
+
+def test_topic_last_false_keeps_the_first_terms_in_order() -> None:
+    """Recall's query is newest first (the incoming message first): its cap keeps the first
+    terms, not the other terms first and the last pairs."""
+    question = "部署脚本在哪里 " + " ".join(f"word{i}" for i in range(20))
+    assert query_terms(question, topic_last=False)[:3] == ["部署", "署脚", "脚本"]
+    assert "部署" not in query_terms(question)
