@@ -77,6 +77,23 @@ async def small_chunks(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Me
         yield opened
 
 
+async def recalled_after(
+    memory: Memory, fake_ollama: FakeOllama, said: str, then: str, incoming: str
+) -> list[str]:
+    """What recall injects for ``incoming`` once ``said`` (padded) was compressed away and
+    ``then`` is the context's message, the embedder down (text only)."""
+    uid = await new_user(memory)
+    sid = await conversation(
+        memory, fake_ollama, uid, [("user", padded(said)), ("assistant", then)], keep_last=1
+    )
+    fake_ollama.mode = "fail"
+    prompt = await memory.context.build_prompt(sid, incoming, system_prompt=HOST, user_id=uid)
+    return [hit.text for hit in prompt.recalled]
+
+
+DEPLOY = "部署脚本在/opt/navi/deploy.sh，需要root权限"
+
+
 @pytest.mark.parametrize(
     ("said", "incoming", "recalled"),
     [
@@ -84,44 +101,17 @@ async def small_chunks(db_url: str, fake_ollama: FakeOllama) -> AsyncIterator[Me
         ("服务器的风扇声音很吵", "服务器重启了吗", False),
         # function words ("怎么", "问题" beside "的") are no evidence
         ("火锅怎么样？有什么问题吗", "发票的问题怎么处理", False),
-        ("部署脚本在/opt/navi/deploy.sh，需要root权限", "部署脚本在哪里", True),
+        (DEPLOY, "部署脚本在哪里", True),
+        # three pairs are asked only of a query of nothing but pairs: "nginx" and "port" are
+        # two words of evidence though the question ends in Chinese
+        ("The nginx port on staging is 8080", "nginx 的 port 是多少", True),
     ],
 )
 async def test_recall_in_chinese_asks_three_pairs_of_evidence(
     small_chunks: Memory, fake_ollama: FakeOllama, said: str, incoming: str, recalled: bool
 ) -> None:
-    memory = small_chunks
-    uid = await new_user(memory)
-    sid = await conversation(
-        memory, fake_ollama, uid, [("user", padded(said)), ("user", "好")], keep_last=1
-    )
-    fake_ollama.mode = "fail"
-    prompt = await memory.context.build_prompt(sid, incoming, system_prompt=HOST, user_id=uid)
-    assert bool(prompt.recalled) == recalled, (
-        [h.text for h in prompt.recalled],
-        prompt.recall_terms,
-    )
-
-
-async def test_recall_on_two_whole_words_beside_a_chinese_pair(
-    small_chunks: Memory, fake_ollama: FakeOllama
-) -> None:
-    """Three pairs are asked only of a query of nothing but pairs: "nginx" and "port" are two
-    words of evidence though the question ends in Chinese."""
-    memory = small_chunks
-    uid = await new_user(memory)
-    sid = await conversation(
-        memory,
-        fake_ollama,
-        uid,
-        [("user", padded("The nginx port on staging is 8080")), ("user", "ok")],
-        keep_last=1,
-    )
-    fake_ollama.mode = "fail"
-    prompt = await memory.context.build_prompt(
-        sid, "nginx 的 port 是多少", system_prompt=HOST, user_id=uid
-    )
-    assert prompt.recalled, prompt.recall_terms
+    hits = await recalled_after(small_chunks, fake_ollama, said, "好", incoming)
+    assert bool(hits) == recalled, hits
 
 
 @pytest.mark.parametrize(
@@ -138,23 +128,9 @@ async def test_recall_keeps_the_incoming_questions_terms_first(
 ) -> None:
     """Recall's query is the incoming message, then the context's: its 16 terms are the first
     ones, so an older message's words (English, or Chinese pairs) never evict the question's."""
-    memory = small_chunks
-    uid = await new_user(memory)
-    sid = await conversation(
-        memory,
-        fake_ollama,
-        uid,
-        [
-            ("user", padded("部署脚本在/opt/navi/deploy.sh，需要root权限")),
-            ("assistant", context_message),
-        ],
-        keep_last=1,
+    assert await recalled_after(
+        small_chunks, fake_ollama, DEPLOY, context_message, "部署脚本在哪里"
     )
-    fake_ollama.mode = "fail"
-    prompt = await memory.context.build_prompt(
-        sid, "部署脚本在哪里", system_prompt=HOST, user_id=uid
-    )
-    assert prompt.recalled, prompt.recall_terms
 
 
 @pytest.mark.parametrize(
