@@ -33,3 +33,14 @@ async def test_an_empty_host_or_model_is_named_in_the_fix_not_left_blank(
     assert any(named in fix for fix in fixes), fixes
     for fix in fixes:
         assert "at  " not in fix and "pull `" not in fix and "``" not in fix
+
+
+def test_doctor_shows_the_embedded_data_directory_expanded() -> None:
+    """A '~' reaches the settings unexpanded from a .env file: doctor printed "data in
+    ~/nm data/pgdata" where `navi-memory server status` printed the expanded path."""
+    from pathlib import Path
+
+    from navi_memory.cli.doctor import _where
+
+    settings = Settings(_env_file=None, navi_memory_data_dir="~/nm data")
+    assert _where(settings) == f"embedded, data in {Path.home() / 'nm data' / 'pgdata'}"

@@ -117,7 +117,8 @@ async def diagnose(settings: Settings, *, check_models: bool = True) -> list[Che
 
 def _where(settings: Settings, url: str | None = None) -> str:
     if settings.database_url is None:
-        return f"embedded, data in {settings.navi_memory_data_dir / 'pgdata'}"
+        # Expanded as the server's own commands show it (a '~' comes unexpanded from .env).
+        return f"embedded, data in {settings.navi_memory_data_dir.expanduser() / 'pgdata'}"
     return redact_url(url or settings.database_url)
 
 
