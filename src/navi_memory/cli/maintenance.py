@@ -171,9 +171,12 @@ def reembed() -> None:
     except EmbeddingError as exc:
         left = reembed_failed(settings, time.monotonic() - started)
         raise EmbeddingError(f"reembed: {exc}; {left}") from exc
+    # The background indexers index most of the new vectors while the embedding runs: what is
+    # left for the end is often nothing, which is no sign that nothing was indexed.
     out.print(
-        f"reembed: {embedded} row(s) embedded with {settings.embedding_model}, {indexed} "
-        f"chunk(s) and {facts_indexed} fact vector(s) indexed",
+        f"reembed: {embedded} row(s) embedded with {settings.embedding_model}; the indexes are "
+        f"up to date ({indexed} chunk(s) and {facts_indexed} fact vector(s) indexed at the end, "
+        "the rest while it ran)",
         markup=False,
     )
 
