@@ -22,6 +22,8 @@ import psycopg
 from alembic import command
 from alembic.config import Config
 
+from navi_memory import embedded
+
 ROOT = Path(__file__).resolve().parent.parent
 PG_USER = "postgres"
 
@@ -37,11 +39,10 @@ def _is_postgres(pid: int) -> bool:
     """Whether ``pid`` is a live (not zombie) postgres process: a stale postmaster.pid may name
     a pid reused since, and a postmaster nobody reaps stays a zombie."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        command = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return False
-    return stat.rpartition(")")[2].split()[0] != "Z" and b"postgres" in command
+    return command == "postgres" and embedded._process_state(pid) not in (None, "Z")
 
 
 def _server_parent_dir() -> str | None:
@@ -112,10 +113,7 @@ class EmbeddedServer:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def _postmaster_pid(self) -> int | None:
-        try:
-            return int((self.server.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
-        except (OSError, ValueError):
-            return None
+        return embedded._pid_in_file(self.server.pgdata)
 
     def restart(self) -> None:
         """Restart the server as an operator would (fast shutdown, then start, with the

@@ -151,21 +151,6 @@ def _open_the_directories_above(path: Path) -> None:
         ensure_prefix_permissions(path)
 
 
-def _garbled(pid_file: Path) -> bool:
-    """Whether ``pid_file`` exists but holds no pid on its first line."""
-    try:
-        first = pid_file.read_text(errors="replace").split("\n", 1)[0]
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    try:
-        int(first)
-    except ValueError:
-        return True
-    return False
-
-
 def embedded_server_status(data_dir: Path) -> EmbeddedStatus:
     """Whether the embedded server in ``data_dir`` runs (``pg_ctl status``), and where."""
     pgdata = data_dir.expanduser() / "pgdata"
@@ -509,10 +494,10 @@ def ensure_embedded_server(data_dir: Path) -> str:
         # What the server logged meanwhile says why it did not start; once it runs, its log
         # is other clients' business.
         reason = _server_reason(log, logged_before) if starting else ""
-        pid_file = data_dir / "pgdata" / "postmaster.pid"
+        pid_file = status.pgdata / "postmaster.pid"
         if reason:
             reason += f" (the server's log: {log})"
-        elif _garbled(pid_file):
+        elif pid_file.exists() and _pid_in_file(status.pgdata) is None:
             raise StorageError(
                 f"could not start the embedded PostgreSQL in {data_dir}: {pid_file} is empty or "
                 "unreadable (left by a crash or a full disk while the server started). If no "

@@ -43,7 +43,7 @@ from navi_memory.models import (
     SummaryRow,
 )
 from navi_memory.repositories.like import contains_pattern, spellings, term_patterns
-from navi_memory.repositories.statements import FetchedRow, Reads, fetch_rows, queue_pop
+from navi_memory.repositories.statements import XACT_LOCK, FetchedRow, Reads, fetch_rows, queue_pop
 
 __all__ = [
     "FACT_SORT_COLUMNS",
@@ -154,7 +154,6 @@ _SET_EMBEDDING: Final = text(
 )
 """Backfill's write; the text compared is ``llm.embedding_text_for_fact`` in SQL."""
 
-_XACT_LOCK: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))")
 
 _INDEX_QUEUED: Final = text(
     f"""
@@ -565,7 +564,7 @@ class FactWriteRepository:
         Dedupe compares a new key with every key of the category, so a unique index alone cannot
         stop two spellings landing at once; a transaction-scoped advisory lock can.
         """
-        await self.session.execute(_XACT_LOCK, {"scope": category_lock_scope(user_id, category)})
+        await self.session.execute(XACT_LOCK, {"scope": category_lock_scope(user_id, category)})
 
 
 class FactUpsertRepository:
@@ -1022,7 +1021,7 @@ class FactRepository:
     async def lock_summary(self, user_id: uuid.UUID) -> None:
         """Serialise the writers of one user's summary until the transaction ends: the
         extractor's check-then-write, and a forget that removes it."""
-        await self.session.execute(_XACT_LOCK, {"scope": f"memory_summary:{user_id}"})
+        await self.session.execute(XACT_LOCK, {"scope": f"memory_summary:{user_id}"})
 
 
 class FactSearchRepository:

@@ -43,7 +43,7 @@ from navi_memory.models import (
     SessionRow,
     User,
 )
-from navi_memory.repositories.statements import any_of
+from navi_memory.repositories.statements import XACT_LOCK, any_of
 from navi_memory.text.chunks import WHITESPACE
 
 __all__ = [
@@ -111,10 +111,7 @@ class SessionRepository:
     async def lock_session_id(self, session_id: str) -> None:
         """Serialise the claims on one session id until the transaction ends: a create, and a
         mark of a session kept outside ``sessions``, each check the other's rows first."""
-        await self.session.execute(
-            text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))"),
-            {"scope": f"sessions.id:{session_id}"},
-        )
+        await self.session.execute(XACT_LOCK, {"scope": f"sessions.id:{session_id}"})
 
     async def insert_session(
         self, session_id: str, user_id: uuid.UUID, title: str | None

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from sqlalchemy import ColumnElement, Dialect, TextClause, TextualSelect, any_, literal, text
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -24,6 +24,7 @@ from sqlalchemy.types import TypeEngine
 from navi_memory.db import PooledStatements
 
 __all__ = [
+    "XACT_LOCK",
     "FetchedRow",
     "Reads",
     "any_of",
@@ -32,6 +33,10 @@ __all__ = [
     "queue_pop",
     "statement",
 ]
+
+XACT_LOCK: Final = text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))")
+"""A transaction-scoped advisory lock on the ``scope`` string (PostgreSQL hashes it to the
+key): a user's category, a summary, a session id, an import's user."""
 
 Reads: TypeAlias = AsyncSession | AsyncConnection | PooledStatements
 """Where a repository's reads run: a unit of work's session, a single_statement connection,

@@ -25,7 +25,7 @@ from navi_memory.models import (
     SummaryRow,
     User,
 )
-from navi_memory.repositories.statements import any_of
+from navi_memory.repositories.statements import XACT_LOCK, any_of
 
 __all__ = ["TransferRepository", "floats"]
 
@@ -52,8 +52,6 @@ _HOLD_BUCKETS = text(
           FROM unnest(CAST(:ids AS text[])) AS s ORDER BY 1) AS b
     """
 )
-
-_HOLD_USER = text("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))")
 
 _FACT_FIELDS = (
     "id",
@@ -200,7 +198,7 @@ class TransferRepository:
     async def hold_user(self, user_id: uuid.UUID) -> None:
         """Hold the user against other imports until the transaction ends: a second import
         into the same user waits here, then sees what the first wrote (and is refused)."""
-        await self.session.execute(_HOLD_USER, {"scope": f"users.import:{user_id}"})
+        await self.session.execute(XACT_LOCK, {"scope": f"users.import:{user_id}"})
 
     async def hold_session_ids(self, session_ids: Sequence[str]) -> None:
         """Hold ``session_ids`` against other users' claims until the transaction ends: their
