@@ -149,3 +149,52 @@ async def test_a_kana_or_hangul_word_holding_a_particles_letter_is_searched(
     fake_ollama.mode = "fail"
     raw = await memory.search.search(query, "raw", user_id=uid)
     assert raw[0].text.endswith(answer.removeprefix("User: ")), [h.text for h in raw]
+
+
+GLUED = {
+    "python": "User: 我用Python写的爬虫，每天早上跑一次",
+    "nginx": "User: 서버nginx설정을 어제 바꿨어",
+    "thai": "User: ใช้Rustเขียนเครื่องมือนี้",
+    "port": "User: 测试环境的端口8099已经开了",
+    "csharp": "User: 那个服务是用C#写的",
+}
+
+
+@pytest.mark.parametrize(
+    ("query", "wanted"),
+    [
+        ("Python", "python"),
+        ("nginx", "nginx"),
+        ("rust", "thai"),
+        ("8099", "port"),
+        ("C#", "csharp"),
+    ],
+)
+@pytest.mark.parametrize("stage", ["queued", "indexed"])
+async def test_a_latin_word_written_against_cjk_or_thai_letters_is_found_by_an_ascii_query(
+    memory: Memory, fake_ollama: FakeOllama, query: str, wanted: str, stage: str
+) -> None:
+    """The text index read "我用Python写的爬虫" as one lexeme: an ASCII query takes the BM25
+    path (lexemes), which never found the chunk (revision 0032)."""
+    uid = await new_user(memory)
+    sid = await new_session_row(memory, uid)
+    await chunks(memory, uid, sid, *GLUED.values(), "User: 今天天气不错")
+    if stage == "indexed":
+        await memory.store.index_pending_chunks()
+    fake_ollama.mode = "fail"
+    hits = await memory.store.search_chunks(query, user_id=uid)
+    assert [h.content for h in hits] == [GLUED[wanted]]
+    assert hits[0].terms_hit == 1
+
+
+async def test_recall_finds_english_words_written_into_chinese(
+    small_chunks: Memory, fake_ollama: FakeOllama
+) -> None:
+    hits = await recalled_after(
+        small_chunks,
+        fake_ollama,
+        "后端是我用Django和Celery搭的，队列放在redis里",
+        "好",
+        "What did we use for the Celery queue, redis?",
+    )
+    assert any("Celery" in hit for hit in hits), hits

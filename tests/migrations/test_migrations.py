@@ -1541,3 +1541,49 @@ def test_0031_the_upsert_returns_unmerged_at_and_a_downgrade_puts_back_0027s(
         (args,) = conn.execute(columns).fetchone() or (None,)
         assert args is not None and "unmerged_at" not in args and "has_embedding" in args
     dbtools.upgrade(url)
+
+
+def test_0032_parts_latin_words_from_unspaced_letters_in_the_stored_tsvectors_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """Chunks indexed by 0023's spelling: "python", "8099" and "nginx" written against Han,
+    Hangul or Thai letters were inside one lexeme. After 0032 those words are lexemes —
+    indexed, and made ahead on the text queue —, the runs of those letters stay whole,
+    statistics and kept frequencies are in step, an ASCII chunk and a chunk of Chinese alone
+    keep their rows; the downgrade makes them the old way again."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0031")
+    uid = uuid.uuid4()
+    contents = {
+        "han": "User: 我用Python写的爬虫，端口8099",
+        "hangul": "User: 서버nginx설정",
+        "ascii": "User: python on port 8099",
+        "chinese": "用户：今天天气不错",
+        "queued": "User: ใช้Pythonเขียน",
+    }
+    with connect(pg_server, scratch_db) as conn:
+        seed_chunk_text(conn, uid, contents)
+        text_index_in_line(conn)
+        untouched = {name: chunk_ctid(conn, name) for name in ("ascii", "chinese")}
+        assert found_by(conn, "python") == found_by(conn, "8099") == ["ascii"]
+        assert found_by(conn, "nginx") == []
+    dbtools.upgrade(url, "0032")
+    with connect(pg_server, scratch_db) as conn:
+        text_index_in_line(conn)
+        assert {name: chunk_ctid(conn, name) for name in untouched} == untouched
+        assert found_by(conn, "python") == ["ascii", "han"]
+        assert found_by(conn, "8099") == ["ascii", "han"]
+        assert found_by(conn, "nginx") == ["hangul"]
+        assert conn.execute(
+            "SELECT q.tsv @@ navi_text_tsquery('python') FROM memory_chunk_text_queue q"
+        ).fetchone() == (True,)
+        lexemes = conn.execute("SELECT tsvector_to_array(navi_text_tsv('我用Python写的 用C#写'))")
+        assert lexemes.fetchone() == (["csharp", "python", "写", "写的", "我用", "用"],)
+        df = dict(conn.execute("SELECT lexeme, df FROM memory_chunk_lexeme_df").fetchall())
+        assert df["python"] == 2 and df["用户"] == 1 and "서버nginx설정" not in df
+    dbtools.downgrade(url, "0031")
+    with connect(pg_server, scratch_db) as conn:
+        text_index_in_line(conn)
+        assert found_by(conn, "python") == ["ascii"]
+        assert found_by(conn, "nginx") == []
+    dbtools.upgrade(url)
