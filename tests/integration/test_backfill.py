@@ -23,6 +23,7 @@ from navi_memory import (
     request_context,
 )
 from navi_memory.cli import main, maintenance
+from navi_memory.cli.doctor import Check, diagnose
 from navi_memory.jobs.backfill import BackfillProgress
 from navi_memory.testing import FakeOllama, HashedEmbedder
 from tests.conftest import make_settings
@@ -248,3 +249,45 @@ async def test_the_backfill_command_counts_a_refused_row_apart_from_a_stop(
     assert "3 row(s) embedded, 1 refused (the error below)" in captured.out
     assert "stopped" not in captured.out
     assert "1 row(s) could not be embedded" in captured.err
+
+
+async def test_doctor_reports_rows_without_a_vector_until_a_backfill_fills_them(
+    memory: Memory, fake_ollama: FakeOllama
+) -> None:
+    """After the embedding model was down, doctor said "all good" while vector search could
+    not find those rows; it names them and the command that fills them."""
+
+    async def check() -> Check:
+        checks = await diagnose(memory.settings, check_models=False)
+        return next(c for c in checks if c.name == "missing vectors")
+
+    uid = await new_user(memory)
+    await memory.store.upsert_fact("tools", "editor", "helix", user_id=uid)
+    assert (await check()).status == "ok"
+    fake_ollama.mode = "fail"
+    await memory.store.upsert_fact("tools", "shell", "fish", user_id=uid)
+    await memory.store.add_chunks(
+        [draft("User: the VPN host is vpn.example.org")], user_id=uid, session_id="s1"
+    )
+    found = await check()
+    assert (found.status, found.fix) == ("finding", "navi-memory backfill")
+    assert found.detail.startswith("1 fact(s) and 1 chunk(s) have no vector")
+    fake_ollama.mode = "ok"
+    assert await memory.store.backfill_embeddings() == 2
+    assert (await check()).status == "ok"
+
+
+async def test_backfill_reads_the_chunks_without_a_vector_through_their_index(
+    memory: Memory,
+) -> None:
+    """Revision 0033: the batch read and the count use the partial index, not a walk of the
+    primary key through every chunk that has a vector."""
+    plans = [
+        await scalar(memory, f"EXPLAIN (FORMAT JSON) {statement}")
+        for statement in (
+            "SELECT id, content FROM memory_chunks WHERE embedding IS NULL AND id > 0"
+            " ORDER BY id LIMIT 8",
+            "SELECT count(*) FROM memory_chunks WHERE embedding IS NULL",
+        )
+    ]
+    assert all("ix_memory_chunks_id_without_embedding" in str(plan) for plan in plans), plans

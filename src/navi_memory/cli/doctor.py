@@ -31,6 +31,7 @@ from navi_memory.db import (
     translate_driver_error,
 )
 from navi_memory.errors import NaviMemoryError
+from navi_memory.jobs.backfill import ChunkBackfill, FactBackfill
 from navi_memory.jobs.chunk_indexer import ChunkIndexer
 from navi_memory.jobs.embedding_model import EmbeddingModelRecord
 from navi_memory.jobs.fact_indexer import FactIndexer
@@ -157,7 +158,12 @@ async def _database_checks(settings: Settings) -> list[Check]:
             # An empty EMBEDDING_MODEL is no model to compare the stored vectors with: the
             # embedding model's finding says what to set, and a reembed would be refused.
             if not settings.text_only and settings.embedding_model.strip():
-                checks.append(await _embedding_model_check(settings, engine))
+                model = await _embedding_model_check(settings, engine)
+                checks.append(model)
+                # During a model change rows lack vectors by design: that finding's fix
+                # (reembed) fills them.
+                if model.status == "ok":
+                    checks.append(await _missing_vectors_check(settings, engine))
         return checks
     finally:
         await engine.dispose()
@@ -338,6 +344,28 @@ async def _embedding_model_check(settings: Settings, engine: AsyncEngine) -> Che
             "navi-memory reembed",
         )
     return Check("stored vectors", "ok", f"none made by another model than {record.model!r}")
+
+
+async def _missing_vectors_check(settings: Settings, engine: AsyncEngine) -> Check:
+    """A finding while facts or chunks have no vector: stored while the embedding model could
+    not be reached, or left by an interrupted reembed. Vector search cannot find them."""
+    try:
+        async with create_sessionmaker(engine)() as session:
+            facts = await FactBackfill().count_missing(session)
+            chunks = await ChunkBackfill().count_missing(session)
+    except DRIVER_ERRORS as exc:
+        reason = translate_driver_error(exc, engine, committing=False, read_only=True)
+        return Check("missing vectors", "finding", reason, _reach_fix(settings))
+    if facts or chunks:
+        return Check(
+            "missing vectors",
+            "finding",
+            f"{facts} fact(s) and {chunks} chunk(s) have no vector (stored while the embedding "
+            "model could not be reached, or left by an interrupted reembed): vector search "
+            "cannot find them, text search still does",
+            "navi-memory backfill",
+        )
+    return Check("missing vectors", "ok", "every fact and chunk has its vector")
 
 
 async def _backlog_check(

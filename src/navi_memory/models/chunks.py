@@ -71,6 +71,12 @@ class ChunkRow(Base):
         Index("ix_memory_chunks_breadcrumbs", "breadcrumbs", postgresql_using="gin"),
         # Whose chunks a session id holds, whoever wrote them (revision 0028).
         Index("ix_memory_chunks_session_id_user_id", "session_id", "user_id"),
+        # The chunks without a vector, for backfill and doctor (revision 0033).
+        Index(
+            "ix_memory_chunks_id_without_embedding",
+            "id",
+            postgresql_where=text("embedding IS NULL"),
+        ),
     )
 
 
