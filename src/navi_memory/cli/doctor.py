@@ -355,7 +355,7 @@ async def _missing_vectors_check(settings: Settings, engine: AsyncEngine) -> Che
             chunks = await ChunkBackfill().count_missing(session)
     except DRIVER_ERRORS as exc:
         reason = translate_driver_error(exc, engine, committing=False, read_only=True)
-        return Check("missing vectors", "finding", reason, _reach_fix(settings))
+        return Check("missing vectors", "finding", str(reason), _reach_fix(settings))
     if facts or chunks:
         return Check(
             "missing vectors",
