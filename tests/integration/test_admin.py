@@ -1077,3 +1077,26 @@ async def test_an_import_is_refused_a_fact_written_from_another_users_session(
         await memory.admin.import_user(records, user_id=copy, session_prefix="copy-")
     with request_context(user_id=copy):
         assert [f.session_id for f in await memory.store.get_all_facts()] == ["copy-victim-secret"]
+
+
+async def test_purge_keeps_a_live_row_behind_an_expired_hidden_row_hidden_behind_its_fact(
+    memory: Memory,
+) -> None:
+    """A legacy chain: a live row behind an expired hidden row, itself behind a live visible
+    fact. The live row took the expired row's place as its own visible fact — two visible
+    spellings of one key; it goes behind the fact the chain ends at."""
+    uid = await new_user(memory)
+    fact = await insert_fact(memory, uid, "preferred_language", age_hours=1)
+    middle = await insert_fact(memory, uid, "pref_lang", age_hours=5, expired=True, behind=fact)
+    live = await insert_fact(memory, uid, "language", age_hours=3, behind=middle)
+    # Two links of expired hidden rows, and an expired fact at the end of another chain.
+    far = await insert_fact(memory, uid, "home_city", age_hours=9, expired=True)
+    mid2 = await insert_fact(memory, uid, "city", age_hours=8, expired=True, behind=far)
+    mid3 = await insert_fact(memory, uid, "hometown", age_hours=7, expired=True, behind=mid2)
+    kept = await insert_fact(memory, uid, "home-city", age_hours=6, behind=mid3)
+    with admin():
+        purged = await memory.admin.purge_expired(uid)
+    assert purged.expired == 4
+    with request_context(user_id=uid):
+        rows = {f.id: f.merged_into for f in await memory.store.get_all_facts(include_merged=True)}
+    assert rows == {fact: None, live: fact, kept: None}

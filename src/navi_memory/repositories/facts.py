@@ -476,6 +476,22 @@ _BEHIND_EXPIRED = """
 """
 """Live rows (h) hidden behind an expired fact (s): a purge must not lose them."""
 
+_REATTACH = text(
+    """
+    UPDATE memory_facts h SET merged_into = s.merged_into
+    FROM memory_facts s
+    WHERE h.merged_into = s.id AND s.merged_into IS NOT NULL AND s.merged_into <> h.id
+      AND s.expires_at <= now() AND (h.expires_at IS NULL OR h.expires_at > now())
+      AND (CAST(:user_id AS uuid) IS NULL OR s.user_id = CAST(:user_id AS uuid))
+    """
+)
+"""Live rows behind an expired row that is itself hidden (a legacy chain: merges flatten them)
+move one link on, to the row it is hidden behind."""
+
+REATTACH_MAX_LINKS: Final = 32
+"""How many links of a legacy chain a purge follows (a cycle of expired rows would never end);
+what is left is rescued as behind any expired row."""
+
 _RESCUE = text(
     f"""
     WITH kept AS MATERIALIZED (
@@ -839,6 +855,15 @@ class FactRepository:
             stmt = stmt.where(FactRow.user_id == user_id)
         pairs = [(row.user_id, row.category) for row in await self.session.execute(stmt)]
         return sorted(pairs, key=lambda pair: (str(pair[0]), pair[1]))
+
+    async def reattach_behind_expired_links(self, user_id: uuid.UUID | None) -> None:
+        """The live rows hidden behind an expired row that is hidden itself go behind the row
+        at the chain's end, the fact they are a spelling of (``user_id`` None: every user's):
+        taking the expired row's key back would make a second visible spelling of it."""
+        for _ in range(REATTACH_MAX_LINKS):
+            moved = await self.session.execute(_REATTACH, {"user_id": user_id})
+            if not getattr(moved, "rowcount", 0):
+                return
 
     async def rescue_behind_expired(self, user_id: uuid.UUID | None) -> list[int]:
         """The live rows hidden behind expired facts (``user_id`` None: every user's) leave

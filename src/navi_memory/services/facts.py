@@ -433,13 +433,14 @@ class FactService:
         rows hidden behind them). ``dry_run`` only counts.
 
         A row hidden behind an expired fact that has not expired itself is never deleted with
-        it (the merge must stay undoable): the most recently updated such row takes the key
-        back, the others are hidden behind it — or, where a visible row holds that key
-        already, all of them are hidden behind that row (docs/memory.md, "Expiry and
-        merges"). Under the locks of every category holding an expired fact, taken first and
-        in writers' order, so no upsert or delete sees it half done, and it never deletes a row
-        a writer holds while holding a lock that writer waits for (a deadlock with an
-        extraction writing several categories)."""
+        it (the merge must stay undoable): behind an expired row that is hidden itself (a
+        legacy chain) it goes behind the row the chain ends at; else the most recently updated
+        such row takes the key back, the others are hidden behind it — or, where a visible
+        row holds that key already, all of them are hidden behind that row (docs/memory.md,
+        "Expiry and merges"). Under the locks of every category holding an expired fact,
+        taken first and in writers' order, so no upsert or delete sees it half done, and it
+        never deletes a row a writer holds while holding a lock that writer waits for (a
+        deadlock with an extraction writing several categories)."""
         facts = FactRepository(session=session)
         if dry_run:
             return await facts.expired(user_id)
@@ -447,6 +448,7 @@ class FactService:
         for owner, category in await facts.categories_of_expired(user_id):
             await locks.lock_category(owner, category)
         counts = await facts.expired(user_id)
+        await facts.reattach_behind_expired_links(user_id)
         heirs = await facts.rescue_behind_expired(user_id)
         await facts.delete_expired(user_id)
         await facts.settle_heirs(heirs)
