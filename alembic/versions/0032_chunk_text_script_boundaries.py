@@ -102,13 +102,17 @@ def _on_utf8(statement: str) -> str:
     """
 
 
+_TEXT = "(c.content || E'\\n' || array_to_string(c.breadcrumbs, E'\\n'))"
+"""What navi_chunk_tsv reads of a chunk: its content and its breadcrumbs (a summary's KEYS line
+keeps its items verbatim, "Python爬虫", and every chunk of a compression carries them)."""
+
 _READ_APART = (
-    "octet_length(c.content) <> length(c.content)"
-    f" AND c.content ~ '[{_UNSPACED}]' AND c.content ~ '{_OTHER}'"
+    f"octet_length({_TEXT}) <> length({_TEXT})"
+    f" AND {_TEXT} ~ '[{_UNSPACED}]' AND {_TEXT} ~ '{_OTHER}'"
 )
 """True for every chunk whose tsvector the two functions may make apart (a superset: such a
-letter and a word character of another kind somewhere in the text), false at once for an ASCII
-chunk. The breadcrumbs are cut at those letters already (text.breadcrumbs)."""
+letter and a character of another kind somewhere in its text), false at once for an ASCII
+chunk."""
 
 
 def _realign() -> None:
