@@ -23,7 +23,7 @@ from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
 from navi_memory.constants import EMBEDDED_STOP_TIMEOUT_SECONDS
-from navi_memory.errors import StorageError
+from navi_memory.errors import ConfigError, StorageError
 
 __all__ = [
     "EMBEDDED_DATABASE",
@@ -151,8 +151,24 @@ def _open_the_directories_above(path: Path) -> None:
         ensure_prefix_permissions(path)
 
 
+def _refuse_a_file(data_dir: Path) -> None:
+    """A ConfigError when ``data_dir``, or a folder it would be made in, is a file (a
+    setting to correct, not a server that failed)."""
+    for path in (data_dir, *data_dir.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is" if path == data_dir else f"would be made under {path}, which is"
+                raise ConfigError(
+                    f"NAVI_MEMORY_DATA_DIR={data_dir} {where} a file, not a folder: set "
+                    "NAVI_MEMORY_DATA_DIR to a folder (it is made if missing), or DATABASE_URL "
+                    "to a server"
+                )
+            return
+
+
 def embedded_server_status(data_dir: Path) -> EmbeddedStatus:
     """Whether the embedded server in ``data_dir`` runs (``pg_ctl status``), and where."""
+    _refuse_a_file(data_dir.expanduser())
     pgdata = data_dir.expanduser() / "pgdata"
     if not (pgdata / "PG_VERSION").is_file():
         return EmbeddedStatus(pgdata=pgdata, initialised=False, running=False)

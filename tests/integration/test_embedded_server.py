@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from navi_memory import StorageError, embedded
+from navi_memory import ConfigError, StorageError, embedded
+from navi_memory.cli import main
 from navi_memory.embedded import EMBEDDED_DATABASE, embedded_server_status
 from tests import dbtools
 
@@ -296,3 +297,30 @@ def test_a_data_dir_that_is_one_shell_word_keeps_its_socket_in_pgdata(
     assert embedded._socket_dir_for_pg_ctl(spaced, tmp_path / "runtime").parent == (
         tmp_path / "runtime"
     )
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_a_data_dir_that_is_a_file_is_a_setting_to_correct(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    below: bool,
+) -> None:
+    """NAVI_MEMORY_DATA_DIR naming a file (or a folder under one) failed as a server that
+    could not start ("[Errno 17] File exists", exit 1), and `server status` said "not
+    created yet". It is a ConfigError naming the file: exit 2, one line, nothing made."""
+    file = tmp_path / "navi.db"
+    file.write_text("not a folder")
+    data_dir = file / "memory" if below else file
+    for call in (embedded_server_status, embedded.ensure_embedded_server):
+        with pytest.raises(ConfigError, match="a file, not a folder") as caught:
+            call(data_dir)
+        assert str(file) in str(caught.value)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("NAVI_MEMORY_DATA_DIR", str(data_dir))
+    capsys.readouterr()
+    for command in (["server", "status"], ["server", "start"], ["stats"]):
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is a file, not a folder" in err, err
+    assert file.read_text() == "not a folder"
