@@ -485,7 +485,11 @@ def redact_url(url: str | URL) -> str:
 
 _URL_PASSWORD = re.compile(r"(//[^:/@\s]*:)\S*@")
 _SCHEME = re.compile(r"\s*[A-Za-z][\w+.-]*:/{0,3}")
-_OPTION_PASSWORD = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", re.I)
+_OPTION_PASSWORD = re.compile(
+    r"\b((?:ssl|pg)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&]+)", re.I
+)
+"""A password option or variable: password=, sslpassword=, PGPASSWORD=, its value bare, in
+single quotes (libpq's) or in double quotes (a shell's, a .env file's)."""
 
 
 def redact_text(value: str) -> str:

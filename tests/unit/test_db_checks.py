@@ -150,6 +150,9 @@ def test_an_unescaped_at_sign_in_the_password_is_refused_without_showing_it() ->
         "postgresql://u:qsecret@127.0.0.1:abc/db",
         "host=h port=5432 password=qsecret",
         "host=h password='q secret' dbname=db",
+        'host=h password="q secret" dbname=db',
+        "PGPASSWORD=qsecret psql -h h",
+        'export PGPASSWORD="q secret"',
     ],
 )
 def test_no_form_of_password_survives_redaction(url: str) -> None:
