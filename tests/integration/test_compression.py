@@ -338,8 +338,22 @@ async def test_compressing_twice_indexes_every_demoted_message_exactly_once(
         lambda: ScriptedChatModel([ChatModelError("model is down")]),
         lambda: ScriptedChatModel(["KEYS: only, keys, here"]),
         lambda: ScriptedChatModel(["   \n"]),
+        # Stored, these stood in for the previous summary, which left the context.
+        lambda: ScriptedChatModel(["\u200b\u200b\nKEYS: NONE"]),
+        lambda: ScriptedChatModel(["\ufeff\xad\u200d"]),
+        lambda: ScriptedChatModel(["```text\n\u200b\n```\nKEYS: a"]),
+        lambda: ScriptedChatModel(["...\nKEYS: NONE"]),
     ],
-    ids=["no-model", "model-error", "keys-only-reply", "blank-reply"],
+    ids=[
+        "no-model",
+        "model-error",
+        "keys-only-reply",
+        "blank-reply",
+        "zero-width-reply",
+        "invisible-reply",
+        "fenced-invisible-reply",
+        "punctuation-reply",
+    ],
 )
 async def test_without_a_usable_summary_compression_truncates_and_still_indexes(
     memory: Memory, model_factory: Callable[[], ScriptedChatModel | None]

@@ -195,7 +195,8 @@ async def summarize(
 ) -> Summary:
     """The model's summary of the previous summary plus the demoted messages, its KEYS: line
     split off. The deterministic fallback instead when there is no model, when it fails, when
-    its reply holds nothing but a KEYS: line, or when no demoted message has text to summarise.
+    its reply holds no word but a KEYS: line (invisible characters and punctuation are none), or
+    when no demoted message has text to summarise.
 
     Never call this inside a transaction: the model may take its time.
     """
@@ -221,7 +222,9 @@ async def summarize(
         )
         return fallback
     text, keys = split_keys_line(_clean_reply(reply))
-    if not text:
+    if not any(character.isalnum() for character in text):
+        # Nothing, or nothing a reader sees as a word: zero-width spaces, a byte-order mark,
+        # punctuation alone. Stored, it would stand in for the previous summary.
         logger.warning(
             "compressor.summary_failed: the reply held no summary; truncating instead",
             extra={"event": "compressor.summary_failed"},

@@ -519,10 +519,10 @@ def split_keys_line(summary: str) -> tuple[str, list[str]]:
     can be it: a line like it anywhere else ("Keys: rotate them monthly") is summary text.
     The line may be indented, in markdown bold (``**KEYS:**``) or with a full-width colon
     (``KEYS：``); closing code-fence lines after it are skipped, and a fence wrapping the whole
-    reply is no part of the summary. Keys are the items separated by commas, "，", "、" or "；"
-    (a comma between two digits, as in "4,5 GB", is the item's), trimmed, empties dropped,
-    deduped ignoring case, capped at SUMMARY_MAX_KEYS; ``KEYS: NONE`` means no keys. Without
-    a KEYS line the summary comes back stripped with [].
+    reply, or the summary before its KEYS line, is no part of the summary. Keys are the items
+    separated by commas, "，", "、" or "；" (a comma between two digits, as in "4,5 GB", is the
+    item's), trimmed, empties dropped, deduped ignoring case, capped at SUMMARY_MAX_KEYS;
+    ``KEYS: NONE`` means no keys. Without a KEYS line the summary comes back stripped with [].
     """
     lines = _unfence(summary.splitlines(keepends=True))
     last = next(
@@ -536,7 +536,8 @@ def split_keys_line(summary: str) -> tuple[str, list[str]]:
     match = None if last is None else _KEYS_LINE.match(lines[last].rstrip("\r\n"))
     if last is None or match is None:
         return "".join(lines).strip(), []
-    rest = "".join(lines[:last]).strip()
+    # A fence may wrap the summary alone, the KEYS line after it: the summary is inside.
+    rest = "".join(_unfence(lines[:last])).strip()
     body = match.group(1).strip()
     for bold in ("**", "__"):
         body = body.removesuffix(bold)

@@ -593,6 +593,11 @@ def test_keys_line_before_a_closing_code_fence_is_found(reply: str) -> None:
     assert split_keys_line(reply) == ("We use port 8099.", ["port 8099", "nginx.conf"])
 
 
+def test_a_fence_wrapping_the_summary_before_its_keys_line_is_stripped() -> None:
+    reply = "```markdown\nWe use port 8099.\n```\nKEYS: port 8099"
+    assert split_keys_line(reply) == ("We use port 8099.", ["port 8099"])
+
+
 def test_a_code_block_inside_the_summary_is_kept() -> None:
     reply = "Ran:\n```\nmake test\n```\nKEYS: make test"
     assert split_keys_line(reply) == ("Ran:\n```\nmake test\n```", ["make test"])
