@@ -1511,6 +1511,22 @@ async def test_a_category_stored_in_another_unicode_form_takes_the_extracted_fac
     assert await visible_facts(memory, uid) == {("cafe\u0301", "drink"): "latte"}
 
 
+async def test_a_new_category_in_two_unicode_forms_in_one_reply_is_one_category(
+    memory: Memory, model: ExtractionModel
+) -> None:
+    """The user's categories were read before the reply's first draft was written, so a
+    second draft spelling the same new category decomposed wrote a twin row of the same key:
+    two visible "café/drink" facts. The reply's last word stands, in the first spelling."""
+    uid = await new_user(memory)
+    model.facts = facts_json(
+        ("caf\u00e9", "drink", "espresso", "user_explicit"),
+        ("CAFE\u0301", "drink", "latte", "user_explicit"),
+    )
+    await conversation(memory, uid, "I drink espresso, no, latte")
+    await memory.extractor.process_stale_sessions(uid)
+    assert await visible_facts(memory, uid) == {("caf\u00e9", "drink"): "latte"}
+
+
 async def test_an_invisible_category_key_or_value_is_no_fact(
     memory: Memory, model: ExtractionModel
 ) -> None:

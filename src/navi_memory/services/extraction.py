@@ -422,7 +422,8 @@ class ExtractionService:
         """Each draft's category as the user stores it (``text.keys.stored_category``, the
         memory tool's rule too): an application's "Preferences" takes the extractor's
         "preferences", so dedupe merges the key's other spellings there instead of leaving
-        the stale value visible beside it. Each spelling's keys are read once."""
+        the stale value visible beside it; a category new to the user takes the spelling of
+        the reply's first draft in it. Each spelling's keys are read once."""
         # (name, visible facts), the fullest first.
         stored = [name for name, _ in await self.facts.categories(session, user_id)]
         keys: dict[str, list[str]] = {}  # a stored spelling's keys; read once
@@ -443,9 +444,15 @@ class ExtractionService:
                 keys[name] = [fact.key for fact in facts]
             return keys[name]
 
-        return [
-            await stored_category(draft.category, draft.key, stored, keys_of) for draft in drafts
-        ]
+        chosen: list[str] = []
+        for draft in drafts:
+            category = await stored_category(draft.category, draft.key, stored, keys_of)
+            if category not in stored:
+                # A new category is stored by this write: a later draft of the reply spelling
+                # it in another case or Unicode form goes into it too.
+                stored.append(category)
+            chosen.append(category)
+        return chosen
 
     async def own_key_vectors(
         self, facts: Sequence[Fact]
