@@ -20,9 +20,9 @@ Unicode code points).
 
 The stored data made by the old function is brought in line as 0023 brought it: a filter reads
 every chunk once (content and breadcrumbs not ASCII and holding such a letter) and of those
-only the tsvectors that differ are rewritten, their memory_chunk_terms rows deleted and inserted so that the statement
-triggers keep the statistics and document frequencies, and their tsvectors made ahead on the
-text queue made again. The downgrade does the same with 0023's spelling.
+only the tsvectors that differ are rewritten, their memory_chunk_terms rows deleted and
+inserted so that the statement triggers keep the statistics and document frequencies, and their
+tsvectors made ahead on the text queue made again. The downgrade does the same with 0023's spelling.
 
 Revision ID: 0032
 Revises: 0031
