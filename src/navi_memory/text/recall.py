@@ -226,9 +226,12 @@ def select_recall(
     min_terms: int = RECALL_MIN_TERMS,
 ) -> list[H]:
     """The first ``k`` qualifying hits, in the order search ranked them, leaving out chunk ids
-    already in ``ledger`` (delivered to this session before) and repeats."""
+    already in ``ledger`` (delivered to this session before), repeats, and an excerpt whose
+    messages the excerpts chosen before it hold already (a host's own chunk of seqs 1–2 beside
+    compression's chunks of 1 and of 2: the message would be in the prompt twice)."""
     chosen: list[H] = []
     seen = set(ledger)
+    covered: list[tuple[int, int]] = []  # the chosen excerpts' seq ranges, merged
     for hit in hits:
         if len(chosen) >= k:
             break
@@ -237,9 +240,33 @@ def select_recall(
         chunk_id = hit.chunk_id
         if chunk_id is None or chunk_id in seen:
             continue
+        span = _seq_range(hit)
+        if span is not None and any(a <= span[0] and span[1] <= b for a, b in covered):
+            continue
         seen.add(chunk_id)
         chosen.append(hit)
+        if span is not None:
+            covered = _merged([*covered, span])
     return chosen
+
+
+def _seq_range(hit: RecallCandidate) -> tuple[int, int] | None:
+    start, end = hit.start_seq, hit.end_seq
+    if start is None or end is None or end < start:
+        return None
+    return start, end
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` as disjoint ranges: overlapping or adjacent ones joined (seqs are integers:
+    1–2 and 3–4 hold 1–4)."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 # --- the ledger -------------------------------------------------------------------------------

@@ -132,9 +132,34 @@ def test_superseded_recent_and_non_raw_hits_never_qualify() -> None:
 
 def test_selection_keeps_search_order_skips_the_ledger_and_stops_at_k() -> None:
     """Up to k hits, in search order, none whose chunk id the ledger holds, none twice."""
-    hits = [Hit(1), Hit(2, superseded_by="k"), Hit(3), Hit(3), Hit(4), Hit(5)]
+    hits = [
+        Hit(n, start_seq=n * 10, end_seq=n * 10 + 2, superseded_by="k" if n == 2 else None)
+        for n in (1, 2, 3, 3, 4, 5)
+    ]
     chosen = select_recall(hits, ledger=[3], min_similarity=0.55, k=2)
     assert [h.chunk_id for h in chosen] == [1, 4]
+
+
+@pytest.mark.parametrize(
+    ("spans", "chosen"),
+    [
+        # a host's chunk of 1-2, then compression's chunks of 1 and of 2: held already
+        ([(1, 2), (1, 1), (2, 2)], [1]),
+        # two chosen excerpts together hold the third's messages
+        ([(1, 2), (3, 4), (2, 3)], [1, 2]),
+        # a range reaching one message further is no repeat
+        ([(1, 2), (2, 3)], [1, 2]),
+        ([(5, 9), (1, 2), (3, 4)], [1, 2, 3]),
+        # no range known: kept
+        ([(1, 2), (None, None)], [1, 2]),
+    ],
+)
+def test_an_excerpt_the_chosen_ones_hold_already_is_left_out(
+    spans: list[tuple[int | None, int | None]], chosen: list[int]
+) -> None:
+    hits = [Hit(n, start_seq=a, end_seq=b) for n, (a, b) in enumerate(spans, start=1)]
+    picked = select_recall(hits, ledger=[], min_similarity=0.55, k=5)
+    assert [h.chunk_id for h in picked] == chosen
 
 
 def test_selection_with_k_zero_is_empty() -> None:
