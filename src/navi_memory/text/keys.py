@@ -23,8 +23,10 @@ __all__ = [
 
 # camelCase and PascalCase humps: "preferredLanguage", "HTTPPort" -> "HTTP Port"; not after one
 # lowercase letter that starts a word ("iOS", "iPhone", "eMail" are words, not "i OS").
+# An acronym's plural is the acronym's ("userIDs", "bookmarkURLs", "SSDs": not "I Ds").
 _CAMEL_BOUNDARY = re.compile(
-    r"(?<=[a-z0-9])(?<![^a-zA-Z0-9][a-z])(?<!^[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
+    r"(?<=[a-z0-9])(?<![^a-zA-Z0-9][a-z])(?<!^[a-z])(?=[A-Z])"
+    r"|(?<=[A-Z])(?=[A-Z][a-z])(?![A-Z]s(?![a-z]))"
 )
 # Apostrophes as keyboards and word processors write them; a possessive "'s" goes whole
 # ("Marie's_birthday" is Marie's, not "maries" made singular).
@@ -168,6 +170,13 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("user", "interface"): ("userinterface",),
     ("primary", "color"): ("primarycolor",),
     ("current", "account"): ("currentaccount",),
+    # settings whose default, current, main or primary one is one of several: the default
+    # branch is not the current branch, the default port not the port in use
+    **{
+        (modifier, head): (modifier + head,)
+        for modifier in ("current", "primary", "default", "main")
+        for head in ("branch", "port", "version", "region", "profile", "key", "value")
+    },
 }
 """Token phrases rewritten to one canonical spelling, longest match first, left to right.
 Every right-hand side is already canonical: rewriting it again changes nothing. A phrase of

@@ -9,6 +9,11 @@ from hypothesis import strategies as st
 from navi_memory.text.keys import DROPPED_MODIFIERS, PHRASES, normalize_key, same_key
 
 MUST_MERGE = [
+    # an acronym's plural in a camelCase key is the acronym's
+    ("user_ids", "userIDs"),
+    ("bookmark_urls", "bookmarkURLs"),
+    ("ssds", "SSDs"),
+    ("my_IDs_list", "MyIDsList"),
     # the spec's and the brief's pairs
     ("language", "preferred_language"),
     ("Editor", "editor"),
@@ -132,6 +137,13 @@ MUST_MERGE = [
 ]
 
 MUST_NOT_MERGE = [
+    # a setting's default, current, main or primary one is one of several
+    ("default_branch", "current_branch"),
+    ("main_branch", "current_branch"),
+    ("postgres_default_port", "postgres_port"),
+    ("default_version", "current_version"),
+    ("primary_key", "key"),
+    ("default_region", "region"),
     # the brief's pairs
     ("home_city", "work_city"),
     ("first_name", "last_name"),
