@@ -408,6 +408,12 @@ async def test_stats_count_per_table_and_per_user(memory: Memory, fake_ollama: F
         stats = await memory.admin.stats()
         only_kim = await memory.admin.stats(kim)
     assert stats.tables["navi_users"] == 2 and stats.tables["memory_facts"] == 4
+    forgets = stats.tables["memory_fact_forgotten"]
+    # A forget asked for in a conversation is kept (against older sessions' extractions).
+    with request_context(user_id=kim, session_id="s-kim"):
+        await memory.store.forget_facts("a")
+    with admin():
+        assert (await memory.admin.stats()).tables["memory_fact_forgotten"] > forgets
     assert stats.hidden_facts == 1 and stats.expired_facts == 1
     assert stats.vectors_missing["memory_facts"] == 1
     by_user = {u.user_id: u for u in stats.per_user}

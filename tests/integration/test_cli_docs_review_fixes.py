@@ -105,6 +105,23 @@ async def test_doctor_reports_no_model_mismatch_for_an_empty_embedding_model(
     assert (await _embedding_check(empty)).status == "finding"
 
 
+@pytest.mark.parametrize("setting", ["embedding_model", "memory_llm_model"])
+async def test_doctor_without_model_calls_still_reports_an_empty_model_setting(
+    memory: Memory, fake_ollama: FakeOllama, setting: str
+) -> None:
+    """`doctor --no-models` said "all good" with EMBEDDING_MODEL= or MEMORY_LLM_MODEL=, which
+    every command opening the database refuses: no model call is needed to say so."""
+    empty = memory.settings.model_copy(update={setting: " "})
+    checks = await diagnose(empty, check_models=False)
+    name = "embedding model" if setting == "embedding_model" else "chat model"
+    assert [(c.name, c.status) for c in checks if c.status == "finding"] == [(name, "finding")]
+    assert fake_ollama.requests_to("/api/embed") == fake_ollama.requests_to("/api/chat") == []
+    assert all(
+        c.name not in ("embedding model", "chat model")
+        for c in await diagnose(memory.settings, check_models=False)
+    )
+
+
 @pytest.mark.usefixtures("cli_env")
 async def test_backfill_with_the_model_down_still_indexes_the_queued_vectors(
     db_url: str,

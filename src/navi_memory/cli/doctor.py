@@ -111,8 +111,13 @@ async def diagnose(settings: Settings, *, check_models: bool = True) -> list[Che
     checks = await _database_checks(settings)
     if check_models:
         checks += await asyncio.gather(_embedding_check(settings), _chat_check(settings))
-    elif settings.text_only:
-        checks.append(await _embedding_check(settings))  # the mode, said without a model call
+    else:
+        # Said without a model call: the text-only mode, and an empty model setting (refused
+        # before any call is made).
+        if settings.text_only or not settings.embedding_model.strip():
+            checks.append(await _embedding_check(settings))
+        if not settings.memory_llm_model.strip():
+            checks.append(await _chat_check(settings))
     return checks
 
 

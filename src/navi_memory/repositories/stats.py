@@ -15,6 +15,7 @@ from navi_memory.models import (
     ChunkTextStatsRow,
     ChunkVectorQueueRow,
     ChunkVectorRow,
+    FactForgottenRow,
     FactRow,
     FactVectorQueueRow,
     FactVectorRow,
@@ -30,9 +31,11 @@ __all__ = ["TABLES", "StatsRepository"]
 
 TABLES: tuple[Any, ...] = (
     User,
+    FactForgottenRow,
     FactRow,
     FactVectorRow,
     FactVectorQueueRow,
+    FactForgottenRow,
     SummaryRow,
     SessionMemoryStateRow,
     SessionRow,
@@ -44,7 +47,8 @@ TABLES: tuple[Any, ...] = (
     ChunkTextQueueRow,
     KvRow,
 )
-"""Every table navi-memory keeps, in the order stats lists them."""
+"""Every table of navi-memory's data, in the order stats lists them (not the text index's
+statistics and document frequencies, nor the embedding model of record: bookkeeping)."""
 
 
 def _expired() -> ColumnElement[bool]:
