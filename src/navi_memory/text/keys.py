@@ -170,13 +170,6 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("user", "interface"): ("userinterface",),
     ("primary", "color"): ("primarycolor",),
     ("current", "account"): ("currentaccount",),
-    # settings whose default, current, main or primary one is one of several: the default
-    # branch is not the current branch, the default port not the port in use
-    **{
-        (modifier, head): (modifier + head,)
-        for modifier in ("current", "primary", "default", "main")
-        for head in ("branch", "port", "version", "region", "profile", "key", "value")
-    },
 }
 """Token phrases rewritten to one canonical spelling, longest match first, left to right.
 Every right-hand side is already canonical: rewriting it again changes nothing. A phrase of
@@ -208,6 +201,16 @@ DROPPED_MODIFIERS: Final = frozenset(
 """Tokens that qualify a key without changing what it names: ``preferred_language`` is the
 language. ``favorite`` is deliberately absent: ``favorite_color`` is a taste, ``color`` may be
 the color of the user's car."""
+
+ONE_OF_SEVERAL: Final = frozenset(
+    {"branch", "port", "version", "region", "profile", "key", "value"}
+)
+"""Settings of which the default, main or primary one is one of several: right before such a
+word ending the key, ``default``, ``main`` and ``primary`` are kept (``default_branch`` is not
+the branch one is on, ``postgres_default_port`` not the port in use, ``primary_key`` not a
+key); ``current`` is still dropped (``python_current_version`` is the python version)."""
+
+_KEPT_BEFORE_ONE_OF_SEVERAL: Final = frozenset({"default", "main", "primary"})
 
 CHOICES: Final = frozenset(
     {
@@ -405,6 +408,11 @@ def _drop_modifiers(tokens: list[str]) -> list[str]:
         if word not in DROPPED_MODIFIERS
         or (at == last and word != "preference")
         or (word == "user" and at > 0)  # "app_user_count" counts the app's users
+        or (
+            word in _KEPT_BEFORE_ONE_OF_SEVERAL
+            and at == last - 1
+            and tokens[last] in ONE_OF_SEVERAL
+        )
     ]
     if not kept:
         return tokens

@@ -9,6 +9,16 @@ from hypothesis import strategies as st
 from navi_memory.text.keys import DROPPED_MODIFIERS, PHRASES, normalize_key, same_key
 
 MUST_MERGE = [
+    # "current" is dropped before a setting of several, and any modifier before a name of two
+    # words
+    ("current_branch", "branch"),
+    ("python_current_version", "python_version"),
+    ("current_profile_picture", "profile_picture"),
+    ("default_profile_picture", "profile_picture"),
+    ("default_key_binding", "key_binding"),
+    ("primary_key_fingerprint", "key_fingerprint"),
+    ("current_port_number", "port_number"),
+    ("main_value_proposition", "value_proposition"),
     # an acronym's plural in a camelCase key is the acronym's
     ("user_ids", "userIDs"),
     ("bookmark_urls", "bookmarkURLs"),
