@@ -228,10 +228,12 @@ def select_recall(
     """The first ``k`` qualifying hits, in the order search ranked them, leaving out chunk ids
     already in ``ledger`` (delivered to this session before), repeats, and an excerpt whose
     messages the excerpts chosen before it hold already (a host's own chunk of seqs 1–2 beside
-    compression's chunks of 1 and of 2: the message would be in the prompt twice)."""
+    compression's chunks of 1 and of 2: the message would be in the prompt twice) — unless
+    one of them has its very range (another text filed under it)."""
     chosen: list[H] = []
     seen = set(ledger)
-    covered: list[tuple[int, int]] = []  # the chosen excerpts' seq ranges, merged
+    spans: set[tuple[int, int]] = set()  # the chosen excerpts' seq ranges
+    covered: list[tuple[int, int]] = []  # the same, merged
     for hit in hits:
         if len(chosen) >= k:
             break
@@ -241,11 +243,18 @@ def select_recall(
         if chunk_id is None or chunk_id in seen:
             continue
         span = _seq_range(hit)
-        if span is not None and any(a <= span[0] and span[1] <= b for a, b in covered):
+        # Another text filed under the very same range (a host's pieces of one long message)
+        # is no repeat of it.
+        if (
+            span is not None
+            and span not in spans
+            and any(a <= span[0] and span[1] <= b for a, b in covered)
+        ):
             continue
         seen.add(chunk_id)
         chosen.append(hit)
         if span is not None:
+            spans.add(span)
             covered = _merged([*covered, span])
     return chosen
 

@@ -152,6 +152,8 @@ def test_selection_keeps_search_order_skips_the_ledger_and_stops_at_k() -> None:
         ([(5, 9), (1, 2), (3, 4)], [1, 2, 3]),
         # no range known: kept
         ([(1, 2), (None, None)], [1, 2]),
+        # two texts filed under one range (a host's pieces of one long message): both kept
+        ([(5, 5), (5, 5), (4, 6), (5, 5)], [1, 2, 3, 4]),
     ],
 )
 def test_an_excerpt_the_chosen_ones_hold_already_is_left_out(
