@@ -490,10 +490,15 @@ def _unwrap(item: str) -> str:
 _KEYS_SEPARATOR = re.compile(r"[，、；]|(?<![0-9]),|,(?![0-9])")
 
 
-def _unfence(lines: list[str]) -> list[str]:
+_PROSE_FENCES: Final = frozenset({"", "text", "txt", "plaintext", "markdown", "md"})
+"""A fence's info strings that mark no code: a wrapper around prose, not a code block."""
+
+
+def _unfence(lines: list[str], *, prose_only: bool = False) -> list[str]:
     # A model may wrap its whole reply in one code fence: the reply is what is inside. Only
     # when the first and last non-blank lines are a matching pair with no fence between them:
-    # two code blocks, or one the summary quotes, are the summary's.
+    # two code blocks, or one the summary quotes, are the summary's. ``prose_only``: only a
+    # fence marking no language (a ```bash block may be what the summary says).
     bare = [line.rstrip("\r\n") for line in lines]
     marked = [i for i, line in enumerate(bare) if line.strip()]
     if len(marked) < 2:
@@ -507,6 +512,7 @@ def _unfence(lines: list[str]) -> list[str]:
         or closing.group(1)[0] != opening.group(1)[0]
         or len(closing.group(1)) < len(opening.group(1))
         or any(_FENCE.match(line) for line in bare[first + 1 : last])
+        or (prose_only and opening.group(2).lower() not in _PROSE_FENCES)
     ):
         return lines
     return lines[first + 1 : last]
@@ -519,7 +525,8 @@ def split_keys_line(summary: str) -> tuple[str, list[str]]:
     can be it: a line like it anywhere else ("Keys: rotate them monthly") is summary text.
     The line may be indented, in markdown bold (``**KEYS:**``) or with a full-width colon
     (``KEYS：``); closing code-fence lines after it are skipped, and a fence wrapping the whole
-    reply, or the summary before its KEYS line, is no part of the summary. Keys are the items
+    reply, or a fence marking no language around the summary before its KEYS line, is no
+    part of the summary. Keys are the items
     separated by commas, "，", "、" or "；" (a comma between two digits, as in "4,5 GB", is the
     item's), trimmed, empties dropped, deduped ignoring case, capped at SUMMARY_MAX_KEYS;
     ``KEYS: NONE`` means no keys. Without a KEYS line the summary comes back stripped with [].
@@ -537,7 +544,7 @@ def split_keys_line(summary: str) -> tuple[str, list[str]]:
     if last is None or match is None:
         return "".join(lines).strip(), []
     # A fence may wrap the summary alone, the KEYS line after it: the summary is inside.
-    rest = "".join(_unfence(lines[:last])).strip()
+    rest = "".join(_unfence(lines[:last], prose_only=True)).strip()
     body = match.group(1).strip()
     for bold in ("**", "__"):
         body = body.removesuffix(bold)

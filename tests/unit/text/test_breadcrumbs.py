@@ -598,6 +598,12 @@ def test_a_fence_wrapping_the_summary_before_its_keys_line_is_stripped() -> None
     assert split_keys_line(reply) == ("We use port 8099.", ["port 8099"])
 
 
+def test_a_code_block_before_the_keys_line_is_the_summarys() -> None:
+    """A fence marking a language is code the summary holds, not a wrapper."""
+    reply = "```bash\nmake test && make deploy\n```\nKEYS: make deploy"
+    assert split_keys_line(reply) == ("```bash\nmake test && make deploy\n```", ["make deploy"])
+
+
 def test_a_code_block_inside_the_summary_is_kept() -> None:
     reply = "Ran:\n```\nmake test\n```\nKEYS: make test"
     assert split_keys_line(reply) == ("Ran:\n```\nmake test\n```", ["make test"])
