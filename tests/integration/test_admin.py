@@ -1106,3 +1106,22 @@ async def test_purge_keeps_a_live_row_behind_an_expired_hidden_row_hidden_behind
     with request_context(user_id=uid):
         rows = {f.id: f.merged_into for f in await memory.store.get_all_facts(include_merged=True)}
     assert rows == {fact: None, live: fact, kept: None}
+
+
+async def test_purge_of_a_legacy_chain_that_loops_back_leaves_a_visible_fact(
+    memory: Memory,
+) -> None:
+    """h1 behind an expired s behind h2 behind h1: following the chain led h1 behind h2, two
+    live rows hidden behind each other and no fact left to read. A chain that loops back is
+    rescued as behind any expired row: h1 takes the key back."""
+    uid = await new_user(memory)
+    h1 = await insert_fact(memory, uid, "language", age_hours=2)
+    s = await insert_fact(memory, uid, "lang", age_hours=5, expired=True)
+    h2 = await insert_fact(memory, uid, "preferred_language", age_hours=3, behind=h1)
+    await execute(memory, f"UPDATE memory_facts SET merged_into = {s} WHERE id = {h1}")
+    await execute(memory, f"UPDATE memory_facts SET merged_into = {h2} WHERE id = {s}")
+    with admin():
+        await memory.admin.purge_expired(uid)
+    with request_context(user_id=uid):
+        rows = {f.id: f.merged_into for f in await memory.store.get_all_facts(include_merged=True)}
+    assert rows == {h1: None, h2: h1}

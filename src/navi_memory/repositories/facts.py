@@ -478,19 +478,32 @@ _BEHIND_EXPIRED = """
 
 _REATTACH = text(
     """
-    UPDATE memory_facts h SET merged_into = s.merged_into
-    FROM memory_facts s
-    WHERE h.merged_into = s.id AND s.merged_into IS NOT NULL AND s.merged_into <> h.id
-      AND s.expires_at <= now() AND (h.expires_at IS NULL OR h.expires_at > now())
-      AND (CAST(:user_id AS uuid) IS NULL OR s.user_id = CAST(:user_id AS uuid))
+    WITH RECURSIVE walk (h, cur, depth, path) AS (
+        SELECT h.id, s.merged_into, 1, ARRAY[h.id, s.id]
+        FROM memory_facts s JOIN memory_facts h ON h.merged_into = s.id
+        WHERE s.expires_at <= now() AND s.merged_into IS NOT NULL
+          AND (h.expires_at IS NULL OR h.expires_at > now())
+          AND (CAST(:user_id AS uuid) IS NULL OR s.user_id = CAST(:user_id AS uuid))
+      UNION ALL
+        SELECT w.h, t.merged_into, w.depth + 1, w.path || t.id
+        FROM walk w JOIN memory_facts t ON t.id = w.cur
+        WHERE t.merged_into IS NOT NULL AND t.id <> ALL (w.path) AND w.depth < :max_links
+    ),
+    ends AS (
+        SELECT w.h, w.cur AS survivor FROM walk w JOIN memory_facts e ON e.id = w.cur
+        WHERE e.merged_into IS NULL AND e.id <> ALL (w.path)
+          AND (e.expires_at IS NULL OR e.expires_at > now())
+    )
+    UPDATE memory_facts f SET merged_into = ends.survivor
+    FROM ends WHERE f.id = ends.h
     """
 )
-"""Live rows behind an expired row that is itself hidden (a legacy chain: merges flatten them)
-move one link on, to the row it is hidden behind."""
+"""Live rows behind an expired row that is hidden itself (a legacy chain: merges flatten them)
+go behind the row the chain ends at, when that row is visible and live; a chain that loops
+back, runs past ``max_links`` or ends at an expired fact is left to the rescue."""
 
 REATTACH_MAX_LINKS: Final = 32
-"""How many links of a legacy chain a purge follows (a cycle of expired rows would never end);
-what is left is rescued as behind any expired row."""
+"""How many links of a legacy chain a purge follows."""
 
 _RESCUE = text(
     f"""
@@ -860,10 +873,7 @@ class FactRepository:
         """The live rows hidden behind an expired row that is hidden itself go behind the row
         at the chain's end, the fact they are a spelling of (``user_id`` None: every user's):
         taking the expired row's key back would make a second visible spelling of it."""
-        for _ in range(REATTACH_MAX_LINKS):
-            moved = await self.session.execute(_REATTACH, {"user_id": user_id})
-            if not getattr(moved, "rowcount", 0):
-                return
+        await self.session.execute(_REATTACH, {"user_id": user_id, "max_links": REATTACH_MAX_LINKS})
 
     async def rescue_behind_expired(self, user_id: uuid.UUID | None) -> list[int]:
         """The live rows hidden behind expired facts (``user_id`` None: every user's) leave
