@@ -486,10 +486,13 @@ def redact_url(url: str | URL) -> str:
 _URL_PASSWORD = re.compile(r"(//[^:/@\s]*:)\S*@")
 _SCHEME = re.compile(r"\s*[A-Za-z][\w+.-]*:/{0,3}")
 _OPTION_PASSWORD = re.compile(
-    r"\b((?:ssl|pg)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&]+)", re.I
+    r"\b((?:\w*?_)?(?:ssl|pg)?password\s*=\s*)"
+    r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&]+)",
+    re.I,
 )
-"""A password option or variable: password=, sslpassword=, PGPASSWORD=, its value bare, in
-single quotes (libpq's) or in double quotes (a shell's, a .env file's)."""
+"""A password option or variable: password=, sslpassword=, PGPASSWORD=, POSTGRES_PASSWORD=,
+DB_PASSWORD=…, its value bare, in single quotes (libpq's) or in double quotes (a shell's, a
+.env file's)."""
 
 
 def redact_text(value: str) -> str:

@@ -153,6 +153,8 @@ def test_an_unescaped_at_sign_in_the_password_is_refused_without_showing_it() ->
         'host=h password="q secret" dbname=db',
         "PGPASSWORD=qsecret psql -h h",
         'export PGPASSWORD="q secret"',
+        "POSTGRES_PASSWORD=qsecret docker compose up",
+        "DB_PASSWORD='q secret'",
     ],
 )
 def test_no_form_of_password_survives_redaction(url: str) -> None:
