@@ -294,6 +294,12 @@ _IRREGULAR_PLURALS: Final = {
     "tomatoes": "tomato",
     "heroes": "hero",
     "ids": "id",
+    # acronyms of two letters, which the rule's three-letter floor keeps as they are
+    "ips": "ip",
+    "vms": "vm",
+    "pcs": "pc",
+    "tvs": "tv",
+    "dbs": "db",
     "lenses": "lens",
     "bonuses": "bonus",
     "menus": "menu",

@@ -23,6 +23,8 @@ MUST_MERGE = [
     ("user_ids", "userIDs"),
     ("bookmark_urls", "bookmarkURLs"),
     ("ssds", "SSDs"),
+    ("server_ip", "server_ips"),
+    ("home_server_vms", "home_server_vm"),
     ("my_IDs_list", "MyIDsList"),
     # the spec's and the brief's pairs
     ("language", "preferred_language"),
