@@ -7,7 +7,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -291,3 +291,49 @@ async def test_backfill_reads_the_chunks_without_a_vector_through_their_index(
         )
     ]
     assert all("ix_memory_chunks_id_without_embedding" in str(plan) for plan in plans), plans
+
+
+class ChangingEmbedder(HashedEmbedder):
+    """Runs ``meanwhile`` once, while a batch is being embedded (after its vectors are made,
+    before they are returned): a write landing during the backfill's model call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meanwhile: Callable[[], Awaitable[None]] | None = None
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors = await super().embed_documents(texts)
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            await meanwhile()
+        return vectors
+
+
+async def test_a_fact_changed_while_backfill_embedded_it_is_embedded_again(
+    settings: Settings,
+) -> None:
+    """The fact's value changed while backfill embedded the old one, and the writer's own
+    model call failed (no vector). Backfill skipped storing the stale vector but counted the
+    row filled, moved past it and reported success with the row still without a vector."""
+    embedder = ChangingEmbedder()
+    async with open_memory(settings, embedder=embedder) as memory:
+        uid = await new_user(memory)
+        embedder.failing = True
+        await memory.store.upsert_fact("notes", "a", "alpha", user_id=uid)
+        await memory.store.upsert_fact("notes", "b", "beta", user_id=uid)
+        embedder.failing = False
+
+        async def rewrite() -> None:
+            embedder.failing = True
+            try:
+                await memory.store.upsert_fact("notes", "a", "alpha two", user_id=uid)
+            finally:
+                embedder.failing = False
+
+        embedder.meanwhile = rewrite
+        assert await memory.store.backfill_embeddings(batch_size=8) == 2
+        assert (
+            await scalar(memory, "SELECT count(*) FROM memory_facts WHERE embedding IS NULL") == 0
+        )
+        hits = await memory.store.search_facts("alpha two", user_id=uid)
+        assert [(h.value, h.via) for h in hits][:1] == [("alpha two", "vector")]

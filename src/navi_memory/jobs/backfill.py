@@ -41,6 +41,10 @@ logger = logging.getLogger(__name__)
 MODEL_CHECK_TEXT: Final = "navi-memory: is the embedding model there?"
 """What ``Backfill.check_model`` embeds."""
 
+CHANGED_RETRIES: Final = 3
+"""Times a backfill reads again a row whose text changed while it was embedded (a row written
+over and over keeps its writer's own vector or none; the next backfill takes it)."""
+
 FAILURES_TO_STOP: Final = 3
 """Rows in a row the embedding model fails, each alone, before a backfill stops: the model is
 down (a row it cannot embed is skipped, and the run goes on)."""
@@ -66,8 +70,9 @@ class BackfillSource(Protocol):
 
     async def store(
         self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
-    ) -> None:
-        """Store each (id, text embedded, vector), unless the row changed meanwhile."""
+    ) -> list[int]:
+        """Store each (id, text embedded, vector), unless the row changed meanwhile; returns
+        the ids of the rows not stored so (read again: one may still lack a vector)."""
 
 
 class BackfillRecorder(VectorRecorder, Protocol):
@@ -220,7 +225,8 @@ async def run_backfill(
     for source in sources:
         async with unit_of_work(sessionmaker, read_only=True) as session:
             total = await source.count_missing(session)
-        done, after_id = 0, 0
+        done, after_id, reached = 0, 0, 0
+        retried: dict[int, int] = {}  # rows that changed while embedded: times read again
         result.filled[source.table] = 0
         while True:
             async with unit_of_work(sessionmaker, read_only=True) as session:
@@ -231,16 +237,23 @@ async def run_backfill(
                 await asyncio.sleep(pause_seconds)
             first_batch = False
             embedded = await model.embed(batch)
+            changed: list[int] = []
             if embedded:
                 if recorder is not None:
                     await recorder.vectors_made()
                 async with unit_of_work(sessionmaker) as session:
                     if recorder is not None:
                         await recorder.check_recorded(session)
-                    await source.store(session, embedded)
-            after_id = batch[-1][0]
-            done += len(batch)
-            result.filled[source.table] += len(embedded)
+                    changed = await source.store(session, embedded)
+            # A row whose text changed while it was embedded (an upsert whose own model call
+            # failed leaves it without a vector) is read again, its new text embedded.
+            again = [row_id for row_id in changed if retried.get(row_id, 0) < CHANGED_RETRIES]
+            for row_id in again:
+                retried[row_id] = retried.get(row_id, 0) + 1
+            after_id = min(again) - 1 if again else batch[-1][0]
+            done += sum(row_id > reached for row_id, _ in batch)
+            reached = max(reached, batch[-1][0])
+            result.filled[source.table] += len(embedded) - len(changed)
             result.left += len(batch) - len(embedded)
             if progress is not None:
                 called = progress(BackfillProgress(source.table, done, max(total, done)))
@@ -321,10 +334,13 @@ class FactBackfill:
 
     async def store(
         self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
-    ) -> None:
+    ) -> list[int]:
         repo = FactRepository(session=session)
-        for fact_id, embedded, vector in vectors:
-            await repo.set_embedding(fact_id, embedded, vector)
+        return [
+            fact_id
+            for fact_id, embedded, vector in vectors
+            if not await repo.set_embedding(fact_id, embedded, vector)
+        ]
 
 
 class ChunkBackfill:
@@ -342,7 +358,8 @@ class ChunkBackfill:
 
     async def store(
         self, session: AsyncSession, vectors: Sequence[tuple[int, str, Sequence[float]]]
-    ) -> None:
+    ) -> list[int]:
         repo = ChunkRepository(session=session)
         for chunk_id, embedded, vector in vectors:
             await repo.set_embedding(chunk_id, embedded, vector)
+        return []  # a chunk never changes: stored, or deleted meanwhile
