@@ -52,6 +52,30 @@ spec's storage section has a ``memory_chunks`` of its own): it is set aside, not
 
 LEGACY_SUFFIX = "_legacy"
 
+EMBEDDING_768 = """
+    DO $$
+    DECLARE
+        kind oid;
+        width integer;
+    BEGIN
+        SELECT a.atttypid, a.atttypmod INTO kind, width FROM pg_attribute a
+        WHERE a.attrelid = 'memory_facts'::regclass AND a.attname = 'embedding'
+          AND NOT a.attisdropped;
+        IF kind = 'vector'::regtype AND width = 768 THEN
+            RETURN;
+        ELSIF kind = 'vector'::regtype THEN
+            ALTER TABLE memory_facts ALTER COLUMN embedding TYPE vector(768)
+                USING CASE WHEN vector_dims(embedding) = 768 THEN embedding::vector(768) END;
+        ELSE
+            ALTER TABLE memory_facts ALTER COLUMN embedding TYPE vector(768) USING NULL;
+        END IF;
+        RAISE NOTICE 'memory_facts.embedding was %, now vector(768): vectors of another width '
+                     'were cleared (navi-memory backfill makes them again)',
+                     format_type(kind, width);
+    END $$
+"""
+"""memory_facts.embedding as vector(768), whatever a legacy database held there."""
+
 
 def _set_aside(table: str) -> None:
     """Rename an existing ``table`` to ``table_legacy`` with its indexes, the sequences it owns
@@ -174,6 +198,10 @@ def upgrade() -> None:
         """
     )
     _stamp_columns_not_null("memory_facts", "created_at", "updated_at")
+    # A database that ran the original application's migrate script may hold its embedding
+    # column of another width (another model) or of none: made vector(768), keeping the
+    # vectors that are 768 wide (the others are another model's: backfill makes them again).
+    op.execute(EMBEDDING_768)
     # A database that ran the original application's migrate script already has merged_into,
     # possibly as integer, possibly pointing at rows since deleted, possibly in chains: make every
     # pointer name an existing row at the end of its chain, so it always points at a visible row.
@@ -220,6 +248,17 @@ def upgrade() -> None:
             END LOOP;
         END $$
         """
+    )
+    # The legacy columns may allow NULL (the original application's CREATE TABLE did not say
+    # NOT NULL): a fact without a key gets one of its own, without a value the empty text,
+    # without a category "general" (where that makes it a duplicate, the merge below keeps
+    # the newest visible).
+    op.execute("UPDATE memory_facts SET key = 'unnamed_' || id WHERE key IS NULL")
+    op.execute("UPDATE memory_facts SET value = '' WHERE value IS NULL")
+    op.execute("UPDATE memory_facts SET category = 'general' WHERE category IS NULL")
+    op.execute(
+        "ALTER TABLE memory_facts ALTER COLUMN category SET NOT NULL, "
+        "ALTER COLUMN key SET NOT NULL, ALTER COLUMN value SET NOT NULL"
     )
     op.execute(
         """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -13,10 +14,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 from sqlalchemy.exc import DBAPIError
 
+from navi_memory import open_memory
 from navi_memory.db import SCHEMA_HEAD, TRGM_INDEXES
 from navi_memory.models import Base
+from navi_memory.testing import FakeOllama
 from navi_memory.text.terms import STOP_WORDS
 from tests import dbtools
+from tests.conftest import make_settings
 
 TABLES = {
     "navi_users",
@@ -1589,3 +1593,166 @@ def test_0032_parts_latin_words_from_unspaced_letters_in_the_stored_tsvectors_an
         assert found_by(conn, "python") == ["ascii"]
         assert found_by(conn, "nginx") == []
     dbtools.upgrade(url)
+
+
+# Legacy databases whose facts columns allow NULL, or whose embedding column is of another
+# width (the original application's CREATE TABLE and migrate script left both open).
+
+NULLABLE_LEGACY_DDL = LEGACY_DDL.replace(
+    "category text NOT NULL, key text NOT NULL, value text NOT NULL",
+    "category text, key text, value text",
+)
+
+
+def vector_text(width: int, start: float = 0.1) -> str:
+    return "[" + ",".join(str(start + i * 1e-4) for i in range(width)) + "]"
+
+
+def test_a_legacy_fact_without_a_category_key_or_value_is_kept_and_readable(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str, fake_ollama: FakeOllama
+) -> None:
+    """0002 kept the NULLs and the columns nullable: one such fact made its user's listing,
+    search and export fail. Each gets a key, a value or the category "general" (a duplicate
+    it makes is merged, newest visible), and the schema is a fresh database's."""
+    uid = uuid.uuid4()
+    assert NULLABLE_LEGACY_DDL != LEGACY_DDL
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute(NULLABLE_LEGACY_DDL)
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value, updated_at) VALUES"
+            " (%s, 'a', 'k', NULL, now()), (%s, NULL, 'editor', 'vim', now() - interval '1 day'),"
+            " (%s, 'general', 'editor', 'helix', now()), (%s, 'a', NULL, 'v1', now()),"
+            " (%s, 'a', NULL, 'v2', now())",
+            (uid,) * 5,
+        )
+    dbtools.upgrade(pg_server.url(scratch_db))
+    with connect(pg_server, scratch_db) as conn:
+        rows = conn.execute(
+            "SELECT category, key, value, merged_into IS NOT NULL FROM memory_facts ORDER BY id"
+        ).fetchall()
+        ids = [r[0] for r in conn.execute("SELECT id FROM memory_facts ORDER BY id").fetchall()]
+        nullable = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'memory_facts'"
+            " AND column_name IN ('category', 'key', 'value') AND is_nullable = 'YES'"
+        ).fetchall()
+    assert rows == [
+        ("a", "k", "", False),
+        ("general", "editor", "vim", True),  # the older of two "general/editor": hidden
+        ("general", "editor", "helix", False),
+        ("a", f"unnamed_{ids[3]}", "v1", False),  # two facts without a key stay two
+        ("a", f"unnamed_{ids[4]}", "v2", False),
+    ]
+    assert nullable == []
+
+    async def read() -> list[str]:
+        settings = make_settings(pg_server.url(scratch_db), fake_ollama)
+        async with open_memory(settings, embedder=False) as memory:
+            listed = await memory.store.get_all_facts(user_id=uid)
+            found = await memory.store.search_facts("v1", user_id=uid)
+            assert [f.value for f in found][:1] == ["v1"]
+            return sorted(f.value for f in listed)
+
+    assert asyncio.run(read()) == ["", "helix", "v1", "v2"]
+
+
+@pytest.mark.parametrize(("column", "widths"), [("vector", (384, 768)), ("vector(1024)", (1024,))])
+def test_a_legacy_embedding_column_of_another_width_becomes_vector_768(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str, column: str, widths: tuple[int, ...]
+) -> None:
+    """A `vector` column stopped 0002 ("column does not have dimensions"), a `vector(1024)` one
+    with rows 0007 — half migrated; without rows it reached head and every fact write failed.
+    The column is vector(768) now: vectors 768 wide kept, the others cleared for backfill."""
+    uid = uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute("CREATE EXTENSION vector")
+        conn.execute(LEGACY_DDL)
+        conn.execute(f"ALTER TABLE memory_facts ADD COLUMN embedding {column}")
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        for width in widths:
+            conn.execute(
+                "INSERT INTO memory_facts (user_id, category, key, value, embedding)"
+                " VALUES (%s, 'a', %s, 'v', CAST(%s AS vector))",
+                (uid, f"k{width}", vector_text(width)),
+            )
+    dbtools.upgrade(pg_server.url(scratch_db))
+    with connect(pg_server, scratch_db) as conn:
+        kind = conn.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = 'memory_facts'::regclass AND attname = 'embedding'"
+        ).fetchone()
+        kept = conn.execute(
+            "SELECT key, vector_dims(embedding) FROM memory_facts ORDER BY key"
+        ).fetchall()
+    assert kind == ("vector(768)",)
+    assert kept == [(f"k{w}", 768 if w == 768 else None) for w in widths]
+
+
+def test_0034_repairs_a_database_0002_adopted_before(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str, fake_ollama: FakeOllama
+) -> None:
+    """A database adopted by the old 0002 (nullable columns with NULLs, an embedding column of
+    another width) is repaired at 0034: a fact write works, the NULL-category row that would
+    collide with a visible "general" row is hidden behind it."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0033")
+    uid = uuid.uuid4()
+    with connect(pg_server, scratch_db) as conn:
+        conn.execute(
+            "ALTER TABLE memory_facts ALTER COLUMN category DROP NOT NULL,"
+            " ALTER COLUMN key DROP NOT NULL, ALTER COLUMN value DROP NOT NULL"
+        )
+        # As the old 0002 left such a column: its type kept from the legacy script, the
+        # triggers of later revisions made over it.
+        triggers = [
+            row[0]
+            for row in conn.execute(
+                "SELECT pg_get_triggerdef(oid) FROM pg_trigger"
+                " WHERE tgrelid = 'memory_facts'::regclass AND NOT tgisinternal"
+            ).fetchall()
+        ]
+        assert triggers
+        for name in conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'memory_facts'::regclass"
+            " AND NOT tgisinternal"
+        ).fetchall():
+            conn.execute(f'DROP TRIGGER "{name[0]}" ON memory_facts')
+        conn.execute("ALTER TABLE memory_facts ALTER COLUMN embedding TYPE vector(1024)")
+        for trigger in triggers:
+            conn.execute(trigger)
+        conn.execute("INSERT INTO navi_users (id) VALUES (%s)", (uid,))
+        general = conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value) VALUES"
+            " (%s, 'general', 'editor', 'helix') RETURNING id",
+            (uid,),
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO memory_facts (user_id, category, key, value) VALUES"
+            " (%s, NULL, 'editor', 'vim'), (%s, 'a', NULL, NULL)",
+            (uid, uid),
+        )
+    dbtools.upgrade(url)
+    with connect(pg_server, scratch_db) as conn:
+        rows = conn.execute(
+            "SELECT category, key LIKE 'unnamed_%%', value, merged_into FROM memory_facts"
+            " ORDER BY id"
+        ).fetchall()
+        kept = conn.execute(
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger"
+            " WHERE tgrelid = 'memory_facts'::regclass AND NOT tgisinternal"
+        ).fetchall()
+    assert sorted(row[0] for row in kept) == sorted(triggers)
+    assert general is not None
+    assert rows == [
+        ("general", False, "helix", None),
+        ("general", False, "vim", general[0]),
+        ("a", True, "", None),
+    ]
+
+    async def write() -> bool:
+        settings = make_settings(url, fake_ollama)
+        async with open_memory(settings) as memory:
+            fact = await memory.store.upsert_fact("tools", "shell", "fish", user_id=uid)
+            return fact.has_embedding
+
+    assert asyncio.run(write())
