@@ -11,6 +11,7 @@ import logging
 import re
 import struct
 import sys
+import weakref
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import asyncpg
 from pgvector import Vector
 from sqlalchemy import Executable, Result, event, text
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
@@ -1082,12 +1083,16 @@ async def _ensure_trgm_indexes(engine: AsyncEngine) -> list[str]:
 # --- closing a Memory's engines (open_memory's end) ---------------------------------------
 
 
+MEMORY_CLOSED: Final = (
+    "this Memory is closed (its open_memory() block has ended): make the call inside the "
+    "block, or open a new Memory"
+)
+"""What every call of a closed Memory raises (a StorageError)."""
+
+
 def _closed(*_: object, **__: object) -> None:
     """A checkout or connection of a closed Memory's engines (``refuse_connections``)."""
-    raise StorageError(
-        "this Memory is closed (its open_memory() block has ended): make the call inside the "
-        "block, or open a new Memory"
-    )
+    raise StorageError(MEMORY_CLOSED)
 
 
 async def drain_engines(*engines: AsyncEngine) -> None:
@@ -1114,6 +1119,33 @@ async def drain_engines(*engines: AsyncEngine) -> None:
     finally:
         for pool in pools:
             event.remove(pool, "checkin", checked_in)
+
+
+_LOOPS: weakref.WeakKeyDictionary[Engine, asyncio.AbstractEventLoop] = weakref.WeakKeyDictionary()
+"""The event loop each Memory's engines were opened in (``bind_to_loop``)."""
+
+OTHER_LOOP: Final = (
+    "this Memory was opened in another event loop: asyncio connections belong to the loop that "
+    "made them; call it from that loop (or open a Memory in this one)"
+)
+
+
+def bind_to_loop(loop: asyncio.AbstractEventLoop, *engines: AsyncEngine) -> None:
+    """``engines`` belong to ``loop`` (the one that opened the Memory): ``check_loop``
+    refuses a call from another. asyncpg's connections belong to the loop that made them, and
+    such a call failed with a bare RuntimeError, the connection left mid-operation."""
+    for engine in engines:
+        _LOOPS[engine.sync_engine] = loop
+
+
+def check_loop(engine: AsyncEngine | None) -> None:
+    """A StorageError when ``engine`` was bound to another event loop than the running one
+    (before any connection is taken: nothing to clean up)."""
+    if engine is None:
+        return
+    bound = _LOOPS.get(engine.sync_engine)
+    if bound is not None and bound is not asyncio.get_running_loop():
+        raise StorageError(OTHER_LOOP)
 
 
 def refuse_connections(*engines: AsyncEngine) -> None:

@@ -21,6 +21,7 @@ from navi_memory.config import Settings, load_settings
 from navi_memory.constants import EMBEDDING_MODEL_RECHECK_SECONDS
 from navi_memory.db import (
     Capabilities,
+    bind_to_loop,
     check_capabilities,
     create_engine,
     create_sessionmaker,
@@ -139,6 +140,7 @@ async def open_memory(
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(settings, url)
     cached_plans = create_engine(settings, url, cached_plans=True)
+    bind_to_loop(asyncio.get_running_loop(), engine, cached_plans)
     owned_embedder, owned_chat = embedder is None, chat_model is None
     text_only = embedder is False or (embedder is None and settings.text_only)
     # Any model, ours or the caller's, fails the same way: a navi_memory error within the

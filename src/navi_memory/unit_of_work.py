@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
-from navi_memory.db import DRIVER_ERRORS, PooledStatements, translate_driver_error
+from navi_memory.db import DRIVER_ERRORS, PooledStatements, check_loop, translate_driver_error
 from navi_memory.errors import ConfigError, NaviMemoryError
 
 __all__ = [
@@ -161,7 +161,9 @@ class _Call:
 @contextmanager
 def _translated(bind: AsyncEngine | None, call: _Call) -> Iterator[None]:
     """Driver errors as navi_memory errors, naming the database. A navi_memory error from an
-    inner block passes as it is (ConnectionLostError is an OSError, one of DRIVER_ERRORS)."""
+    inner block passes as it is (ConnectionLostError is an OSError, one of DRIVER_ERRORS).
+    First, a call from another event loop than the Memory's is refused (db.check_loop)."""
+    check_loop(bind)
     try:
         yield
     except NaviMemoryError:

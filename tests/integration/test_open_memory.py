@@ -326,6 +326,10 @@ async def test_a_closed_memory_refuses_calls_and_connects_nothing(
         await closed.store.upsert_fact("a", "late", "v", user_id=uid)
     with pytest.raises(StorageError, match="this Memory is closed"):
         await closed.store.search_facts("early", user_id=uid)
+    # Indexing answered 0 ("nothing was queued") where every other call refuses.
+    for index_pending in (closed.store.index_pending_facts, closed.store.index_pending_chunks):
+        with pytest.raises(StorageError, match="this Memory is closed"):
+            await index_pending()
     assert await backends_settle(memory, at_most=0)
     assert [f.key for f in await memory.store.get_all_facts(uid)] == ["early"]
 
@@ -363,3 +367,38 @@ async def test_a_close_cancelled_during_its_grace_still_disposes_the_pools(
         await opened[0].users.get(uid)
     await calls[0]
     await execute(memory, "DROP TRIGGER slow ON kv_store")
+
+
+def test_a_memory_called_from_another_event_loop_is_refused_and_keeps_working(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """asyncpg's connections belong to the loop that made them: a call from another loop
+    failed with a bare RuntimeError and left its connection mid-operation (closing it later
+    logged another). It is a StorageError before any connection is taken; the Memory goes on
+    in its own loop and closes cleanly."""
+    settings = make_settings(db_url, fake_ollama)
+    home = asyncio.new_event_loop()
+    opened = open_memory(settings)
+    try:
+        memory = home.run_until_complete(opened.__aenter__())
+        uid = home.run_until_complete(new_user(memory))
+
+        async def elsewhere() -> list[str]:
+            refused = []
+            for call in (
+                lambda: memory.users.get(uid),
+                lambda: memory.store.search_facts("x", user_id=uid),
+                lambda: memory.store.upsert_fact("a", "k", "v", user_id=uid),
+                lambda: memory.search.search("x", user_id=uid),
+            ):
+                with pytest.raises(StorageError, match="opened in another event loop") as caught:
+                    await call()
+                refused.append(type(caught.value).__name__)
+            return refused
+
+        assert asyncio.run(elsewhere()) == ["StorageError"] * 4
+        fact = home.run_until_complete(memory.store.upsert_fact("a", "k", "v", user_id=uid))
+        assert fact.value == "v"
+    finally:
+        home.run_until_complete(opened.__aexit__(None, None, None))
+        home.close()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from navi_memory.errors import StorageError
 from navi_memory.jobs import queue_indexer as qi
 
 
@@ -72,7 +73,8 @@ async def test_close_does_not_leave_last_batch_set_for_a_later_drain(
     _, after_go = indexer.gate()
     after_go.set()
     before = indexer.batches_run
-    assert await indexer.drain() == 0
+    with pytest.raises(StorageError, match="this Memory is closed"):
+        await indexer.drain()
     assert indexer.batches_run == before
 
 

@@ -25,7 +25,8 @@ from typing import ClassVar, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from navi_memory.errors import NaviMemoryError
+from navi_memory.db import MEMORY_CLOSED
+from navi_memory.errors import NaviMemoryError, StorageError
 from navi_memory.unit_of_work import unit_of_work
 
 __all__ = ["CLOSE_GRACE_SECONDS", "HELPER_REST_SECONDS", "RETRY_DELAYS", "QueueIndexer"]
@@ -99,7 +100,10 @@ class QueueIndexer:
     async def drain(self, max_batches: int | None = None, *, relay: bool = False) -> int:
         """Index queued rows until the queue is empty (or ``max_batches`` batches ran); returns
         how many were indexed. ``relay``: kick the idle helpers whenever a batch finds a
-        backlog. Raises StorageError if the database fails."""
+        backlog. Raises StorageError if the database fails, or if the indexer was closed
+        before this drain began (its Memory is: "0 indexed" would say nothing was queued)."""
+        if self._closing:
+            raise StorageError(MEMORY_CLOSED)
         return await self._drain(max_batches, relay=relay, background=False)
 
     async def _drain(self, max_batches: int | None, *, relay: bool, background: bool) -> int:
