@@ -210,9 +210,10 @@ def repeats_context(hit: RecallCandidate, in_context: Sequence[int]) -> bool:
     writes such a chunk, but a host that indexes its messages as it goes (``add_chunks``) does.
     An excerpt whose range holds any row out of the context — a dropped message — is not a
     repeat."""
-    start, end = hit.start_seq, hit.end_seq
-    if start is None or end is None or end < start:
+    span = _seq_range(hit)
+    if span is None:
         return False
+    start, end = span
     held = bisect.bisect_right(in_context, end) - bisect.bisect_left(in_context, start)
     return held == end - start + 1
 
