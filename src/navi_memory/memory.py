@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -32,7 +33,7 @@ from navi_memory.db import (
     refuse_connections,
     resolve_database_url,
 )
-from navi_memory.errors import InvalidTypeError
+from navi_memory.errors import InvalidInputError, InvalidTypeError
 from navi_memory.facades.admin import Admin
 from navi_memory.facades.context import ContextBuilder
 from navi_memory.facades.extractor import Extractor
@@ -116,13 +117,38 @@ def _check_arguments(settings: object, embedder: object, chat_model: object) -> 
             )
 
 
-@asynccontextmanager
-async def open_memory(
+class _OpenOnce(AbstractAsyncContextManager[Memory]):
+    """``open_memory``'s context manager, entered once: a second ``async with`` on the same
+    object was contextlib's AttributeError (a generator cannot start twice)."""
+
+    def __init__(self, opening: AbstractAsyncContextManager[Memory]) -> None:
+        self._opening = opening
+        self._entered = False
+
+    async def __aenter__(self) -> Memory:
+        if self._entered:
+            raise InvalidInputError(
+                "this open_memory(...) was entered already: call open_memory() again for "
+                "another Memory"
+            )
+        self._entered = True
+        return await self._opening.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        return await self._opening.__aexit__(exc_type, exc, tb)
+
+
+def open_memory(
     settings: Settings | None = None,
     *,
     embedder: Embedder | Literal[False] | None = None,
     chat_model: ChatModel | None = None,
-) -> AsyncIterator[Memory]:
+) -> AbstractAsyncContextManager[Memory]:
     """Open navi-memory on ``settings.database_url`` (unset: the embedded PostgreSQL).
 
     ``embedder`` and ``chat_model`` replace the Ollama clients built from the settings (they
@@ -133,7 +159,19 @@ async def open_memory(
     Without ``settings``, reads them from the environment (a malformed value: ConfigError).
     Refuses, with a SchemaError saying what to do, a server without pgvector >= 0.8 or a schema
     that is not at head; a server that cannot be reached is a StorageError naming the URL.
+    The object it returns is entered once (again: an InvalidInputError).
     """
+    return _OpenOnce(_opened(settings, embedder=embedder, chat_model=chat_model))
+
+
+@asynccontextmanager
+async def _opened(
+    settings: Settings | None,
+    *,
+    embedder: Embedder | Literal[False] | None,
+    chat_model: ChatModel | None,
+) -> AsyncIterator[Memory]:
+    """``open_memory``'s work, from its ``async with`` to its end."""
     _check_arguments(settings, embedder, chat_model)
     # From the environment: a malformed value is one ConfigError line naming the variable.
     settings = settings or load_settings()

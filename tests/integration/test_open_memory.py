@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import make_url, text
 
 from navi_memory import (
+    InvalidInputError,
     Memory,
     SchemaError,
     Settings,
@@ -402,3 +403,20 @@ def test_a_memory_called_from_another_event_loop_is_refused_and_keeps_working(
     finally:
         home.run_until_complete(opened.__aexit__(None, None, None))
         home.close()
+
+
+async def test_the_same_open_memory_entered_twice_is_refused_plainly(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """A second `async with` on one open_memory(...) object was contextlib's AttributeError
+    ("'_AsyncGeneratorContextManager' object has no attribute 'args'"); after the first one
+    ended, and while it is open."""
+    opening = open_memory(make_settings(db_url, fake_ollama))
+    async with opening as memory:
+        with pytest.raises(InvalidInputError, match="entered already"):
+            async with opening:
+                pass
+        await new_user(memory)  # the first is untouched
+    with pytest.raises(InvalidInputError, match="call open_memory\\(\\) again"):
+        async with opening:
+            pass
