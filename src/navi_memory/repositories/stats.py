@@ -31,7 +31,6 @@ __all__ = ["TABLES", "StatsRepository"]
 
 TABLES: tuple[Any, ...] = (
     User,
-    FactForgottenRow,
     FactRow,
     FactVectorRow,
     FactVectorQueueRow,

@@ -154,7 +154,7 @@ def query_terms(
         # JIRA-123"): those first, then as many pairs as fit — the last ones, since a long
         # question puts its topic last ("不好意思再问一下，…我们测试服务器的登录密码是什么"),
         # after the courtesies —, all in query order.
-        cjk = [bool(_CJK_PAIR.fullmatch(term)) for term in chosen]
+        cjk = [cjk_pair(term) for term in chosen]
         others = [i for i, is_pair in enumerate(cjk) if not is_pair][:limit]
         room = limit - len(others)
         pairs_kept = [i for i, is_pair in enumerate(cjk) if is_pair][-room:] if room else []
