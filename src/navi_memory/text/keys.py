@@ -108,8 +108,8 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("ver",): ("version",),
     ("pkg",): ("package",),
     ("yr",): ("year",),
-    ("mob",): ("mobile",),
-    ("cell",): ("mobile",),
+    ("mob",): ("mobile", "phone"),
+    ("cell",): ("mobile", "phone"),
     ("fname",): ("first", "name"),
     ("firstname",): ("first", "name"),
     ("forename",): ("first", "name"),
@@ -465,7 +465,12 @@ def _round(tokens: list[str]) -> list[str]:
     tokens = _reorder_of(_rewrite_phrases(tokens))
     if tokens:
         tokens[-1] = _singular(tokens[-1])
-    return _drop_modifiers(_rewrite_phrases(tokens))
+    tokens = _drop_modifiers(_rewrite_phrases(tokens))
+    if tokens and tokens[-1] == "mobile":
+        # A key that ends in "mobile" ("mobile", "cell", "work_cell") names the phone:
+        # it is "mobile_phone" written short, not a thing of its own.
+        tokens.append("phone")
+    return tokens
 
 
 # Dedupe normalises every key of a category on each write: the same few keys again and again.
