@@ -121,6 +121,7 @@ SCHEMA_REVISIONS: Final = (
     "0032",
     "0033",
     "0034",
+    "0035",
 )
 """The Alembic revisions this code ships, oldest first (a test keeps them equal to
 alembic/versions'): a database at any other revision was migrated by a newer release."""

@@ -1595,6 +1595,64 @@ def test_0032_parts_latin_words_from_unspaced_letters_in_the_stored_tsvectors_an
     dbtools.upgrade(url)
 
 
+def holding_all(conn: psycopg.Connection[Any], term: str) -> list[str]:
+    """The chunks holding every lexeme of ``term`` (the hit of a query term)."""
+    rows = conn.execute(
+        "SELECT c.breadcrumbs[1] FROM memory_chunk_terms t JOIN memory_chunks c"
+        " ON c.id = t.chunk_id WHERE t.tsv @@ (SELECT CAST(string_agg(quote_literal(l), ' & ')"
+        " AS tsquery) FROM unnest(tsvector_to_array(navi_text_tsv(%s))) l) ORDER BY 1",
+        (term,),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_0035_joins_numbers_with_thousands_separators_in_the_stored_tsvectors_and_back(
+    pg_server: dbtools.EmbeddedServer, scratch_db: str
+) -> None:
+    """Chunks indexed by 0032's spelling: "$1,234.50" was the lexemes 1 and 234.50, which a
+    chunk saying "$1 and 234.50" held too. After 0035 the amount is one lexeme, in the stored
+    tsvectors and those made ahead on the text queue, with the statistics and kept
+    frequencies in step; a list of numbers, a chunk without one and a decimal comma keep their
+    rows; the downgrade makes them the old way again."""
+    url = pg_server.url(scratch_db)
+    dbtools.upgrade(url, "0034")
+    uid = uuid.uuid4()
+    contents = {
+        "invoice": "User: the invoice total was $1,234.50 last month",
+        "apart": "User: paid $1 and 234.50 euros",
+        "ports": "User: open ports 8080,8081 and 1,2345",
+        "plain": "User: nothing to see here, really",
+        "decimal": "User: it weighs 4,5 kg",
+        "queued": "User: the budget is 1,200,000 a year",
+    }
+    with connect(pg_server, scratch_db) as conn:
+        seed_chunk_text(conn, uid, contents)
+        text_index_in_line(conn)
+        untouched = {name: chunk_ctid(conn, name) for name in ("ports", "plain", "decimal")}
+        assert holding_all(conn, "1,234.50") == ["apart", "invoice"]
+        assert holding_all(conn, "1234.50") == []
+    dbtools.upgrade(url, "0035")
+    with connect(pg_server, scratch_db) as conn:
+        text_index_in_line(conn)
+        assert {name: chunk_ctid(conn, name) for name in untouched} == untouched
+        assert holding_all(conn, "1,234.50") == holding_all(conn, "1234.50") == ["invoice"]
+        assert holding_all(conn, "8081") == holding_all(conn, "2345") == ["ports"]
+        assert conn.execute(
+            "SELECT q.tsv @@ navi_text_tsquery('1200000') FROM memory_chunk_text_queue q"
+        ).fetchone() == (True,)
+        lexemes = conn.execute(
+            "SELECT tsvector_to_array(navi_text_tsv('x1,234 3.1,234 -12,345 端口1,234'))"
+        )
+        assert lexemes.fetchone() == (["-12345", "1234", "234", "3.1", "x1", "端口"],)
+        df = dict(conn.execute("SELECT lexeme, df FROM memory_chunk_lexeme_df").fetchall())
+        assert df["1234.50"] == 1 and df["1"] == 2 and df["234.50"] == 1  # apart, ports
+    dbtools.downgrade(url, "0034")
+    with connect(pg_server, scratch_db) as conn:
+        text_index_in_line(conn)
+        assert holding_all(conn, "1,234.50") == ["apart", "invoice"]
+    dbtools.upgrade(url)
+
+
 # Legacy databases whose facts columns allow NULL, or whose embedding column is of another
 # width (the original application's CREATE TABLE and migrate script left both open).
 
