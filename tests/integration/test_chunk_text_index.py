@@ -4,6 +4,7 @@ alike (the same scores, to the bit, however far the indexer got)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -18,7 +19,13 @@ from navi_memory.testing import FakeOllama
 from navi_memory.text.terms import query_terms
 from tests.conftest import make_settings
 from tests.integration.factories import chunk_draft as draft
-from tests.integration.factories import execute, new_user, scalar, statements_on
+from tests.integration.factories import (
+    execute,
+    new_user,
+    scalar,
+    statements_on,
+    wait_for_a_sleeping_statement,
+)
 from tests.seed import seed_user
 
 NOTES = (
@@ -486,3 +493,36 @@ async def test_imported_chunks_are_queued_for_the_text_index(
     fake_ollama.mode = "fail"
     hits = await memory.store.search_chunks("8099", user_id=copy)
     assert hits and {h.user_id for h in hits} == {copy}
+
+
+async def test_a_user_deleted_while_their_chunks_commit_leaves_no_text_queue_row(
+    db_url: str, fake_ollama: FakeOllama
+) -> None:
+    """add_chunks slow to commit (a deferred trigger sleeping at COMMIT, as a slow round trip
+    before it would): users.delete, from another process, waits for the user's row, then the
+    cascade takes the chunk — and the chunk's text queue row (no foreign key) went with it
+    only if it was there when the delete read the queue. It was left behind, with the user's
+    id, pending forever on an idle system (the races review's repro)."""
+    settings = make_settings(db_url, fake_ollama, chunk_index_in_background=False)
+    async with open_memory(settings) as one, open_memory(settings) as two:
+        uid = await new_user(one)
+        await execute(
+            one,
+            "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$",
+        )
+        await execute(
+            one,
+            "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON memory_chunks"
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()",
+        )
+        add = asyncio.create_task(
+            one.store.add_chunks([draft("chunk about ports", 1)], user_id=uid, session_id="s1")
+        )
+        await wait_for_a_sleeping_statement(one)
+        assert await two.users.delete(uid) is True
+        assert await add == 1  # committed before the delete went on
+        await execute(one, "DROP TRIGGER slow_commit ON memory_chunks")
+        for table in ("memory_chunks", "memory_chunk_text_queue", "memory_chunk_vector_queue"):
+            assert await scalar(one, f"SELECT count(*) FROM {table}") == 0, table
+        assert await one.store.pending_chunk_count() == 0
