@@ -507,3 +507,35 @@ async def test_numbers_are_searched_whole_before_and_after_indexing(
     for hits in (queued, indexed):
         assert hits and hits[0].content == wanted
         assert hits[0].terms_hit == len(query.split())
+
+
+@pytest.mark.parametrize("ranking", ["bm25", "terms"])
+async def test_the_words_of_a_chunks_rendering_find_no_chunk_by_themselves(
+    db_url: str, fake_ollama: FakeOllama, ranking: str
+) -> None:
+    """Every chunk holds "User:", "Assistant:", "Tool result": "user accounts" was a hit of
+    every excerpt on "user", and "weather users" made every one a candidate by the stem of
+    "users" (the search review). Those words are left out of the raw history's terms — in
+    search_chunks and unified search alike —, unless the query holds nothing else."""
+    settings = make_settings(db_url, fake_ollama, chunk_text_ranking=ranking)
+    async with open_memory(settings) as memory:
+        uid = await new_user(memory)
+        pizza = draft("User: I love pizza\n\nAssistant: me too", 1)
+        weather = draft("Tool result (weather): sunny in Oslo", 2)
+        accounts = draft("User: the admin panel needs accounts for every team", 3)
+        await memory.store.add_chunks([pizza, weather, accounts], user_id=uid, session_id="s1")
+        fake_ollama.mode = "fail"  # the text path alone
+        for query, wanted in (
+            ("user accounts", [accounts.content]),
+            ("Assistants and accounts", [accounts.content]),
+            ("weather users", [weather.content]),
+            ("tool calls in Oslo", [weather.content]),
+        ):
+            hits = await memory.store.search_chunks(query, user_id=uid)
+            assert [h.content for h in hits] == wanted, (query, ranking)
+            assert [h.terms_hit for h in hits] == [1], query
+            unified = await memory.search.search(query, "raw", user_id=uid)
+            assert [h.text for h in unified] == wanted, (query, ranking)
+        # Nothing else in the query: the words are asked for, as stop words alone are.
+        hits = await memory.store.search_chunks("tool result", user_id=uid)
+        assert hits and hits[0].content == weather.content

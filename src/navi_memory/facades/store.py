@@ -56,6 +56,7 @@ from navi_memory.services.facts import (
     FactWrite,
     confidence_for_source,
 )
+from navi_memory.text.chunks import raw_history_terms
 from navi_memory.text.terms import query_phrase, query_terms
 from navi_memory.unit_of_work import (
     engine_of,
@@ -633,6 +634,7 @@ class MemoryStore:
         session_id = check_optional_session_id(session_id)
         terms = query_terms(query)
         vector = await self._embedding.query(query) if terms else None
+        terms = list(raw_history_terms(terms))  # not the words every chunk's rendering holds
         # One statement: no transaction (the connection's settings hold the HNSW options). A
         # user known small reads with a statement whose plan is every small user's: cached.
         small = self._chunks.small_read(scope, terms)

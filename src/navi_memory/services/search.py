@@ -36,6 +36,7 @@ from navi_memory.services.chunks import (
     text_ranking_for,
 )
 from navi_memory.services.ranking import fuse_hits, rank_hits
+from navi_memory.text.chunks import raw_history_terms
 from navi_memory.text.freshness import (
     ExcerptWords,
     FactVersion,
@@ -93,6 +94,12 @@ class SearchPlan:
     phrase: str | None = None
     """The whole query (text.terms.query_phrase): facts holding it verbatim rank first among
     those matching the most terms."""
+
+    @property
+    def raw_terms(self) -> tuple[str, ...]:
+        """The terms the raw history's text search asks for (text.chunks.raw_history_terms:
+        not the words every chunk's rendering holds)."""
+        return raw_history_terms(self.terms)
 
     @property
     def stores(self) -> frozenset[Store]:
@@ -307,7 +314,7 @@ class UnifiedSearchService:
         # A user known small reads the raw history with a statement whose plan is every small
         # user's (ranked_lists' ``small``): that lane goes to cached plans too.
         small = "raw" in plan.stores and small_user(
-            self.prune_hints, request.owner, terms=plan.terms, text_ranking=self.text_ranking
+            self.prune_hints, request.owner, terms=plan.raw_terms, text_ranking=self.text_ranking
         )
         cached_plans = [
             cached or (small and "raw" in lane)
@@ -392,12 +399,12 @@ class UnifiedSearchService:
         if not plan.terms:
             recent = await repo.recent(request.owner, request.session_id, k, with_summary_at=True)
             ranked = [(row, "recent") for row in recent]
-        elif text_ranking_for(self.text_ranking, plan.terms) == "terms":
+        elif text_ranking_for(self.text_ranking, plan.raw_terms) == "terms":
             rows = await repo.search(
                 request.owner,
                 request.session_id,
                 request.query_vector,
-                plan.terms,
+                plan.raw_terms,
                 k,
                 self.chunk_max_distance,
                 with_summary_at=True,
@@ -410,7 +417,7 @@ class UnifiedSearchService:
                 request.owner,
                 request.session_id,
                 request.query_vector,
-                plan.terms,
+                plan.raw_terms,
                 k,
                 self.chunk_max_distance,
                 with_summary_at=True,

@@ -26,12 +26,26 @@ __all__ = [
     "build_chunks",
     "elide_middle",
     "elided_parts",
+    "raw_history_terms",
     "render_message",
 ]
 
 RENDERING_WORDS: Final = frozenset({"user", "assistant", "tool", "result", "call"})
 """The words render_message writes into every chunk ("User:", "Assistant:", "Tool result
 (name):", "[Tool call]"): a query word among them matches every excerpt, whatever it says."""
+
+_RENDERING_FORMS: Final = RENDERING_WORDS | frozenset(f"{word}s" for word in RENDERING_WORDS)
+
+
+def raw_history_terms(terms: Sequence[str]) -> tuple[str, ...]:
+    """``terms`` as the raw history's text search asks for them: without the words every
+    chunk holds through its rendering (RENDERING_WORDS, and their plurals, whose stems they
+    are), which made "user accounts" a hit of every excerpt on "user" and "users" a
+    candidate of every one — unless nothing else is left ("tool results"): then all of them,
+    as a query of stop words keeps its stop words."""
+    kept = tuple(term for term in terms if term.casefold() not in _RENDERING_FORMS)
+    return kept or tuple(terms)
+
 
 WHITESPACE: Final = (
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"

@@ -19,6 +19,7 @@ from navi_memory.text.chunks import (
     build_chunks,
     elide_middle,
     elided_parts,
+    raw_history_terms,
     render_message,
 )
 
@@ -267,3 +268,22 @@ def test_whitespace_is_every_character_strip_removes() -> None:
     expected = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
     assert expected == WHITESPACE
     assert render_message(message(1, WHITESPACE, role="assistant")) is None
+
+
+@pytest.mark.parametrize(
+    ("terms", "kept"),
+    [
+        (["user", "accounts"], ("accounts",)),
+        (["Users", "Tool", "RESULTS", "weather"], ("weather",)),
+        (
+            ["assistants", "calls", "call", "result", "tools"],
+            ("assistants", "calls", "call", "result", "tools"),
+        ),
+        (["username", "toolbox", "resultant"], ("username", "toolbox", "resultant")),
+        ([], ()),
+    ],
+)
+def test_raw_history_terms_leave_out_the_rendering_words_unless_nothing_else(
+    terms: list[str], kept: tuple[str, ...]
+) -> None:
+    assert raw_history_terms(terms) == kept
