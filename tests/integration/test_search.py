@@ -952,3 +952,42 @@ async def test_a_word_inside_unspaced_text_is_found_in_every_store(
         spaced = await memory.store.search_chunks("deploy port", user_id=uid)
         assert spaced[0].content == "User: the deploy port is 8099"
         assert spaced[0].score is not None  # BM25 fused
+
+
+def ranged_draft(content: str, start: int, end: int) -> ChunkDraft:
+    at = datetime(2026, 11, 6, 18, 41, tzinfo=UTC) + timedelta(minutes=end)
+    return ChunkDraft(
+        content=content,
+        content_hash=hashlib.sha256(content.encode()).hexdigest(),
+        start_seq=start,
+        end_seq=end,
+        started_at=at,
+        ended_at=at,
+    )
+
+
+@pytest.mark.parametrize("model", ["up", "down"])
+async def test_an_excerpt_whose_messages_a_better_one_shows_is_left_out(
+    memory: Memory, fake_ollama: FakeOllama, model: str
+) -> None:
+    """A host's own chunk of messages 1–2 and compression's chunks of 1 and of 2: the
+    messages were shown twice, in memory.search and the memory_search tool alike. An excerpt
+    holding no message the better-ranked ones of its session do not is left out; another text
+    with the very range (a host's pieces of one long message) and another session's excerpt
+    of the same seqs are not."""
+    uid = await new_user(memory)
+    both = ranged_draft("User: deploy nginx\n\nAssistant: it listens on port 8080", 1, 2)
+    first = ranged_draft("User: deploy nginx", 1, 1)
+    second = ranged_draft("Assistant: it listens on port 8080", 2, 2)
+    piece = ranged_draft("User: (the rest) nginx port notes, part two", 1, 2)
+    store = memory.store
+    await store.add_chunks([both, first, second, piece], user_id=uid, session_id="s1")
+    other_session = ranged_draft("User: deploy nginx again", 1, 1)
+    await store.add_chunks([other_session], user_id=uid, session_id="s2")
+    fake_ollama.mode = "ok" if model == "up" else "fail"
+    hits = await memory.search.search("nginx port", "raw", k=10, user_id=uid)
+    texts = [h.text for h in hits]
+    assert both.content in texts and piece.content in texts, texts  # both terms: first
+    assert first.content not in texts and second.content not in texts, texts
+    assert other_session.content in texts, texts
+    assert len(texts) == 3

@@ -46,7 +46,7 @@ from navi_memory.text.freshness import (
     fact_words,
     mark_freshness,
 )
-from navi_memory.text.hits import SearchScope
+from navi_memory.text.hits import SearchScope, SeqCoverage
 from navi_memory.text.terms import STOP_WORDS, query_phrase, query_terms
 
 __all__ = [
@@ -433,7 +433,7 @@ class UnifiedSearchService:
                 recency="ended_at",
                 vector_weight=CHUNK_FUSION_VECTOR_WEIGHT,
             )
-        return ranked
+        return _without_repeats(ranked)
 
     async def _sketches(self, conn: Connection, request: SearchRequest) -> list[MemoryHit]:
         """The scratchpad's entries matching any term (current session first, then terms
@@ -449,6 +449,21 @@ class UnifiedSearchService:
         )
         via: Via = "text" if request.plan.terms else "recent"
         return [_sketch_hit(row, via=via) for row in rows]
+
+
+def _without_repeats(ranked: Ranked) -> Ranked:
+    """The excerpts less those whose messages better-ranked ones of the same session hold
+    (text.hits.SeqCoverage: a host's chunk of messages 1–2 and compression's of 1 and of 2
+    showed the messages twice); a session of each user apart (a global search)."""
+    coverage = SeqCoverage()
+    kept: Ranked = []
+    for row, via in ranked:
+        group = (row["user_id"], row["session_id"])
+        if coverage.covers(group, row["start_seq"], row["end_seq"]):
+            continue
+        coverage.add(group, row["start_seq"], row["end_seq"])
+        kept.append((row, via))
+    return kept
 
 
 def _before_summary(row: Row, request: SearchRequest) -> bool:

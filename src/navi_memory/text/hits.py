@@ -5,7 +5,8 @@ the ``memory_search`` tool answers with (spec: "Unified search"; docs/memory.md 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal, get_args
 
@@ -24,6 +25,7 @@ __all__ = [
     "OUTDATED_LINE",
     "SEARCH_SCOPES",
     "SearchScope",
+    "SeqCoverage",
     "clamp_k",
     "cut_text",
     "format_hit",
@@ -35,6 +37,40 @@ __all__ = [
 
 SearchScope = Literal["all", "facts", "raw", "sketches"]
 SEARCH_SCOPES: Final[tuple[SearchScope, ...]] = get_args(SearchScope)
+
+
+@dataclass(slots=True)
+class SeqCoverage:
+    """The messages (seq ranges, per session) of the excerpts kept so far, to leave out an
+    excerpt that holds no message they do not: a host's own chunk of seqs 1–2 beside
+    compression's chunks of 1 and of 2 shows the messages twice. An excerpt with the very
+    range of a kept one is not left out (another text filed under it: a host's pieces of one
+    long message). ``group``: whose seqs they are (a session; of a user, where several users'
+    excerpts meet)."""
+
+    _spans: set[tuple[Hashable, int, int]] = field(default_factory=set)
+    _merged: dict[Hashable, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def covers(self, group: Hashable, start: int | None, end: int | None) -> bool:
+        """Whether the kept excerpts of ``group`` hold every message of ``start``–``end``
+        and none has that very range (False for an excerpt without a range)."""
+        if start is None or end is None or end < start or (group, start, end) in self._spans:
+            return False
+        return any(a <= start and end <= b for a, b in self._merged.get(group, ()))
+
+    def add(self, group: Hashable, start: int | None, end: int | None) -> None:
+        """Keep ``start``–``end`` of ``group`` (nothing for an excerpt without a range)."""
+        if start is None or end is None or end < start:
+            return
+        self._spans.add((group, start, end))
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted([*self._merged.get(group, ()), (start, end)]):
+            if merged and a <= merged[-1][1] + 1:  # overlapping or adjacent: 1–2, 3–4 hold 1–4
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self._merged[group] = merged
+
 
 OUTDATED_LINE: Final = "⚠ outdated: a newer curated fact overrides this"
 """Shown under a raw excerpt marked ``superseded_by`` (the spec's wording)."""

@@ -15,7 +15,7 @@ from typing import Final, Literal, Protocol, TypeVar
 from navi_memory.constants import INJECTED_LEDGER_MAX
 from navi_memory.schemas import MemoryHit, Message
 from navi_memory.text.freshness import FRESHNESS_STOP_WORDS
-from navi_memory.text.hits import format_hit
+from navi_memory.text.hits import SeqCoverage, format_hit
 from navi_memory.text.terms import cjk_pair
 
 __all__ = [
@@ -210,10 +210,9 @@ def repeats_context(hit: RecallCandidate, in_context: Sequence[int]) -> bool:
     writes such a chunk, but a host that indexes its messages as it goes (``add_chunks``) does.
     An excerpt whose range holds any row out of the context — a dropped message — is not a
     repeat."""
-    span = _seq_range(hit)
-    if span is None:
+    start, end = _seq_range(hit)
+    if start is None or end is None or end < start:
         return False
-    start, end = span
     held = bisect.bisect_right(in_context, end) - bisect.bisect_left(in_context, start)
     return held == end - start + 1
 
@@ -233,50 +232,23 @@ def select_recall(
     one of them has its very range (another text filed under it)."""
     chosen: list[H] = []
     seen = set(ledger)
-    spans: set[tuple[int, int]] = set()  # the chosen excerpts' seq ranges
-    covered: list[tuple[int, int]] = []  # the same, merged
+    coverage = SeqCoverage()  # recall reads one session: one group
     for hit in hits:
         if len(chosen) >= k:
             break
         if not qualifies(hit, min_similarity=min_similarity, min_terms=min_terms):
             continue
         chunk_id = hit.chunk_id
-        if chunk_id is None or chunk_id in seen:
-            continue
-        span = _seq_range(hit)
-        # Another text filed under the very same range (a host's pieces of one long message)
-        # is no repeat of it.
-        if (
-            span is not None
-            and span not in spans
-            and any(a <= span[0] and span[1] <= b for a, b in covered)
-        ):
+        if chunk_id is None or chunk_id in seen or coverage.covers(None, *_seq_range(hit)):
             continue
         seen.add(chunk_id)
         chosen.append(hit)
-        if span is not None:
-            spans.add(span)
-            covered = _merged([*covered, span])
+        coverage.add(None, *_seq_range(hit))
     return chosen
 
 
-def _seq_range(hit: RecallCandidate) -> tuple[int, int] | None:
-    start, end = hit.start_seq, hit.end_seq
-    if start is None or end is None or end < start:
-        return None
-    return start, end
-
-
-def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``spans`` as disjoint ranges: overlapping or adjacent ones joined (seqs are integers:
-    1–2 and 3–4 hold 1–4)."""
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+def _seq_range(hit: RecallCandidate) -> tuple[int | None, int | None]:
+    return hit.start_seq, hit.end_seq
 
 
 # --- the ledger -------------------------------------------------------------------------------
