@@ -108,8 +108,8 @@ PHRASES: Final[Mapping[tuple[str, ...], tuple[str, ...]]] = {
     ("ver",): ("version",),
     ("pkg",): ("package",),
     ("yr",): ("year",),
-    ("mob",): ("mobile", "phone"),
-    ("cell",): ("mobile", "phone"),
+    ("mob",): ("mobile",),
+    ("cell",): ("mobile",),
     ("fname",): ("first", "name"),
     ("firstname",): ("first", "name"),
     ("forename",): ("first", "name"),
@@ -246,6 +246,7 @@ _TWO_WORD_HEADS: Final = frozenset(
         ("due", "date"), ("expiry", "date"), ("expiration", "date"), ("account", "number"),
         ("id", "number"), ("passport", "number"), ("policy", "number"), ("license", "number"),
         ("serial", "number"), ("tax", "number"), ("home", "address"), ("work", "address"),
+        ("mobile", "phone"),
     }
 )  # fmt: skip
 """Heads of two words that "A of B" moves whole."""
@@ -466,9 +467,10 @@ def _round(tokens: list[str]) -> list[str]:
     if tokens:
         tokens[-1] = _singular(tokens[-1])
     tokens = _drop_modifiers(_rewrite_phrases(tokens))
-    if tokens and tokens[-1] == "mobile":
-        # A key that ends in "mobile" ("mobile", "cell", "work_cell") names the phone:
-        # it is "mobile_phone" written short, not a thing of its own.
+    if tokens and tokens[-1] == "mobile" and "preferred" not in tokens:
+        # A key that ends in "mobile" ("mobile", "cell", "work_cell") names the phone: it is
+        # "mobile_phone" written short. Not a preferred mobile ("mobile_preference": Android
+        # or iOS, no phone number). "cell_carrier" stays "mobile_carrier".
         tokens.append("phone")
     return tokens
 

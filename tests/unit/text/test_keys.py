@@ -120,6 +120,12 @@ MUST_MERGE = [
     ("mobile", "mobile_phone"),
     ("work_cell", "work_mobile_phone"),
     ("mob", "mobile_no"),
+    ("cell_carrier", "mobile_carrier"),
+    ("cell_provider", "mobile_provider"),
+    ("cell_of_mom", "mom_cell"),
+    ("mobile_phone_of_mom", "mom_mobile_phone"),
+    ("mobile_phone_of_mom", "mom_cell"),
+    ("mobile_preference", "preferred_mobile"),
     ("zip", "postal_code"),
     ("postcode", "zip_code"),
     ("surname", "last_name"),
@@ -187,6 +193,9 @@ MUST_NOT_MERGE = [
     ("phone", "mobile"),
     ("mobile_app", "mobile_phone"),
     ("mobile_os", "mobile"),
+    ("mobile_preference", "mobile_phone"),
+    ("preferred_mobile", "mobile"),
+    ("cell_carrier", "mobile_phone"),
     ("birth_date", "birth_place"),
     ("mother_name", "father_name"),
     ("dog_name", "cat_name"),
@@ -318,6 +327,9 @@ def test_a_modifier_last_is_the_thing_named_and_kept() -> None:
 def test_every_phrase_replacement_is_already_canonical() -> None:
     for replacement in PHRASES.values():
         canonical = "".join(replacement)
+        if replacement == ("mobile",):  # a key of that word alone is the phone (_round)
+            assert normalize_key(canonical) == "mobilephone"
+            continue
         assert normalize_key(canonical) == canonical
 
 
