@@ -9,9 +9,10 @@ and, shorter, ranked above the invoice that said "$1,234.50".
 
 ``navi_text_spelling`` now drops a comma between digit groups where the run is a number with
 thousands separators as ``text.terms._COMMA_NUMBER`` reads one inside a query term: one to
-three digits, then groups of exactly three, an optional decimal part, not inside a longer word
-(no letter, digit, ``_ . - / @ : # , +`` before it; none of ``_ . - / @ : # ,`` followed by a
-word character, nor a letter or digit, after it). "1,234" and "1,200,000" become "1234" and
+three digits, then groups of exactly three, an optional decimal part, not inside a longer term
+(no letter, digit or ``_`` before or after it; a run of ``. - / @ : #`` beside it joins a term
+only where a word character is on its other side, a comma only where a digit is; a sign starts
+the number where no term holds it). "1,234" and "1,200,000" become "1234" and
 "1200000"; "8080,8081", "1,2345", "x1,234", "3.1,234" and a decimal comma ("4,5") stay as
 they were. Chunks and queries alike (``navi_text_tsv``), so "1234.50" and "$1,234.50" find
 each other. The step runs only on a text holding a digit, a comma and a digit again
@@ -69,9 +70,15 @@ _THOUSANDS = r"""
     -- character cost 2x more on a text dense in amounts.
     IF strpos(body, ',') > 0 AND body ~ '[0-9],[0-9]{3}' THEN
         body := regexp_replace(body,
-            ',(?<=(?:^|[^[:alnum:]_.\-/@:#,+])[-+]?[0-9]{1,3}(?:,[0-9]{3})*,)'
+            -- Before the number: the start, a sign that starts a term, or a character no
+            -- term holds there (a run of . - / @ : # joins a term only after a word
+            -- character, a comma only after a digit: "#1,234", "a,1,234" are the number).
+            ',(?<=(?:^|[^[:alnum:]_.\-/@:#,+]|(?:^|[^[:alnum:]_.\-/@:#])[.\-/@:#]+'
+            '|(?:^|[^0-9]),|(?:^|[^[:alnum:]_.\-/@:#,+])[-+])[0-9]{1,3}(?:,[0-9]{3})*,)'
+            -- After it: the end, or a character no term holds there (. - / @ : # join a
+            -- term only before a word character, a comma only before a digit).
             '(?=[0-9]{3}(?:,[0-9]{3})*(?:\.[0-9]+)?'
-            '(?:$|[^[:alnum:]_.\-/@:#,]|,(?:$|[^0-9])|[.\-/@:#](?:$|[^[:alnum:]_])))',
+            '(?:$|[^[:alnum:]_.\-/@:#,]|,(?:$|[^0-9])|[.\-/@:#]+(?:$|[^[:alnum:]_.\-/@:#])))',
             '', 'g');
     END IF;"""
 
