@@ -212,6 +212,10 @@ key); ``current`` is still dropped (``python_current_version`` is the python ver
 
 _KEPT_BEFORE_ONE_OF_SEVERAL: Final = frozenset({"default", "main", "primary"})
 
+_SETTING_TAILS: Final = frozenset({"name", "number", "id"})
+"""Last words that name a setting's label, not another thing: ``default_branch_name`` is the
+default branch's name."""
+
 CHOICES: Final = frozenset(
     {
         "language", "editor", "browser", "shell", "terminal", "ide", "theme", "font", "mode",
@@ -409,18 +413,25 @@ def _drop_modifiers(tokens: list[str]) -> list[str]:
     # A modifier qualifies the word after it; last, it is the thing named ("db_user" is the
     # database's user, not the database), "preference" alone excepted ("language_preference").
     last = len(tokens) - 1
+    # The setting a default, main or primary one is one of: the last word, or the word before
+    # a last "name", "number" or "id" ("default_branch_name", "default_port_number").
+    setting = last - 1 if last > 0 and tokens[last] in _SETTING_TAILS else last
+    one_of_several = setting >= 0 and tokens[setting] in ONE_OF_SEVERAL
     kept = [
         word
         for at, word in enumerate(tokens)
         if word not in DROPPED_MODIFIERS
         or (at == last and word != "preference")
         or (word == "user" and at > 0)  # "app_user_count" counts the app's users
-        or (
-            word in _KEPT_BEFORE_ONE_OF_SEVERAL
-            and at == last - 1
-            and tokens[last] in ONE_OF_SEVERAL
-        )
+        # anywhere before it: "default_postgres_port" as "postgres_default_port"
+        or (word in _KEPT_BEFORE_ONE_OF_SEVERAL and at < setting and one_of_several)
     ]
+    if one_of_several:
+        # One place for it, the front: "postgres_default_port" is "default_postgres_port".
+        front = [word for word in kept[:setting] if word in _KEPT_BEFORE_ONE_OF_SEVERAL]
+        if front:
+            rest = [word for word in kept if word not in _KEPT_BEFORE_ONE_OF_SEVERAL]
+            kept = front[:1] + rest if len(set(front)) == 1 else kept
     if not kept:
         return tokens
     choice = kept[-1] in CHOICES or tuple(kept[-2:]) in _CHOICE_PAIRS
@@ -456,8 +467,11 @@ def _round(tokens: list[str]) -> list[str]:
     # singular by the rule; a word before it by the irregular table and a list of common
     # plurals only: "lucas_birthday" and "birthday_of_lucas" are Lucas's, not Luca's, while
     # "kids_names" is "kid_name".
+    # "users" before the noun is whose it is, not the modifier "user" ("users_table" is the
+    # table of users, not the table): it stays plural there.
     tokens = [
-        _IRREGULAR_PLURALS.get(word) or (_singular(word) if word in _COMMON_PLURALS else word)
+        _IRREGULAR_PLURALS.get(word)
+        or (_singular(word) if word in _COMMON_PLURALS and word != "users" else word)
         for word in tokens
     ]
     if len(tokens) > 1 and tokens[-1] == "no":
