@@ -361,6 +361,11 @@ def _parse_url(url: str | URL) -> URL:
             )
         ) from exc
     except ArgumentError as exc:
+        if str(url) != str(url).strip():
+            raise ConfigError(
+                f"DATABASE_URL starts or ends with a blank ({redact_unparsed_url(str(url))!r}): "
+                "remove it (quotes in a .env file keep what is inside them)"
+            ) from exc
         raise ConfigError(
             f"DATABASE_URL is not a database URL: {redact_unparsed_url(str(url))}: write it as "
             "postgresql://user:password@host:port/database (key=value connection strings are "
@@ -506,14 +511,24 @@ def redact_text(value: str) -> str:
 def redact_unparsed_url(url: str) -> str:
     """A database URL that did not parse, with its password masked however it is written: a
     blank or an "@" in the user or the password ("my user:my pass@h", Azure's
-    "user@server:pw@h"), a slash or two missing ("postgresql:u:pw@h"). The user part ends at
-    the first ":" after the scheme, the password at the URL's last "@": more than the password
-    at times, never less. Only for a URL alone (``redact_text`` is for text holding one)."""
+    "user@server:pw@h"), a slash or two missing ("postgresql:u:pw@h"), no scheme at all
+    ("app:secret@db/app"). The user part ends at the first ":" after the scheme, the password
+    at the URL's last "@": more than the password at times, never less (a user part without
+    a ":" is masked whole, and a text with neither "@" nor "://" is not shown). Only for a URL
+    alone (``redact_text`` is for text holding one)."""
+    at = url.rfind("@")
+    if at == -1:
+        # No user part. Without "://" the text may be anything, a password alone included
+        # ("DATABASE_URL=hunter2"): none of it is shown.
+        return redact_text(url) if "://" in url else "***"
     scheme = _SCHEME.match(url)
     start = scheme.end() if scheme else 0
-    at = url.rfind("@")
-    colon = url.find(":", start, at) if at > start else -1
-    masked = f"{url[: colon + 1]}***{url[at:]}" if colon != -1 else url
+    colon = url.find(":", start, at)
+    if colon == -1 and scheme is not None and "//" not in scheme.group():
+        # What looked like a scheme is the user ("app:secret@db/app", no scheme written).
+        colon = url.find(":", 0, at)
+    # No colon: the user part alone, or a password alone, before the "@".
+    masked = f"{url[: colon + 1]}***{url[at:]}" if colon != -1 else f"***{url[at:]}"
     return redact_text(masked)
 
 

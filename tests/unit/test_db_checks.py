@@ -259,6 +259,35 @@ def test_a_url_that_does_not_parse_never_shows_its_password(url: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "app:secret@db.internal:5432/app",  # no scheme: "app:" looked like one
+        "u:secret@h/d",
+        "secret@h/d",  # a user part without a ":" may be a password alone
+        "secret",  # no "@", no "://": the value may be a password alone
+        "my:secret",
+    ],
+)
+def test_a_url_without_a_scheme_never_shows_its_password(url: str) -> None:
+    """The ops review's repro: a DATABASE_URL written without postgresql:// was refused with
+    its password in clear — in the refusal, the printed settings and doctor's finding."""
+    with pytest.raises(ConfigError) as refused:
+        to_async_url(url)
+    assert "secret" not in str(refused.value)
+    assert "secret" not in repr(Settings(database_url=url, _env_file=None))
+    assert "secret" not in redact_unparsed_url(url)
+
+
+def test_a_url_with_a_blank_before_it_is_refused_naming_the_blank() -> None:
+    """Refused with the value shown stripped, it looked like the form the message asked for
+    (ops review)."""
+    for url in (" postgresql://u:secret@h/d", "\tpostgresql://u:secret@h/d"):
+        with pytest.raises(ConfigError, match="starts or ends with a blank") as refused:
+            to_async_url(url)
+        assert "secret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
     ("message", "kept"),
     [
         ("Ollama at http://localhost:11434 is unreachable; ask ops@example.com", "11434"),
