@@ -128,9 +128,11 @@ def backfill() -> None:
         made = "no vectors made (text-only mode: EMBEDDING_MODEL=none)"
     else:
         made = f"{embedded} row(s) embedded"
+    # The background indexers index most of the queue while the embedding runs: what is left
+    # for the end is often nothing, which is no sign that nothing was indexed (as reembed says).
     out.print(
         f"backfill: {recovered} chunk(s) of dropped history recovered, {made}, {indexed} chunk(s) "
-        f"and {facts_indexed} fact vector(s) indexed",
+        f"and {facts_indexed} fact vector(s) indexed at the end, the rest while it ran",
         markup=False,
     )
     if stopped is not None:
