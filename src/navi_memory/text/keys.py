@@ -385,26 +385,9 @@ def _tokens(key: str) -> list[str]:
     # its word: "पिता" is not "पता"); anything else separates.
     kept = "".join(
         char if char.isalnum() or unicodedata.category(char)[0] == "M" else " "
-        for char in _latin_unaccented(_fold(text))
+        for char in _fold(text)
     )
     return kept.split()
-
-
-def _latin_unaccented(text: str) -> str:
-    """``text`` without the accents on Latin letters ("prénom" is "prenom", "téléphone" is
-    "telephone", the "i̇" casefold makes of "İ" is "i"): an extractor writes a key with
-    them or without. Marks on other letters are parts of their words (a Devanagari vowel
-    sign) and stay."""
-    if text.isascii():
-        return text
-    kept: list[str] = []
-    latin = False  # the last letter kept was a Latin one
-    for char in unicodedata.normalize("NFD", text):
-        if unicodedata.combining(char) and latin:
-            continue
-        kept.append(char)
-        latin = char.isascii() and char.isalpha()
-    return unicodedata.normalize("NFC", "".join(kept))
 
 
 def _reorder_of(tokens: list[str]) -> list[str]:
@@ -485,13 +468,12 @@ def _round(tokens: list[str]) -> list[str]:
     # singular by the rule; a word before it by the irregular table and a list of common
     # plurals only: "lucas_birthday" and "birthday_of_lucas" are Lucas's, not Luca's, while
     # "kids_names" is "kid_name".
-    # "users" before the noun is whose it is, not the modifier "user" ("users_table" is the
-    # table of users, not the table): it stays plural there.
-    # "num_children", "number_employees": a count, as "number_of_children" is ("number_plate",
-    # a singular after it, is no count). "no_of_children" is "number_of_children".
+    # "num_children", "num_employees": a count, as "number_of_children" is ("num_child", a
+    # singular after it, says no count; "number_plates" are plates). "no_of_children" is
+    # "number_of_children".
     counted = (
         len(tokens) == 2
-        and tokens[0] in ("num", "number")
+        and tokens[0] == "num"
         and (tokens[1] in _IRREGULAR_PLURALS or _singular(tokens[1]) != tokens[1])
     )
     tokens = [
@@ -499,8 +481,7 @@ def _round(tokens: list[str]) -> list[str]:
         for at, word in enumerate(tokens)
     ]
     tokens = [
-        _IRREGULAR_PLURALS.get(word)
-        or (_singular(word) if word in _COMMON_PLURALS and word != "users" else word)
+        _IRREGULAR_PLURALS.get(word) or (_singular(word) if word in _COMMON_PLURALS else word)
         for word in tokens
     ]
     if counted:

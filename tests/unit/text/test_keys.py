@@ -131,11 +131,9 @@ MUST_MERGE = [
     ("num_children", "number_of_children"),
     ("no_of_children", "child_count"),
     ("num_employees", "employee_count"),
+    ("users_count", "user_count"),
+    ("number_plates", "number_plate"),
     ("childrens_names", "child_name"),
-    ("prénom", "prenom"),
-    ("téléphone", "telephone"),
-    ("Zürich_office", "zurich_office"),
-    ("İsim", "isim"),
     ("zip", "postal_code"),
     ("postcode", "zip_code"),
     ("surname", "last_name"),
@@ -214,12 +212,14 @@ MUST_NOT_MERGE = [
     ("default_aws_region", "aws_region"),
     ("primary_ssh_key", "ssh_key"),
     ("default_python_version", "python_version"),
-    # "users" before the noun is whose it is
-    ("users_db", "database"),
-    ("users_table", "tables"),
-    ("users_email", "email"),
     ("number_plate", "plate_count"),
     ("num_child", "child_count"),  # a singular after "num": no count said
+    ("number_plates", "plate_count"),
+    # tone marks tell words apart: a key keeps its accents
+    ("telefone_avó", "telefone_avô"),
+    ("tên_bà", "tên_ba"),
+    ("país", "pais"),
+    ("thé_favori", "favori"),
     ("पिता", "पता"),  # marks on other letters are parts of their words
     ("birth_date", "birth_place"),
     ("mother_name", "father_name"),
