@@ -396,15 +396,16 @@ class UnifiedSearchService:
         plan = request.plan
         k = plan.k
         ranked: Ranked
-        if not plan.terms:
+        terms = plan.raw_terms
+        if not terms:
             recent = await repo.recent(request.owner, request.session_id, k, with_summary_at=True)
             ranked = [(row, "recent") for row in recent]
-        elif text_ranking_for(self.text_ranking, plan.raw_terms) == "terms":
+        elif text_ranking_for(self.text_ranking, terms) == "terms":
             rows = await repo.search(
                 request.owner,
                 request.session_id,
                 request.query_vector,
-                plan.raw_terms,
+                terms,
                 k,
                 self.chunk_max_distance,
                 with_summary_at=True,
@@ -417,7 +418,7 @@ class UnifiedSearchService:
                 request.owner,
                 request.session_id,
                 request.query_vector,
-                plan.raw_terms,
+                terms,
                 k,
                 self.chunk_max_distance,
                 with_summary_at=True,

@@ -429,7 +429,7 @@ def _drop_modifiers(tokens: list[str]) -> list[str]:
     ]
     if one_of_several:
         # One place for it, the front: "postgres_default_port" is "default_postgres_port".
-        front = [word for word in kept[:setting] if word in _KEPT_BEFORE_ONE_OF_SEVERAL]
+        front = [word for word in kept if word in _KEPT_BEFORE_ONE_OF_SEVERAL]  # all before it
         if front:
             rest = [word for word in kept if word not in _KEPT_BEFORE_ONE_OF_SEVERAL]
             kept = front[:1] + rest if len(set(front)) == 1 else kept
